@@ -1,0 +1,30 @@
+# Two commands set everything up on a fresh machine:
+#   make run    create .venv, install, run a search on the embedded defaults
+#   make test   create .venv, install, run the whole test suite
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/nas search
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/search_efficiency.py
+	$(BIN)/python benchmarks/cache_rerun.py
+
+clean:
+	rm -rf $(VENV) runs multirun

@@ -1,0 +1,54 @@
+"""The representation protocol every architecture implements.
+
+A representation is a value object: `key()` is a canonical hash (equal for
+equivalent architectures), `encode()` gives a JSON-serialisable encoding that
+`decode()` turns back into an equal object, and `to_module()` builds a
+trainable `nn.Module` where the representation is trainable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+
+def stable_hash(*parts: Any, length: int = 16) -> str:
+    """Short SHA-256 of a canonical JSON rendering: stable across processes."""
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:length]
+
+
+class Architecture(ABC):
+    space: ClassVar[str]
+
+    @abstractmethod
+    def canonical(self) -> str:
+        """Canonical text form; two architectures are equal iff these are."""
+
+    def key(self) -> str:
+        return stable_hash(self.space, self.canonical())
+
+    @abstractmethod
+    def encode(self) -> Any:
+        """JSON-serialisable encoding (what history.jsonl and strategies store)."""
+
+    @classmethod
+    @abstractmethod
+    def decode(cls, data: Any) -> "Architecture":
+        """Inverse of `encode`; raises `EncodingError` naming the bad part."""
+
+    def to_module(self, **kwargs: Any):
+        raise NotImplementedError(f"{type(self).__name__} is not trainable")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Architecture) and self.space == other.space and (
+            self.canonical() == other.canonical()
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.space, self.canonical()))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.canonical()!r})"

@@ -1,0 +1,136 @@
+"""The `nas` command.
+
+  nas search [hydra overrides] [-m]   run a search (Hydra config in conf/)
+  nas compare DIR... [--at N ...]     aggregate runs: mean ± std, curves with bands
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from nas.errors import NasError
+
+GROUPS = ("space", "strategy", "evaluator", "runner")
+
+
+def fail(message: str) -> None:
+    print(f"nas: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def available(group: str) -> list[str]:
+    folder = resources.files("conf") / group
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def check_group_overrides(args: list[str]) -> None:
+    """Hydra's own message for an unknown option is many lines; say it in one."""
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        key = key.lstrip("+~")
+        if not sep or key not in GROUPS or "(" in value:
+            continue
+        valid = available(key)
+        for name in value.split(","):
+            if name.strip() not in valid:
+                fail(f"unknown {key} '{name.strip()}' (valid: {', '.join(valid)})")
+
+
+def execute(spec, run_dir: Path, runner: dict[str, Any], progress: bool) -> dict[str, Any]:
+    """Run one search with the configured runner; `nas` itself never needs Prefect."""
+    import logging
+
+    from nas.search.loop import LocalExecutor, SearchLoop
+    from nas.search.rundir import RunDir
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Prefect API call
+
+    space = spec.build_space()
+    spec.build_strategy(space)  # validate before any work starts
+    evaluator = spec.build_evaluator(space)
+    RunDir(run_dir).prepare(spec.identity())
+    name = runner.get("name", "prefect")
+    if name == "local":
+        executor = LocalExecutor(evaluator, spec.seed if evaluator.uses_seed else None)
+        return SearchLoop(spec, run_dir, executor, progress=progress, runner="local").run_search()
+    if name == "prefect":
+        from flows.search import run_search_flow
+
+        return run_search_flow(spec, run_dir, workers=int(runner.get("workers", 4)),
+                               retries=int(runner.get("retries", 1)), progress=progress)
+    raise NasError(f"unknown runner '{name}' (valid: {', '.join(available('runner'))})")
+
+
+def _search_entry() -> None:
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import DictConfig, OmegaConf
+
+    @hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
+    def search(cfg: DictConfig) -> None:
+        from nas.search.spec import SearchSpec
+
+        try:
+            container = OmegaConf.to_container(cfg, resolve=True)
+            spec = SearchSpec.from_config(container)
+            run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
+            summary = execute(spec, run_dir, container.get("runner") or {}, bool(container.get("progress", True)))
+        except NasError as err:
+            fail(str(err))
+        print_summary(run_dir, summary)
+
+    search()
+
+
+def print_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    print(f"run dir: {run_dir}")
+    best = summary.get("best")
+    if best is None:
+        print(f"best: none ({summary['trials']} trials, all failed)")
+        return
+    print(f"best: {best['accuracy']:.2f}% {best['encoding']} key={best['key']} "
+          f"(trial {best['trial']} of {summary['trials']}, {summary['wall_seconds']:.1f}s, "
+          f"{summary['cache_hits']} cached)")
+
+
+def _compare(argv: list[str]) -> None:
+    from nas.compare import compare, render_table
+
+    parser = argparse.ArgumentParser(prog="nas compare", description="Aggregate search runs.")
+    parser.add_argument("dirs", nargs="+", type=Path, help="run or multirun directories")
+    parser.add_argument("--at", nargs="+", type=int, default=[25, 50, 100],
+                        help="trial counts to report (default: 25 50 100)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output directory (default: the first DIR)")
+    args = parser.parse_args(argv)
+    out = args.out or args.dirs[0]
+    try:
+        table = compare(args.dirs, out, args.at)
+    except NasError as err:
+        fail(str(err))
+    print(render_table(table, args.at), end="")
+    print(f"wrote {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        raise SystemExit(0 if argv else 2)
+    command, rest = argv[0], argv[1:]
+    if command == "search":
+        check_group_overrides(rest)
+        sys.argv = ["nas search", *rest]
+        _search_entry()
+    elif command == "compare":
+        _compare(rest)
+    else:
+        fail(f"unknown command '{command}' (valid: search, compare)")
+
+
+if __name__ == "__main__":
+    main()

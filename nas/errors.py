@@ -1,0 +1,25 @@
+"""User-facing errors: each carries one precise line that says what and where."""
+
+
+class NasError(Exception):
+    """Base class; the CLI prints `str(err)` as a single line and exits 2."""
+
+
+class ConfigError(NasError):
+    """A configuration value is unknown, out of range or of the wrong type."""
+
+
+class EncodingError(NasError):
+    """An architecture encoding is malformed (names the offending part)."""
+
+
+class EvaluationError(NasError):
+    """An architecture could not be evaluated for a deterministic reason."""
+
+
+class RunDirError(NasError):
+    """A run directory is corrupt or belongs to a different search."""
+
+
+class MissingDependencyError(NasError):
+    """An optional package or data file is missing; says how to install it."""

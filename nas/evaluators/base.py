@@ -1,0 +1,61 @@
+"""Evaluator API and the result record every strategy and report consumes."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from nas.arch.base import Architecture
+from nas.registry import Registry
+from nas.spaces.base import SearchSpace
+
+
+@dataclass
+class EvalResult:
+    """Outcome of one evaluation. `accuracy` (percent) is the objective;
+    `error` is set, and `accuracy` is None, when the candidate failed."""
+
+    accuracy: float | None
+    metrics: dict[str, float] = field(default_factory=dict)
+    params: int | None = None
+    flops: int | None = None
+    cost_seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.accuracy is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
+        return cls(**data)
+
+    @classmethod
+    def failure(cls, error: str, cost_seconds: float = 0.0) -> "EvalResult":
+        return cls(accuracy=None, error=error, cost_seconds=cost_seconds)
+
+
+class Evaluator(ABC):
+    name: str  # set by the registry
+    spaces: ClassVar[tuple[str, ...]]  # spaces whose architectures it accepts
+    uses_seed: ClassVar[bool] = False  # whether results depend on the seed
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.space = space
+
+    @abstractmethod
+    def fingerprint(self) -> str:
+        """Identity of everything that determines results (data, recipe);
+        part of cache keys so a changed table or recipe never hits old entries."""
+
+    @abstractmethod
+    def evaluate(self, arch: Architecture, seed: int | None = None) -> EvalResult:
+        """Evaluate one architecture; raise `EvaluationError` for deterministic
+        failures (they are recorded, cached and not retried)."""
+
+
+EVALUATORS: Registry[Evaluator] = Registry("evaluator")

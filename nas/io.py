@@ -1,0 +1,100 @@
+"""Crash-safe file helpers: atomic replace for documents, torn-line-aware JSONL."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+from nas.errors import RunDirError
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temp file in the same directory, fsync, then rename over `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise RunDirError(f"{path}: corrupt JSON at line {err.lineno} col {err.colno}: {err.msg}") from None
+
+
+def dumps_line(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
+def append_jsonl(path: Path, records: Iterable[dict]) -> None:
+    """Append whole lines and fsync, so a kill leaves at most one torn last line."""
+    payload = "".join(dumps_line(r) + "\n" for r in records)
+    if not payload:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(payload)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_jsonl(path: Path, *, repair: bool = False) -> list[dict]:
+    """Read a JSONL file. A torn final line (no newline) is dropped, and with
+    `repair` cut from the file; a corrupt line elsewhere is an error."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    tail = lines.pop()  # text after the last newline: empty unless torn
+    records = []
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise RunDirError(f"{path}:{i}: corrupt JSON line: {err.msg}") from None
+    if tail.strip() and repair:
+        truncate_bytes(path, len(raw) - len(tail))
+    return records
+
+
+def truncate_bytes(path: Path, size: int) -> None:
+    with open(path, "r+b") as fh:
+        fh.truncate(size)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def rewrite_jsonl(path: Path, records: list[dict]) -> None:
+    atomic_write_text(path, "".join(dumps_line(r) + "\n" for r in records))
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

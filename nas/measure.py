@@ -1,0 +1,31 @@
+"""Parameter and FLOP counts. FLOPs are fvcore's multiply-accumulate counts,
+the convention NAS papers report as "FLOPs"."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import torch
+from torch import nn
+
+
+def count_params(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def count_flops(module: nn.Module, input_shape: tuple[int, ...]) -> int:
+    with warnings.catch_warnings():  # fvcore's import calls the deprecated torch.jit.script
+        warnings.simplefilter("ignore", FutureWarning)
+        from fvcore.nn import FlopCountAnalysis
+
+    logging.getLogger("fvcore").setLevel(logging.ERROR)
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            analysis = FlopCountAnalysis(module, torch.zeros(input_shape))
+            analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
+            return int(analysis.total())
+    finally:
+        module.train(was_training)

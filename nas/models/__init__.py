@@ -1,0 +1,1 @@
+"""Plain `nn.Module` definitions (no training logic lives here)."""

@@ -1,0 +1,184 @@
+"""The ask → evaluate → tell loop. Executors decide *how* a batch is
+evaluated (in-process here; as cached Prefect tasks in `tasks/`)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from nas import __version__
+from nas.errors import NasError
+from nas.evaluators.base import EvalResult, Evaluator
+from nas.search.rundir import RunDir
+from nas.search.spec import SearchSpec
+from nas.strategies.base import Candidate, SearchExhausted, Trial
+
+log = logging.getLogger(__name__)
+
+
+class Executor(Protocol):
+    def evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
+        """Evaluate a batch → (result, served_from_cache, wall_seconds) per candidate."""
+
+
+def evaluate_safely(evaluator: Evaluator, candidate: Candidate, seed: int | None) -> EvalResult:
+    """Deterministic failures become failure results; nothing is raised."""
+    start = time.perf_counter()
+    try:
+        return evaluator.evaluate(candidate.arch, seed)
+    except NasError as err:
+        return EvalResult.failure(str(err), time.perf_counter() - start)
+
+
+class LocalExecutor:
+    """Plain in-process evaluation: `nas/` without Prefect."""
+
+    def __init__(self, evaluator: Evaluator, seed: int | None) -> None:
+        self.evaluator = evaluator
+        self.seed = seed
+
+    def evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
+        out = []
+        for cand in candidates:
+            start = time.perf_counter()
+            try:
+                result = evaluate_safely(self.evaluator, cand, self.seed)
+            except Exception as err:  # a crash of one candidate must not end the search
+                log.warning("evaluation of %s crashed: %s", cand.arch.key(), err)
+                result = EvalResult.failure(f"evaluator crashed: {type(err).__name__}: {err}")
+            out.append((result, False, time.perf_counter() - start))
+        return out
+
+
+class SearchLoop:
+    def __init__(self, spec: SearchSpec, run_dir: Path, executor: Executor, *,
+                 progress: bool = True, runner: str = "local") -> None:
+        self.spec = spec
+        self.run = RunDir(run_dir)
+        self.executor = executor
+        self.progress = progress
+        self.runner = runner
+        self.space = spec.build_space()
+        self.strategy = spec.build_strategy(self.space)
+
+    def run_search(self) -> dict[str, Any]:
+        identity = self.spec.identity()
+        resume = self.run.prepare(identity)
+        history: list[dict[str, Any]] = []
+        elapsed_before = 0.0
+        if resume is not None:
+            self.strategy.load_state_dict(resume.strategy_state)
+            history = resume.history
+            elapsed_before = resume.elapsed_seconds
+        resumed = len(history)
+        start = time.perf_counter()
+        exhausted = None
+        with self._progress(resumed) as (bar, task):
+            while len(history) < self.spec.trials:
+                n = min(self.spec.batch_size, self.spec.trials - len(history))
+                try:
+                    candidates = self.strategy.ask(n)
+                except SearchExhausted as err:
+                    exhausted = str(err)
+                    break
+                outcomes = self.executor.evaluate(candidates)
+                trials, records = [], []
+                for cand, (result, cached, wall) in zip(candidates, outcomes):
+                    trial = Trial(len(history) + len(trials), cand, result)
+                    trials.append(trial)
+                    records.append(_record(trial, cached, wall))
+                self.run.append(records)
+                history.extend(records)
+                self.strategy.tell(trials)
+                elapsed = elapsed_before + time.perf_counter() - start
+                self.run.save_state(identity, len(history), self.strategy.state_dict(), elapsed)
+                if bar is not None:
+                    best = max((r["accuracy"] for r in history if r["accuracy"] is not None), default=None)
+                    bar.update(task, completed=len(history),
+                               best="-" if best is None else f"{best:.2f}")
+        summary = summarise(self.spec, history, elapsed_before + time.perf_counter() - start,
+                            resumed=resumed, runner=self.runner, exhausted=exhausted)
+        self.run.save_summary(summary)
+        from nas.report import write_run_report
+
+        write_run_report(self.run.path, history, summary)
+        return summary
+
+    def _progress(self, done: int):
+        if not self.progress:
+            return _NullProgress()
+        progress = Progress(
+            TextColumn(f"[bold]{self.spec.strategy.name}[/] on {self.spec.space.name}"),
+            BarColumn(), MofNCompleteColumn(), TextColumn("best {task.fields[best]}"),
+            TimeElapsedColumn(), console=Console(file=sys.stderr), transient=False,
+        )
+        return _ProgressCtx(progress, self.spec.trials, done)
+
+
+class _ProgressCtx:
+    def __init__(self, progress: Progress, total: int, done: int) -> None:
+        self.progress, self.total, self.done = progress, total, done
+
+    def __enter__(self):
+        self.progress.__enter__()
+        task = self.progress.add_task("search", total=self.total, completed=self.done, best="-")
+        return self.progress, task
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+
+class _NullProgress:
+    def __enter__(self):
+        return None, None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _record(trial: Trial, cached: bool, wall: float) -> dict[str, Any]:
+    r = trial.result
+    return {
+        "trial": trial.index, "key": trial.candidate.arch.key(),
+        "encoding": trial.candidate.arch.encode(), "accuracy": r.accuracy,
+        "metrics": r.metrics, "params": r.params, "flops": r.flops, "error": r.error,
+        "cost_seconds": round(r.cost_seconds, 6), "wall_seconds": round(wall, 6),
+        "cached": cached, "strategy": trial.candidate.info,
+    }
+
+
+def best_so_far(history: list[dict[str, Any]]) -> list[float | None]:
+    """Best accuracy after each trial (None until the first success)."""
+    out, best = [], None
+    for rec in history:
+        acc = rec.get("accuracy")
+        if acc is not None and (best is None or acc > best):
+            best = acc
+        out.append(best)
+    return out
+
+
+def summarise(spec: SearchSpec, history: list[dict[str, Any]], wall: float, *, resumed: int,
+              runner: str, exhausted: str | None) -> dict[str, Any]:
+    ok = [r for r in history if r.get("accuracy") is not None]
+    best = max(ok, key=lambda r: r["accuracy"], default=None)
+    curve = best_so_far(history)
+    checkpoints = {str(n): curve[n - 1] for n in (10, 25, 50, 100, 200, 500) if n <= len(curve)}
+    return {
+        "best": None if best is None else {
+            k: best[k] for k in ("accuracy", "key", "encoding", "trial", "params", "flops")
+        },
+        "trials": len(history), "failed": len(history) - len(ok),
+        "cache_hits": sum(1 for r in history if r.get("cached")),
+        "resumed_trials": resumed, "best_at": checkpoints,
+        "strategy": spec.strategy.name, "space": spec.space.name,
+        "evaluator": spec.evaluator.name, "seed": spec.seed, "runner": runner,
+        "wall_seconds": round(wall, 3), "exhausted": exhausted,
+        "spec": spec.to_dict(), "nasflow_version": __version__,
+    }

@@ -1,0 +1,79 @@
+"""Ask/tell strategy API (NNI-style): the search loop owns evaluation, so a
+strategy never blocks on it and batches can be evaluated in parallel."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nas.arch.base import Architecture
+from nas.errors import RunDirError
+from nas.evaluators.base import EvalResult
+from nas.registry import Registry
+from nas.spaces.base import SearchSpace
+
+
+@dataclass
+class Candidate:
+    arch: Architecture
+    info: dict[str, Any] = field(default_factory=dict)  # strategy fields: origin, parent…
+
+
+@dataclass
+class Trial:
+    index: int
+    candidate: Candidate
+    result: EvalResult
+
+
+class SearchExhausted(Exception):
+    """The strategy cannot propose any new candidate (e.g. space enumerated)."""
+
+
+class Strategy(ABC):
+    name: str  # set by the registry
+
+    def __init__(self, space: SearchSpace, seed: int) -> None:
+        self.space = space
+        self.rng = np.random.default_rng(seed)
+
+    @abstractmethod
+    def ask(self, n: int) -> list[Candidate]:
+        """Propose `n` candidates (fewer only by raising `SearchExhausted` when none)."""
+
+    @abstractmethod
+    def tell(self, trials: list[Trial]) -> None:
+        """Receive evaluated candidates, in the order they were asked."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-serialisable state; restoring it makes the next `ask` identical."""
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        try:
+            self.rng.bit_generator.state = state["rng"]
+        except (KeyError, TypeError, ValueError) as err:
+            raise RunDirError(f"strategy '{self.name}' state: bad rng state ({err})") from None
+
+
+class VisitedMixin:
+    """Deduplication by canonical key, for strategies that want unique candidates."""
+
+    visited: set[str]
+
+    def _init_visited(self) -> None:
+        self.visited = set()
+
+    def _fresh(self, make, attempts: int) -> Architecture | None:
+        """Call `make()` until it yields an unvisited architecture; None if none."""
+        for _ in range(attempts):
+            arch = make()
+            if arch.key() not in self.visited:
+                return arch
+        return None
+
+
+STRATEGIES: Registry[Strategy] = Registry("strategy")

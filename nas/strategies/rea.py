@@ -1,0 +1,90 @@
+"""Regularised evolution (Real et al., 2019): tournament selection over an
+age-ordered population; each child mutates one decision of the tournament
+winner and replaces the oldest member."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from nas.errors import ConfigError, RunDirError
+from nas.spaces.base import SearchSpace
+from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy, Trial, VisitedMixin
+
+
+@STRATEGIES.register("rea")
+class RegularizedEvolution(VisitedMixin, Strategy):
+    def __init__(self, space: SearchSpace, seed: int, population_size: int = 10,
+                 sample_size: int = 3, unique: bool = True, max_attempts: int = 100) -> None:
+        super().__init__(space, seed)
+        if population_size < 1 or not 1 <= sample_size <= population_size:
+            raise ConfigError(
+                f"strategy 'rea': need population_size >= 1 and 1 <= sample_size <= population_size, "
+                f"got {population_size} and {sample_size}"
+            )
+        self.population_size = population_size
+        self.sample_size = sample_size
+        self.unique = unique
+        self.max_attempts = max_attempts
+        self.population: deque[tuple[Any, str, float]] = deque()  # (encoding, key, accuracy), oldest first
+        self.pending_init = 0
+        self._init_visited()
+
+    def ask(self, n: int) -> list[Candidate]:
+        out = []
+        for _ in range(n):
+            if len(self.population) + self.pending_init < self.population_size:
+                cand = self._random()
+                self.pending_init += 1
+            else:
+                cand = self._child()
+            if self.unique:
+                self.visited.add(cand.arch.key())
+            out.append(cand)
+        return out
+
+    def _random(self) -> Candidate:
+        arch = self._unique(lambda: self.space.sample(self.rng))
+        return Candidate(arch, {"origin": "init"})
+
+    def _child(self) -> Candidate:
+        idx = self.rng.choice(len(self.population), size=self.sample_size, replace=False)
+        enc, parent_key, _ = max((self.population[int(i)] for i in idx), key=lambda m: m[2])
+        parent = self.space.decode(enc)
+        arch = self._fresh(lambda: self.space.mutate(parent, self.rng), self.max_attempts) \
+            if self.unique else self.space.mutate(parent, self.rng)
+        if arch is None:  # neighbourhood exhausted: restart from a fresh random point
+            return Candidate(self._unique(lambda: self.space.sample(self.rng)), {"origin": "random"})
+        return Candidate(arch, {"origin": "mutation", "parent": parent_key})
+
+    def _unique(self, make):
+        if not self.unique:
+            return make()
+        arch = self._fresh(make, self.max_attempts * 10)
+        if arch is None:
+            raise SearchExhausted("rea: no unvisited architecture found")
+        return arch
+
+    def tell(self, trials: list[Trial]) -> None:
+        for t in trials:
+            if t.candidate.info.get("origin") == "init":
+                self.pending_init = max(0, self.pending_init - 1)
+            self.visited.add(t.candidate.arch.key())
+            if not t.result.ok:
+                continue
+            self.population.append((t.candidate.arch.encode(), t.candidate.arch.key(), t.result.accuracy))
+            while len(self.population) > self.population_size:
+                self.population.popleft()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "population": [list(m) for m in self.population],
+                "pending_init": self.pending_init, "visited": sorted(self.visited)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        try:
+            self.population = deque((enc, key, float(acc)) for enc, key, acc in state["population"])
+            self.pending_init = int(state["pending_init"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise RunDirError(f"strategy 'rea' state: malformed population ({err})") from None
+        self.visited = set(state.get("visited", []))
