@@ -40,6 +40,8 @@ def read_json(path: Path) -> Any:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise RunDirError(f"{path}: corrupt JSON at line {err.lineno} col {err.colno}: {err.msg}") from None
+    except UnicodeDecodeError as err:
+        raise RunDirError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
 
 
 def dumps_line(obj: Any) -> str:
@@ -74,6 +76,8 @@ def read_jsonl(path: Path, *, repair: bool = False) -> list[dict]:
             records.append(json.loads(line))
         except json.JSONDecodeError as err:
             raise RunDirError(f"{path}:{i}: corrupt JSON line: {err.msg}") from None
+        except UnicodeDecodeError as err:
+            raise RunDirError(f"{path}:{i}: not UTF-8 text ({err.reason})") from None
     if tail.strip() and repair:
         truncate_bytes(path, len(raw) - len(tail))
     return records

@@ -21,6 +21,9 @@ def configure_prefect_env() -> None:
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_LOGGING_LEVEL": "WARNING",
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+        # The ephemeral server is stopped at exit while its event recorder may
+        # still be flushing; it then logs CancelledError tracebacks (harmless).
+        "PREFECT_SERVER_LOGGING_LEVEL": "CRITICAL",
     }
     for key, value in defaults.items():
         os.environ.setdefault(key, value)

@@ -57,7 +57,7 @@ def load_table(path: str, metric: str) -> dict[tuple[int, ...], float]:
         with open(p, "rb") as fh:
             raw = _TableUnpickler(fh).load()
         table = {tuple(k): float(getattr(v, metric)) for k, v in raw.items()}
-    except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError) as err:
+    except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError, OverflowError, MemoryError) as err:
         raise MissingDependencyError(
             f"NB201 table {p} is unreadable ({type(err).__name__}: {err}); reinstall: {INSTALL_HINT}"
         ) from None
@@ -105,6 +105,7 @@ class TableEvaluator(Evaluator):
         self.resolution = resolution
         self.simulated_cost_seconds = simulated_cost_seconds
         self.table = load_table(str(self.path), metric)
+        self.cost_model = nb201_cost_model(space.channels, space.cells_per_stage, num_classes, resolution)
 
     def fingerprint(self) -> str:
         return f"{_file_sha256(str(self.path))[:16]}:{self.metric}:{self.num_classes}:{self.resolution}"
@@ -117,9 +118,7 @@ class TableEvaluator(Evaluator):
             accuracy = self.table[arch.to_anb_tuple()]
         except KeyError:
             raise EvaluationError(f"cell {arch.to_string()} is not in the table") from None
-        per_op, (params, flops) = nb201_cost_model(
-            self.space.channels, self.space.cells_per_stage, self.num_classes, self.resolution
-        )
+        per_op, (params, flops) = self.cost_model
         for op in arch.ops:
             params += per_op[op][0]
             flops += per_op[op][1]

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from nas import __version__
-from nas.errors import NasError
+from nas.errors import NasError, RunDirError
 from nas.evaluators.base import EvalResult, Evaluator
 from nas.search.rundir import RunDir
 from nas.search.spec import SearchSpec
@@ -73,7 +73,10 @@ class SearchLoop:
         history: list[dict[str, Any]] = []
         elapsed_before = 0.0
         if resume is not None:
-            self.strategy.load_state_dict(resume.strategy_state)
+            try:
+                self.strategy.load_state_dict(resume.strategy_state)
+            except RunDirError as err:
+                raise RunDirError(f"{self.run.state_path}: {err}") from None
             history = resume.history
             elapsed_before = resume.elapsed_seconds
         resumed = len(history)

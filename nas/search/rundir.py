@@ -49,8 +49,13 @@ class RunDir:
                 f"{self.path} holds a different search (config differs in space, strategy, "
                 "evaluator, seed or batch size); use a new hydra.run.dir"
             )
+        try:
+            keep = int(state["history_lines"])
+            strategy_state = dict(state["strategy"])
+            elapsed = float(state.get("elapsed_seconds", 0.0))
+        except (KeyError, TypeError, ValueError) as err:
+            raise RunDirError(f"{self.state_path}: malformed resume state ({type(err).__name__}: {err})") from None
         history = read_jsonl(self.history_path, repair=True)
-        keep = int(state.get("history_lines", 0))
         if len(history) < keep:
             raise RunDirError(
                 f"{self.history_path}: has {len(history)} lines but state.json records {keep}"
@@ -58,7 +63,7 @@ class RunDir:
         if len(history) > keep:
             history = history[:keep]
             rewrite_jsonl(self.history_path, history)
-        return Resume(history, state["strategy"], float(state.get("elapsed_seconds", 0.0)))
+        return Resume(history, strategy_state, elapsed)
 
     def append(self, records: list[dict[str, Any]]) -> None:
         append_jsonl(self.history_path, records)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nas.errors import RunDirError
 from nas.spaces.base import SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy, Trial, VisitedMixin
 
@@ -41,4 +42,7 @@ class RandomSearch(VisitedMixin, Strategy):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.visited = set(state.get("visited", []))
+        try:
+            self.visited = set(state.get("visited", []))
+        except TypeError as err:
+            raise RunDirError(f"strategy 'random' state: malformed visited set ({err})") from None

@@ -14,12 +14,12 @@ from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy
 
 @STRATEGIES.register("rea")
 class RegularizedEvolution(VisitedMixin, Strategy):
-    def __init__(self, space: SearchSpace, seed: int, population_size: int = 10,
-                 sample_size: int = 3, unique: bool = True, max_attempts: int = 100) -> None:
+    def __init__(self, space: SearchSpace, seed: int, population_size: int = 20,
+                 sample_size: int = 5, unique: bool = True, max_attempts: int = 100) -> None:
         super().__init__(space, seed)
-        if population_size < 1 or not 1 <= sample_size <= population_size:
+        if population_size < 1 or sample_size < 1:
             raise ConfigError(
-                f"strategy 'rea': need population_size >= 1 and 1 <= sample_size <= population_size, "
+                f"strategy 'rea': population_size and sample_size must be >= 1, "
                 f"got {population_size} and {sample_size}"
             )
         self.population_size = population_size
@@ -33,7 +33,7 @@ class RegularizedEvolution(VisitedMixin, Strategy):
     def ask(self, n: int) -> list[Candidate]:
         out = []
         for _ in range(n):
-            if len(self.population) + self.pending_init < self.population_size:
+            if len(self.population) + self.pending_init < self.population_size or not self.population:
                 cand = self._random()
                 self.pending_init += 1
             else:
@@ -48,7 +48,7 @@ class RegularizedEvolution(VisitedMixin, Strategy):
         return Candidate(arch, {"origin": "init"})
 
     def _child(self) -> Candidate:
-        idx = self.rng.choice(len(self.population), size=self.sample_size, replace=False)
+        idx = self.rng.integers(len(self.population), size=self.sample_size)  # with replacement, as in Real et al.
         enc, parent_key, _ = max((self.population[int(i)] for i in idx), key=lambda m: m[2])
         parent = self.space.decode(enc)
         arch = self._fresh(lambda: self.space.mutate(parent, self.rng), self.max_attempts) \
@@ -85,6 +85,6 @@ class RegularizedEvolution(VisitedMixin, Strategy):
         try:
             self.population = deque((enc, key, float(acc)) for enc, key, acc in state["population"])
             self.pending_init = int(state["pending_init"])
+            self.visited = set(state.get("visited", []))
         except (KeyError, TypeError, ValueError) as err:
             raise RunDirError(f"strategy 'rea' state: malformed population ({err})") from None
-        self.visited = set(state.get("visited", []))

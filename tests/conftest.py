@@ -1,0 +1,28 @@
+"""Shared fixtures: every test gets its own NASFLOW_HOME (Prefect home and
+evaluation cache), so no test sees another's cache or the user's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NAS = [sys.executable, "-m", "nas.cli"]
+
+
+@pytest.fixture
+def nas_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
+    env["NASFLOW_HOME"] = str(tmp_path / "nasflow-home")
+    env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "180"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_nas(args: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*NAS, *args], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)

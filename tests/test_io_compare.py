@@ -1,0 +1,315 @@
+"""Crash-safe file helpers (nas.io) and multi-run comparison (nas.compare)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nas import io as nio
+from nas.compare import aggregate, compare, find_runs, load_curves, render_table
+from nas.errors import NasError, RunDirError
+from nas.evaluators.table import TableEvaluator
+from nas.search import LocalExecutor, SearchLoop, SearchSpec
+from nas.search.loop import best_so_far
+from nas.search.spec import Component
+from nas.spaces.nb201 import NB201Space
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def leftovers(directory: Path) -> list[Path]:
+    return [p for p in Path(directory).iterdir() if p.name.endswith(".tmp")]
+
+
+# --- atomic writes -----------------------------------------------------------------
+
+def test_atomic_write_bytes_creates_parents_and_replaces(tmp_path):
+    path = tmp_path / "a" / "b" / "file.bin"
+    nio.atomic_write_bytes(path, b"one")
+    assert path.read_bytes() == b"one"
+    nio.atomic_write_bytes(path, b"two, longer")
+    assert path.read_bytes() == b"two, longer"
+    nio.atomic_write_text(path, "héllo")
+    assert path.read_bytes() == "héllo".encode("utf-8")
+    assert leftovers(path.parent) == []
+    assert sorted(p.name for p in path.parent.iterdir()) == ["file.bin"]
+
+
+def test_atomic_write_json_is_sorted_and_handles_numpy_paths_tuples(tmp_path):
+    path = tmp_path / "doc.json"
+    nio.atomic_write_json(path, {"b": np.float64(1.5), "a": (1, 2), "c": Path("/x/y"),
+                                 "d": {3}, "e": np.int64(7)})
+    text = path.read_text()
+    assert text.endswith("\n")
+    assert text.index('"a"') < text.index('"b"') < text.index('"c"')
+    assert json.loads(text) == {"a": [1, 2], "b": 1.5, "c": "/x/y", "d": [3], "e": 7}
+    assert nio.read_json(path) == json.loads(text)
+    assert leftovers(tmp_path) == []
+
+
+def test_failed_json_serialisation_leaves_original_untouched(tmp_path):
+    path = tmp_path / "state.json"
+    nio.atomic_write_json(path, {"ok": 1})
+    before = path.read_bytes()
+
+    class Opaque:
+        pass
+
+    with pytest.raises(TypeError, match="not JSON serialisable: Opaque"):
+        nio.atomic_write_json(path, {"ok": 2, "z": [1, 2, Opaque()]})
+    assert path.read_bytes() == before
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("fail", ["fsync", "replace"])
+def test_failure_mid_write_leaves_original_and_no_temp(tmp_path, monkeypatch, fail):
+    path = tmp_path / "state.json"
+    nio.atomic_write_json(path, {"version": 1})
+    before = path.read_bytes()
+    seen: list[str] = []
+
+    def boom(*args, **kwargs):
+        seen.append(fail)
+        # the temp file has been fully written by now
+        assert any(p.name.startswith(".state.json.") for p in tmp_path.iterdir())
+        raise OSError(f"{fail} failed")
+
+    monkeypatch.setattr(nio.os, fail, boom)
+    with pytest.raises(OSError, match=f"{fail} failed"):
+        nio.atomic_write_json(path, {"version": 2, "big": "x" * 100_000})
+    monkeypatch.undo()
+    assert seen == [fail]
+    assert path.read_bytes() == before
+    assert leftovers(tmp_path) == []
+
+
+def test_interrupt_mid_write_cleans_up(tmp_path, monkeypatch):
+    path = tmp_path / "out.txt"
+    nio.atomic_write_text(path, "old")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(nio.os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        nio.atomic_write_text(path, "new")
+    monkeypatch.undo()
+    assert path.read_text() == "old"
+    assert leftovers(tmp_path) == []
+
+
+def test_read_json_corrupt_names_path_and_position(tmp_path):
+    path = tmp_path / "summary.json"
+    path.write_text('{\n  "a": 1,\n  "b": \n}\n')
+    with pytest.raises(RunDirError) as info:
+        nio.read_json(path)
+    msg = str(info.value)
+    assert msg.startswith(f"{path}: corrupt JSON at line 4 col 1")
+
+
+@pytest.mark.parametrize("reader, data", [
+    ("read_json", b"\xff\xfe{}"),
+    ("read_jsonl", b'{"a": 1}\n{"a": "\xff"}\n{"a": 3}\n'),
+])
+def test_invalid_utf8_is_rundir_error(tmp_path, reader, data):
+    path = tmp_path / "file"
+    path.write_bytes(data)
+    with pytest.raises(RunDirError):
+        getattr(nio, reader)(path)
+
+
+# --- JSONL --------------------------------------------------------------------------------
+
+def test_append_and_read_jsonl_round_trip(tmp_path):
+    path = tmp_path / "h.jsonl"
+    assert nio.read_jsonl(path) == []
+    nio.append_jsonl(path, [])
+    assert not path.exists()  # nothing to append: no file
+    recs = [{"trial": i, "b": [i, None], "a": "x"} for i in range(5)]
+    nio.append_jsonl(path, recs[:2])
+    nio.append_jsonl(path, recs[2:])
+    assert nio.read_jsonl(path) == recs
+    lines = path.read_text().splitlines()
+    assert lines[0] == '{"a":"x","b":[0,null],"trial":0}'  # compact, sorted
+    assert nio.dumps_line({"z": np.float32(0.5), "a": (1,)}) == '{"a":[1],"z":0.5}'
+
+
+def test_torn_last_line_dropped_and_repaired_only_on_request(tmp_path):
+    path = tmp_path / "h.jsonl"
+    nio.append_jsonl(path, [{"i": 0}, {"i": 1}])
+    good = path.read_bytes()
+    with open(path, "ab") as fh:
+        fh.write(b'{"i": 2, "x')
+    torn = path.read_bytes()
+    assert nio.read_jsonl(path) == [{"i": 0}, {"i": 1}]
+    assert path.read_bytes() == torn  # read-only by default
+    assert nio.read_jsonl(path, repair=True) == [{"i": 0}, {"i": 1}]
+    assert path.read_bytes() == good
+    nio.append_jsonl(path, [{"i": 2}])
+    assert nio.read_jsonl(path) == [{"i": 0}, {"i": 1}, {"i": 2}]
+
+
+def test_complete_json_without_newline_counts_as_torn(tmp_path):
+    path = tmp_path / "h.jsonl"
+    path.write_text('{"i": 0}\n{"i": 1}')
+    assert nio.read_jsonl(path, repair=True) == [{"i": 0}]
+    assert path.read_text() == '{"i": 0}\n'
+
+
+@pytest.mark.parametrize("lines, bad_line", [
+    (['{"i": 0}', "{oops", '{"i": 2}'], 2),
+    (['{"i": 0}', "", '{"i": 1', '{"i": 3}'], 3),  # blank lines still count
+    (['{"i": 0}', '{"i": 1}', "not json"], 3),  # a complete (newline-ended) last line is not torn
+])
+def test_corrupt_line_names_file_and_line(tmp_path, lines, bad_line):
+    path = tmp_path / "history.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    before = path.read_bytes()
+    with pytest.raises(RunDirError) as info:
+        nio.read_jsonl(path, repair=True)
+    assert str(info.value).startswith(f"{path}:{bad_line}: corrupt JSON line")
+    assert path.read_bytes() == before
+
+
+def test_blank_lines_are_skipped(tmp_path):
+    path = tmp_path / "h.jsonl"
+    path.write_text('{"i": 0}\n\n  \n{"i": 1}\n')
+    assert nio.read_jsonl(path) == [{"i": 0}, {"i": 1}]
+
+
+def test_rewrite_and_truncate(tmp_path):
+    path = tmp_path / "h.jsonl"
+    nio.append_jsonl(path, [{"i": i} for i in range(4)])
+    nio.rewrite_jsonl(path, [{"i": 9}])
+    assert path.read_text() == '{"i":9}\n'
+    assert leftovers(tmp_path) == []
+    nio.truncate_bytes(path, 3)
+    assert path.read_bytes() == b'{"i'
+
+
+# --- compare --------------------------------------------------------------------------------
+
+STRATS = ("random", "rea")
+SEEDS = (0, 1, 2)
+
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("multirun")
+    evaluator = TableEvaluator(NB201Space())
+    for strategy in STRATS:
+        for seed in SEEDS:
+            spec = SearchSpec(Component("nb201"), Component(strategy), Component("table"),
+                              seed=seed, trials=30)
+            SearchLoop(spec, root / f"{strategy}_s{seed}", LocalExecutor(evaluator, None),
+                       progress=False).run_search()
+    return root
+
+
+def curves_by_strategy(root: Path) -> dict[str, list[list[float | None]]]:
+    out: dict[str, list] = {s: [] for s in STRATS}
+    for strategy in STRATS:
+        for seed in SEEDS:
+            hist = nio.read_jsonl(root / f"{strategy}_s{seed}" / "history.jsonl")
+            out[strategy].append(best_so_far(hist))
+    return out
+
+
+def test_find_runs(runs_root):
+    runs = find_runs([runs_root])
+    assert runs == sorted(runs_root / f"{s}_s{seed}" for s in STRATS for seed in SEEDS)
+    assert find_runs([runs_root, runs_root / "rea_s1"]) == runs  # deduplicated
+    assert find_runs([runs_root / "rea_s1"]) == [runs_root / "rea_s1"]
+
+
+def test_compare_writes_outputs_with_numpy_statistics(runs_root, tmp_path):
+    at = [1, 10, 30]
+    table = compare([runs_root], tmp_path / "out", at)
+    out = tmp_path / "out"
+    assert json.loads((out / "compare.json").read_text()) == {"at": at, "groups": table}
+    assert (out / "compare.png").read_bytes()[:8] == PNG_MAGIC
+    md = (out / "compare.md").read_text()
+    assert md.splitlines()[0] == "| strategy @ space/evaluator | runs | best @ 1 | best @ 10 | best @ 30 |"
+
+    curves = curves_by_strategy(runs_root)
+    assert set(table) == {f"{s} @ nb201/table" for s in STRATS}
+    for strategy in STRATS:
+        row = table[f"{strategy} @ nb201/table"]
+        assert row["runs"] == 3
+        assert row["seeds"] == list(SEEDS)
+        for n in at:
+            vals = np.array([c[n - 1] for c in curves[strategy]], dtype=float)
+            stats = row["at"][str(n)]
+            assert stats["n"] == 3
+            assert stats["mean"] == pytest.approx(float(np.mean(vals)), abs=1e-12)
+            assert stats["std"] == pytest.approx(float(np.std(vals, ddof=1)), abs=1e-12)
+            assert f"{stats['mean']:.2f} ± {stats['std']:.2f} (n=3)" in md
+    # best-so-far never decreases, so neither does the mean
+    for row in table.values():
+        means = [row["at"][str(n)]["mean"] for n in at]
+        assert means == sorted(means)
+    assert leftovers(out) == []
+
+
+def test_compare_beyond_run_length_gives_none(runs_root, tmp_path):
+    table = compare([runs_root / "rea_s0"], tmp_path, [30, 31])
+    row = table["rea @ nb201/table"]
+    assert row["runs"] == 1
+    assert row["at"]["30"]["std"] == 0.0 and row["at"]["30"]["n"] == 1
+    assert row["at"]["31"] is None
+    assert "| rea @ nb201/table | 1 | " in (tmp_path / "compare.md").read_text()
+    assert (tmp_path / "compare.md").read_text().rstrip().endswith("| - |")
+
+
+def test_aggregate_and_render_directly():
+    groups = {"g": [{"seed": 1, "curve": [None, 50.0, 60.0]},
+                    {"seed": 0, "curve": [40.0, 40.0, 80.0]}]}
+    table = aggregate(groups, [1, 2, 3])
+    row = table["g"]
+    assert row["seeds"] == [0, 1]
+    assert row["at"]["1"] == {"mean": 40.0, "std": 0.0, "n": 1}  # None values are skipped
+    assert row["at"]["2"]["mean"] == 45.0
+    assert row["at"]["2"]["std"] == pytest.approx(float(np.std([50.0, 40.0], ddof=1)))
+    assert row["at"]["3"]["mean"] == 70.0
+    assert render_table(table, [2]).splitlines()[2] == "| g | 2 | 45.00 ± 7.07 (n=2) |"
+
+
+def test_load_curves_labels(runs_root):
+    groups = load_curves(find_runs([runs_root]))
+    assert sorted(groups) == ["random @ nb201/table", "rea @ nb201/table"]
+    assert sorted(r["seed"] for r in groups["rea @ nb201/table"]) == list(SEEDS)
+    assert all(len(r["curve"]) == 30 for g in groups.values() for r in g)
+
+
+def test_compare_nonexistent_dir(tmp_path):
+    missing = tmp_path / "nope"
+    with pytest.raises(NasError, match=f"compare: {missing} does not exist"):
+        compare([missing], tmp_path / "out", [10])
+    assert not (tmp_path / "out").exists()
+
+
+def test_compare_dir_without_runs(tmp_path):
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    (tmp_path / "empty" / "sub" / "history.jsonl").write_text("{}\n")
+    with pytest.raises(NasError, match="no summary.json found under"):
+        compare([tmp_path / "empty"], tmp_path / "out", [10])
+
+
+@pytest.mark.parametrize("at", [[], [0], [10, -1], [0, 5]])
+def test_compare_rejects_non_positive_at(runs_root, tmp_path, at):
+    with pytest.raises(NasError, match="trial counts must be positive integers"):
+        compare([runs_root], tmp_path / "out", at)
+    assert not (tmp_path / "out").exists()
+
+
+def test_compare_corrupt_summary_is_rundir_error(runs_root, tmp_path):
+    import shutil
+
+    copy = tmp_path / "runs"
+    shutil.copytree(runs_root / "rea_s0", copy / "rea_s0")
+    (copy / "rea_s0" / "summary.json").write_text("{")
+    with pytest.raises(RunDirError, match="summary.json: corrupt JSON"):
+        compare([copy], tmp_path / "out", [10])
