@@ -3,6 +3,7 @@ std of best accuracy at chosen trial counts, and curves with ±1 std bands."""
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -83,8 +84,10 @@ def plot_curves(groups: dict[str, list[dict[str, Any]]], path: Path) -> None:
         length = min(len(r["curve"]) for r in runs)
         mat = np.array([[np.nan if v is None else v for v in r["curve"][:length]] for r in runs], dtype=float)
         xs = np.arange(1, length + 1)
-        mean = np.nanmean(mat, axis=0)
-        std = np.nanstd(mat, axis=0)
+        with warnings.catch_warnings():  # columns where every run has only failures
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = np.nanmean(mat, axis=0)
+            std = np.nanstd(mat, axis=0)
         ax.plot(xs, mean, label=f"{label} (n={len(runs)})")
         ax.fill_between(xs, mean - std, mean + std, alpha=0.2)
     ax.set_xlabel("trials")

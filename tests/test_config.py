@@ -1,0 +1,75 @@
+"""Every config file names a registered class and builds with its parameters;
+every registered class has a config file (one class + one file per option)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from nas.cli import available, check_group_overrides
+from nas.evaluators import EVALUATORS
+from nas.search.spec import Component, SearchSpec
+from nas.spaces import SPACES
+from nas.strategies import STRATEGIES
+
+REGISTRIES = {"space": SPACES, "strategy": STRATEGIES, "evaluator": EVALUATORS}
+
+
+@pytest.mark.parametrize("group", sorted(REGISTRIES))
+def test_config_files_match_registry(group):
+    assert available(group) == REGISTRIES[group].names()
+
+
+def _load(group: str, name: str) -> Component:
+    from importlib import resources
+
+    node = yaml.safe_load((resources.files("conf") / group / f"{name}.yaml").read_text())
+    assert node["name"] == name, f"conf/{group}/{name}.yaml must say name: {name}"
+    return Component.from_config(group, node)
+
+
+@pytest.mark.parametrize("name", available("strategy"))
+def test_every_strategy_config_builds(name):
+    spec = SearchSpec(space=_load("space", "nb201"), strategy=_load("strategy", name),
+                      evaluator=_load("evaluator", "table"), trials=3)
+    strategy = spec.build_strategy(spec.build_space())
+    assert len(strategy.ask(2)) == 2
+
+
+@pytest.mark.parametrize("name", available("space"))
+def test_every_space_config_builds(name):
+    spec = SearchSpec(space=_load("space", name), strategy=Component("random"),
+                      evaluator=Component("table"))
+    space = spec.build_space()
+    arch = space.sample(np.random.default_rng(0))
+    assert space.decode(arch.encode()) == arch
+
+
+@pytest.mark.parametrize("name", available("evaluator"))
+def test_every_evaluator_config_builds(name):
+    spec = SearchSpec(space=Component("nb201"), strategy=Component("random"),
+                      evaluator=_load("evaluator", name))
+    space = spec.build_space()
+    ev = spec.build_evaluator(space)
+    result = ev.evaluate(space.sample(np.random.default_rng(0)))
+    assert result.ok and 0 < result.accuracy <= 100
+
+
+@pytest.mark.parametrize("args, ok", [
+    (["strategy=rea", "seed=1"], True),
+    (["strategy=random,rea"], True),
+    (["strategy=rea,nope"], False),
+    (["+runner=local"], True),
+    (["runner=dask"], False),
+    (["strategy.population_size=5"], True),
+])
+def test_group_override_precheck(args, ok, capsys):
+    if ok:
+        check_group_overrides(args)
+        return
+    with pytest.raises(SystemExit) as info:
+        check_group_overrides(args)
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("nas: error: unknown ") and "(valid: " in err[0]

@@ -1,0 +1,79 @@
+"""The Prefect search flow in-process: transient evaluator crashes are retried,
+persistent ones become failure records (never cached), and the search ends."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import pytest
+
+from nas.evaluators import EVALUATORS, EvalResult, Evaluator
+from nas.search.spec import Component, SearchSpec
+
+pytestmark = pytest.mark.slow
+
+ATTEMPTS: Counter[str] = Counter()
+
+
+class FlakyEvaluator(Evaluator):
+    """Raises a non-NasError for the first `crash_times` attempts at each cell."""
+
+    spaces = ("nb201",)
+
+    def __init__(self, space, crash_times: int = 1) -> None:
+        super().__init__(space)
+        self.crash_times = crash_times
+
+    def fingerprint(self) -> str:
+        return f"flaky-{self.crash_times}"
+
+    def evaluate(self, arch, seed=None) -> EvalResult:
+        ATTEMPTS[arch.key()] += 1
+        if ATTEMPTS[arch.key()] <= self.crash_times:
+            raise RuntimeError("transient failure")
+        return EvalResult(accuracy=float(sum(len(op) for op in arch.ops)))
+
+
+@pytest.fixture(scope="module")
+def run_flow(tmp_path_factory):
+    saved = dict(os.environ)
+    for key in [k for k in os.environ if k.startswith("PREFECT_")]:
+        del os.environ[key]
+    os.environ["NASFLOW_HOME"] = str(tmp_path_factory.mktemp("home"))
+    from nas.workspace import configure_prefect_env
+
+    configure_prefect_env()
+    EVALUATORS.register("flaky_test")(FlakyEvaluator)
+    from flows.search import run_search_flow
+
+    yield run_search_flow
+    EVALUATORS._entries.pop("flaky_test")
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def spec(crash_times: int, seed: int) -> SearchSpec:
+    return SearchSpec(space=Component("nb201"), strategy=Component("random"),
+                      evaluator=Component("flaky_test", {"crash_times": crash_times}),
+                      seed=seed, trials=6, batch_size=3)
+
+
+def test_transient_crash_is_retried(run_flow, tmp_path):
+    ATTEMPTS.clear()
+    summary = run_flow(spec(1, seed=0), tmp_path / "run", workers=3, retries=1, progress=False)
+    assert summary["trials"] == 6 and summary["failed"] == 0
+    assert sorted(ATTEMPTS.values()) == [2] * 6  # one crash + one successful retry each
+
+
+def test_persistent_crash_is_recorded_not_cached(run_flow, tmp_path):
+    ATTEMPTS.clear()
+    summary = run_flow(spec(10, seed=1), tmp_path / "a", workers=3, retries=1, progress=False)
+    assert summary["trials"] == 6 and summary["failed"] == 6 and summary["best"] is None
+    history = [json.loads(l) for l in (tmp_path / "a" / "history.jsonl").read_text().splitlines()]
+    assert all(r["error"] == "evaluator crashed: RuntimeError: transient failure" for r in history)
+    assert sorted(ATTEMPTS.values()) == [2] * 6
+    # A crash is not a result: the same search again evaluates again.
+    summary = run_flow(spec(10, seed=1), tmp_path / "b", workers=3, retries=1, progress=False)
+    assert summary["cache_hits"] == 0 and sorted(ATTEMPTS.values()) == [4] * 6
