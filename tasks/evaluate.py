@@ -21,7 +21,8 @@ from prefect.results import ResultRecord
 
 from nas.evaluators.base import EvalResult, Evaluator
 from nas.search.loop import evaluate_safely
-from nas.search.spec import Component, SearchSpec
+from nas.search.spec import Component, SearchSpec, build_evaluator
+from nas.spaces import SPACES
 from nas.strategies.base import Candidate
 
 
@@ -31,8 +32,7 @@ log = logging.getLogger(__name__)
 @lru_cache(maxsize=16)
 def _evaluator(space_json: str, evaluator_json: str) -> Evaluator:
     space_c, eval_c = Component(**json.loads(space_json)), Component(**json.loads(evaluator_json))
-    spec = SearchSpec(space=space_c, strategy=Component("random"), evaluator=eval_c)
-    return spec.build_evaluator(spec.build_space())
+    return build_evaluator(eval_c, SPACES.create(space_c.name, space_c.params))
 
 
 @task(cache_policy=INPUTS, persist_result=True, retries=1, retry_delay_seconds=1,

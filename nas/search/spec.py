@@ -82,13 +82,18 @@ class SearchSpec:
         return STRATEGIES.create(self.strategy.name, self.strategy.params, space=space, seed=self.seed)
 
     def build_evaluator(self, space: SearchSpace) -> Evaluator:
-        cls = EVALUATORS.get(self.evaluator.name)
-        if space.name not in cls.spaces:
-            raise ConfigError(
-                f"evaluator '{cls.name}' does not support space '{space.name}' "
-                f"(supports: {', '.join(cls.spaces)})"
-            )
-        return EVALUATORS.create(self.evaluator.name, self.evaluator.params, space=space)
+        return build_evaluator(self.evaluator, space)
+
+
+def build_evaluator(component: Component, space: SearchSpace) -> Evaluator:
+    """The configured evaluator, after checking that it accepts `space`."""
+    cls = EVALUATORS.get(component.name)
+    if space.name not in cls.spaces:
+        raise ConfigError(
+            f"evaluator '{cls.name}' does not support space '{space.name}' "
+            f"(supports: {', '.join(cls.spaces)})"
+        )
+    return EVALUATORS.create(component.name, component.params, space=space)
 
 
 def _where(name: str) -> str:
