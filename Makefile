@@ -25,6 +25,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/search_efficiency.py
 	$(BIN)/python benchmarks/cache_rerun.py
+	$(BIN)/python benchmarks/arch_throughput.py
 
 clean:
 	rm -rf $(VENV) runs multirun

@@ -2,6 +2,9 @@
 
   nas search [hydra overrides] [-m]   run a search (Hydra config in conf/)
   nas compare DIR... [--at N ...]     aggregate runs: mean ± std, curves with bands
+  nas arch validate FILE              check a block file or model .py (exit 0 valid, 1 not)
+  nas arch show FILE [--json]         key, width, params, FLOPs, PyTorch source
+  nas arch draw FILE -o OUT.png       draw a block file's graphs
 """
 
 from __future__ import annotations
@@ -128,8 +131,12 @@ def main(argv: list[str] | None = None) -> None:
         _search_entry()
     elif command == "compare":
         _compare(rest)
+    elif command == "arch":
+        from nas.cli_arch import main as arch_main
+
+        arch_main(rest)
     else:
-        fail(f"unknown command '{command}' (valid: search, compare)")
+        fail(f"unknown command '{command}' (valid: search, compare, arch)")
 
 
 if __name__ == "__main__":

@@ -2,28 +2,11 @@
 
 from __future__ import annotations
 
+from nas.arch.dag.ops import OPS as OP_SPECS
 from nas.arch.dag.parse import IO_OPS, Block
 from nas.errors import EncodingError
 
-# Operations of NADER's glossary (Table S6 of the paper) plus every operation
-# used in the shared NADER block files (`DropPath`, and `Concat`, which one
-# file spells with a capital C next to the glossary's `concat`).
-GLOSSARY_OPS = frozenset(
-    {
-        "Conv2d", "Linear", "AvgPool2d", "MaxPool2d", "AdaptiveMaxPool2d",
-        "AdaptiveAvgPool2d", "Add", "Mul", "Multiply", "concat", "mean", "max",
-        "sum", "softmax", "ReLU", "GELU", "Sigmoid", "BN", "LN", "permute",
-        "repeat", "reshape",
-    }
-)
-DATA_OPS = frozenset(
-    {
-        "AdaptiveAvgPool2d", "Add", "AvgPool2d", "BN", "Concat", "Conv2d",
-        "DropPath", "GELU", "LN", "Linear", "MaxPool2d", "Mul", "ReLU",
-        "Sigmoid", "concat", "permute", "reshape",
-    }
-)
-OPS = GLOSSARY_OPS | DATA_OPS
+OPS = frozenset(OP_SPECS)
 
 
 def _fail(block: Block, line: int, msg: str) -> EncodingError:

@@ -1,0 +1,227 @@
+"""`nas arch validate|show|draw FILE`: one architecture file, two representations.
+
+A ``.py`` file is a FairNAD-style model source (``Network(num_classes=...)``),
+checked only inside the sandbox; anything else is a NADER block file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from nas.errors import EncodingError, NasError
+
+SKELETONS = ("nb201", "imagenet")
+NOMINAL_WIDTH = 64  # where each section is checked on its own before the width search
+
+
+def _parser(command: str) -> argparse.ArgumentParser:
+    descriptions = {
+        "validate": "Check a block file (structure, arguments, shapes at every position, budget) or "
+                    "a model .py in the sandbox. Exit 0 if valid, 1 if not; errors on stdout.",
+        "show": "Key, width, params, FLOPs and PyTorch source of an architecture file.",
+        "draw": "Draw a block file's graphs as a PNG.",
+    }
+    p = argparse.ArgumentParser(prog=f"nas arch {command}", description=descriptions[command])
+    p.add_argument("file", type=Path)
+    if command == "draw":
+        p.add_argument("-o", "--out", type=Path, required=True, help="PNG to write")
+        return p
+    p.add_argument("--skeleton", choices=SKELETONS, default="nb201",
+                   help="nb201: 3 stages of N blocks (default); imagenet: NADER's 4 stages 2-3-5-2")
+    p.add_argument("--depth", type=int, default=5, help="blocks per stage for nb201 (default 5)")
+    p.add_argument("--input-size", type=int, default=32, help="image size (default 32; 16 = ImageNet16-120)")
+    p.add_argument("--num-classes", type=int, default=10)
+    p.add_argument("--width", type=int, default=None, help="fixed width w instead of the widest that fits")
+    p.add_argument("--max-params", type=float, default=None, help="budget in parameters (default 1.5e6)")
+    p.add_argument("--max-flops", type=float, default=None,
+                   help="budget in FLOPs per image (default 0.2e9 at 32x32, 0.05e9 at 16x16)")
+    if command == "show":
+        p.add_argument("--json", action="store_true", help="print JSON (default: a short summary)")
+    else:
+        p.add_argument("--parent", type=Path, default=None, help="parent model .py for the structural check")
+    return p
+
+
+def _skeleton(args: argparse.Namespace):
+    from nas.arch.dag.macro import Skeleton
+
+    if args.skeleton == "imagenet":
+        return Skeleton.imagenet_style(input_size=args.input_size, num_classes=args.num_classes)
+    return Skeleton.nb201(n=args.depth, input_size=args.input_size, num_classes=args.num_classes)
+
+
+def _budget(args: argparse.Namespace):
+    from nas.arch.dag.macro import Budget
+
+    default = Budget.default(args.input_size)
+    return Budget(params=args.max_params or default.params, flops=args.max_flops or default.flops)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NasError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NasError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
+
+
+def block_errors(text: str, source: str, args: argparse.Namespace) -> list[str]:
+    """Every problem of a block file, one line each (first per section, then the budget)."""
+    from nas.arch.dag.macro import BlockSet, plan, search_width
+    from nas.arch.dag.shapes import Position, analyse
+    from nas.arch.dag.validate import validate_structure
+
+    try:
+        blocks = BlockSet.from_text(text, source)
+    except EncodingError as exc:
+        return [str(exc)]
+    errors = []
+    for block in blocks.sections().values():
+        try:
+            validate_structure(block)
+        except EncodingError as exc:
+            errors.append(str(exc))
+    if errors:
+        return errors
+    skeleton = _skeleton(args)
+    w = args.width or NOMINAL_WIDTH
+    size = skeleton.input_size
+    positions = {"stem": Position(skeleton.in_channels, w, size, size), "base": Position(w, w, size, size),
+                 "downsample": Position(w, 2 * w, size, size)}
+    for role, block in blocks.sections().items():
+        pos = positions[role]
+        if blocks.two_input(role):
+            pos = Position(pos.dim, pos.dim, size, size)
+        try:
+            analyse(block, pos, role)
+        except EncodingError as exc:
+            errors.append(str(exc))
+    if errors:
+        return errors
+    try:
+        if args.width:
+            plan(blocks, _skeleton(args), args.width)
+        else:
+            search_width(blocks, _skeleton(args), _budget(args))
+    except EncodingError as exc:
+        message = str(exc)
+        return [message if message.startswith(source) else f"{source}: {message}"]
+    return []
+
+
+def _validate(args: argparse.Namespace) -> int:
+    text = _read(args.file)
+    if args.file.suffix == ".py":
+        verdict = _verify(args, text)
+        if verdict.ok:
+            print(f"{args.file}: valid model ({verdict.params:,} params, {verdict.flops:,} FLOPs)")
+            return 0
+        print(f"{args.file}: {verdict.error}")
+        return 1
+    errors = block_errors(text, str(args.file), args)
+    for line in errors:
+        print(line)
+    if not errors:
+        print(f"{args.file}: valid")
+    return 1 if errors else 0
+
+
+def _verify(args: argparse.Namespace, text: str):
+    from nas.sandbox import verify_model_source
+
+    parent = _read(args.parent) if getattr(args, "parent", None) else None
+    size = args.input_size
+    return verify_model_source(text, num_classes=args.num_classes, input_shape=(2, 3, size, size),
+                               parent_source=parent, filename=args.file.name)
+
+
+def show_block(text: str, source: str, args: argparse.Namespace) -> dict[str, Any]:
+    from nas.arch.block import BlockArch
+    from nas.arch.dag.macro import search_width
+    from nas.measure import count_flops, count_params
+    from nas.models.macro import build_network, network_source
+
+    arch = BlockArch.from_text(text, source)
+    skeleton = _skeleton(args)
+    budget = _budget(args)
+    width = args.width or search_width(arch.blocks, skeleton, budget).width
+    p = arch.plan(skeleton, width=width)
+    net = build_network(p)
+    size = skeleton.input_size
+    return {
+        "file": source,
+        "kind": "blocks",
+        "key": arch.key(),
+        "section_keys": arch.section_keys(),
+        "sections": {role: b.name for role, b in arch.blocks.sections().items()},
+        "skeleton": {"depths": list(skeleton.depths), "input_size": size, "num_classes": skeleton.num_classes},
+        "budget": {"params": budget.params, "flops": budget.flops},
+        "width": width,
+        "widths": p.widths,
+        "params": count_params(net),
+        "flops": count_flops(net, (1, skeleton.in_channels, size, size)),
+        "source": network_source(p),
+    }
+
+
+def show_model(text: str, args: argparse.Namespace) -> dict[str, Any]:
+    from nas.arch.base import stable_hash
+
+    verdict = _verify(args, text)
+    if not verdict.ok:
+        raise NasError(f"{args.file}: {verdict.error}")
+    return {
+        "file": str(args.file),
+        "kind": "model",
+        "key": stable_hash("model", text),
+        "width": None,
+        "params": verdict.params,
+        "flops": verdict.flops,
+        "source": text,
+    }
+
+
+def _show(args: argparse.Namespace) -> int:
+    text = _read(args.file)
+    info = show_model(text, args) if args.file.suffix == ".py" else show_block(text, str(args.file), args)
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        width = f" width {info['width']} (widths {info['widths']})" if info["width"] else ""
+        print(f"{info['file']}: key {info['key']}{width}, {info['params']:,} params, {info['flops'] / 1e6:.1f} MFLOPs")
+    return 0
+
+
+def _draw(args: argparse.Namespace) -> int:
+    from nas.arch.dag.draw import draw_blocks
+    from nas.arch.dag.parse import parse_block_file
+
+    if args.file.suffix == ".py":
+        raise NasError(f"{args.file}: drawing needs a block file, not model source")
+    blocks = parse_block_file(_read(args.file), str(args.file))
+    out = draw_blocks(blocks.sections, args.out, title=args.file.name)
+    print(f"wrote {out}")
+    return 0
+
+
+def main(argv: list[str]) -> None:
+    commands = {"validate": _validate, "show": _show, "draw": _draw}
+    if not argv or argv[0] not in commands:
+        got = f" '{argv[0]}'" if argv else ""
+        print(f"nas: error: unknown arch command{got} (valid: {', '.join(commands)})", file=sys.stderr)
+        raise SystemExit(2)
+    args = _parser(argv[0]).parse_args(argv[1:])
+    try:
+        code = commands[argv[0]](args)
+    except NasError as err:
+        print(f"nas: error: {err}", file=sys.stderr)
+        raise SystemExit(2)
+    except BrokenPipeError:  # `nas arch show ... | head`
+        sys.stderr.close()
+        code = 0
+    raise SystemExit(code)

@@ -1,0 +1,302 @@
+"""Child side of the sandbox: import one untrusted model file and check it.
+
+Started only by `nas.sandbox.verify` as `python -s -P -m nas.sandbox.worker
+WORKDIR`, with WORKDIR as cwd holding `request.json` and the source files.
+Reports JSON lines on the inherited pipe named in the request:
+`{"stage": ...}` on entering each stage (so the parent can say where a limit
+hit), `{"policy": ...}` on a forbidden action, `{"verdict": ...}` at the end.
+Ends with `os._exit` so atexit handlers and threads the model left behind
+never run.
+"""
+
+from __future__ import annotations
+
+import difflib
+import errno
+import importlib.util
+import json
+import os
+import re
+import sys
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any, Callable, NoReturn
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode, resolve_name
+
+from nas.measure import count_flops, count_params
+from nas.sandbox.limits import Limits, apply_rlimits, install_policy
+from nas.sandbox.verify import Verdict
+
+_OOM = re.compile(r"can't allocate memory|not enough memory|bad_alloc")
+_ALLOC = re.compile(r"tried to allocate (\d+) bytes")
+# Freed on the first failure, so a model that filled the address space still
+# leaves room to describe the failure.
+_reserve = [bytearray(64 << 20)]
+
+
+class _Stop(Exception):
+    """A check failed; carries the verdict to report."""
+
+    def __init__(self, verdict: Verdict):
+        super().__init__(verdict.error)
+        self.verdict = verdict
+
+
+class _Reporter:
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.stage = "startup"
+
+    def send(self, **msg: Any) -> None:
+        data = (json.dumps(msg) + "\n").encode()
+        while data:
+            data = data[os.write(self.fd, data):]
+
+    def enter(self, stage: str) -> None:
+        self.stage = stage
+        self.send(stage=stage)
+
+    def deny(self, error: str, tb: str | None) -> NoReturn:
+        if tb is None:  # not called from the model's own code: say when instead
+            error += f" during {self.stage}"
+        self.send(policy={"error": error, "traceback": tb})
+        _exit()
+
+
+def main(workdir: str) -> NoReturn:
+    request = json.loads(Path(workdir, "request.json").read_text(encoding="utf-8"))
+    reporter = _Reporter(request["result_fd"])
+    limits = Limits(**request["limits"])
+    files = {str(Path(workdir, name)): name for name in request["files"].values()}
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")  # fvcore and tracer warnings would only fill the output pipe
+    sys.dont_write_bytecode = True
+    apply_rlimits(limits)
+    install_policy(workdir, files, reporter.deny)
+    try:
+        verdict = _verify(request, Path(workdir), files, limits, reporter)
+    except _Stop as stop:
+        verdict = stop.verdict
+    except MemoryError:  # raised while describing another failure
+        verdict = Verdict(ok=False, stage="limits",
+                          error=f"limits: out of memory (memory_mb={limits.memory_mb}) during {reporter.stage}")
+    reporter.send(verdict=verdict.to_dict())
+    _exit()
+
+
+def _exit() -> NoReturn:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed or replaced stream must not block the exit
+            pass
+    os._exit(0)
+
+
+def _verify(request: dict, workdir: Path, files: dict[str, str], limits: Limits,
+            reporter: _Reporter) -> Verdict:
+    num_classes, shape = request["num_classes"], tuple(request["input_shape"])
+
+    def stage(name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        reporter.enter(name)
+        try:
+            return fn(*args)
+        except _Stop:
+            raise
+        except BaseException as exc:  # SystemExit from the model is a failure too
+            _reserve.clear()
+            raise _Stop(_failure(name, exc, files, limits)) from None
+
+    candidate = request["files"]["candidate"]
+    module = stage("import", _import, workdir / candidate, "nas_candidate")
+    net = stage("instantiate", _instantiate, module, candidate, num_classes)
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    out = stage("forward", _forward, net, x)
+    stage("output_shape", _check_output, out, [shape[0], num_classes])
+    stage("backward", _backward, out)
+    params, flops, layers = stage("measure", _measure, net, shape)
+    verdict = Verdict(ok=True, stage="done", params=params, flops=flops, output_shape=list(out.shape),
+                      layers=layers)
+    if "parent" in request["files"]:
+        parent_file = request["files"]["parent"]
+
+        def compare() -> None:
+            try:
+                parent = _instantiate(_import(workdir / parent_file, "nas_parent"), parent_file, num_classes)
+            except _Stop as stop:
+                raise _Stop(Verdict(ok=False, stage="structure",
+                                    error=f"structure: parent {stop.verdict.error}")) from None
+            verdict.changed, verdict.changed_layers = _compare(parent, net, x)
+
+        try:
+            stage("structure", compare)
+        except _Stop as stop:  # the candidate itself passed: keep what was measured
+            stop.verdict.params, stop.verdict.flops, stop.verdict.layers = params, flops, layers
+            stop.verdict.output_shape = verdict.output_shape
+            raise
+    reporter.enter("done")
+    return verdict
+
+
+def _import(path: Path, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and typing look the module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def _instantiate(module: Any, filename: str, num_classes: int) -> nn.Module:
+    cls = getattr(module, "Network", None)
+    if cls is None:
+        found = sorted(k for k, v in vars(module).items()
+                       if isinstance(v, type) and issubclass(v, nn.Module) and v.__module__ == module.__name__)
+        raise _Stop(Verdict(ok=False, stage="instantiate",
+                            error=f"instantiate: {filename} defines no `Network` class"
+                                  f" (nn.Module classes found: {', '.join(found) or 'none'})"))
+    torch.manual_seed(0)
+    net = cls(num_classes=num_classes)
+    if not isinstance(net, nn.Module):
+        raise _Stop(Verdict(ok=False, stage="instantiate",
+                            error=f"instantiate: Network(num_classes={num_classes}) returned"
+                                  f" {type(net).__name__}, not an nn.Module"))
+    return net
+
+
+def _forward(net: nn.Module, x: torch.Tensor) -> Any:
+    net.train()
+    return net(x)
+
+
+def _check_output(out: Any, expected: list[int]) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise _Stop(Verdict(ok=False, stage="output_shape",
+                            error=f"output_shape: Network returned {type(out).__name__},"
+                                  f" expected a Tensor of shape {expected}"))
+    if list(out.shape) != expected:
+        raise _Stop(Verdict(ok=False, stage="output_shape", output_shape=list(out.shape),
+                            error=f"output_shape: output shape {list(out.shape)} != expected {expected}"
+                                  " (batch, num_classes)"))
+    if not torch.isfinite(out).all():
+        raise _Stop(Verdict(ok=False, stage="output_shape", output_shape=expected,
+                            error="output_shape: output contains NaN or Inf values"))
+
+
+def _backward(out: torch.Tensor) -> None:
+    target = torch.randint(0, out.shape[1], (out.shape[0],))
+    F.cross_entropy(out.float(), target).backward()
+
+
+def _measure(net: nn.Module, shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """(params, FLOPs, layers with parameters). FLOPs are per image (batch 1),
+    the convention NAS papers and TableEvaluator use; the layer count lets a
+    caller discard single-layer networks, as FairNAD's structural check does."""
+    layers = sum(1 for _, has_params in _layers(net) if has_params)
+    return count_params(net), count_flops(net, (1, *shape[1:])), layers
+
+
+# --- structure comparison ---------------------------------------------------
+
+# Tensor methods that only read metadata: calling x.size(0) instead of
+# x.shape[0] must not count as an architecture change.
+_METADATA = frozenset({"dim", "size", "numel", "ndimension", "nelement", "stride", "is_contiguous",
+                       "data_ptr", "element_size", "get_device", "is_floating_point", "__len__",
+                       "__bool__", "__index__", "__int__", "__float__", "__format__", "__repr__",
+                       "__hash__", "item", "tolist"})
+
+
+class _OpTrace(TorchFunctionMode):
+    """Records the torch functions a forward calls, at the level the model
+    code calls them (nested calls inside a function are not seen)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        # torch.flatten, Tensor.flatten and F.relu_ vs F.relu are the same computation
+        name = (resolve_name(func) or getattr(func, "__name__", repr(func))).rsplit(".", 1)[-1]
+        if name != "__get__" and name not in _METADATA:
+            self.ops.append(name.strip("_"))
+        return func(*args, **(kwargs or {}))
+
+
+def _layers(net: nn.Module) -> list[tuple[str, bool]]:
+    """One entry per layer: a leaf module, or a module with parameters of its
+    own; described by class, hyper-parameters (extra_repr) and parameter
+    shapes, but not by attribute name, so renaming is not a change."""
+    layers = []
+    for module in net.modules():
+        own = [list(p.shape) for p in module.parameters(recurse=False)]
+        if own or next(module.children(), None) is None:
+            layers.append((f"{type(module).__name__}({module.extra_repr()}) {own}", bool(own)))
+    return layers
+
+
+def _ops(net: nn.Module, x: torch.Tensor) -> list[str]:
+    net.eval()
+    with torch.no_grad(), _OpTrace() as trace:
+        net(x)
+    return trace.ops
+
+
+def _compare(parent: nn.Module, child: nn.Module, x: torch.Tensor) -> tuple[bool, int]:
+    """(changed, changed_layers). `changed`: the layer list or the sequence
+    of torch calls in forward differs, so a new skip connection counts but
+    renaming attributes does not. `changed_layers`: layers inserted, deleted
+    or replaced, by an order-preserving diff of the layer lists."""
+    old, new = [d for d, _ in _layers(parent)], [d for d, _ in _layers(child)]
+    diff = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    edits = sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in diff.get_opcodes() if tag != "equal")
+    return edits > 0 or _ops(parent, x) != _ops(child, x), edits
+
+
+# --- failure description ----------------------------------------------------
+
+def _failure(stage: str, exc: BaseException, files: dict[str, str], limits: Limits) -> Verdict:
+    """One-line error plus a traceback trimmed to the untrusted files' frames."""
+    message = _message(exc)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in files]
+    if isinstance(exc, SyntaxError) and exc.filename in files:
+        where = f" at {files[exc.filename]}:{exc.lineno}"
+    else:
+        where = f" at {files[frames[-1].filename]}:{frames[-1].lineno}" if frames else ""
+    if isinstance(exc, MemoryError) or _OOM.search(message):
+        size = _ALLOC.search(message)
+        detail = f": tried to allocate {size.group(1)} bytes" if size else ""
+        error = f"limits: out of memory (memory_mb={limits.memory_mb}){detail}{where or ' during ' + stage}"
+        stage = "limits"
+    elif isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+        error, stage = f"limits: file size limit {limits.file_mb} MB exceeded{where}", "limits"
+    else:
+        error = f"{stage}: {_head(exc, message)}{where}"
+    lines = ["Traceback (most recent call last):"]
+    for f in frames[-8:]:
+        lines += [f'  File "{files[f.filename]}", line {f.lineno}, in {f.name}', f"    {f.line}"]
+    full = _message(exc, one_line=False).splitlines()[:3]  # keep multi-line messages' layout
+    lines += [_head(exc, full[0] if full else ""), *full[1:]]
+    return Verdict(ok=False, stage=stage, error=error, traceback="\n".join(lines))
+
+
+def _head(exc: BaseException, message: str) -> str:
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def _message(exc: BaseException, one_line: bool = True) -> str:
+    try:
+        text = str(exc)
+    except Exception:  # a model-defined exception whose __str__ fails
+        text = f"<unprintable {type(exc).__name__}>"
+    if one_line:
+        text = " ".join(text.split())
+    return text[:400]
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

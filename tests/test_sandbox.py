@@ -1,0 +1,256 @@
+"""Sandboxed verification of untrusted model source (nas.sandbox).
+
+Every sandboxed run starts a child that imports torch (~1.5 CPU s), so all
+cases run once, in parallel, in a module-scoped fixture, and the tests assert
+on their verdicts. Hostile cases aim at a directory outside the sandbox, which
+must stay empty.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from nas.errors import ConfigError
+from nas.measure import count_flops, count_params
+from nas.sandbox import Limits, Verdict, verify_model_source
+from nas.sandbox.verify import _child_env
+
+MODELS = Path(__file__).parent / "data" / "models"
+PARENT = (MODELS / "cnn_parent.py").read_text()
+FORWARD = "        x = self.stage2(self.stage1(self.stem(x)))\n"
+RETURN = "return self.fc(torch.flatten(self.pool(x), 1))"
+FAST = Limits(wall_s=30, cpu_s=10, memory_mb=512)
+LOOP = Limits(wall_s=30, cpu_s=1, memory_mb=512)  # infinite loops hit the CPU cap quickly
+SECRET = "sk-must-not-leak"
+
+
+def in_forward(code: str) -> str:
+    """The parent CNN with `code` run at the start of forward (line 28 on)."""
+    return PARENT.replace(FORWARD, "".join(f"        {line}\n" for line in code.splitlines()) + FORWARD)
+
+
+def at_import(code: str) -> str:
+    """The parent CNN with `code` appended at module level (line 31 on)."""
+    return PARENT + "\n" + code + "\n"
+
+
+def cases(outside: Path) -> dict[str, tuple[str, Limits, str | None]]:
+    """name -> (source, limits, parent source)."""
+    fork_exec = ("import _posixsubprocess, os\nr, w = os.pipe()\n_posixsubprocess.fork_exec("
+                 f"[b'/bin/touch', b'{outside}/bypass'], [b'/bin/touch'], True, (), None, None, -1, -1,"
+                 " -1, -1, -1, -1, r, w, True, False, -1, None, None, None, -1, None, False)")
+    plain = {
+        "valid": PARENT,
+        "torchvision": at_import("import torchvision.ops\nassert torchvision.ops.StochasticDepth(0.1, 'row')"),
+        # limits
+        "import_loop": at_import("while True:\n    pass"),
+        "forward_loop": in_forward("while True:\n    pass"),
+        "empty_huge": at_import("torch.empty(10**12)"),
+        "alloc_800mb": in_forward("big = torch.ones(2 * 10**8)"),  # fine without the 512 MB cap
+        "list_grow": at_import("junk = []\nwhile True:\n    junk.append(bytearray(10**8))"),
+        "file_size": in_forward("open('big.bin', 'wb').write(b'x' * (32 << 20))"),
+        # policy
+        "fork_bomb": at_import("import os\nwhile True:\n    os.fork()"),
+        "system": at_import(f"import os\nos.system('touch {outside}/pwned')"),
+        "popen": at_import(f"import subprocess\nsubprocess.run(['touch', '{outside}/popen'])"),
+        "fork_exec": at_import(fork_exec),
+        "write_outside": in_forward(f"open('{outside}/escape.txt', 'w').write('x')"),
+        "socket": at_import("import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)"),
+        "ctypes": at_import("import ctypes\nctypes.CDLL(None).getpid()"),
+        "kill": at_import("import os\nos.kill(os.getppid(), 0)"),
+        "setrlimit": at_import("import resource\nresource.setrlimit(resource.RLIMIT_CPU, (10**6, 10**6))"),
+        "swallowed": at_import("import os\ntry:\n    os.system('true')\nexcept Exception:\n    pass\n"
+                               "while True:\n    pass"),
+        # model errors
+        "sys_exit": at_import("import sys\nsys.exit(0)"),
+        "os_exit_after_flood": in_forward("import os\nfor _ in range(20):\n    print('x' * 10**6)\nos._exit(0)"),
+        "no_network": PARENT.replace("class Network", "class Net"),
+        "wrong_shape": PARENT.replace("nn.Linear(64, num_classes)", "nn.Linear(64, num_classes + 1)"),
+        "mismatch": PARENT.replace("nn.Linear(64, num_classes)", "nn.Linear(32, num_classes)"),
+        "detached": PARENT.replace(RETURN, RETURN + ".detach()"),
+        "nan": PARENT.replace(RETURN, RETURN + " * float('nan')"),
+        "env": in_forward("import os\nraise RuntimeError(os.environ.get('OPENAI_API_KEY', 'no key'))"),
+    }
+    runs = {name: (src, LOOP if name.endswith("_loop") else FAST, None) for name, src in plain.items()}
+    runs["sleep"] = (in_forward("import time\ntime.sleep(1000)"), Limits(wall_s=5, cpu_s=1), None)
+    for name in ("parent", "renamed", "kernel5", "two_layers", "residual"):
+        runs[f"vs_{name}"] = ((MODELS / f"cnn_{name}.py").read_text(), FAST, PARENT)
+    runs["vs_broken_parent"] = (PARENT, FAST, PARENT.replace("class Network", "class Net"))
+    return runs
+
+
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("outside-sandbox")
+
+
+@pytest.fixture(scope="module")
+def verdicts(outside: Path) -> dict[str, Verdict]:
+    runs = cases(outside)
+    with pytest.MonkeyPatch.context() as mp, ThreadPoolExecutor(4) as pool:
+        mp.setenv("OPENAI_API_KEY", SECRET)
+        futures = {name: pool.submit(verify_model_source, src, limits=limits, parent_source=parent)
+                   for name, (src, limits, parent) in runs.items()}
+        return {name: f.result() for name, f in futures.items()}
+
+
+def _load_trusted(path: Path):
+    spec = importlib.util.spec_from_file_location("trusted_cnn", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_valid_cnn_measured_like_in_process(verdicts: dict[str, Verdict]) -> None:
+    v = verdicts["valid"]
+    net = _load_trusted(MODELS / "cnn_parent.py").Network(num_classes=10)
+    assert (v.ok, v.stage, v.error, v.output_shape) == (True, "done", None, [2, 10])
+    assert v.params == count_params(net)
+    assert v.flops == count_flops(net, (1, 3, 32, 32))
+    assert v.layers == 7  # 3 conv + 3 batch-norm + 1 linear
+    assert 0 < v.wall_s < 30
+
+
+@pytest.mark.slow
+def test_installed_libraries_may_load_native_code(verdicts: dict[str, Verdict]) -> None:
+    assert verdicts["torchvision"].ok, verdicts["torchvision"].error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, changed, changed_layers", [
+    ("parent", False, 0), ("renamed", False, 0), ("kernel5", True, 1), ("two_layers", True, 2),
+    ("residual", True, 0),  # a skip connection in forward changes no layer but does change the net
+])
+def test_structure_vs_parent(verdicts: dict[str, Verdict], name: str, changed: bool,
+                             changed_layers: int) -> None:
+    v = verdicts[f"vs_{name}"]
+    assert v.ok, v.error
+    assert (v.changed, v.changed_layers, v.layers) == (changed, changed_layers, 7)
+
+
+@pytest.mark.slow
+def test_parent_that_fails_to_build(verdicts: dict[str, Verdict]) -> None:
+    v = verdicts["vs_broken_parent"]
+    assert (v.ok, v.stage, v.changed) == (False, "structure", None)
+    assert v.error == ("structure: parent instantiate: parent_model.py defines no `Network` class"
+                       " (nn.Module classes found: ConvBlock, Net)")
+    assert v.params == verdicts["valid"].params  # the candidate itself was measured
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, error", [
+    ("import_loop", "limits: CPU time 1 s exceeded during import"),
+    ("forward_loop", "limits: CPU time 1 s exceeded during forward"),
+    ("sleep", "limits: wall time 5 s exceeded"),
+    ("empty_huge", "limits: out of memory (memory_mb=512): tried to allocate 4000000000000 bytes at model.py:31"),
+    ("alloc_800mb", "limits: out of memory (memory_mb=512): tried to allocate 800000000 bytes at model.py:28"),
+    ("list_grow", "limits: out of memory (memory_mb=512) at model.py:33"),
+    ("file_size", "limits: file size limit 16 MB exceeded at model.py:28"),
+])
+def test_limits(verdicts: dict[str, Verdict], name: str, error: str) -> None:
+    v = verdicts[name]
+    assert (v.ok, v.stage) == (False, "limits")
+    assert v.error.startswith(error), v.error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, error", [
+    ("fork_bomb", "policy: process creation is not allowed (os.fork at model.py:33)"),
+    ("system", "policy: process creation is not allowed (os.system at model.py:32)"),
+    ("popen", "policy: process creation is not allowed (subprocess.Popen at model.py:32)"),
+    ("fork_exec", "policy: process creation is not allowed (_posixsubprocess.fork_exec at model.py:33)"),
+    ("write_outside", "policy: writing outside the sandbox directory is not allowed (open '"),
+    ("socket", "policy: network access is not allowed (socket."),
+    ("ctypes", "policy: native code access is not allowed (ctypes.dlopen at model.py:32)"),
+    ("kill", "policy: signalling processes is not allowed (os.kill at model.py:32)"),
+    ("setrlimit", "policy: changing resource limits is not allowed (resource.setrlimit at model.py:32)"),
+    ("swallowed", "policy: process creation is not allowed (os.system at model.py:33)"),
+])
+def test_policy(verdicts: dict[str, Verdict], name: str, error: str) -> None:
+    v = verdicts[name]
+    assert (v.ok, v.stage) == (False, "policy")
+    assert v.error.startswith(error), v.error
+    assert v.traceback.startswith("Traceback") and v.traceback.endswith(f"PermissionError: {v.error}")
+
+
+@pytest.mark.slow
+def test_hostile_cases_leave_caller_untouched(verdicts: dict[str, Verdict], outside: Path) -> None:
+    assert list(outside.iterdir()) == []
+    assert os.environ.get("OPENAI_API_KEY") != SECRET  # the fixture's setenv was undone
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, stage, error", [
+    ("sys_exit", "import", "import: SystemExit: 0 at model.py:32"),
+    ("os_exit_after_flood", "crash", "crash: sandbox exited with status 0 during forward without a verdict"),
+    ("no_network", "instantiate",
+     "instantiate: model.py defines no `Network` class (nn.Module classes found: ConvBlock, Net)"),
+    ("wrong_shape", "output_shape", "output_shape: output shape [2, 11] != expected [2, 10]"),
+    ("mismatch", "forward",
+     "forward: RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x64 and 32x10) at model.py:29"),
+    ("detached", "backward", "backward: RuntimeError: element 0 of tensors does not require grad"),
+    ("nan", "output_shape", "output_shape: output contains NaN or Inf values"),
+    ("env", "forward", "forward: RuntimeError: no key at model.py:29"),  # API keys are stripped
+])
+def test_model_errors(verdicts: dict[str, Verdict], name: str, stage: str, error: str) -> None:
+    v = verdicts[name]
+    assert (v.ok, v.stage) == (False, stage)
+    assert v.error.startswith(error), v.error
+
+
+@pytest.mark.slow
+def test_traceback_shows_only_model_frames(verdicts: dict[str, Verdict]) -> None:
+    assert verdicts["mismatch"].traceback.splitlines() == [
+        "Traceback (most recent call last):",
+        '  File "model.py", line 29, in forward',
+        "    return self.fc(torch.flatten(self.pool(x), 1))",
+        "RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x64 and 32x10)",
+    ]
+
+
+@pytest.mark.slow
+def test_output_flood_is_capped(verdicts: dict[str, Verdict]) -> None:
+    tail = verdicts["os_exit_after_flood"].traceback  # a crash shows the output's tail instead
+    assert len(tail.splitlines()) <= 20 and len(tail) <= 64 << 10
+
+
+def test_syntax_error_is_found_without_a_child() -> None:
+    source = PARENT.replace("def forward(self, x: torch.Tensor) -> torch.Tensor:\n        x =",
+                            "def forward(self, x: torch.Tensor) -> torch.Tensor\n        x =")
+    v = verify_model_source(source, filename="cand.py")
+    assert (v.ok, v.stage, v.error) == (False, "syntax", "syntax: SyntaxError: expected ':' at cand.py:27")
+    assert v.traceback.endswith("SyntaxError: expected ':'")
+    assert v.wall_s < 1
+
+
+def test_forged_child_reports_are_rejected() -> None:
+    good = Verdict(ok=True, stage="done", params=1, flops=2, output_shape=[2, 10]).to_dict()
+    assert Verdict.from_child(good) == Verdict(**good)
+    for forged in ({**good, "extra": 1}, {**good, "params": "1"}, {**good, "stage": "hacked"},
+                   {**good, "ok": False}, {**good, "error": "x" * 5000}, {**good, "output_shape": [2, -1]},
+                   [good]):
+        with pytest.raises(ValueError):
+            Verdict.from_child(forged)
+
+
+def test_child_env_is_an_allow_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    env = _child_env("/tmp/x")
+    assert SECRET not in env.values()
+    assert (env["HOME"], env["OMP_NUM_THREADS"], env["CUDA_VISIBLE_DEVICES"]) == ("/tmp/x", "1", "")
+
+
+def test_bad_arguments_fail_fast() -> None:
+    with pytest.raises(ConfigError, match="Limits.cpu_s must be > 0"):
+        Limits(cpu_s=0)
+    with pytest.raises(ValueError, match="plain"):
+        verify_model_source(PARENT, filename="../escape.py")
+    with pytest.raises(ValueError, match="batch of >= 2"):
+        verify_model_source(PARENT, input_shape=(1, 3, 32, 32))
