@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from nas.arch.base import SeenIndex  # noqa: E402
 from nas.arch.block import BlockArch  # noqa: E402
 from nas.arch.dag.compile import BlockModule  # noqa: E402
 from nas.arch.dag.crosscheck import as_dicts, crosscheck  # noqa: E402
@@ -71,19 +72,21 @@ def validate_and_compile(files: list[Path], repeats: int) -> dict:
 
 
 def key_lookup(files: list[Path], sizes: list[int], queries: int) -> dict:
-    """Key + membership test of renumbered re-proposals against histories of growing size."""
+    """Key + exact membership test of renumbered re-proposals against histories of growing size."""
     archs = [BlockArch.from_text(p.read_text(), str(p)) for p in files]
     rows = []
     for n in sizes:
-        history = {secrets.token_hex(8) for _ in range(n)}
-        history.update(a.key() for a in archs)
+        history = SeenIndex()  # filler entries stand in for past proposals (random keys and forms)
+        history._forms = {secrets.token_hex(8): [secrets.token_hex(16)] for _ in range(n)}
+        for a in archs:
+            history.add(a)
         per_query = []
         for q in range(queries):
             base = archs[q % len(archs)]
             mapping = {idx: f"r{idx}" for idx in base.blocks.base.nodes}
             fresh = BlockArch(BlockSet(relabel(base.blocks.base, mapping), base.blocks.stem, base.blocks.downsample))
             start = time.perf_counter()
-            hit = fresh.key() in history
+            hit = fresh in history
             per_query.append(time.perf_counter() - start)
             assert hit, "a renumbered re-proposal was not recognised"
         rows.append({"history": n, "median_ms": round(1000 * statistics.median(per_query), 3),

@@ -15,7 +15,6 @@ from typing import Any
 from nas.errors import EncodingError, NasError
 
 SKELETONS = ("nb201", "imagenet")
-NOMINAL_WIDTH = 64  # where each section is checked on its own before the width search
 
 
 def _parser(command: str) -> argparse.ArgumentParser:
@@ -72,42 +71,21 @@ def _read(path: Path) -> str:
 
 def block_errors(text: str, source: str, args: argparse.Namespace) -> list[str]:
     """Every problem of a block file, one line each (first per section, then the budget)."""
-    from nas.arch.dag.macro import BlockSet, plan, search_width
-    from nas.arch.dag.shapes import Position, analyse
-    from nas.arch.dag.validate import validate_structure
+    from nas.arch.dag.macro import NOMINAL_WIDTHS, BlockSet, plan, search_width, section_errors
 
     try:
         blocks = BlockSet.from_text(text, source)
     except EncodingError as exc:
         return [str(exc)]
-    errors = []
-    for block in blocks.sections().values():
-        try:
-            validate_structure(block)
-        except EncodingError as exc:
-            errors.append(str(exc))
-    if errors:
-        return errors
     skeleton = _skeleton(args)
-    w = args.width or NOMINAL_WIDTH
-    size = skeleton.input_size
-    positions = {"stem": Position(skeleton.in_channels, w, size, size), "base": Position(w, w, size, size),
-                 "downsample": Position(w, 2 * w, size, size)}
-    for role, block in blocks.sections().items():
-        pos = positions[role]
-        if blocks.two_input(role):
-            pos = Position(pos.dim, pos.dim, size, size)
-        try:
-            analyse(block, pos, role)
-        except EncodingError as exc:
-            errors.append(str(exc))
+    errors = section_errors(blocks, skeleton, (args.width,) if args.width else NOMINAL_WIDTHS)
     if errors:
         return errors
     try:
         if args.width:
-            plan(blocks, _skeleton(args), args.width)
+            plan(blocks, skeleton, args.width)
         else:
-            search_width(blocks, _skeleton(args), _budget(args))
+            search_width(blocks, skeleton, _budget(args))
     except EncodingError as exc:
         message = str(exc)
         return [message if message.startswith(source) else f"{source}: {message}"]

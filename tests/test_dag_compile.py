@@ -128,3 +128,22 @@ def test_exported_source_passes_the_sandbox():
     assert verdict.ok, verdict.error
     assert verdict.params == p.params and verdict.flops == p.flops
     assert verdict.output_shape == [2, 10]
+
+
+def test_seen_index_confirms_hits_by_canonical_form():
+    from nas.arch.base import SeenIndex
+    from nas.arch.dag.canon import relabel
+
+    arch = BlockArch.from_text((HERE / "data" / "blocks" / "residual.txt").read_text())
+    seen = SeenIndex()
+    assert seen.add(arch) and len(seen) == 1
+    b = arch.blocks
+    renumbered = BlockArch(BlockSet(relabel(b.base, {i: f"n{i}" for i in b.base.nodes}), b.stem, b.downsample))
+    assert renumbered in seen and not seen.add(renumbered)
+
+    class Colliding(BlockArch):  # same key, different graph: must not count as seen
+        def key(self) -> str:
+            return arch.key()
+
+    other = Colliding.from_text((HERE / "data" / "blocks" / "shuffle_se.txt").read_text())
+    assert other not in seen and seen.add(other) and len(seen) == 2

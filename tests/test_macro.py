@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from nas.arch.dag.crosscheck import crosscheck
-from nas.arch.dag.macro import BlockSet, Budget, Skeleton, plan, role_of, search_width
+from nas.arch.dag.macro import BlockSet, Budget, Skeleton, plan, role_of, search_width, section_errors
 from nas.errors import EncodingError
 
 HERE = Path(__file__).resolve().parent
@@ -133,3 +133,14 @@ def test_annos_mismatches_are_explained(annos_rows):
         assert "not the block these numbers were measured on" in annos_rows[name].note
     missing = [r for r in annos_rows.values() if r.params is None]
     assert missing and all(r.note == "no block file shared for this entry" for r in missing)
+
+
+def test_section_errors_only_for_sections_broken_at_every_width():
+    """groups=32 on C/4 fails at w=64 but not at w=128: not an error of the block."""
+    text = (BLOCKS / "residual.txt").read_text().replace(
+        "5:Conv2d(out_channels=C,kernel_size=3,stride=1)", "5:Conv2d(out_channels=C,kernel_size=3,groups=128)")
+    blocks = BlockSet.from_text(text, "r.txt")
+    assert section_errors(blocks, Skeleton.nb201()) == []
+    broken = BlockSet.from_text(text.replace("groups=128", "groups=7"), "r.txt")
+    [only] = section_errors(broken, Skeleton.nb201())
+    assert "block 'Residual': node 5: Conv2d: input channels C = 64 are not divisible by groups=7" in only

@@ -52,3 +52,29 @@ class Architecture(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.canonical()!r})"
+
+
+class SeenIndex:
+    """Architectures seen so far: O(1) by key, exact by canonical form.
+
+    A 16-hex key can in principle collide; a hit is confirmed by comparing
+    the canonical forms, so two different architectures never merge.
+    """
+
+    def __init__(self) -> None:
+        self._forms: dict[str, list[str]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._forms.values())
+
+    def __contains__(self, arch: Architecture) -> bool:
+        return arch.canonical() in self._forms.get(arch.key(), ())
+
+    def add(self, arch: Architecture) -> bool:
+        """Record `arch`; False if an equal architecture was already there."""
+        forms = self._forms.setdefault(arch.key(), [])
+        form = arch.canonical()
+        if form in forms:
+            return False
+        forms.append(form)
+        return True

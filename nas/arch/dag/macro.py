@@ -209,6 +209,31 @@ def plan(blocks: BlockSet, skeleton: Skeleton, width: int) -> Plan:
 
 
 NOMINAL_WIDTHS = (64, 96, 128, 256, 512)  # if none is valid, the block is broken, not mis-sized
+
+
+def section_errors(blocks: BlockSet, skeleton: Skeleton, widths: tuple[int, ...] = NOMINAL_WIDTHS) -> list[str]:
+    """Each section checked on its own at the first stage of a few widths.
+
+    A section is reported (with its error at the first width) only when it
+    fails at all of them: ``groups=32`` on ``C/4`` fails at w=64 but is fine
+    at w=128, which the width search will find.
+    """
+    size = skeleton.input_size
+    errors = []
+    for role, block in blocks.sections().items():
+        first: str | None = None
+        for w in widths:
+            cin, cout = {"stem": (skeleton.in_channels, w), "base": (w, w), "downsample": (w, 2 * w)}[role]
+            pos = Position(C=cout if blocks.two_input(role) else cin, dim=cout, H=size, W=size, exact=skeleton.exact)
+            try:
+                analyse(block, pos, role)
+                first = None
+                break
+            except EncodingError as exc:
+                first = first or str(exc)
+        if first:
+            errors.append(first)
+    return errors
 ANCHOR_WINDOW = 256  # widths a divisibility rule may skip (ResNeXt-like C/4 with groups=32 needs C % 128)
 
 
