@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/search_efficiency.py
 	$(BIN)/python benchmarks/cache_rerun.py
 	$(BIN)/python benchmarks/arch_throughput.py
+	$(BIN)/python benchmarks/train_throughput.py
 
 clean:
 	rm -rf $(VENV) runs multirun

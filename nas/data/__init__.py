@@ -1,0 +1,1 @@
+"""Datasets (standard on-disk formats) and their Lightning data modules."""

@@ -1,0 +1,1 @@
+"""Training: the recipe, the Lightning module, early termination and the fit loop."""

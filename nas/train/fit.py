@@ -1,0 +1,74 @@
+"""Train one model with a recipe and report what a search needs to know."""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+
+import pytorch_lightning as pl
+import torch
+from torch import nn
+
+from nas.data.module import ImageDataModule
+from nas.data.sources import ImageData
+from nas.measure import count_flops, count_params
+from nas.train.early_stop import FailingRunStop
+from nas.train.module import Classifier
+from nas.train.recipe import Recipe
+
+
+@dataclass
+class TrainResult:
+    valid_accuracy: float  # percent
+    test_accuracy: float
+    loss_curve: list[float] = field(default_factory=list)  # mean train loss per epoch
+    epochs: int = 0
+    terminated: str | None = None  # early-termination reason, when it fired
+    wall_seconds: float = 0.0
+    device_seconds: float = 0.0  # time inside fit/validate/test (excludes data loading into memory)
+    params: int = 0
+    flops: int = 0
+    device: str = "cpu"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _quiet() -> None:
+    for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+
+
+def train(model: nn.Module, data: ImageData, recipe: Recipe, seed: int, accelerator: str = "cpu") -> TrainResult:
+    """Fit on train, pick nothing on valid (fixed epochs, as NB201), report valid and test accuracy."""
+    _quiet()
+    start = time.perf_counter()
+    pl.seed_everything(seed, workers=True, verbose=False)
+    c, h, w = data.shape
+    params, flops = count_params(model), count_flops(model, (1, c, h, w))
+    dm = ImageDataModule(data, recipe.batch_size, recipe.flip, recipe.crop, recipe.train_subset,
+                         recipe.valid_subset, recipe.test_subset, seed)
+    module = Classifier(model, recipe)
+    trainer = pl.Trainer(
+        max_epochs=recipe.epochs, accelerator=accelerator, devices=1, deterministic=True,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        num_sanity_val_steps=0, callbacks=[FailingRunStop()], check_val_every_n_epoch=recipe.epochs,
+    )
+    device_start = time.perf_counter()
+    trainer.fit(module, datamodule=dm)
+    if module.stopped:
+        valid = test = 0.0
+    else:
+        valid = 100 * float(trainer.validate(module, datamodule=dm, verbose=False)[0]["valid_acc"])
+        test = 100 * float(trainer.test(module, datamodule=dm, verbose=False)[0]["test_acc"])
+    device_seconds = time.perf_counter() - device_start
+    return TrainResult(
+        valid_accuracy=round(valid, 4), test_accuracy=round(test, 4), loss_curve=module.epoch_losses,
+        epochs=len(module.epoch_losses), terminated=module.stopped,
+        wall_seconds=round(time.perf_counter() - start, 3), device_seconds=round(device_seconds, 3),
+        params=params, flops=flops, device=str(accelerator if accelerator != "auto" else torch.device("cpu")),
+    )

@@ -1,0 +1,173 @@
+"""Datasets, augmentation, the recipe, early termination and determinism (CPU, tiny)."""
+
+from __future__ import annotations
+
+import gzip
+import pickle
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from nas.arch.block import BlockArch
+from nas.arch.dag.macro import Skeleton
+from nas.data.sources import FASHION_MNIST_ROOT, cifar10, cifar100, digits, fashion_mnist, imagenet16_120
+from nas.data.module import random_crop, random_flip
+from nas.errors import ConfigError, MissingDependencyError
+from nas.train.fit import train
+from nas.train.recipe import CPU_PROXY, NB201, Recipe
+
+RESIDUAL = (Path(__file__).resolve().parent / "data" / "blocks" / "residual.txt").read_text()
+
+
+def tiny_net(channels: int, size: int, seed: int = 0):
+    torch.manual_seed(seed)
+    sk = Skeleton(depths=(1, 1, 1), input_size=size, in_channels=channels, num_classes=10)
+    return BlockArch.from_text(RESIDUAL).to_module(sk, width=8)
+
+
+def test_nb201_recipe_defaults():
+    assert (NB201.epochs, NB201.batch_size, NB201.lr, NB201.momentum, NB201.nesterov, NB201.weight_decay) == (
+        200, 256, 0.1, 0.9, True, 5e-4)
+    assert CPU_PROXY.epochs < 10 and CPU_PROXY.train_subset
+
+
+def test_recipe_rejects_bad_values():
+    with pytest.raises(ConfigError, match="recipe.epochs must be >= 1, got 0"):
+        Recipe(epochs=0)
+    with pytest.raises(ConfigError, match="recipe: unknown key 'lr_max'"):
+        Recipe.from_dict({"lr_max": 1})
+
+
+def test_digits_split():
+    d = digits()
+    assert d.shape == (1, 8, 8) and d.num_classes == 10
+    assert (len(d.train), len(d.valid), len(d.test)) == (1078, 359, 360)
+    assert d.train.images.dtype == torch.uint8 and int(d.train.images.max()) == 255
+
+
+@pytest.mark.skipif(not Path(FASHION_MNIST_ROOT).exists(), reason="dataset-fashion-mnist not installed")
+def test_fashion_mnist_from_debian_package():
+    d = fashion_mnist()
+    assert d.shape == (1, 28, 28)
+    assert (len(d.train), len(d.valid), len(d.test)) == (50_000, 10_000, 10_000)
+    assert sorted(d.test.labels.unique().tolist()) == list(range(10))
+
+
+def _idx(path: Path, array: np.ndarray, magic: int) -> None:
+    head = struct.pack(">i", magic) + struct.pack(f">{array.ndim}i", *array.shape)
+    path.write_bytes(gzip.compress(head + array.astype(np.uint8).tobytes()))
+
+
+def test_fashion_mnist_idx_parsing_and_errors(tmp_path):
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", 60_010), ("t10k", 7)):
+        _idx(tmp_path / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 255, (n, 28, 28)), 2051)
+        _idx(tmp_path / f"{prefix}-labels-idx1-ubyte.gz", rng.integers(0, 10, (n,)), 2049)
+    d = fashion_mnist(str(tmp_path))
+    assert (len(d.train), len(d.valid), len(d.test)) == (50_000, 10_010, 7)
+    (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(struct.pack(">i", 7)))
+    with pytest.raises(MissingDependencyError, match="is not an IDX file"):
+        fashion_mnist(str(tmp_path))
+
+
+@pytest.mark.parametrize("loader, what", [
+    (fashion_mnist, "apt-get install dataset-fashion-mnist"),
+    (cifar10, "cifar-10-batches-py"),
+    (cifar100, "cifar-100-python"),
+    (imagenet16_120, "train_data_batch_1..10"),
+])
+def test_missing_dataset_names_path_and_remedy(loader, what, tmp_path):
+    with pytest.raises(MissingDependencyError) as info:
+        loader(str(tmp_path / "nowhere"))
+    msg = str(info.value)
+    assert "\n" not in msg and str(tmp_path / "nowhere") in msg and what in msg
+
+
+def _pickle(path: Path, obj: dict) -> None:
+    path.write_bytes(pickle.dumps(obj, protocol=2))
+
+
+def test_cifar_and_imagenet16_formats(tmp_path):
+    rng = np.random.default_rng(0)
+    c10 = tmp_path / "cifar-10-batches-py"
+    c10.mkdir()
+    for i in range(1, 6):
+        _pickle(c10 / f"data_batch_{i}", {b"data": rng.integers(0, 255, (4, 3072), dtype=np.uint8),
+                                           b"labels": list(rng.integers(0, 10, 4))})
+    _pickle(c10 / "test_batch", {b"data": rng.integers(0, 255, (6, 3072), dtype=np.uint8), b"labels": [1] * 6})
+    d = cifar10(str(tmp_path))
+    assert d.shape == (3, 32, 32) and (len(d.train), len(d.valid), len(d.test)) == (10, 10, 6)
+
+    split = tmp_path / "split.txt"
+    split.write_text('{"train": ["int", ["0", "1", "2"]], "valid": ["int", ["3"]]}')
+    assert (len(cifar10(str(tmp_path), split_file=str(split)).train)) == 3
+
+    c100 = tmp_path / "cifar-100-python"
+    c100.mkdir()
+    for name, n in (("train", 5), ("test", 8)):
+        _pickle(c100 / name, {b"data": rng.integers(0, 255, (n, 3072), dtype=np.uint8),
+                              b"fine_labels": list(rng.integers(0, 100, n))})
+    d = cifar100(str(tmp_path))
+    assert d.num_classes == 100 and (len(d.train), len(d.valid), len(d.test)) == (5, 4, 4)
+
+    inet = tmp_path / "ImageNet16"
+    inet.mkdir()
+    labels = [1, 120, 121, 500, 7]
+    _pickle(inet / "train_data_batch_1", {"data": rng.integers(0, 255, (5, 768), dtype=np.uint8), "labels": labels})
+    _pickle(inet / "val_data", {"data": rng.integers(0, 255, (4, 768), dtype=np.uint8), "labels": [2, 3, 130, 4]})
+    d = imagenet16_120(str(tmp_path))
+    assert d.shape == (3, 16, 16) and d.num_classes == 120
+    assert d.train.labels.tolist() == [0, 119, 6]  # classes 1..120 only, zero-based
+
+
+def test_batches_refuse_arbitrary_pickles(tmp_path):
+    c10 = tmp_path / "cifar-10-batches-py"
+    c10.mkdir()
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        (c10 / name).write_bytes(pickle.dumps({"data": Evil()}))
+    with pytest.raises(pickle.UnpicklingError, match="refusing to load builtins.print"):
+        cifar10(str(tmp_path))
+
+
+def test_random_crop_shifts_and_flip_mirrors():
+    x = torch.arange(2 * 1 * 4 * 4, dtype=torch.float).view(2, 1, 4, 4) + 1
+    gen = torch.Generator().manual_seed(0)
+    out = random_crop(x, 1, gen)
+    assert out.shape == x.shape
+    for i in range(2):  # each crop is a shifted window of the zero-padded image
+        padded = torch.nn.functional.pad(x[i], (1, 1, 1, 1))
+        windows = [padded[:, r:r + 4, c:c + 4] for r in range(3) for c in range(3)]
+        assert any(torch.equal(out[i], w) for w in windows)
+    flipped = random_flip(x, torch.Generator().manual_seed(1))
+    for i in range(2):
+        assert torch.equal(flipped[i], x[i]) or torch.equal(flipped[i], x[i].flip(2))
+
+
+def test_training_is_deterministic_and_learns():
+    d = digits()
+    recipe = Recipe(epochs=3, batch_size=64)
+    a = train(tiny_net(1, 8), d, recipe, seed=0)
+    b = train(tiny_net(1, 8), d, recipe, seed=0)
+    assert a.loss_curve == b.loss_curve and a.valid_accuracy == b.valid_accuracy
+    assert a.epochs == 3 and a.terminated is None
+    assert a.loss_curve[-1] < a.loss_curve[0] and a.valid_accuracy > 30
+    assert a.params > 0 and a.flops > 0
+
+
+def test_non_finite_loss_stops_at_once():
+    r = train(tiny_net(1, 8), digits(), Recipe(epochs=5, batch_size=64, lr=1e6), seed=0)
+    assert r.terminated.startswith("non-finite loss at epoch 1") and r.epochs <= 1
+    assert r.valid_accuracy == 0.0
+
+
+def test_loss_not_improving_stops_after_patience():
+    r = train(tiny_net(1, 8), digits(), Recipe(epochs=6, batch_size=64, lr=1e-7, patience_epochs=2), seed=0)
+    assert r.terminated.startswith("loss not improving") and r.epochs == 2
