@@ -17,7 +17,7 @@ from typing import Any
 
 from nas.errors import NasError
 
-GROUPS = ("space", "strategy", "evaluator", "runner")
+GROUPS = ("space", "strategy", "evaluator", "runner", "data", "recipe")
 
 
 def fail(message: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import yaml
 
 from nas.cli import available, check_group_overrides
 from nas.evaluators import EVALUATORS
@@ -21,12 +20,21 @@ def test_config_files_match_registry(group):
     assert available(group) == REGISTRIES[group].names()
 
 
-def _load(group: str, name: str) -> Component:
-    from importlib import resources
+def _load(group: str, name: str, overrides: tuple[str, ...] = ()) -> Component:
+    """The group's node as Hydra composes it (interpolations such as ${data} resolved)."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
 
-    node = yaml.safe_load((resources.files("conf") / group / f"{name}.yaml").read_text())
+    with initialize_config_module("conf", version_base="1.3"):
+        cfg = compose("config", overrides=[f"{group}={name}", *overrides])
+    node = OmegaConf.to_container(cfg, resolve=True)[group]
     assert node["name"] == name, f"conf/{group}/{name}.yaml must say name: {name}"
     return Component.from_config(group, node)
+
+
+# Tiny settings so that building and running every evaluator stays a unit test.
+SMALL = {"train": ("data=digits", "recipe.epochs=1", "recipe.train_subset=128", "evaluator.channels=4",
+                   "evaluator.cells_per_stage=1")}
 
 
 @pytest.mark.parametrize("name", available("strategy"))
@@ -49,7 +57,7 @@ def test_every_space_config_builds(name):
 @pytest.mark.parametrize("name", available("evaluator"))
 def test_every_evaluator_config_builds(name):
     spec = SearchSpec(space=Component("nb201"), strategy=Component("random"),
-                      evaluator=_load("evaluator", name))
+                      evaluator=_load("evaluator", name, SMALL.get(name, ())))
     space = spec.build_space()
     ev = spec.build_evaluator(space)
     result = ev.evaluate(space.sample(np.random.default_rng(0)))

@@ -171,3 +171,31 @@ def test_non_finite_loss_stops_at_once():
 def test_loss_not_improving_stops_after_patience():
     r = train(tiny_net(1, 8), digits(), Recipe(epochs=6, batch_size=64, lr=1e-7, patience_epochs=2), seed=0)
     assert r.terminated.startswith("loss not improving") and r.epochs == 2
+
+
+def _evaluator(**recipe):
+    from nas.evaluators.train import TrainEvaluator
+    from nas.spaces.nb201 import NB201Space
+
+    base = {"epochs": 1, "batch_size": 64, "train_subset": 256, **recipe}
+    return TrainEvaluator(NB201Space(), {"name": "digits"}, base, channels=4, cells_per_stage=1)
+
+
+def test_train_evaluator_cache_identity_and_failures():
+    import numpy as np
+
+    from nas.errors import ConfigError
+
+    a, b = _evaluator(), _evaluator(epochs=2)
+    assert a.fingerprint() != b.fingerprint() and a.fingerprint() == _evaluator().fingerprint()
+    arch = a.space.sample(np.random.default_rng(0))
+    r1, r2 = a.evaluate(arch, seed=777), a.evaluate(arch, seed=777)
+    assert r1.ok and r1.accuracy == r2.accuracy and r1.curve == r2.curve
+    assert set(r1.metrics) >= {"valid_accuracy", "test_accuracy", "epochs", "device_seconds"}
+    failing = _evaluator(lr=1e6, epochs=3)
+    bad = failing.evaluate(arch, seed=777)
+    assert not bad.ok and bad.error.startswith("terminated early: non-finite loss")
+    with pytest.raises(ConfigError, match="data: unknown dataset 'svhn'"):
+        from nas.evaluators.train import TrainEvaluator
+
+        TrainEvaluator(a.space, {"name": "svhn"}, {})

@@ -22,6 +22,7 @@ class EvalResult:
     flops: int | None = None
     cost_seconds: float = 0.0
     error: str | None = None
+    curve: list[float] = field(default_factory=list)  # training loss per epoch, for evaluators that train
 
     @property
     def ok(self) -> bool:

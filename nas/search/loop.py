@@ -153,6 +153,7 @@ def _record(trial: Trial, cached: bool, wall: float) -> dict[str, Any]:
         "metrics": r.metrics, "params": r.params, "flops": r.flops, "error": r.error,
         "cost_seconds": round(r.cost_seconds, 6), "wall_seconds": round(wall, 6),
         "cached": cached, "strategy": trial.candidate.info,
+        **({"curve": r.curve} if r.curve else {}),
     }
 
 

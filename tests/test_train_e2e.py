@@ -1,0 +1,53 @@
+"""`nas search evaluator=train` through the real CLI on a tiny proxy recipe."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_nas
+from nas.data.sources import FASHION_MNIST_ROOT
+
+pytestmark = pytest.mark.slow
+
+TINY = ["space=nb201", "evaluator=train", "strategy=random", "budget.trials=3", "recipe.epochs=1",
+        "recipe.train_subset=256", "recipe.valid_subset=200", "recipe.test_subset=200",
+        "evaluator.channels=4", "evaluator.cells_per_stage=1", "progress=false"]
+
+
+def _history(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+
+
+def test_train_search_writes_run_files_and_replays_from_cache(nas_env, tmp_path):
+    data = "data=fashion_mnist" if Path(FASHION_MNIST_ROOT).exists() else "data=digits"
+    first, second = tmp_path / "a", tmp_path / "b"
+    r = run_nas(["search", *TINY, data, f"hydra.run.dir={first}"], nas_env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for name in ("history.jsonl", "summary.json", "state.json", "report.md", "best_so_far.png"):
+        assert (first / name).exists(), name
+    rows = _history(first)
+    assert len(rows) == 3 and all(row["error"] is None for row in rows)
+    assert all(0 < row["accuracy"] <= 100 and row["metrics"]["epochs"] == 1.0 and len(row["curve"]) == 1
+               for row in rows)
+    r = run_nas(["search", *TINY, data, f"hydra.run.dir={second}"], nas_env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    again = _history(second)
+    assert all(row["cached"] for row in again)
+    assert [row["accuracy"] for row in again] == [row["accuracy"] for row in rows]
+
+
+def test_unknown_dataset_is_one_line(nas_env, tmp_path):
+    r = run_nas(["search", *TINY, "data=svhn", f"hydra.run.dir={tmp_path}"], nas_env)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].startswith("nas: error: unknown data 'svhn' (valid: cifar10, cifar100")
+
+
+def test_missing_dataset_path_is_one_line(nas_env, tmp_path):
+    r = run_nas(["search", *TINY, "data=cifar10", f"data.root={tmp_path / 'none'}", "runner=local",
+                 f"hydra.run.dir={tmp_path / 'run'}"], nas_env)
+    assert r.returncode == 2
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("nas: error: cifar10 not found at") and "cifar-10-batches-py" in last
