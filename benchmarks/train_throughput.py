@@ -98,7 +98,7 @@ def main() -> None:
                      else {"skipped": "no CUDA device on this machine"})
     if not args.skip_baseline:
         if Path(FASHION_MNIST_ROOT).exists():
-            proxy = Recipe(epochs=3, batch_size=128, train_subset=10_000, valid_subset=5_000, test_subset=10_000)
+            proxy = Recipe(epochs=4, batch_size=128, train_subset=15_000, valid_subset=5_000, test_subset=10_000)
             result["fashion_mnist_baseline"] = baseline(proxy)
         else:
             result["fashion_mnist_baseline"] = {"skipped": f"{FASHION_MNIST_ROOT} missing"}
