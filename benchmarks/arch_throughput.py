@@ -77,7 +77,8 @@ def key_lookup(files: list[Path], sizes: list[int], queries: int) -> dict:
     rows = []
     for n in sizes:
         history = SeenIndex()  # filler entries stand in for past proposals (random keys and forms)
-        history._forms = {secrets.token_hex(8): [secrets.token_hex(16)] for _ in range(n)}
+        for _ in range(n):
+            history.add_form(secrets.token_hex(8), secrets.token_hex(16))
         for a in archs:
             history.add(a)
         per_query = []

@@ -72,8 +72,11 @@ class SeenIndex:
 
     def add(self, arch: Architecture) -> bool:
         """Record `arch`; False if an equal architecture was already there."""
-        forms = self._forms.setdefault(arch.key(), [])
-        form = arch.canonical()
+        return self.add_form(arch.key(), arch.canonical())
+
+    def add_form(self, key: str, form: str) -> bool:
+        """Record a (key, canonical form) pair, e.g. read back from a history file."""
+        forms = self._forms.setdefault(key, [])
         if form in forms:
             return False
         forms.append(form)

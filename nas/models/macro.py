@@ -13,7 +13,7 @@ from torch import nn
 
 from nas.arch.dag.compile import BlockModule, block_source, class_name
 from nas.arch.dag.expr import to_python
-from nas.arch.dag.macro import Plan, Preprocess
+from nas.arch.dag.macro import Plan
 from nas.arch.dag.ops import DropPath
 
 
@@ -61,35 +61,16 @@ class MacroNetwork(nn.Module):
         return self.classifier(self.pool(s1).flatten(1))
 
 
-def _projection(pre: Preprocess) -> ReLUConvBN:
-    return ReLUConvBN(pre.cin, pre.cout, pre.stride)
-
-
 def build_network(p: Plan) -> MacroNetwork:
-    """Compile every position of the plan into one trainable module."""
-    placements = iter(p.placements)
-    stem = next(placements)
-    current = None
-    remaining = 0
-    pres = iter(p.preprocess)
-    cells, flags = [], []
-    prev2 = prev = (p.widths[0], stem.analysis.out_shape[2].value)
-    for stage, (w, depth) in enumerate(zip(p.widths, p.skeleton.depths)):
-        for role in (["downsample"] if stage else []) + ["base"] * depth:
-            if remaining == 0:
-                current = next(placements)
-                remaining = current.count
-            remaining -= 1
-            block = BlockModule(current.analysis)
-            two = p.blocks.two_input(role)
-            if two:
-                hw = current.analysis.position.H
-                projections = [_projection(next(pres)) if (c, s) != (w, hw) else None for c, s in (prev2, prev)]
-                block = TwoInputCell(block, *projections)
-            cells.append(block)
-            flags.append(two)
-            prev2, prev = prev, (w, current.analysis.out_shape[2].value)
-    return MacroNetwork(BlockModule(stem.analysis), cells, flags, p.widths[-1], p.skeleton.num_classes)
+    """Compile every cell of the plan into one trainable module."""
+    cells = []
+    for cell in p.cells:
+        block = BlockModule(cell.analysis)
+        if cell.two_input:
+            block = TwoInputCell(block, *(ReLUConvBN(q.cin, q.cout, q.stride) if q else None for q in cell.pre))
+        cells.append(block)
+    stem = BlockModule(p.placements[0].analysis)
+    return MacroNetwork(stem, cells, [c.two_input for c in p.cells], p.widths[-1], p.skeleton.num_classes)
 
 
 RESERVED = {"DropPath", "ReLUConvBN", "TwoInputCell", "MacroNetwork", "Network", "TWO_INPUT", "nn", "torch"}

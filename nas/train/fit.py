@@ -8,7 +8,6 @@ import warnings
 from dataclasses import asdict, dataclass, field
 
 import pytorch_lightning as pl
-import torch
 from torch import nn
 
 from nas.data.module import ImageDataModule
@@ -70,5 +69,5 @@ def train(model: nn.Module, data: ImageData, recipe: Recipe, seed: int, accelera
         valid_accuracy=round(valid, 4), test_accuracy=round(test, 4), loss_curve=module.epoch_losses,
         epochs=len(module.epoch_losses), terminated=module.stopped,
         wall_seconds=round(time.perf_counter() - start, 3), device_seconds=round(device_seconds, 3),
-        params=params, flops=flops, device=str(accelerator if accelerator != "auto" else torch.device("cpu")),
+        params=params, flops=flops, device=str(trainer.strategy.root_device),
     )

@@ -21,7 +21,6 @@ from functools import lru_cache
 
 from nas.arch.dag.parse import Block, parse_block_file
 from nas.arch.dag.shapes import ROLES, Analysis, Position, analyse
-from nas.arch.dag.validate import validate_structure
 from nas.errors import ConfigError, EncodingError
 
 
@@ -133,6 +132,19 @@ class Preprocess:
 
 
 @dataclass
+class Cell:
+    """One block instance after the stem; two-input cells carry their input projections."""
+
+    role: str
+    analysis: Analysis
+    pre: tuple[Preprocess | None, Preprocess | None] = (None, None)
+
+    @property
+    def two_input(self) -> bool:
+        return any(n.op == "input1" for n in self.analysis.block.nodes.values())
+
+
+@dataclass
 class Plan:
     """A block set placed at width w: every position validated, costs totalled."""
 
@@ -140,8 +152,12 @@ class Plan:
     skeleton: Skeleton
     width: int
     placements: list[Placement] = field(default_factory=list)
-    preprocess: list[Preprocess] = field(default_factory=list)
+    cells: list[Cell] = field(default_factory=list)  # every block after the stem, in network order
     final_hw: int = 0
+
+    @property
+    def preprocess(self) -> list[Preprocess]:
+        return [q for cell in self.cells for q in cell.pre if q is not None]
 
     @property
     def widths(self) -> list[int]:
@@ -189,19 +205,19 @@ def plan(blocks: BlockSet, skeleton: Skeleton, width: int) -> Plan:
     for stage, (w, depth) in enumerate(zip(widths, skeleton.depths)):
         roles = (["downsample"] if stage else []) + ["base"] * depth
         for i, role in enumerate(roles):
-            cin = prev[0]
+            pre: tuple[Preprocess | None, Preprocess | None] = (None, None)
             if blocks.two_input(role):
-                for c, size in (prev2, prev):
-                    stride = size // hw if size != hw else 1
-                    if (c, size) != (w, hw):
-                        result.preprocess.append(Preprocess(c, w, stride, hw))
+                pre = tuple(  # type: ignore[assignment]
+                    Preprocess(c, w, size // hw, hw) if (c, size) != (w, hw) else None for c, size in (prev2, prev)
+                )
             first_base = role == "base" and (i == 0 or (stage and i == 1))
             if role == "downsample" or first_base:
-                analysis = _place(blocks, role, cin, w, hw, skeleton)
+                analysis = _place(blocks, role, prev[0], w, hw, skeleton)
                 result.placements.append(Placement(role, analysis, 1, stage))
             else:
                 result.placements[-1].count += 1
                 analysis = result.placements[-1].analysis
+            result.cells.append(Cell(role, analysis, pre))
             prev2, prev = prev, (w, analysis.out_shape[2].value)
             hw = prev[1]
     result.final_hw = hw
@@ -261,8 +277,9 @@ def search_width(
     options the one using most of the parameter budget wins (ties: wider).
     """
     budget = budget or Budget.default(skeleton.input_size)
-    for block in blocks.sections().values():
-        validate_structure(block)  # width-independent errors: fail before searching
+    broken = section_errors(blocks, skeleton, tuple(w for w in NOMINAL_WIDTHS if w <= max_width) or (max_width,))
+    if broken:  # broken at every width: fail before searching, at a readable width
+        raise EncodingError(broken[0])
     if depth_options:
         choices = []
         for depths in depth_options:
@@ -297,9 +314,6 @@ def search_width(
         a = anchor(w)
         return a is not None and budget.fits(*costs[a])  # type: ignore[misc]
 
-    nominal = [w for w in NOMINAL_WIDTHS if w <= max_width] or [max_width]
-    if all(cost(w) is None for w in nominal):
-        plan(blocks, skeleton, nominal[0])  # broken at every width: raise its error at a readable width
     lo, hi = 0, max_width
     while lo < hi:
         mid = (lo + hi + 1) // 2
