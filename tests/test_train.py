@@ -159,7 +159,7 @@ def test_training_is_deterministic_and_learns():
     assert a.loss_curve == b.loss_curve and a.valid_accuracy == b.valid_accuracy
     assert a.epochs == 3 and a.terminated is None
     assert a.loss_curve[-1] < a.loss_curve[0] and a.valid_accuracy > 30
-    assert a.params > 0 and a.flops > 0
+    assert a.params > 0 and a.flops > 0 and a.device == "cpu"
 
 
 def test_non_finite_loss_stops_at_once():
