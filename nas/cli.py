@@ -17,7 +17,7 @@ from typing import Any
 
 from nas.errors import NasError
 
-GROUPS = ("space", "strategy", "evaluator", "runner", "data", "recipe")
+GROUPS = ("space", "strategy", "evaluator", "runner", "data", "recipe", "engine")
 
 
 def fail(message: str) -> None:

@@ -15,13 +15,15 @@ from nas.data.sources import ImageData, Split
 
 
 def random_crop(x: torch.Tensor, pad: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Zero-pad by `pad` and crop back to size at a random offset per image (NB201's crop)."""
+    """Zero-pad by `pad` and crop back to size at a random offset per image (NB201's crop).
+    Random numbers come from `generator` on its device (so a CUDA one works), else the default one."""
     if pad <= 0:
         return x
     n, _, h, w = x.shape
+    at = generator.device if generator is not None else None
     padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))
-    dy = torch.randint(0, 2 * pad + 1, (n,), generator=generator).to(x.device)
-    dx = torch.randint(0, 2 * pad + 1, (n,), generator=generator).to(x.device)
+    dy = torch.randint(0, 2 * pad + 1, (n,), generator=generator, device=at).to(x.device)
+    dx = torch.randint(0, 2 * pad + 1, (n,), generator=generator, device=at).to(x.device)
     rows = (torch.arange(h, device=x.device)[None, :] + dy[:, None])[:, :, None]
     cols = (torch.arange(w, device=x.device)[None, :] + dx[:, None])[:, None, :]
     batch = torch.arange(n, device=x.device)[:, None, None]
@@ -29,7 +31,9 @@ def random_crop(x: torch.Tensor, pad: int, generator: torch.Generator | None = N
 
 
 def random_flip(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    flip = (torch.rand(x.shape[0], generator=generator) < 0.5).to(x.device)
+    """Mirror each image left-right with probability 1/2 (random numbers as in random_crop)."""
+    at = generator.device if generator is not None else None
+    flip = (torch.rand(x.shape[0], generator=generator, device=at) < 0.5).to(x.device)
     return torch.where(flip[:, None, None, None], x.flip(3), x)
 
 

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from nas.arch.base import Architecture
+from nas.errors import NasError
 from nas.registry import Registry
 from nas.spaces.base import SearchSpace
 
@@ -57,6 +58,21 @@ class Evaluator(ABC):
     def evaluate(self, arch: Architecture, seed: int | None = None) -> EvalResult:
         """Evaluate one architecture; raise `EvaluationError` for deterministic
         failures (they are recorded, cached and not retried)."""
+
+    @property
+    def batched(self) -> bool:
+        """Whether `evaluate_batch` is faster than one `evaluate` per candidate."""
+        return False
+
+    def evaluate_batch(self, archs: list[Architecture], seed: int | None = None) -> list[EvalResult]:
+        """Evaluate several candidates together; deterministic failures become failure results."""
+        out = []
+        for arch in archs:
+            try:
+                out.append(self.evaluate(arch, seed))
+            except NasError as err:
+                out.append(EvalResult.failure(str(err)))
+        return out
 
 
 EVALUATORS: Registry[Evaluator] = Registry("evaluator")

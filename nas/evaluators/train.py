@@ -1,24 +1,39 @@
 """Evaluate by training: the candidate is built, trained with a recipe and scored.
 
 The objective is validation accuracy (test accuracy is recorded, never used
-to choose).  Results depend on the seed, the data and the recipe, all of
-which enter the cache key; early-terminated candidates are recorded as
-failures with the reason, so strategies skip them and the cache keeps them.
+to choose). Three representations train: NB201 cells and NADER block files
+are built in-process (trusted code of ours); model source files (FairNAD) are
+untrusted and train only inside the sandbox child. With `seeds` (NB201 uses
+777, 888, 999) every candidate trains once per seed and the mean is the
+objective; otherwise the run's seed is used. Data, recipe, engine and seeds
+enter the cache key; early-terminated candidates are failures with the reason,
+so strategies skip them and the cache keeps them.
 """
 
 from __future__ import annotations
 
+import statistics
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
 
 import torch
 
 from nas.arch.base import Architecture, stable_hash
+from nas.arch.source import SourceArch
 from nas.data.sources import SOURCES, ImageData
-from nas.errors import ConfigError, EvaluationError
+from nas.errors import ConfigError, EvaluationError, NasError
 from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
+from nas.sandbox.limits import Limits
 from nas.spaces.base import SearchSpace
+from nas.train.build import BuildOptions, build_model
+from nas.train.engine import Engine
 from nas.train.recipe import Recipe
+from nas.train.result import TrainResult
+
+# A training run needs far more than a verification: the defaults allow an
+# hour of wall time on all cores and 8 GB on top of the data.
+SANDBOX_DEFAULTS = {"wall_s": 3600.0, "cpu_s": 4 * 3600, "memory_mb": 8192, "file_mb": 64}
 
 
 @lru_cache(maxsize=2)
@@ -29,11 +44,12 @@ def load_data(name: str, root: str | None = None, split_file: str | None = None)
 
 @EVALUATORS.register("train")
 class TrainEvaluator(Evaluator):
-    spaces = ("nb201",)
-    uses_seed = True
+    spaces = ("nb201", "nader", "source")
 
-    def __init__(self, space: SearchSpace, data: dict[str, Any], recipe: dict[str, Any], channels: int = 16,
-                 cells_per_stage: int = 5, accelerator: str = "cpu") -> None:
+    def __init__(self, space: SearchSpace, data: dict[str, Any], recipe: dict[str, Any],
+                 engine: dict[str, Any] | None = None, channels: int = 16, cells_per_stage: int = 5,
+                 skeleton: str = "nb201", budget: dict[str, float] | None = None,
+                 seeds: list[int] | None = None, sandbox: dict[str, float] | None = None) -> None:
         super().__init__(space)
         if not isinstance(data, dict) or data.get("name") not in SOURCES:
             got = data.get("name") if isinstance(data, dict) else data
@@ -45,31 +61,104 @@ class TrainEvaluator(Evaluator):
         if unknown:
             raise ConfigError(f"data: unknown key '{unknown[0]}' (valid: name, root, split_file)")
         self.recipe = Recipe.from_dict(recipe)
-        self.channels, self.cells_per_stage, self.accelerator = channels, cells_per_stage, accelerator
+        self.engine = Engine.from_dict(dict(engine or {}))
+        self.build = BuildOptions(channels, cells_per_stage, skeleton, dict(budget or {}))
+        if seeds is not None and (not seeds or not all(isinstance(s, int) for s in seeds)):
+            raise ConfigError(f"evaluator.seeds must be a non-empty list of integers or null, got {seeds!r}")
+        self.seeds = list(seeds) if seeds is not None else None
+        self.uses_seed = self.seeds is None  # with fixed seeds, the run's seed changes nothing
+        unknown = sorted(set(sandbox or {}) - set(SANDBOX_DEFAULTS))
+        if unknown:
+            raise ConfigError(f"evaluator.sandbox: unknown key '{unknown[0]}' (valid: {', '.join(SANDBOX_DEFAULTS)})")
+        self.limits = Limits(**{**SANDBOX_DEFAULTS, **(sandbox or {})})
         self.data = load_data(**self.data_cfg)  # a missing dataset fails here, before any trial
+
+    @property
+    def batched(self) -> bool:
+        return self.engine.concurrent > 1
 
     def fingerprint(self) -> str:
         # Data is identified by its config (name, root, split file); loading it here would cost seconds.
-        return stable_hash("train", self.data_cfg, self.recipe.to_dict(), self.channels, self.cells_per_stage)
+        return stable_hash("train", self.data_cfg, self.recipe.to_dict(), self.engine.to_dict(),
+                           self.build.to_dict(), self.seeds)
 
     def evaluate(self, arch: Architecture, seed: int | None = None) -> EvalResult:
-        from nas.train.fit import train  # Lightning loads only when something trains
-
-        data = self.data
-        seed = 0 if seed is None else seed
-        torch.manual_seed(seed)  # the initial weights are part of what the seed fixes
-        try:
-            net = arch.to_module(channels=self.channels, cells_per_stage=self.cells_per_stage,
-                                 num_classes=data.num_classes, in_channels=data.shape[0])
-        except (ValueError, RuntimeError) as exc:
-            raise EvaluationError(f"{arch}: cannot build the network ({exc})") from None
-        r = train(net, data, self.recipe, seed, self.accelerator)
-        metrics = {"valid_accuracy": r.valid_accuracy, "test_accuracy": r.test_accuracy,
-                   "epochs": float(r.epochs), "device_seconds": r.device_seconds}
-        if r.loss_curve:
-            metrics["final_train_loss"] = r.loss_curve[-1]
-        result = EvalResult(accuracy=r.valid_accuracy, metrics=metrics, params=r.params, flops=r.flops,
-                            cost_seconds=r.wall_seconds, curve=r.loss_curve)
-        if r.terminated:
-            result.accuracy, result.error = None, f"terminated early: {r.terminated}"
+        result = self.evaluate_batch([arch], seed)[0]
+        if result.error and not result.error.startswith("terminated early"):
+            raise EvaluationError(result.error)
         return result
+
+    def evaluate_batch(self, archs: list[Architecture], seed: int | None = None) -> list[EvalResult]:
+        """Per candidate, one `TrainResult` per seed, combined; candidates that fail to
+        build or verify get their error, the rest train together (`engine.concurrent`)."""
+        seeds = self.seeds or [0 if seed is None else seed]
+        runs: list[list[TrainResult] | str] = [[] for _ in archs]
+        sources = [i for i, a in enumerate(archs) if isinstance(a, SourceArch)]
+        with ThreadPoolExecutor(max_workers=self.engine.concurrent) as pool:  # sandbox children run in parallel
+            futures = {i: pool.submit(self._train_source, archs[i], seeds) for i in sources}
+            for s in seeds:
+                self._train_trusted(archs, [i for i in range(len(archs)) if i not in futures], s, runs)
+            for i, future in futures.items():
+                runs[i] = future.result()
+        return [_combine(r, seeds) for r in runs]
+
+    def _train_trusted(self, archs: list[Architecture], todo: list[int], seed: int,
+                       runs: list[list[TrainResult] | str]) -> None:
+        from nas.train.run import train_many
+
+        todo = [i for i in todo if not isinstance(runs[i], str)]
+        if self.engine.devices > 1:
+            from nas.train.worker import train_in_subprocess
+
+            for i in todo:
+                try:
+                    runs[i].append(train_in_subprocess(  # type: ignore[union-attr]
+                        archs[i], data=self.data_cfg, recipe=self.recipe.to_dict(), engine=self.engine.to_dict(),
+                        build=self.build.to_dict(), seed=seed, timeout_s=self.limits.wall_s))
+                except NasError as err:
+                    runs[i] = str(err)
+            return
+        built: dict[int, torch.nn.Module] = {}
+        for i in todo:
+            try:
+                built[i] = build_model(archs[i], self.data.shape, self.data.num_classes, self.build, seed)
+            except NasError as err:
+                runs[i] = str(err)
+        results = train_many(list(built.values()), self.data, self.recipe, seed, self.engine)
+        for i, result in zip(built, results):
+            runs[i].append(result)  # type: ignore[union-attr]
+
+    def _train_source(self, arch: SourceArch, seeds: list[int]) -> list[TrainResult] | str:
+        from nas.sandbox.verify import train_model_source
+
+        gpu = self.engine.accelerator == "gpu" or (self.engine.accelerator == "auto" and torch.cuda.is_available())
+        verdict, results = train_model_source(
+            arch.source, data=self.data_cfg, recipe=self.recipe.to_dict(), engine=self.engine.to_dict(),
+            seeds=seeds, num_classes=self.data.num_classes, input_shape=(2, *self.data.shape), gpu=gpu,
+            threads=torch.get_num_threads(), limits=self.limits, filename=arch.filename)
+        return results if verdict.ok else verdict.error or verdict.stage
+
+
+def _combine(runs: list[TrainResult] | str, seeds: list[int]) -> EvalResult:
+    """Mean over seeds; any seed terminated early makes the candidate a failure."""
+    if isinstance(runs, str):
+        return EvalResult.failure(runs)
+    valid = [r.valid_accuracy for r in runs]
+    metrics = {"valid_accuracy": round(statistics.fmean(valid), 4),
+               "test_accuracy": round(statistics.fmean(r.test_accuracy for r in runs), 4),
+               "epochs": float(statistics.fmean(r.epochs for r in runs)),
+               "device_seconds": round(sum(r.device_seconds * r.world_size for r in runs), 3)}
+    if len(runs) > 1:
+        metrics["valid_accuracy_std"] = round(statistics.pstdev(valid), 4)
+        metrics.update({f"valid_accuracy_seed{s}": r.valid_accuracy for s, r in zip(seeds, runs)})
+    curves = [r.loss_curve for r in runs]
+    curve = [statistics.fmean(c[e] for c in curves) for e in range(min(map(len, curves)))]
+    if curve:
+        metrics["final_train_loss"] = curve[-1]
+    result = EvalResult(accuracy=metrics["valid_accuracy"], metrics=metrics, params=runs[0].params,
+                        flops=runs[0].flops, cost_seconds=round(sum(r.wall_seconds for r in runs), 3), curve=curve)
+    stopped = [(s, r.terminated) for s, r in zip(seeds, runs) if r.terminated]
+    if stopped:
+        where = f" (seed {stopped[0][0]})" if len(runs) > 1 else ""
+        result.accuracy, result.error = None, f"terminated early: {stopped[0][1]}{where}"
+    return result

@@ -1,8 +1,8 @@
-"""Sandboxed verification of untrusted, LLM-written model source (FairNAD's
-execution and structural verifiers): the code runs only in a resource-limited
-child process, never in the caller."""
+"""Sandboxed verification and training of untrusted, LLM-written model source
+(FairNAD's execution and structural verifiers, then the evaluation itself):
+the code runs only in a resource-limited child process, never in the caller."""
 
 from nas.sandbox.limits import Limits
-from nas.sandbox.verify import STAGES, Verdict, verify_model_source
+from nas.sandbox.verify import STAGES, Verdict, train_model_source, verify_model_source
 
-__all__ = ["STAGES", "Limits", "Verdict", "verify_model_source"]
+__all__ = ["STAGES", "Limits", "Verdict", "train_model_source", "verify_model_source"]

@@ -55,13 +55,16 @@ class Limits:
             raise ConfigError(f"Limits.nprocs must be >= 0, got {self.nprocs!r}")
 
 
-def apply_rlimits(limits: Limits) -> None:
-    """Cap CPU, address space, file size, process count and core dumps of this process."""
+def apply_rlimits(limits: Limits, address_space: bool = True) -> None:
+    """Cap CPU, address space, file size, process count and core dumps of this
+    process. `address_space=False` for GPU training: a CUDA context reserves
+    terabytes of virtual addresses, so there only wall and CPU time bound it."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu = math.ceil(usage.ru_utime + usage.ru_stime) + limits.cpu_s
     _cap(resource.RLIMIT_CPU, cpu, cpu + 1)  # SIGXCPU first, SIGKILL a second later if ignored
-    memory = _vm_size() + limits.memory_mb * MB
-    _cap(resource.RLIMIT_AS, memory, memory)
+    if address_space:
+        memory = _vm_size() + limits.memory_mb * MB
+        _cap(resource.RLIMIT_AS, memory, memory)
     _cap(resource.RLIMIT_FSIZE, limits.file_mb * MB, limits.file_mb * MB)
     _cap(resource.RLIMIT_CORE, 0, 0)
     if os.getuid() != 0:

@@ -27,7 +27,8 @@ from pathlib import Path
 from nas.sandbox.limits import Limits
 
 STAGES = ("syntax", "import", "instantiate", "forward", "output_shape", "backward", "measure",
-          "structure", "done", "limits", "policy", "crash")
+          "structure", "train", "done", "limits", "policy", "crash")
+MAX_SEEDS = 16
 _ROOT = Path(__file__).resolve().parents[2]  # the directory holding the `nas` package
 _ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH")
 _MAX_SOURCE = 1 << 20
@@ -105,17 +106,51 @@ def verify_model_source(source: str, *, num_classes: int = 10,
     random `input_shape` batch gives `(batch, num_classes)` and backpropagates;
     measure it; with `parent_source`, say whether (and how many) layers changed.
     The source runs only in a sandboxed child under `limits`."""
+    _check_args(filename, num_classes, input_shape)
+    start = time.monotonic()
+    verdict = _syntax(source, filename) or _run_child(source, num_classes, input_shape,
+                                                      parent_source, limits, filename)[0]
+    verdict.wall_s = round(time.monotonic() - start, 3)
+    return verdict
+
+
+def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, seeds: list[int],
+                       num_classes: int, input_shape: tuple[int, ...], gpu: bool = False, threads: int = 1,
+                       limits: Limits = Limits(), filename: str = "model.py") -> tuple[Verdict, list]:
+    """Verify `source` as `verify_model_source` does, then train a fresh
+    instance per seed in the same sandboxed child: `data`, `recipe` and
+    `engine` are the settings dicts of `nas.data`, `Recipe` and `Engine`.
+    Returns the verdict (stage "train" if training raised) and the checked
+    `TrainResult`s, one per seed that finished."""
+    from nas.train.result import TrainResult
+
+    _check_args(filename, num_classes, input_shape)
+    if not 1 <= len(seeds) <= MAX_SEEDS:
+        raise ValueError(f"seeds: between 1 and {MAX_SEEDS} seeds, got {len(seeds)}")
+    start = time.monotonic()
+    verdict, trained = _syntax(source, filename), []
+    if verdict is None:
+        request = {"data": data, "recipe": recipe, "engine": engine, "seeds": list(seeds), "gpu": gpu,
+                   "threads": threads}
+        verdict, reports = _run_child(source, num_classes, input_shape, None, limits, filename, request)
+        try:
+            trained = [TrainResult.from_untrusted(r, max_epochs=recipe.get("epochs", 0)) for r in reports]
+        except ValueError as err:
+            verdict, trained = Verdict(ok=False, stage="crash", error=f"crash: {err}"), []
+        if verdict.ok and len(trained) != len(seeds):
+            verdict = Verdict(ok=False, stage="crash",
+                              error=f"crash: {len(trained)} training reports for {len(seeds)} seeds")
+    verdict.wall_s = round(time.monotonic() - start, 3)
+    return verdict, trained
+
+
+def _check_args(filename: str, num_classes: int, input_shape: tuple[int, ...]) -> None:
     if not re.fullmatch(r"[A-Za-z_][\w.-]*\.py", filename):
         raise ValueError(f"filename must be a plain *.py file name, got {filename!r}")
     if len(input_shape) < 2 or input_shape[0] < 2:
         raise ValueError(f"input_shape needs a batch of >= 2 (BatchNorm), got {tuple(input_shape)}")
     if num_classes < 1:
         raise ValueError(f"num_classes must be >= 1, got {num_classes}")
-    start = time.monotonic()
-    verdict = _syntax(source, filename) or _run_child(source, num_classes, input_shape,
-                                                      parent_source, limits, filename)
-    verdict.wall_s = round(time.monotonic() - start, 3)
-    return verdict
 
 
 def _syntax(source: str, filename: str) -> Verdict | None:
@@ -137,7 +172,8 @@ def _syntax(source: str, filename: str) -> Verdict | None:
 
 
 def _run_child(source: str, num_classes: int, input_shape: tuple[int, ...],
-               parent_source: str | None, limits: Limits, filename: str) -> Verdict:
+               parent_source: str | None, limits: Limits, filename: str,
+               train: dict | None = None) -> tuple[Verdict, list]:
     with tempfile.TemporaryDirectory(prefix="nas-sandbox-", ignore_cleanup_errors=True) as tmp:
         files = {"candidate": filename}
         Path(tmp, filename).write_text(source, encoding="utf-8")
@@ -146,13 +182,14 @@ def _run_child(source: str, num_classes: int, input_shape: tuple[int, ...],
             Path(tmp, files["parent"]).write_text(parent_source, encoding="utf-8")
         read_end, write_end = os.pipe()
         request = {"result_fd": write_end, "files": files, "num_classes": num_classes,
-                   "input_shape": list(input_shape), "limits": dataclasses.asdict(limits)}
+                   "input_shape": list(input_shape), "limits": dataclasses.asdict(limits), "train": train}
         Path(tmp, "request.json").write_text(json.dumps(request), encoding="utf-8")
         deadline = time.monotonic() + limits.wall_s
         with open(read_end, "rb", buffering=0) as report:  # closes read_end however this ends
             try:
                 proc = subprocess.Popen([sys.executable, "-s", "-P", "-m", "nas.sandbox.worker", tmp],
-                                        cwd=tmp, env=_child_env(tmp), stdin=subprocess.DEVNULL,
+                                        cwd=tmp, env=_child_env(tmp, gpu=bool(train and train["gpu"])),
+                                        stdin=subprocess.DEVNULL,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         pass_fds=(write_end,), start_new_session=True)
             finally:
@@ -163,16 +200,21 @@ def _run_child(source: str, num_classes: int, input_shape: tuple[int, ...],
                 finally:
                     _kill_group(proc)
         run.returncode = proc.returncode
-        return _conclude(run, limits)
+        return _conclude(run, limits), run.trained
 
 
-def _child_env(tmp: str) -> dict[str, str]:
-    """An allow-list: no API keys or tokens reach the child, and no GPU (the
-    check runs on CPU; a GPU context would also blow the address-space cap)."""
+def _child_env(tmp: str, gpu: bool = False) -> dict[str, str]:
+    """An allow-list: no API keys or tokens reach the child, and no GPU unless
+    it trains on one (a check runs on CPU; a GPU context also needs the
+    address-space cap lifted, which `apply_rlimits` does for GPU training)."""
     env = {k: v for k, v in os.environ.items() if k in _ENV_KEEP}
     env.update(HOME=tmp, TMPDIR=tmp, PYTHONPATH=str(_ROOT), PYTHONHASHSEED="0",
                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               CUDA_VISIBLE_DEVICES="", PYTHONDONTWRITEBYTECODE="1")
+               PYTHONDONTWRITEBYTECODE="1")
+    if not gpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif "CUDA_VISIBLE_DEVICES" in os.environ:
+        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
     return env
 
 
@@ -187,6 +229,7 @@ class _Run:
     policy: object = None
     malformed: bool = False
     output: bytes = b""
+    trained: list = dataclasses.field(default_factory=list)  # one training report per seed, unchecked
 
 
 def _collect(proc: subprocess.Popen, report_fd: int, deadline: float) -> _Run:
@@ -243,6 +286,8 @@ def _take(run: _Run, line: bytes) -> None:
         run.verdict = msg["verdict"]
     elif "policy" in msg and run.policy is None:
         run.policy = msg["policy"]
+    elif "trained" in msg and len(run.trained) < MAX_SEEDS:
+        run.trained.append(msg["trained"])
     else:
         run.malformed = True
 

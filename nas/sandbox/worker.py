@@ -4,7 +4,8 @@ Started only by `nas.sandbox.verify` as `python -s -P -m nas.sandbox.worker
 WORKDIR`, with WORKDIR as cwd holding `request.json` and the source files.
 Reports JSON lines on the inherited pipe named in the request:
 `{"stage": ...}` on entering each stage (so the parent can say where a limit
-hit), `{"policy": ...}` on a forbidden action, `{"verdict": ...}` at the end.
+hit), `{"policy": ...}` on a forbidden action, `{"trained": ...}` per seed
+when the request asks to train, `{"verdict": ...}` at the end.
 Ends with `os._exit` so atexit handlers and threads the model left behind
 never run.
 """
@@ -73,10 +74,13 @@ def main(workdir: str) -> NoReturn:
     reporter = _Reporter(request["result_fd"])
     limits = Limits(**request["limits"])
     files = {str(Path(workdir, name)): name for name in request["files"].values()}
-    torch.set_num_threads(1)
+    training = request.get("train")
+    torch.set_num_threads(training["threads"] if training else 1)
     warnings.simplefilter("ignore")  # fvcore and tracer warnings would only fill the output pipe
     sys.dont_write_bytecode = True
-    apply_rlimits(limits)
+    if training:  # trusted work first: Lightning's import and the data count outside the caps
+        training["trainer"] = _trainer(training)
+    apply_rlimits(limits, address_space=not (training and training["gpu"]))
     install_policy(workdir, files, reporter.deny)
     try:
         verdict = _verify(request, Path(workdir), files, limits, reporter)
@@ -140,8 +144,32 @@ def _verify(request: dict, workdir: Path, files: dict[str, str], limits: Limits,
             stop.verdict.params, stop.verdict.flops, stop.verdict.layers = params, flops, layers
             stop.verdict.output_shape = verdict.output_shape
             raise
+    if request.get("train"):
+        stage("train", _train, module, candidate, num_classes, request["train"], reporter)
     reporter.enter("done")
     return verdict
+
+
+def _trainer(training: dict) -> Callable[[nn.Module, int], Any]:
+    """Load the data and the training code (trusted) and return `run(net, seed)`."""
+    from nas.data.sources import SOURCES
+    from nas.train.engine import Engine
+    from nas.train.recipe import Recipe
+    from nas.train.run import train_one
+
+    # import the engine now: Lightning's import starts subprocesses, which the policy forbids
+    importlib.import_module("nas.train.fast" if training["engine"].get("kind") == "fast" else "nas.train.fit")
+    data = SOURCES[training["data"]["name"]](**{k: v for k, v in training["data"].items() if k != "name"})
+    recipe, engine = Recipe.from_dict(training["recipe"]), Engine.from_dict(training["engine"])
+    return lambda net, seed: train_one(net, data, recipe, seed, engine)
+
+
+def _train(module: Any, filename: str, num_classes: int, training: dict, reporter: _Reporter) -> None:
+    """Train a fresh instance per seed (the checked one has seen a backward pass)."""
+    for seed in training["seeds"]:
+        torch.manual_seed(seed)
+        net = _instantiate(module, filename, num_classes)
+        reporter.send(trained=training["trainer"](net, seed).to_dict())
 
 
 def _import(path: Path, name: str) -> Any:

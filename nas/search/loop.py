@@ -44,6 +44,15 @@ class LocalExecutor:
         self.seed = seed
 
     def evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
+        if len(candidates) > 1 and self.evaluator.batched:  # e.g. several candidates on one GPU at once
+            start = time.perf_counter()
+            try:
+                results = self.evaluator.evaluate_batch([c.arch for c in candidates], self.seed)
+            except Exception as err:
+                log.warning("evaluation of a batch of %d crashed: %s", len(candidates), err)
+                results = [EvalResult.failure(f"evaluator crashed: {type(err).__name__}: {err}")] * len(candidates)
+            wall = (time.perf_counter() - start) / len(candidates)
+            return [(r, False, wall) for r in results]
         out = []
         for cand in candidates:
             start = time.perf_counter()

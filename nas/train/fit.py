@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
 
 import pytorch_lightning as pl
 from torch import nn
@@ -14,25 +13,12 @@ from nas.data.module import ImageDataModule
 from nas.data.sources import ImageData
 from nas.measure import count_flops, count_params
 from nas.train.early_stop import FailingRunStop
+from nas.train.engine import Engine
 from nas.train.module import Classifier
 from nas.train.recipe import Recipe
+from nas.train.result import TrainResult
 
-
-@dataclass
-class TrainResult:
-    valid_accuracy: float  # percent
-    test_accuracy: float
-    loss_curve: list[float] = field(default_factory=list)  # mean train loss per epoch
-    epochs: int = 0
-    terminated: str | None = None  # early-termination reason, when it fired
-    wall_seconds: float = 0.0
-    device_seconds: float = 0.0  # time inside fit/validate/test (excludes data loading into memory)
-    params: int = 0
-    flops: int = 0
-    device: str = "cpu"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+__all__ = ["TrainResult", "train"]
 
 
 def _quiet() -> None:
@@ -42,8 +28,12 @@ def _quiet() -> None:
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
 
 
-def train(model: nn.Module, data: ImageData, recipe: Recipe, seed: int, accelerator: str = "cpu") -> TrainResult:
-    """Fit on train, pick nothing on valid (fixed epochs, as NB201), report valid and test accuracy."""
+def train(model: nn.Module, data: ImageData, recipe: Recipe, seed: int, engine: Engine = Engine()) -> TrainResult:
+    """Fit on train, pick nothing on valid (fixed epochs, as NB201), report valid and test accuracy.
+
+    With `engine.devices > 1` Lightning trains with DDP, relaunching this
+    process's command line once per extra rank: call it from a process whose
+    command line does exactly this training (`nas.train.worker`)."""
     _quiet()
     start = time.perf_counter()
     pl.seed_everything(seed, workers=True, verbose=False)
@@ -53,7 +43,8 @@ def train(model: nn.Module, data: ImageData, recipe: Recipe, seed: int, accelera
                          recipe.valid_subset, recipe.test_subset, seed)
     module = Classifier(model, recipe)
     trainer = pl.Trainer(
-        max_epochs=recipe.epochs, accelerator=accelerator, devices=1, deterministic=True,
+        max_epochs=recipe.epochs, accelerator=engine.accelerator, devices=engine.devices,
+        strategy="ddp" if engine.devices > 1 else "auto", deterministic=True,
         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         num_sanity_val_steps=0, callbacks=[FailingRunStop()], check_val_every_n_epoch=recipe.epochs,
     )
@@ -69,5 +60,5 @@ def train(model: nn.Module, data: ImageData, recipe: Recipe, seed: int, accelera
         valid_accuracy=round(valid, 4), test_accuracy=round(test, 4), loss_curve=module.epoch_losses,
         epochs=len(module.epoch_losses), terminated=module.stopped,
         wall_seconds=round(time.perf_counter() - start, 3), device_seconds=round(device_seconds, 3),
-        params=params, flops=flops, device=str(trainer.strategy.root_device),
+        params=params, flops=flops, device=str(trainer.strategy.root_device), world_size=trainer.world_size,
     )

@@ -35,7 +35,13 @@ class Classifier(pl.LightningModule):
 
     def finish_epoch(self) -> None:
         """Close the epoch's loss average; idempotent, because callbacks' epoch-end
-        hooks run before the module's and early termination needs the value."""
+        hooks run before the module's and early termination needs the value.
+        Under DDP the average is over all ranks, so every rank takes the same
+        early-termination decision (one rank stopping alone would hang the rest)."""
+        if self._count and self.trainer.world_size > 1:
+            total = self.trainer.strategy.reduce(torch.tensor([self._sum, float(self._count)],
+                                                              device=self.device), reduce_op="sum")
+            self._sum, self._count = float(total[0]), int(total[1])
         if self._count:
             mean = self._sum / self._count
             self.epoch_losses.append(mean if math.isfinite(mean) else float("nan"))
@@ -47,9 +53,10 @@ class Classifier(pl.LightningModule):
     def _accuracy(self, batch, name: str) -> None:
         x, y = batch
         logits = self(x)
+        sync = self.trainer.world_size > 1
         self.log(f"{name}_acc", (logits.argmax(1) == y).float().mean(), on_epoch=True, prog_bar=False,
-                 batch_size=len(y))
-        self.log(f"{name}_loss", self.loss(logits, y), on_epoch=True, batch_size=len(y))
+                 batch_size=len(y), sync_dist=sync)
+        self.log(f"{name}_loss", self.loss(logits, y), on_epoch=True, batch_size=len(y), sync_dist=sync)
 
     def validation_step(self, batch, batch_idx: int) -> None:
         self._accuracy(batch, "valid")

@@ -1,0 +1,72 @@
+"""Turn a trusted representation into an `nn.Module` for a dataset.
+
+NB201 cells go into NB201's network (width `channels`, `cells_per_stage`);
+NADER block files into a skeleton whose width is the widest that fits the
+budget (default: NB201's limits at the data's resolution). Model source is
+not built here: it is untrusted and trains in the sandbox.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from nas.arch.base import Architecture
+from nas.arch.block import BlockArch
+from nas.arch.dag.macro import Budget, Skeleton
+from nas.arch.nb201 import NB201Cell
+from nas.errors import ConfigError, EvaluationError, NasError
+
+SKELETONS = ("nb201", "imagenet")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    channels: int = 16  # NB201 cell networks: width C ...
+    cells_per_stage: int = 5  # ... and cells per stage (block files: base blocks per stage in `nb201`)
+    skeleton: str = "nb201"  # block files: 3 stages (nb201) or NADER's 4-stage 2-3-5-2 (imagenet)
+    budget: dict[str, float] = field(default_factory=dict)  # params / flops; empty = Budget.default
+
+    def __post_init__(self) -> None:
+        if self.skeleton not in SKELETONS:
+            raise ConfigError(f"evaluator.skeleton must be one of {', '.join(SKELETONS)}, got {self.skeleton!r}")
+        unknown = sorted(set(self.budget) - {"params", "flops"})
+        if unknown:
+            raise ConfigError(f"evaluator.budget: unknown key '{unknown[0]}' (valid: params, flops)")
+        for name in ("channels", "cells_per_stage"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"evaluator.{name} must be >= 1, got {getattr(self, name)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def skeleton_for(self, shape: tuple[int, int, int], num_classes: int) -> Skeleton:
+        c, h, _ = shape
+        depths = (self.cells_per_stage,) * 3 if self.skeleton == "nb201" else (2, 3, 5, 2)
+        return Skeleton(depths=depths, input_size=h, in_channels=c, num_classes=num_classes)
+
+    def budget_for(self, input_size: int) -> Budget:
+        default = Budget.default(input_size)
+        return Budget(params=self.budget.get("params", default.params), flops=self.budget.get("flops", default.flops))
+
+
+def build_model(arch: Architecture, shape: tuple[int, int, int], num_classes: int, options: BuildOptions,
+                seed: int) -> nn.Module:
+    """Seeded, so the initial weights are part of what the seed fixes."""
+    torch.manual_seed(seed)
+    try:
+        if isinstance(arch, NB201Cell):
+            return arch.to_module(channels=options.channels, cells_per_stage=options.cells_per_stage,
+                                  num_classes=num_classes, in_channels=shape[0])
+        if isinstance(arch, BlockArch):
+            skeleton = options.skeleton_for(shape, num_classes)
+            return arch.to_module(skeleton, options.budget_for(skeleton.input_size))
+    except (NasError, ValueError, RuntimeError) as exc:
+        raise EvaluationError(f"{arch.space} {arch.key()}: cannot build the network ({exc})") from None
+    raise EvaluationError(f"{type(arch).__name__} cannot be built in-process (space '{arch.space}')")
+
+
+TRUSTED: dict[str, type[Architecture]] = {cls.space: cls for cls in (NB201Cell, BlockArch)}

@@ -1,0 +1,230 @@
+"""The fast training path: a hand-written loop with the data resident on the device.
+
+Why: on a GPU, NB201-size candidates are so small that Lightning's per-step
+overhead and DataLoader collation dominate the step time (NADER reports
+2,781 s per candidate).  Here the whole split is uploaded once as uint8,
+batches are taken by index on the device, flip/crop/normalisation run on
+whole batches there, the loss is summed on the device and read once per
+epoch, and `engine.concurrent` candidates train in lockstep on the same
+batches, each on its own CUDA stream.
+
+The semantics are the plain path's (`nas.train.fit.train`): same subsets,
+augmentation, optimiser, per-step cosine schedule, last partial batch,
+loss curve and early termination.  On CPU, without bf16/compile, its first
+epoch is the plain path's bit for bit; later epochs shuffle differently
+(Lightning draws more from the DataLoader's generator), so final numbers
+agree within seed noise.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nas.data.module import random_crop, random_flip
+from nas.data.sources import ImageData, Split
+from nas.errors import ConfigError, EvaluationError
+from nas.measure import count_flops, count_params
+from nas.train.early_stop import failing
+from nas.train.engine import Engine
+from nas.train.recipe import Recipe
+from nas.train.result import TrainResult
+
+# (id(data), device) -> (data, its splits on the device); at most one dataset, kept
+# across calls so a search uploads its data once.  Holding `data` keeps its id unique.
+_RESIDENT: dict[tuple[int, str], tuple[ImageData, dict[str, Split]]] = {}
+
+
+def _device(accelerator: str) -> torch.device:
+    if accelerator == "gpu" and not torch.cuda.is_available():
+        raise ConfigError("engine.accelerator=gpu but CUDA is not available")
+    if accelerator == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _resident(data: ImageData, device: torch.device) -> dict[str, Split]:
+    """The three splits on `device` (uint8 images, int64 labels), uploaded once."""
+    key = (id(data), str(device))
+    if key not in _RESIDENT:
+        _RESIDENT.clear()
+        splits = {name: getattr(data, name) for name in ("train", "valid", "test")}
+        _RESIDENT[key] = (data, {name: Split(s.images.to(device), s.labels.to(device))
+                                 for name, s in splits.items()})
+    return _RESIDENT[key][1]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class _Run:
+    """One model's training state."""
+
+    model: nn.Module
+    forward: Callable[[torch.Tensor], torch.Tensor]  # the model, compiled or not
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LRScheduler
+    stream: torch.cuda.Stream | None
+    total: torch.Tensor  # on the device: the epoch's loss sum, then the correct predictions
+    losses: list[float] = field(default_factory=list)
+    terminated: str | None = None
+    accuracy: dict[str, float] = field(default_factory=lambda: {"valid": 0.0, "test": 0.0})
+
+
+def _each(runs: list[_Run], fn: Callable[[_Run, torch.Tensor, torch.Tensor], None], x: torch.Tensor,
+          y: torch.Tensor) -> None:
+    """fn(run, x, y) for each run: on CUDA on the run's own stream, after the current
+    stream's work so far (which made the batch); on CPU one after the other."""
+    for run in runs:
+        if run.stream is None:
+            fn(run, x, y)
+            continue
+        run.stream.wait_stream(torch.cuda.current_stream(run.stream.device))
+        with torch.cuda.stream(run.stream):
+            x.record_stream(run.stream)  # the allocator must not reuse the batch before this stream is done
+            y.record_stream(run.stream)
+            fn(run, x, y)
+
+
+class _Group:
+    """Models trained in lockstep on the same batches."""
+
+    def __init__(self, models: list[nn.Module], data: ImageData, recipe: Recipe, seed: int, engine: Engine,
+                 device: torch.device) -> None:
+        self.data, self.recipe, self.seed, self.engine, self.device = data, recipe, seed, engine, device
+        splits = _resident(data, device)
+        self.splits = {name: splits[name].subset(getattr(recipe, f"{name}_subset")) for name in splits}
+        self.mean = torch.tensor(data.mean, device=device).view(1, -1, 1, 1)
+        self.std = torch.tensor(data.std, device=device).view(1, -1, 1, 1)
+        self.steps = math.ceil(len(self.splits["train"]) / recipe.batch_size)
+        self.runs = [self._run(m) for m in models]
+
+    def _run(self, model: nn.Module) -> _Run:
+        r, cuda = self.recipe, self.device.type == "cuda"
+        fmt = torch.channels_last if self.engine.channels_last else torch.contiguous_format
+        model.to(self.device, memory_format=fmt).train()
+        opt = torch.optim.SGD(model.parameters(), lr=r.lr, momentum=r.momentum, nesterov=r.nesterov,
+                              weight_decay=r.weight_decay, fused=True if cuda else None)
+        # per step to 0 over the whole run, as Classifier.configure_optimizers
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(r.epochs * self.steps, 1), eta_min=0.0)
+        forward = torch.compile(model) if self.engine.compile else model
+        return _Run(model, forward, opt, sched, torch.cuda.Stream(self.device) if cuda else None,
+                    torch.zeros((), dtype=torch.float64, device=self.device))
+
+    def _inputs(self, images: torch.Tensor, aug: torch.Generator | None) -> torch.Tensor:
+        """uint8 batch -> normalised float batch, augmented when `aug` is given (as ImageDataModule)."""
+        x = images.float().div_(255)
+        if aug is not None and self.recipe.crop:
+            x = random_crop(x, self.data.pad, aug)
+        if aug is not None and self.recipe.flip:
+            x = random_flip(x, aug)
+        x = (x - self.mean) / self.std
+        return x.contiguous(memory_format=torch.channels_last) if self.engine.channels_last else x
+
+    def _autocast(self) -> torch.autocast:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.engine.bf16)
+
+    def _step(self, run: _Run, x: torch.Tensor, y: torch.Tensor) -> None:
+        with self._autocast():
+            logits = run.forward(x)
+        loss = F.cross_entropy(logits.float(), y)
+        run.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        run.opt.step()
+        run.sched.step()
+        run.total.add_(loss.detach(), alpha=len(y))
+
+    def train(self) -> None:
+        train, bs = self.splits["train"], self.recipe.batch_size
+        shuffle = torch.Generator().manual_seed(self.seed)
+        aug = torch.Generator(device=self.device).manual_seed(self.seed)
+        torch.manual_seed(self.seed)  # whatever the models draw (dropout), as the plain path's seed_everything
+        for _ in range(self.recipe.epochs):
+            live = [run for run in self.runs if run.terminated is None]
+            if not live:
+                return
+            # a DataLoader draws one number from its generator before each epoch's permutation
+            torch.empty((), dtype=torch.int64).random_(generator=shuffle)
+            order = torch.randperm(len(train), generator=shuffle).to(self.device)
+            for run in live:
+                run.total.zero_()
+            for k in range(self.steps):
+                index = order[k * bs:(k + 1) * bs]
+                x, y = self._inputs(train.images[index], aug), train.labels[index]
+                _each(live, self._step, x, y)
+            _sync(self.device)  # the epoch's only synchronisation
+            for run in live:
+                mean = float(run.total) / len(train)
+                run.losses.append(mean if math.isfinite(mean) else float("nan"))
+                run.terminated = failing(run.losses, self.recipe)
+
+    def _count(self, run: _Run, x: torch.Tensor, y: torch.Tensor) -> None:
+        with self._autocast():
+            run.total.add_((run.model(x).argmax(1) == y).sum())
+
+    @torch.no_grad()
+    def evaluate(self) -> None:
+        """Valid and test accuracy (percent) of the models that finished, in eval mode
+        (eager: a compiled model would compile again for eval, for one pass)."""
+        live = [run for run in self.runs if run.terminated is None]
+        for run in live:
+            run.model.eval()
+        for name in ("valid", "test"):
+            split, bs = self.splits[name], self.recipe.batch_size
+            for run in live:
+                run.total.zero_()
+            for k in range(0, len(split), bs):
+                _each(live, self._count, self._inputs(split.images[k:k + bs], None), split.labels[k:k + bs])
+            _sync(self.device)
+            for run in live:
+                run.accuracy[name] = round(100 * float(run.total) / max(len(split), 1), 4)
+
+
+def train_fast(models: list[nn.Module], data: ImageData, recipe: Recipe, seed: int,
+               engine: Engine) -> list[TrainResult]:
+    """Train `models` (moved to the device, trained in place) in groups of `engine.concurrent`.
+
+    A model's results do not depend on its group unless it draws from the
+    global RNG (dropout).  Each result's `wall_seconds` is its group's (the
+    first group's includes the dataset upload); `device_seconds` is the group's
+    synchronised time from training start to the last accuracy.  Raises
+    ConfigError when accelerator=gpu has no CUDA, EvaluationError when
+    torch.compile fails (for the whole call)."""
+    device = _device(engine.accelerator)
+    c, h, w = data.shape
+    results: list[TrainResult] = []
+    start = time.perf_counter()
+    for first in range(0, len(models), engine.concurrent):
+        chunk = models[first:first + engine.concurrent]
+        counts = [(count_params(m), count_flops(m, (1, c, h, w))) for m in chunk]
+        try:
+            group = _Group(chunk, data, recipe, seed, engine, device)
+            _sync(device)
+            device_start = time.perf_counter()
+            group.train()
+            group.evaluate()
+        except Exception as exc:
+            if not (engine.compile and isinstance(exc, torch._dynamo.exc.TorchDynamoException)):
+                raise
+            cause = getattr(exc, "inner_exception", None) or exc  # what the backend (e.g. inductor) raised
+            line = next((s.strip() for s in str(cause).splitlines() if s.strip()), "")
+            raise EvaluationError(f"torch.compile failed: {type(cause).__name__}: {line}") from None
+        _sync(device)
+        now = time.perf_counter()
+        for run, (params, flops) in zip(group.runs, counts):
+            results.append(TrainResult(
+                valid_accuracy=run.accuracy["valid"], test_accuracy=run.accuracy["test"],
+                loss_curve=run.losses, epochs=len(run.losses), terminated=run.terminated,
+                wall_seconds=round(now - start, 3), device_seconds=round(now - device_start, 3),
+                params=params, flops=flops, device=str(device)))
+        start = now
+    return results

@@ -1,0 +1,132 @@
+"""The train evaluator over every trainable representation, multi-seed averaging,
+batched (concurrent) evaluation, and untrusted model source trained in the sandbox."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nas.arch.block import BlockArch
+from nas.arch.source import SourceArch
+from nas.errors import ConfigError, EncodingError, EvaluationError
+from nas.evaluators.train import TrainEvaluator
+from nas.spaces.nb201 import NB201Space
+from nas.train.build import BuildOptions, build_model
+
+BLOCKS = Path(__file__).resolve().parent / "data" / "blocks"
+TINY = {"epochs": 2, "batch_size": 64, "train_subset": 256, "valid_subset": 128, "test_subset": 128}
+
+SOURCE = '''
+import torch
+from torch import nn
+
+
+class Network(nn.Module):
+    """A one-conv digits classifier."""
+
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, num_classes))
+
+    def forward(self, x):
+        return self.body(x)
+'''
+
+
+def evaluator(**kw) -> TrainEvaluator:
+    recipe = {**TINY, **kw.pop("recipe", {})}
+    return TrainEvaluator(NB201Space(), {"name": "digits"}, recipe, channels=4, cells_per_stage=1, **kw)
+
+
+def test_source_key_ignores_formatting_comments_and_docstrings():
+    plain = SOURCE.replace('    """A one-conv digits classifier."""\n\n', "")
+    assert SourceArch(SOURCE).key() == SourceArch(plain.replace("num_classes=10", "num_classes = 10")).key()
+    assert SourceArch(SOURCE).key() != SourceArch(SOURCE.replace("8, 3", "8, 5")).key()
+    with pytest.raises(EncodingError, match=r"model.py:\d+: "):
+        SourceArch("class Network(:\n").key()
+
+
+def test_block_file_builds_in_the_skeleton_within_the_budget():
+    arch = BlockArch.from_text((BLOCKS / "residual.txt").read_text())
+    small = BuildOptions(cells_per_stage=1, budget={"params": 20_000, "flops": 2e6})
+    net = build_model(arch, (1, 8, 8), 10, small, seed=0)
+    assert sum(p.numel() for p in net.parameters()) <= 20_000
+    with pytest.raises(EvaluationError, match="cannot build the network"):
+        build_model(arch, (1, 8, 8), 10, BuildOptions(budget={"params": 10}), seed=0)
+    with pytest.raises(ConfigError, match="evaluator.skeleton must be one of nb201, imagenet"):
+        BuildOptions(skeleton="vit")
+
+
+def test_block_file_and_nb201_cell_train():
+    ev = evaluator(budget={"params": 20_000, "flops": 2e6})
+    block = ev.evaluate(BlockArch.from_text((BLOCKS / "residual.txt").read_text()), seed=1)
+    cell = ev.evaluate(ev.space.sample(np.random.default_rng(0)), seed=1)
+    for r in (block, cell):
+        assert r.ok and 0 < r.accuracy <= 100 and len(r.curve) == 2 and r.params > 0
+
+
+def test_seeds_are_averaged_and_replace_the_run_seed():
+    ev = evaluator(seeds=[777, 888])
+    assert not ev.uses_seed and evaluator().uses_seed
+    assert ev.fingerprint() != evaluator(seeds=[777, 999]).fingerprint()
+    arch = ev.space.sample(np.random.default_rng(1))
+    r = ev.evaluate(arch, seed=5)
+    a = evaluator().evaluate(arch, seed=777)
+    b = evaluator().evaluate(arch, seed=888)
+    assert r.metrics["valid_accuracy_seed777"] == a.accuracy and r.metrics["valid_accuracy_seed888"] == b.accuracy
+    assert r.accuracy == pytest.approx((a.accuracy + b.accuracy) / 2, abs=1e-3)
+    assert r.metrics["valid_accuracy_std"] == pytest.approx(abs(a.accuracy - b.accuracy) / 2, abs=1e-3)
+    assert r.curve == pytest.approx([(x + y) / 2 for x, y in zip(a.curve, b.curve)])
+    with pytest.raises(ConfigError, match="evaluator.seeds must be a non-empty list"):
+        evaluator(seeds=[])
+
+
+def test_batch_isolates_a_candidate_that_cannot_be_built():
+    ev = evaluator(budget={"params": 50})
+    good = ev.space.sample(np.random.default_rng(2))
+    bad = BlockArch.from_text((BLOCKS / "residual.txt").read_text())
+    results = ev.evaluate_batch([good, bad], seed=0)
+    assert results[0].ok and not results[1].ok and "cannot build the network" in results[1].error
+
+
+def test_model_source_trains_in_the_sandbox_per_seed():
+    ev = evaluator(seeds=[777, 888], sandbox={"wall_s": 300})
+    r = ev.evaluate(SourceArch(SOURCE), seed=None)
+    assert r.ok and r.params == 186 and set(r.metrics) >= {"valid_accuracy_seed777", "valid_accuracy_seed888"}
+    assert r.metrics["epochs"] == 2.0 and len(r.curve) == 2 and "valid_accuracy_std" in r.metrics
+
+
+@pytest.mark.parametrize("body, error", [
+    ("if self.training and x.shape[0] > 2:\n            raise RuntimeError('boom at batch size ' + str(x.shape[0]))",
+     "train: RuntimeError: boom at batch size 64 at model.py:"),
+    ("if self.training and x.shape[0] > 2:\n            open('/tmp/escaped.txt', 'w')",
+     "policy: writing outside the sandbox directory is not allowed (open '/tmp/escaped.txt'"),
+])
+def test_model_source_failing_only_in_training_is_reported_where(body, error):
+    source = SOURCE.replace("    def forward(self, x):\n", f"    def forward(self, x):\n        {body}\n")
+    with pytest.raises(EvaluationError) as info:
+        evaluator(sandbox={"wall_s": 300}).evaluate(SourceArch(source), seed=0)
+    assert str(info.value).startswith(error), str(info.value)
+    assert not Path("/tmp/escaped.txt").exists()
+
+
+def test_sandbox_limits_are_checked():
+    with pytest.raises(ConfigError, match="evaluator.sandbox: unknown key 'gpus'"):
+        evaluator(sandbox={"gpus": 1})
+
+
+@pytest.mark.slow
+def test_ddp_trains_with_two_processes_through_the_worker():
+    """Lightning DDP on two CPU processes (gloo): the same launcher runs GPUs."""
+    from nas.train.worker import train_in_subprocess
+
+    ev = evaluator(engine={"devices": 2})
+    arch = ev.space.sample(np.random.default_rng(0))
+    r = train_in_subprocess(arch, data=ev.data_cfg, recipe=ev.recipe.to_dict(), engine=ev.engine.to_dict(),
+                            build=ev.build.to_dict(), seed=0, timeout_s=300)
+    assert r.world_size == 2 and r.epochs == 2 and r.terminated is None and len(r.loss_curve) == 2
+    whole = ev.evaluate(arch, seed=0)
+    assert whole.ok and whole.curve == pytest.approx(r.loss_curve)
