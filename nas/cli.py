@@ -5,6 +5,7 @@
   nas arch validate FILE              check a block file or model .py (exit 0 valid, 1 not)
   nas arch show FILE [--json]         key, width, params, FLOPs, PyTorch source
   nas arch draw FILE -o OUT.png       draw a block file's graphs
+  nas train ARCH [overrides]          train one model .py, block file or NB201 cell (data=, recipe=, engine=)
 """
 
 from __future__ import annotations
@@ -135,8 +136,12 @@ def main(argv: list[str] | None = None) -> None:
         from nas.cli_arch import main as arch_main
 
         arch_main(rest)
+    elif command == "train":
+        from nas.cli_train import main as train_main
+
+        train_main(rest)
     else:
-        fail(f"unknown command '{command}' (valid: search, compare, arch)")
+        fail(f"unknown command '{command}' (valid: search, compare, arch, train)")
 
 
 if __name__ == "__main__":

@@ -51,3 +51,51 @@ def test_missing_dataset_path_is_one_line(nas_env, tmp_path):
     assert r.returncode == 2
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("nas: error: cifar10 not found at") and "cifar-10-batches-py" in last
+
+
+MODEL = '''
+import torch
+from torch import nn
+
+
+class Network(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, num_classes))
+
+    def forward(self, x):
+        return self.body(x)
+'''
+TRAIN = ["data=digits", "recipe.epochs=2", "recipe.patience_epochs=3", "evaluator.cells_per_stage=1",
+         "evaluator.channels=4"]
+
+
+@pytest.mark.parametrize("kind", ["source", "block", "cell"])
+def test_nas_train_one_architecture_of_each_representation(kind, nas_env, tmp_path):
+    root = Path(__file__).resolve().parent / "data"
+    arch = {"source": tmp_path / "model.py", "block": root / "blocks" / "residual.txt",
+            "cell": "|nor_conv_3x3~0|+|none~0|nor_conv_3x3~1|+|skip_connect~0|none~1|skip_connect~2|"}[kind]
+    (tmp_path / "model.py").write_text(MODEL)
+    extra = ["engine=fast", "evaluator.seeds=[777,888]"] if kind == "cell" else []
+    r = run_nas(["train", str(arch), *TRAIN, *extra, "--out", str(tmp_path / "r.json")], nas_env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    record = json.loads((tmp_path / "r.json").read_text())
+    space = {"source": "source", "block": "nader", "cell": "nb201"}[kind]
+    assert record["space"] == space and record["error"] is None and len(record["curve"]) == 2
+    assert r.stdout.startswith(f"{space} {record['key']}: ok; valid ")
+    if kind == "cell":
+        assert {"valid_accuracy_seed777", "valid_accuracy_seed888"} <= set(record["metrics"])
+
+
+def test_nas_train_errors_are_one_line(nas_env, tmp_path):
+    r = run_nas(["train", str(tmp_path / "none.py"), "data=digits"], nas_env)
+    assert r.returncode == 1 and r.stderr.strip() == (
+        f"nas: error: {tmp_path / 'none.py'}: no such file (give a model .py, a block file or an NB201 cell string)")
+    broken = tmp_path / "broken.py"
+    broken.write_text(MODEL.replace("def forward(self, x):\n        return self.body(x)",
+                                    "def forward(self, x):\n        return self.missing(x)"))
+    r = run_nas(["train", str(broken), *TRAIN], nas_env)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1].startswith(
+        "nas: error: forward: AttributeError: 'Network' object has no attribute 'missing' at broken.py:13")
