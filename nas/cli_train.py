@@ -66,10 +66,10 @@ def main(argv: list[str]) -> None:
         arch = load_arch(argv[0])
         params, seed = compose(rest)
         params.pop("name", None)
-        from nas.evaluators.train import TrainEvaluator
+        from nas.evaluators import EVALUATORS
         from nas.spaces.nb201 import NB201Space
 
-        evaluator = TrainEvaluator(NB201Space(), **params)
+        evaluator = EVALUATORS.create("train", params, space=NB201Space())  # the space is not used to train
         from rich.console import Console
 
         with Console(stderr=True).status(f"training {argv[0][:60]} ({arch.space}, key {arch.key()})"):
@@ -79,8 +79,6 @@ def main(argv: list[str]) -> None:
     except NasError as err:
         print(f"nas: error: {err}", file=sys.stderr)
         raise SystemExit(1) from None
-    except TypeError as err:  # an evaluator key that TrainEvaluator does not take
-        fail(f"evaluator: {err}")
     record = {"key": arch.key(), "space": arch.space, **result.to_dict()}
     if out is not None:
         atomic_write_json(out, record)

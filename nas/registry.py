@@ -73,6 +73,13 @@ def check_params(where: str, fn: Callable, params: dict[str, Any], skip: set[str
             )
 
 
+def check_keys(where: str, data: dict[str, Any], valid: list[str]) -> None:
+    """For settings mappings that are not constructor calls (recipe, engine, data)."""
+    unknown = sorted(set(data) - set(valid))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key '{unknown[0]}' (valid: {', '.join(valid)})")
+
+
 def _scalar_type(annotation: Any) -> type | None:
     if isinstance(annotation, str):
         annotation = {"int": int, "float": float, "bool": bool, "str": str}.get(annotation)

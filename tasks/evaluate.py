@@ -19,8 +19,7 @@ from prefect import task
 from prefect.cache_policies import INPUTS
 from prefect.results import ResultRecord
 
-from nas.evaluators.base import EvalResult, Evaluator
-from nas.search.loop import evaluate_safely
+from nas.evaluators.base import EvalResult, Evaluator, evaluate_safely
 from nas.search.spec import Component, SearchSpec, build_evaluator
 from nas.spaces import SPACES
 from nas.strategies.base import Candidate
@@ -43,7 +42,7 @@ def evaluate_task(space: dict[str, Any], evaluator: dict[str, Any], fingerprint:
     crashes raise (retried, never cached)."""
     ev = _evaluator(json.dumps(space, sort_keys=True), json.dumps(evaluator, sort_keys=True))
     arch = ev.space.decode(encoding)
-    return evaluate_safely(ev, Candidate(arch), seed).to_dict()
+    return evaluate_safely(ev, arch, seed).to_dict()
 
 
 class PrefectExecutor:

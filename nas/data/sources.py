@@ -26,6 +26,7 @@ import json
 import pickle
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -227,3 +228,9 @@ SOURCES: dict[str, Callable[..., ImageData]] = {
     "cifar100": cifar100,
     "imagenet16_120": imagenet16_120,
 }
+
+
+@lru_cache(maxsize=2)
+def load_data(name: str, root: str | None = None, split_file: str | None = None) -> ImageData:
+    """One load per process and dataset, however many evaluators (or Prefect tasks) ask."""
+    return SOURCES[name](root=root, split_file=split_file)

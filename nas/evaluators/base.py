@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
@@ -66,13 +67,16 @@ class Evaluator(ABC):
 
     def evaluate_batch(self, archs: list[Architecture], seed: int | None = None) -> list[EvalResult]:
         """Evaluate several candidates together; deterministic failures become failure results."""
-        out = []
-        for arch in archs:
-            try:
-                out.append(self.evaluate(arch, seed))
-            except NasError as err:
-                out.append(EvalResult.failure(str(err)))
-        return out
+        return [evaluate_safely(self, arch, seed) for arch in archs]
+
+
+def evaluate_safely(evaluator: Evaluator, arch: Architecture, seed: int | None) -> EvalResult:
+    """Deterministic failures become failure results; nothing is raised."""
+    start = time.perf_counter()
+    try:
+        return evaluator.evaluate(arch, seed)
+    except NasError as err:
+        return EvalResult.failure(str(err), time.perf_counter() - start)
 
 
 EVALUATORS: Registry[Evaluator] = Registry("evaluator")

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import statistics
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
 from typing import Any
 
 import torch
 
 from nas.arch.base import Architecture, stable_hash
 from nas.arch.source import SourceArch
-from nas.data.sources import SOURCES, ImageData
+from nas.data.sources import SOURCES, load_data
 from nas.errors import ConfigError, EvaluationError, NasError
 from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
+from nas.registry import check_keys
 from nas.sandbox.limits import Limits
 from nas.spaces.base import SearchSpace
 from nas.train.build import BuildOptions, build_model
@@ -34,12 +34,6 @@ from nas.train.result import TrainResult
 # A training run needs far more than a verification: the defaults allow an
 # hour of wall time on all cores and 8 GB on top of the data.
 SANDBOX_DEFAULTS = {"wall_s": 3600.0, "cpu_s": 4 * 3600, "memory_mb": 8192, "file_mb": 64}
-
-
-@lru_cache(maxsize=2)
-def load_data(name: str, root: str | None = None, split_file: str | None = None) -> ImageData:
-    """One load per process and dataset, however many evaluators (or Prefect tasks) ask."""
-    return SOURCES[name](root=root, split_file=split_file)
 
 
 @EVALUATORS.register("train")
@@ -57,9 +51,7 @@ class TrainEvaluator(Evaluator):
         if not isinstance(recipe, dict):
             raise ConfigError(f"recipe must be a mapping of recipe settings, got {recipe!r}")
         self.data_cfg = dict(data)
-        unknown = sorted(set(self.data_cfg) - {"name", "root", "split_file"})
-        if unknown:
-            raise ConfigError(f"data: unknown key '{unknown[0]}' (valid: name, root, split_file)")
+        check_keys("data", self.data_cfg, ["name", "root", "split_file"])
         self.recipe = Recipe.from_dict(recipe)
         self.engine = Engine.from_dict(dict(engine or {}))
         self.build = BuildOptions(channels, cells_per_stage, skeleton, dict(budget or {}))
@@ -67,9 +59,7 @@ class TrainEvaluator(Evaluator):
             raise ConfigError(f"evaluator.seeds must be a non-empty list of integers or null, got {seeds!r}")
         self.seeds = list(seeds) if seeds is not None else None
         self.uses_seed = self.seeds is None  # with fixed seeds, the run's seed changes nothing
-        unknown = sorted(set(sandbox or {}) - set(SANDBOX_DEFAULTS))
-        if unknown:
-            raise ConfigError(f"evaluator.sandbox: unknown key '{unknown[0]}' (valid: {', '.join(SANDBOX_DEFAULTS)})")
+        check_keys("evaluator.sandbox", sandbox or {}, list(SANDBOX_DEFAULTS))
         self.limits = Limits(**{**SANDBOX_DEFAULTS, **(sandbox or {})})
         self.data = load_data(**self.data_cfg)  # a missing dataset fails here, before any trial
 

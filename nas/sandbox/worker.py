@@ -78,12 +78,12 @@ def main(workdir: str) -> NoReturn:
     torch.set_num_threads(training["threads"] if training else 1)
     warnings.simplefilter("ignore")  # fvcore and tracer warnings would only fill the output pipe
     sys.dont_write_bytecode = True
-    if training:  # trusted work first: Lightning's import and the data count outside the caps
-        training["trainer"] = _trainer(training)
+    # trusted work first: Lightning's import and the data count outside the caps
+    trainer = _trainer(training) if training else None
     apply_rlimits(limits, address_space=not (training and training["gpu"]))
     install_policy(workdir, files, reporter.deny)
     try:
-        verdict = _verify(request, Path(workdir), files, limits, reporter)
+        verdict = _verify(request, Path(workdir), files, limits, reporter, trainer)
     except _Stop as stop:
         verdict = stop.verdict
     except MemoryError:  # raised while describing another failure
@@ -103,7 +103,7 @@ def _exit() -> NoReturn:
 
 
 def _verify(request: dict, workdir: Path, files: dict[str, str], limits: Limits,
-            reporter: _Reporter) -> Verdict:
+            reporter: _Reporter, trainer: Callable[[nn.Module, int], Any] | None = None) -> Verdict:
     num_classes, shape = request["num_classes"], tuple(request["input_shape"])
 
     def stage(name: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -144,32 +144,33 @@ def _verify(request: dict, workdir: Path, files: dict[str, str], limits: Limits,
             stop.verdict.params, stop.verdict.flops, stop.verdict.layers = params, flops, layers
             stop.verdict.output_shape = verdict.output_shape
             raise
-    if request.get("train"):
-        stage("train", _train, module, candidate, num_classes, request["train"], reporter)
+    if trainer is not None:
+        stage("train", _train, module, candidate, num_classes, request["train"]["seeds"], trainer, reporter)
     reporter.enter("done")
     return verdict
 
 
 def _trainer(training: dict) -> Callable[[nn.Module, int], Any]:
     """Load the data and the training code (trusted) and return `run(net, seed)`."""
-    from nas.data.sources import SOURCES
+    from nas.data.sources import load_data
     from nas.train.engine import Engine
     from nas.train.recipe import Recipe
     from nas.train.run import train_one
 
     # import the engine now: Lightning's import starts subprocesses, which the policy forbids
     importlib.import_module("nas.train.fast" if training["engine"].get("kind") == "fast" else "nas.train.fit")
-    data = SOURCES[training["data"]["name"]](**{k: v for k, v in training["data"].items() if k != "name"})
+    data = load_data(**training["data"])
     recipe, engine = Recipe.from_dict(training["recipe"]), Engine.from_dict(training["engine"])
     return lambda net, seed: train_one(net, data, recipe, seed, engine)
 
 
-def _train(module: Any, filename: str, num_classes: int, training: dict, reporter: _Reporter) -> None:
+def _train(module: Any, filename: str, num_classes: int, seeds: list[int],
+           trainer: Callable[[nn.Module, int], Any], reporter: _Reporter) -> None:
     """Train a fresh instance per seed (the checked one has seen a backward pass)."""
-    for seed in training["seeds"]:
+    for seed in seeds:
         torch.manual_seed(seed)
         net = _instantiate(module, filename, num_classes)
-        reporter.send(trained=training["trainer"](net, seed).to_dict())
+        reporter.send(trained=trainer(net, seed).to_dict())
 
 
 def _import(path: Path, name: str) -> Any:

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from nas import __version__
-from nas.errors import NasError, RunDirError
-from nas.evaluators.base import EvalResult, Evaluator
+from nas.errors import RunDirError
+from nas.evaluators.base import EvalResult, Evaluator, evaluate_safely
 from nas.search.rundir import RunDir
 from nas.search.spec import SearchSpec
 from nas.strategies.base import Candidate, SearchExhausted, Trial
@@ -25,15 +25,6 @@ log = logging.getLogger(__name__)
 class Executor(Protocol):
     def evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
         """Evaluate a batch → (result, served_from_cache, wall_seconds) per candidate."""
-
-
-def evaluate_safely(evaluator: Evaluator, candidate: Candidate, seed: int | None) -> EvalResult:
-    """Deterministic failures become failure results; nothing is raised."""
-    start = time.perf_counter()
-    try:
-        return evaluator.evaluate(candidate.arch, seed)
-    except NasError as err:
-        return EvalResult.failure(str(err), time.perf_counter() - start)
 
 
 class LocalExecutor:
@@ -57,7 +48,7 @@ class LocalExecutor:
         for cand in candidates:
             start = time.perf_counter()
             try:
-                result = evaluate_safely(self.evaluator, cand, self.seed)
+                result = evaluate_safely(self.evaluator, cand.arch, self.seed)
             except Exception as err:  # a crash of one candidate must not end the search
                 log.warning("evaluation of %s crashed: %s", cand.arch.key(), err)
                 result = EvalResult.failure(f"evaluator crashed: {type(err).__name__}: {err}")

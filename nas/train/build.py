@@ -19,6 +19,7 @@ from nas.arch.block import BlockArch
 from nas.arch.dag.macro import Budget, Skeleton
 from nas.arch.nb201 import NB201Cell
 from nas.errors import ConfigError, EvaluationError, NasError
+from nas.registry import check_keys
 
 SKELETONS = ("nb201", "imagenet")
 
@@ -33,9 +34,7 @@ class BuildOptions:
     def __post_init__(self) -> None:
         if self.skeleton not in SKELETONS:
             raise ConfigError(f"evaluator.skeleton must be one of {', '.join(SKELETONS)}, got {self.skeleton!r}")
-        unknown = sorted(set(self.budget) - {"params", "flops"})
-        if unknown:
-            raise ConfigError(f"evaluator.budget: unknown key '{unknown[0]}' (valid: params, flops)")
+        check_keys("evaluator.budget", self.budget, ["params", "flops"])
         for name in ("channels", "cells_per_stage"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"evaluator.{name} must be >= 1, got {getattr(self, name)}")

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from nas.errors import ConfigError
+from nas.registry import check_keys
 
 KINDS = ("plain", "fast")
 ACCELERATORS = ("cpu", "gpu", "auto")
@@ -47,10 +48,7 @@ class Engine:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Engine":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"engine: unknown key '{unknown[0]}' (valid: {', '.join(sorted(known))})")
+        check_keys("engine", data, sorted(f.name for f in fields(cls)))
         return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from nas.errors import ConfigError
+from nas.registry import check_keys
 
 NB201_SEEDS = (777, 888, 999)
 
@@ -41,10 +42,7 @@ class Recipe:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Recipe":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"recipe: unknown key '{unknown[0]}' (valid: {', '.join(sorted(known))})")
+        check_keys("recipe", data, sorted(f.name for f in fields(cls)))
         return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:

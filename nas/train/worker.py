@@ -45,15 +45,14 @@ def train_in_subprocess(arch: Architecture, *, data: dict[str, Any], recipe: dic
 
 
 def main(request_path: str) -> None:
-    from nas.data.sources import SOURCES
+    from nas.data.sources import load_data
     from nas.train.build import TRUSTED, BuildOptions, build_model
     from nas.train.engine import Engine
     from nas.train.recipe import Recipe
     from nas.train.run import train_one
 
     request = json.loads(Path(request_path).read_text(encoding="utf-8"))
-    cfg = request["data"]
-    data = SOURCES[cfg["name"]](**{k: v for k, v in cfg.items() if k != "name"})
+    data = load_data(**request["data"])
     arch = TRUSTED[request["space"]].decode(request["encoding"])
     model = build_model(arch, data.shape, data.num_classes, BuildOptions(**request["build"]), request["seed"])
     result = train_one(model, data, Recipe.from_dict(request["recipe"]), request["seed"],
