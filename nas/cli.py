@@ -6,6 +6,7 @@
   nas arch show FILE [--json]         key, width, params, FLOPs, PyTorch source
   nas arch draw FILE -o OUT.png       draw a block file's graphs
   nas train ARCH [overrides]          train one model .py, block file or NB201 cell (data=, recipe=, engine=)
+  nas knowledge ingest|search|tree|stats   the design-knowledge store (papers -> tagged ideas)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from nas.errors import NasError
 
-GROUPS = ("space", "strategy", "evaluator", "runner", "data", "recipe", "engine")
+GROUPS = ("space", "strategy", "evaluator", "runner", "data", "recipe", "engine", "llm", "knowledge")
 
 
 def fail(message: str) -> None:
@@ -140,8 +141,12 @@ def main(argv: list[str] | None = None) -> None:
         from nas.cli_train import main as train_main
 
         train_main(rest)
+    elif command == "knowledge":
+        from nas.cli_knowledge import main as knowledge_main
+
+        knowledge_main(rest)
     else:
-        fail(f"unknown command '{command}' (valid: search, compare, arch, train)")
+        fail(f"unknown command '{command}' (valid: search, compare, arch, train, knowledge)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,70 @@
+"""Knowledge settings (`conf/knowledge/*.yaml`) and the objects they build."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from nas.errors import ConfigError
+from nas.registry import check_keys
+
+TAGGERS = ("embed", "llm")
+
+
+@dataclass
+class KnowledgeConfig:
+    path: str | None = None
+    url: str | None = None
+    tree: str = "builtin"
+    tagger: str = "embed"
+    screen: bool = True
+    max_ideas: int = 5
+    max_method_chars: int = 4000
+    dedup_threshold: float = 0.95
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> KnowledgeConfig:
+        data = dict(data or {})
+        data.pop("name", None)
+        check_keys("knowledge", data, [f.name for f in fields(cls)])
+        cfg = cls(**data)
+        if cfg.tagger not in TAGGERS:
+            raise ConfigError(f"knowledge.tagger must be one of {', '.join(TAGGERS)}, got {cfg.tagger!r}")
+        if not 0.0 < float(cfg.dedup_threshold) <= 1.0:
+            raise ConfigError(f"knowledge.dedup_threshold must be in (0, 1], got {cfg.dedup_threshold}")
+        if int(cfg.max_ideas) <= 0 or int(cfg.max_method_chars) <= 0:
+            raise ConfigError("knowledge.max_ideas and knowledge.max_method_chars must be > 0")
+        return cfg
+
+    def load_tree(self):
+        from nas.knowledge.tree import AttributeTree
+
+        if self.tree == "builtin":
+            return AttributeTree.builtin()
+        path = Path(self.tree).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"knowledge.tree: {path} does not exist (use 'builtin' or a tree JSON file)")
+        return AttributeTree.load(path)
+
+    def open_store(self, embedder=None):
+        from nas.knowledge.store import KnowledgeStore
+
+        return KnowledgeStore(path=Path(self.path).expanduser() if self.path else None, url=self.url,
+                              embedder=embedder)
+
+    def open_experiences(self, embedder=None):
+        from nas.knowledge.store import ExperienceStore
+
+        return ExperienceStore(path=Path(self.path).expanduser() if self.path else None, url=self.url,
+                               embedder=embedder)
+
+    def build_tagger(self, tree, embedder, client=None):
+        from nas.knowledge.tagger import EmbeddingTagger, LLMTagger
+
+        fallback = EmbeddingTagger(tree, embedder)
+        if self.tagger == "llm":
+            if client is None:
+                raise ConfigError("knowledge.tagger=llm needs an LLM (llm=local|openai|replay)")
+            return LLMTagger(tree, client, fallback)
+        return fallback

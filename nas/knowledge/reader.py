@@ -1,0 +1,227 @@
+"""The Reader: papers in, tagged design ideas out (FairNAD's two stages).
+
+Stage 1 screens the abstract against the attribute tree; stage 2 extracts
+ideas (at most 50 words each) from the method text; each idea is tagged with a
+tree leaf; near-identical ideas are dropped by the store. A paper is recorded
+by content hash once read (accepted or rejected), so a second ingest skips it;
+a paper whose LLM calls failed is not recorded and is read again next time."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from nas.knowledge.idea import IDEA_MAX_WORDS, Idea
+from nas.knowledge.papers import BadFile, IdeaList, Paper, read_path
+from nas.knowledge.tagger import gbnf_literal, leaf_string
+from nas.knowledge.tree import AttributeTree
+from nas.llm.parse import ParseError, extract_list, extract_tagged
+
+_SEC = r"^\s*(?:#+\s*|\d+(?:\.\d+)*\.?\s+|[IVX]+\.\s+)?"
+_METHOD = re.compile(_SEC + r"(?:proposed\s+|our\s+)?(?:methods?|methodology|approach|architecture|model)\b[^\n]{0,60}$",
+                     re.IGNORECASE | re.MULTILINE)
+_END = re.compile(_SEC + r"(?:experiments?|evaluation|results|conclusions?|related work)\b[^\n]{0,60}$",
+                  re.IGNORECASE | re.MULTILINE)
+
+
+def method_text(paper: Paper, max_chars: int) -> str:
+    """The method section if headings show one, else the start of the body, else the abstract."""
+    body = paper.body
+    m = _METHOD.search(body)
+    if m:
+        end = _END.search(body, m.end())
+        section = body[m.start(): end.start() if end else None]
+    else:
+        section = body
+    section = " ".join(section.split())
+    return (section or paper.abstract)[:max_chars]
+
+
+def clean_idea(text: str) -> str | None:
+    """FairNAD's output rules: no '*' or ':', at most 50 words; fragments are dropped."""
+    text = re.sub(r"[*:#`]", " ", text)
+    words = text.split()
+    if len(words) < 4:
+        return None
+    return " ".join(words[:IDEA_MAX_WORDS]).rstrip(",;") if words else None
+
+
+@dataclass
+class IngestReport:
+    papers: int = 0
+    cached: int = 0            # read by an earlier ingest (same content hash)
+    accepted: int = 0
+    rejected: int = 0          # stage 1 said the paper holds no block-design idea
+    failed: int = 0            # LLM calls failed; the paper is read again next time
+    idea_lists: int = 0
+    ideas: int = 0
+    added: int = 0
+    duplicates: int = 0
+    tagged: dict[str, int] = field(default_factory=dict)   # given / llm / embed
+    bad_files: list[dict[str, str]] = field(default_factory=list)
+    failures: list[dict[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Reader:
+    def __init__(self, store, tree: AttributeTree, tagger, client=None, *, screen: bool = True,
+                 max_method_chars: int = 4000, max_ideas: int = 5, dedup_threshold: float = 0.95) -> None:
+        from nas.llm.prompts import load_prompt
+
+        self.store = store
+        self.tree = tree
+        self.tagger = tagger
+        self.client = client
+        self.screen = screen
+        self.max_method_chars = max_method_chars
+        self.max_ideas = max_ideas
+        self.dedup_threshold = dedup_threshold
+        self.filter_prompt = load_prompt("reader_filter")
+        self.extract_prompt = load_prompt("reader_extract")
+        self._trees = {"performance_tree": tree.render("performance"),
+                       "efficiency_tree": tree.render("efficiency")}
+        self.filter_grammar = ('root ::= "##response##" answer\nanswer ::= "no" | '
+                               + " | ".join(gbnf_literal(leaf_string(t)) for t in tree.tags()) + "\n")
+        self.extract_grammar = (f"root ::= item{{1,{max_ideas}}}\n"
+                                'item ::= "- " [^\\n*:]{12,320} "\\n"\n')
+
+    def ingest(self, paths: Iterable[Path], *, progress: bool = False) -> IngestReport:
+        report = IngestReport()
+        start = time.perf_counter()
+        items = [item for path in paths for item in read_path(Path(path))]
+        from rich.progress import Progress
+
+        with Progress(transient=True, disable=not progress) as bar:
+            task = bar.add_task("reading", total=len(items))
+            for item in items:
+                if isinstance(item, BadFile):
+                    report.bad_files.append({"path": item.path, "reason": item.reason})
+                elif isinstance(item, IdeaList):
+                    self._ingest_list(item, report, bar)
+                else:
+                    bar.update(task, description=f"reading {item.title[:40]}")
+                    self._ingest_paper(item, report)
+                bar.advance(task)
+        report.seconds = time.perf_counter() - start
+        return report
+
+    # -- one paper ----------------------------------------------------------------------------------------
+
+    def _ingest_paper(self, paper: Paper, report: IngestReport) -> None:
+        report.papers += 1
+        if self.store.has_paper(paper.hash):
+            report.cached += 1
+            return
+        meta = {"year": paper.year, "venue": paper.venue, "source": paper.source}
+        try:
+            if paper.ideas:
+                ideas = self._given_ideas(paper, report)
+            else:
+                hint = self._screen(paper) if self.screen else None
+                if hint == "no":
+                    report.rejected += 1
+                    self.store.add_paper(paper.hash, paper.title, {**meta, "status": "rejected"},
+                                         f"{paper.title}. {paper.abstract}")
+                    return
+                ideas = self._extract(paper)
+                self._tag(ideas, report)
+        except (ParseError, _Failed) as err:
+            report.failed += 1
+            report.failures.append({"paper": paper.title[:120], "source": paper.source, "error": str(err)})
+            return
+        report.accepted += 1
+        report.ideas += len(ideas)
+        added = self.store.add_ideas(ideas, dedup_threshold=self.dedup_threshold)
+        report.added += added.added
+        report.duplicates += added.duplicates
+        self.store.add_paper(paper.hash, paper.title, {**meta, "status": "accepted", "ideas": len(ideas)},
+                             f"{paper.title}. {paper.abstract}")
+
+    def _given_ideas(self, paper: Paper, report: IngestReport) -> list[Idea]:
+        ideas, untagged = [], []
+        for i, d in enumerate(paper.ideas):
+            text = clean_idea(d["text"])
+            if text is None:
+                continue
+            idea = Idea(text, source=paper.source, paper_id=paper.hash, paper_title=paper.title)
+            if d.get("main"):
+                try:
+                    idea.tag = self.tree.check({k: d.get(k, "") for k in ("target", "granularity", "main", "sub")})
+                except ValueError as err:
+                    raise _Failed(f"idea {i}: {err}") from None
+                report.tagged["given"] = report.tagged.get("given", 0) + 1
+            else:
+                untagged.append(idea)
+            ideas.append(idea)
+        self._tag(untagged, report)
+        return ideas
+
+    def _screen(self, paper: Paper) -> str:
+        answer = self._ask("reader_filter", self.filter_prompt,
+                           {**self._trees, "title": paper.title, "abstract": paper.abstract[:3000]},
+                           self._parse_screen, self.filter_grammar)
+        return answer
+
+    def _parse_screen(self, reply) -> str:
+        verdict = extract_tagged(reply.text, "response").splitlines()[0].strip() if reply.text else ""
+        if verdict.lower().startswith("no"):
+            return "no"
+        self.tree.check(verdict)  # raises ValueError naming the bad part
+        return verdict
+
+    def _extract(self, paper: Paper) -> list[Idea]:
+        values = {**self._trees, "title": paper.title, "max_ideas": self.max_ideas,
+                  "method": method_text(paper, self.max_method_chars)}
+
+        def parse(reply) -> list[str]:
+            texts = [t for item in extract_list(reply.text) if (t := clean_idea(item))]
+            if not texts:
+                raise ParseError("no idea of 4+ words in the reply")
+            return texts[: self.max_ideas]
+
+        texts = self._ask("reader_extract", self.extract_prompt, values, parse, self.extract_grammar)
+        return [Idea(t, source=paper.source, paper_id=paper.hash, paper_title=paper.title) for t in texts]
+
+    def _ask(self, what: str, prompt, values, parse, grammar):
+        if self.client is None:
+            raise _Failed(f"{what}: no LLM configured (papers without ready-made ideas need one)")
+        answer = self.client.ask("reader", prompt, values, parse, grammar=grammar, tries=2)
+        if not answer.ok:
+            raise _Failed(f"{what}: {answer.errors[-1] if answer.errors else 'no reply'}")
+        return answer.value
+
+    def _tag(self, ideas: list[Idea], report: IngestReport) -> None:
+        if not ideas:
+            return
+        for idea, tag in zip(ideas, self.tagger.tag([i.text for i in ideas])):
+            idea.tag = tag
+        report.tagged[self.tagger.name] = report.tagged.get(self.tagger.name, 0) + len(ideas)
+
+    # -- ready-made idea lists ----------------------------------------------------------------------------
+
+    def _ingest_list(self, item: IdeaList, report: IngestReport, bar) -> None:
+        report.idea_lists += 1
+        ideas = [Idea(text, source=item.source, paper_id=str(d.get("paper_id", "")),
+                      extra={"id": d.get("id")} if d.get("id") is not None else {})
+                 for d in item.ideas if (text := clean_idea(d["text"]))]
+        task = bar.add_task(f"tagging {Path(item.source).name}", total=len(ideas))
+        chunk = 256
+        for lo in range(0, len(ideas), chunk):
+            part = ideas[lo: lo + chunk]
+            self._tag(part, report)
+            added = self.store.add_ideas(part, dedup_threshold=self.dedup_threshold)
+            report.added += added.added
+            report.duplicates += added.duplicates
+            bar.advance(task, len(part))
+        report.ideas += len(ideas)
+        bar.remove_task(task)
+
+
+class _Failed(Exception):
+    """An LLM stage gave no usable answer for this paper."""

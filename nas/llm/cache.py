@@ -1,0 +1,85 @@
+"""Where replies are kept: a cross-run reply cache (one JSON file per call key),
+the run's transcript (`llm/transcripts.jsonl`), and the replay book built from a
+transcript. Keys never include credentials, and neither do records."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from nas.errors import ConfigError
+from nas.io import append_jsonl, atomic_write_json, read_jsonl
+
+TRANSCRIPT = Path("llm") / "transcripts.jsonl"
+
+
+def call_key(model: str, messages: list[dict[str, str]], params: dict[str, Any], template: str,
+             attempt: int) -> str:
+    blob = json.dumps({"model": model, "messages": messages, "params": params, "template": template,
+                       "attempt": attempt}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
+
+
+class ReplyCache:
+    """Successful replies by key, shared by all runs (so a re-run costs no calls)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        path = self._path(key)
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None  # absent, or unreadable: the call simply runs again
+        return record if isinstance(record, dict) and record.get("key") == key else None
+
+    def put(self, record: dict[str, Any]) -> None:
+        atomic_write_json(self._path(record["key"]), record)
+
+
+class Transcript:
+    """Append-only record of every call of a run, in call order."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / TRANSCRIPT
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def append(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            append_jsonl(self.path, [record])
+
+
+class ReplayBook:
+    """Replies of a recorded run by key; replaying needs no endpoint at all."""
+
+    def __init__(self, source: str | Path) -> None:
+        path = Path(source).expanduser()
+        if path.is_dir():
+            path = path / TRANSCRIPT
+        if not path.is_file():
+            raise ConfigError(f"llm.replay_from: {path} does not exist (give a run dir with llm/transcripts.jsonl)")
+        self.path = path
+        self.records: dict[str, dict[str, Any]] = {}
+        self.settings: dict[str, dict[str, Any]] = {}  # role -> recorded model, temperature, max_tokens
+        for record in read_jsonl(path, repair=False):
+            key = record.get("key")
+            if not isinstance(key, str):
+                continue
+            # A key can repeat (same call asked again); a success wins over a recorded failure.
+            if key not in self.records or (self.records[key].get("error") and not record.get("error")):
+                self.records[key] = record
+            params = record.get("params") or {}
+            self.settings.setdefault(str(record.get("role")), {
+                "model": record.get("model"), "temperature": params.get("temperature"),
+                "max_tokens": params.get("max_tokens")})
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.records.get(key)

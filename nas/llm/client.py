@@ -1,0 +1,268 @@
+"""One client for every agent: the `openai` SDK against an OpenAI-compatible
+endpoint (OpenAI, vLLM, Ollama, llama.cpp, or the embedded SmolLM2 server),
+with retries, constrained decoding, a reply cache, transcripts, replay and
+per-role accounting. Failures come back as `LLMError`/`ParseError`, never as
+crashes, so a bad reply costs one candidate, not a search."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Generic, TypeVar
+
+from nas.errors import ConfigError, NasError
+from nas.llm.accounting import Usage
+from nas.llm.cache import ReplayBook, ReplyCache, Transcript, call_key
+from nas.llm.config import LLMConfig
+from nas.llm.parse import ParseError
+from nas.llm.prompts import Prompt
+
+log = logging.getLogger("nas.llm")
+T = TypeVar("T")
+_KEYLIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-*]{6,})")
+
+
+class LLMError(NasError):
+    """A call failed after its retries (endpoint down, 4xx, repeated garbage) or has no recorded reply."""
+
+
+@dataclass
+class Reply:
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    source: str        # live | cache | replay
+    key: str
+    role: str
+    attempt: int
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
+
+@dataclass
+class Answer(Generic[T]):
+    """A parsed reply, or why none of the attempts gave one."""
+
+    value: T | None = None
+    replies: list[Reply] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.value is not None
+
+
+class _Garbage(Exception):
+    """The endpoint answered 200 with something that is not a chat completion."""
+
+
+class LLMClient:
+    def __init__(self, config: LLMConfig | dict[str, Any] | None = None, run_dir: Path | None = None, *,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.config = config if isinstance(config, LLMConfig) else LLMConfig.from_dict(config)
+        self.usage = Usage()
+        self.transcript = Transcript(run_dir) if run_dir is not None else None
+        self.cache = ReplyCache(self.config.cache_path()) if self.config.cache else None
+        self.book = ReplayBook(self.config.replay_from) if self.config.backend == "replay" else None
+        self._sleep = sleep
+        self._sdk: Any = None
+        self._key = ""
+        self._lock = threading.Lock()
+        self._seq = 0
+
+    # -- public -------------------------------------------------------------------------------------------
+
+    def complete(self, role: str, messages: list[dict[str, str]] | str, *, template: str = "",
+                 grammar: str | None = None, schema: dict[str, Any] | None = None, attempt: int = 0,
+                 temperature: float | None = None, max_tokens: int | None = None) -> Reply:
+        """One chat completion. Raises LLMError when no reply can be had."""
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        settings = self.config.role(role)
+        model = settings.model
+        if self.book is not None and role in self.book.settings:
+            # Replay asks with the recorded settings, whatever the replaying config says.
+            recorded = self.book.settings[role]
+            model = recorded["model"]
+            temperature = recorded["temperature"] if temperature is None else temperature
+            max_tokens = recorded["max_tokens"] if max_tokens is None else max_tokens
+        params = {"temperature": settings.temperature if temperature is None else float(temperature),
+                  "max_tokens": settings.max_tokens if max_tokens is None else int(max_tokens),
+                  "grammar": grammar, "schema": schema}
+        key = call_key(str(model), messages, params, template, attempt)
+        base = {"key": key, "role": role, "model": model, "template": template, "attempt": attempt,
+                "messages": messages, "params": params}
+        if self.book is not None:
+            hit = self.book.get(key)
+            if hit is None:
+                self._finish(base, None, retries=0, error="no recorded reply")
+                raise LLMError(f"replay: no recorded {role} call with key {key} (template {template or '-'}, "
+                               f"attempt {attempt}) in {self.book.path}; the prompts or settings differ")
+            if hit.get("error"):
+                self._finish(base, None, retries=0, error=hit["error"])
+                raise LLMError(hit["error"])
+            return self._finish(base, hit, retries=0, source="replay")
+        if self.cache is not None and (hit := self.cache.get(key)) is not None:
+            return self._finish(base, hit, retries=0, source="cache")
+        try:
+            result, retries = self._live(model, messages, params)
+        except LLMError as err:
+            self._finish(base, None, retries=getattr(err, "retries", 0), error=str(err))
+            raise
+        if self.cache is not None:
+            self.cache.put({**base, **result})
+        return self._finish(base, result, retries=retries, source="live")
+
+    def ask(self, role: str, prompt: Prompt, values: dict[str, Any], parse: Callable[[Reply], T], *,
+            grammar: str | None = None, schema: dict[str, Any] | None = None, tries: int = 1,
+            first_attempt: int = 0) -> Answer[T]:
+        """Render, call and parse; a failed parse asks again (next attempt = new cache key)."""
+        answer: Answer[T] = Answer()
+        messages = prompt.render(**values)
+        for attempt in range(first_attempt, first_attempt + max(1, tries)):
+            try:
+                reply = self.complete(role, messages, template=prompt.template_id, grammar=grammar,
+                                      schema=schema, attempt=attempt)
+            except LLMError as err:
+                answer.errors.append(f"attempt {attempt}: {err}")
+                continue
+            answer.replies.append(reply)
+            try:
+                if reply.truncated:
+                    raise ParseError(f"reply cut at max_tokens ({reply.completion_tokens} tokens); "
+                                     f"raise llm.roles.{role}.max_tokens")
+                answer.value = parse(reply)
+                return answer
+            except (ParseError, ValueError) as err:
+                answer.errors.append(f"attempt {attempt}: {err}")
+        return answer
+
+    # -- internals ----------------------------------------------------------------------------------------
+
+    def _finish(self, base: dict[str, Any], result: dict[str, Any] | None, *, retries: int,
+                source: str | None = None, error: str | None = None) -> Reply:
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+        res = result or {}
+        record = {**base, "seq": seq, "source": source, "retries": retries, "error": error,
+                  "reply": res.get("reply"), "finish_reason": res.get("finish_reason"),
+                  "prompt_tokens": int(res.get("prompt_tokens") or 0),
+                  "completion_tokens": int(res.get("completion_tokens") or 0),
+                  "latency_s": float(res.get("latency_s") or 0.0)}
+        if self.transcript is not None:
+            self.transcript.append(record)
+        self.usage.record(base["role"], source=source, prompt_tokens=record["prompt_tokens"],
+                          completion_tokens=record["completion_tokens"], retries=retries,
+                          truncated=record["finish_reason"] == "length", latency_s=record["latency_s"])
+        return Reply(text=str(record["reply"] or ""), finish_reason=str(record["finish_reason"] or ""),
+                     prompt_tokens=record["prompt_tokens"], completion_tokens=record["completion_tokens"],
+                     source=str(source), key=base["key"], role=base["role"], attempt=base["attempt"])
+
+    def _endpoint(self) -> Any:
+        with self._lock:
+            if self._sdk is not None:
+                return self._sdk
+            from openai import OpenAI
+
+            cfg = self.config
+            if cfg.backend == "local":
+                from nas.llm.local import shared_server
+
+                base_url = shared_server(alias=cfg.model, **cfg.local).start()
+                self._key = "local"
+            else:
+                base_url = cfg.base_url
+                self._key = os.environ.get(cfg.api_key_env, "")
+                if not self._key:
+                    if base_url is None:
+                        raise ConfigError(f"llm=openai: set the API key in ${cfg.api_key_env} "
+                                          "(or llm.base_url for a server without keys)")
+                    self._key = "not-needed"
+            # Our own retry loop below (it knows about garbage replies and counts retries).
+            self._sdk = OpenAI(base_url=base_url, api_key=self._key, timeout=cfg.timeout_s, max_retries=0)
+            return self._sdk
+
+    def _structured(self, grammar: str | None, schema: dict[str, Any] | None) -> dict[str, Any]:
+        mode = self.config.structured_mode()
+        if mode == "grammar" and grammar:
+            return {"extra_body": {"grammar": grammar}}
+        if mode == "grammar" and schema:
+            return {"response_format": {"type": "json_object", "schema": schema}}
+        if mode == "json_schema" and schema:
+            return {"response_format": {"type": "json_schema",
+                                        "json_schema": {"name": "reply", "schema": schema}}}
+        return {}
+
+    def _live(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]
+              ) -> tuple[dict[str, Any], int]:
+        import openai
+
+        sdk = self._endpoint()
+        cfg = self.config
+        extra = self._structured(params["grammar"], params["schema"])
+        retries = 0
+        while True:
+            start = time.perf_counter()
+            wait = None
+            try:
+                resp = sdk.chat.completions.create(model=model, messages=messages,
+                                                   temperature=params["temperature"],
+                                                   max_tokens=params["max_tokens"], **extra)
+                choices = getattr(resp, "choices", None)
+                if not choices or choices[0].message is None or choices[0].message.content is None:
+                    raise _Garbage(f"not a chat completion ({type(resp).__name__})")
+                usage = getattr(resp, "usage", None)
+                return {"reply": choices[0].message.content,
+                        "finish_reason": choices[0].finish_reason or "stop",
+                        "prompt_tokens": getattr(usage, "prompt_tokens", 0) or 0,
+                        "completion_tokens": getattr(usage, "completion_tokens", 0) or 0,
+                        "latency_s": time.perf_counter() - start}, retries
+            except openai.RateLimitError as err:
+                problem, wait = "rate limited (429)", _retry_after(err)
+                wait = None if wait is None else min(wait, cfg.backoff_max_s)
+            except openai.APIStatusError as err:
+                if err.status_code < 500 and err.status_code not in (408, 409):
+                    raise self._error(f"endpoint refused the request (HTTP {err.status_code}): {err.message}",
+                                      retries) from None
+                problem = f"server error (HTTP {err.status_code})"
+            except openai.APITimeoutError:
+                problem = f"timed out after {cfg.timeout_s:g} s"
+            except openai.APIConnectionError as err:
+                problem = f"connection failed ({err.__cause__ or err})"
+            except (_Garbage, openai.APIResponseValidationError, ValueError) as err:
+                problem = f"garbage reply: {err}"
+            if retries >= cfg.max_retries:
+                raise self._error(f"{problem}; gave up after {retries + 1} tries", retries)
+            delay = wait if wait is not None else min(cfg.backoff_max_s, cfg.backoff_s * 2 ** retries)
+            delay *= 1.0 + 0.1 * random.random() if wait is None else 1.0
+            log.warning("llm: %s; retry %d/%d in %.1f s", self._scrub(problem), retries + 1, cfg.max_retries, delay)
+            self._sleep(delay)
+            retries += 1
+
+    def _scrub(self, text: str) -> str:
+        if self._key and len(self._key) > 3:
+            text = text.replace(self._key, "***")
+        return _KEYLIKE.sub("sk-***", text)
+
+    def _error(self, message: str, retries: int) -> LLMError:
+        err = LLMError(f"llm: {self._scrub(message)}".splitlines()[0])
+        err.retries = retries  # type: ignore[attr-defined]
+        return err
+
+
+def _retry_after(err: Exception) -> float | None:
+    headers = getattr(getattr(err, "response", None), "headers", None) or {}
+    try:
+        return max(0.0, float(headers.get("retry-after")))
+    except (TypeError, ValueError):
+        return None

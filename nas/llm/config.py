@@ -1,0 +1,93 @@
+"""LLM settings (`conf/llm/*.yaml`): one endpoint, per-role sampling settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from nas.errors import ConfigError
+from nas.registry import check_keys
+
+BACKENDS = ("local", "openai", "replay")
+STRUCTURED = ("auto", "grammar", "json_schema", "none")
+ROLES = ("reader", "tagger", "analyst", "proposer", "modifier", "reflector", "navigator", "generator",
+         "mutator", "debugger")
+LOCAL_KEYS = ("n_ctx", "n_threads", "startup_timeout_s")
+
+
+@dataclass
+class RoleSettings:
+    model: str | None = None     # None: the endpoint's default model
+    temperature: float = 0.0
+    max_tokens: int = 512
+
+
+@dataclass
+class LLMConfig:
+    backend: str = "local"
+    base_url: str | None = None            # openai backend: any OpenAI-compatible endpoint
+    model: str = "smollm2-135m-instruct"
+    api_key_env: str = "OPENAI_API_KEY"    # the key is read from this variable, never from config files
+    timeout_s: float = 120.0
+    max_retries: int = 4
+    backoff_s: float = 0.5
+    backoff_max_s: float = 20.0
+    structured: str = "auto"               # grammar (llama.cpp), json_schema (OpenAI), none (tolerant parsing)
+    cache: bool = True
+    cache_dir: str | None = None           # default: $NASFLOW_HOME/llm/cache
+    replay_from: str | None = None         # replay: a run dir (or its transcripts.jsonl)
+    local: dict[str, Any] = field(default_factory=lambda: {"n_ctx": 4096, "n_threads": None,
+                                                           "startup_timeout_s": 120.0})
+    roles: dict[str, RoleSettings] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> LLMConfig:
+        data = dict(data or {})
+        data.pop("name", None)
+        valid = [f.name for f in fields(cls)]
+        check_keys("llm", data, valid)
+        roles_in = data.pop("roles", None) or {}
+        cfg = cls(**data)
+        for role, settings in dict(roles_in).items():
+            if role not in ROLES:
+                raise ConfigError(f"llm.roles: unknown role '{role}' (valid: {', '.join(ROLES)})")
+            settings = dict(settings or {})
+            check_keys(f"llm.roles.{role}", settings, [f.name for f in fields(RoleSettings)])
+            cfg.roles[role] = RoleSettings(**settings)
+        cfg.check()
+        return cfg
+
+    def check(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"llm.backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.structured not in STRUCTURED:
+            raise ConfigError(f"llm.structured must be one of {', '.join(STRUCTURED)}, got {self.structured!r}")
+        if self.backend == "replay" and not self.replay_from:
+            raise ConfigError("llm=replay needs llm.replay_from=RUN_DIR (a run whose llm/transcripts.jsonl to replay)")
+        if self.timeout_s <= 0 or self.max_retries < 0 or self.backoff_s < 0:
+            raise ConfigError("llm.timeout_s must be > 0 and llm.max_retries, llm.backoff_s >= 0")
+        check_keys("llm.local", self.local, list(LOCAL_KEYS))
+        for role, rs in self.roles.items():
+            if not 0.0 <= float(rs.temperature) <= 2.0:
+                raise ConfigError(f"llm.roles.{role}.temperature must be in [0, 2], got {rs.temperature}")
+            if int(rs.max_tokens) <= 0:
+                raise ConfigError(f"llm.roles.{role}.max_tokens must be > 0, got {rs.max_tokens}")
+
+    def role(self, name: str) -> RoleSettings:
+        if name not in ROLES:
+            raise ConfigError(f"unknown LLM role '{name}' (valid: {', '.join(ROLES)})")
+        rs = self.roles.get(name, RoleSettings())
+        return RoleSettings(model=rs.model or self.model, temperature=float(rs.temperature),
+                            max_tokens=int(rs.max_tokens))
+
+    def structured_mode(self) -> str:
+        """What the endpoint is asked for: llama.cpp takes GBNF grammars, OpenAI JSON schemas."""
+        if self.structured != "auto":
+            return self.structured
+        return "grammar" if self.backend == "local" else "json_schema"
+
+    def cache_path(self) -> Path:
+        from nas.workspace import home
+
+        return Path(self.cache_dir).expanduser().resolve() if self.cache_dir else home() / "llm" / "cache"

@@ -1,0 +1,103 @@
+"""Prompt templates are files (`nas/prompts/*.md`), versioned, and part of the
+LLM cache key, so editing a prompt never replays a stale reply.
+
+File format: a header block, then `[system]` and `[user]` sections; fields are
+`{{name}}` (JSON examples keep their single braces)::
+
+    ---
+    name: reader_filter
+    version: 1
+    role: reader
+    ---
+    [system]
+    ...
+    [user]
+    Title: {{title}}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from nas.errors import ConfigError
+
+_FIELD = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_SECTION = re.compile(r"^\[(system|user)\]\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    name: str
+    version: int
+    role: str
+    system: str
+    user: str
+    digest: str
+
+    @property
+    def template_id(self) -> str:
+        """`name@version:digest` — the version says intent, the digest catches unbumped edits."""
+        return f"{self.name}@{self.version}:{self.digest}"
+
+    def fields(self) -> set[str]:
+        return set(_FIELD.findall(self.system)) | set(_FIELD.findall(self.user))
+
+    def render(self, **values: object) -> list[dict[str, str]]:
+        missing = sorted(self.fields() - set(values))
+        if missing:
+            raise ConfigError(f"prompt {self.name}: no value for field '{missing[0]}'")
+        extra = sorted(set(values) - self.fields())
+        if extra:
+            raise ConfigError(f"prompt {self.name}: unknown field '{extra[0]}' "
+                              f"(fields: {', '.join(sorted(self.fields()))})")
+
+        def fill(text: str) -> str:
+            return _FIELD.sub(lambda m: str(values[m.group(1)]), text)
+
+        messages = [{"role": "system", "content": fill(self.system)}] if self.system else []
+        return messages + [{"role": "user", "content": fill(self.user)}]
+
+
+def parse_prompt(text: str, where: str) -> Prompt:
+    if not text.startswith("---\n"):
+        raise ConfigError(f"{where}: a prompt file starts with a '---' header")
+    head, sep, body = text[4:].partition("\n---\n")
+    if not sep:
+        raise ConfigError(f"{where}: the '---' header is not closed")
+    meta: dict[str, str] = {}
+    for n, line in enumerate(head.splitlines(), start=2):
+        key, colon, value = line.partition(":")
+        if not colon:
+            raise ConfigError(f"{where}:{n}: header line needs 'key: value'")
+        meta[key.strip()] = value.strip()
+    for key in ("name", "version", "role"):
+        if key not in meta:
+            raise ConfigError(f"{where}: header has no '{key}'")
+    parts = _SECTION.split(body)
+    sections = {parts[i]: parts[i + 1].strip("\n") for i in range(1, len(parts) - 1, 2)}
+    if "user" not in sections:
+        raise ConfigError(f"{where}: no [user] section")
+    try:
+        version = int(meta["version"])
+    except ValueError:
+        raise ConfigError(f"{where}: version must be an integer, got {meta['version']!r}") from None
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+    return Prompt(meta["name"], version, meta["role"], sections.get("system", ""), sections["user"], digest)
+
+
+@lru_cache(maxsize=None)
+def load_prompt(name: str) -> Prompt:
+    """A packaged prompt by name, or a path to a user's prompt file."""
+    if name.endswith(".md") and Path(name).is_file():
+        return parse_prompt(Path(name).read_text(encoding="utf-8"), name)
+    folder = resources.files("nas") / "prompts"
+    file = folder / f"{name}.md"
+    if not file.is_file():
+        valid = sorted(p.name[:-3] for p in folder.iterdir() if p.name.endswith(".md"))
+        raise ConfigError(f"unknown prompt '{name}' (valid: {', '.join(valid)})")
+    return parse_prompt(file.read_text(encoding="utf-8"), f"nas/prompts/{name}.md")

@@ -1,0 +1,259 @@
+"""The LLM client against a real loopback chat-completions server with scripted
+replies and faults: retries, timeouts, garbage, cache, transcripts, replay,
+accounting, constrained decoding requests, and no API key in any file."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from nas.errors import ConfigError
+from nas.llm import LLMClient, LLMConfig, LLMError, ParseError
+from nas.llm.parse import extract_code, extract_json, extract_list, extract_tagged
+from nas.llm.prompts import load_prompt, parse_prompt
+from nas.llm.scripted import ScriptedServer, Step
+
+SECRET = "sk-test-SECRETSECRET123456"
+
+
+def make_client(server, tmp_path, run_dir=None, **overrides):
+    cfg = {"backend": "openai", "base_url": server.base_url if server else None, "model": "m",
+           "api_key_env": "NASFLOW_TEST_KEY", "timeout_s": 5, "max_retries": 3, "backoff_s": 0.01,
+           "cache_dir": str(tmp_path / "cache"), "structured": "none", **overrides}
+    sleeps: list[float] = []
+    client = LLMClient(cfg, run_dir=run_dir, sleep=sleeps.append)
+    return client, sleeps
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    monkeypatch.setenv("NASFLOW_TEST_KEY", SECRET)
+
+
+def test_reply_usage_and_transcript(tmp_path):
+    with ScriptedServer(["two words"]) as srv:
+        client, _ = make_client(srv, tmp_path, run_dir=tmp_path / "run")
+        reply = client.complete("proposer", "hello there model")
+    assert reply.text == "two words" and reply.source == "live" and not reply.truncated
+    assert (reply.prompt_tokens, reply.completion_tokens) == (3, 2)
+    usage = client.usage.to_dict()
+    assert usage["roles"]["proposer"]["live"] == 1 and usage["total"]["tokens"] == 5
+    lines = (tmp_path / "run/llm/transcripts.jsonl").read_text().splitlines()
+    record = json.loads(lines[0])
+    assert record["reply"] == "two words" and record["role"] == "proposer" and record["source"] == "live"
+    assert srv.auth_headers == [f"Bearer {SECRET}"]
+
+
+@pytest.mark.parametrize("fault", ["500", "429", "garbage", "disconnect"])
+def test_transient_faults_are_retried(tmp_path, fault):
+    with ScriptedServer([Step(fault=fault), Step(fault=fault), "fine"]) as srv:
+        client, sleeps = make_client(srv, tmp_path)
+        reply = client.complete("modifier", "x")
+    assert reply.text == "fine"
+    assert len(srv.requests) == 3 and len(sleeps) == 2
+    assert client.usage.to_dict()["roles"]["modifier"]["retries"] == 2
+
+
+def test_backoff_grows_and_429_honours_retry_after(tmp_path):
+    with ScriptedServer([Step(fault="500"), Step(fault="500"), Step(fault="429"), "ok"]) as srv:
+        client, sleeps = make_client(srv, tmp_path, backoff_s=1.0)
+        client.complete("reader", "x")
+    assert 1.0 <= sleeps[0] < sleeps[1] and sleeps[2] == 0.0  # retry-after: 0
+
+
+def test_timeout_then_success(tmp_path):
+    with ScriptedServer([Step(reply="late", fault="slow", delay_s=3.0), "on time"]) as srv:
+        client, sleeps = make_client(srv, tmp_path, timeout_s=0.5)
+        assert client.complete("reader", "x").text == "on time"
+    assert len(sleeps) == 1
+
+
+def test_gives_up_with_one_line_and_records_failure(tmp_path, caplog):
+    with ScriptedServer([], default=None) as srv:  # every call: 500 "script exhausted"
+        client, sleeps = make_client(srv, tmp_path, max_retries=2, run_dir=tmp_path / "run")
+        with caplog.at_level(logging.WARNING, logger="nas.llm"):
+            with pytest.raises(LLMError) as err:
+                client.complete("debugger", "x")
+    msg = str(err.value)
+    assert "\n" not in msg and "HTTP 500" in msg and "3 tries" in msg
+    assert len(sleeps) == 2 and len(caplog.records) == 2
+    assert client.usage.to_dict()["roles"]["debugger"]["failures"] == 1
+    record = json.loads((tmp_path / "run/llm/transcripts.jsonl").read_text())
+    assert record["error"] == msg and record["source"] is None
+
+
+def test_connection_refused_is_an_llm_error(tmp_path):
+    srv = ScriptedServer(["x"]).start()
+    url = srv.base_url
+    srv.stop()
+    client = LLMClient({"backend": "openai", "base_url": url, "api_key_env": "NASFLOW_TEST_KEY",
+                        "max_retries": 1, "cache": False}, sleep=lambda s: None)
+    with pytest.raises(LLMError, match="connection failed"):
+        client.complete("reader", "x")
+
+
+def test_truncated_reply_is_a_parse_failure_not_a_crash(tmp_path):
+    prompt = parse_prompt("---\nname: t\nversion: 1\nrole: proposer\n---\n[user]\nsay {{what}}\n", "t.md")
+    with ScriptedServer([Step(reply="one two three four", fault="truncated"), "<answer>42</answer>"]) as srv:
+        client, _ = make_client(srv, tmp_path)
+        answer = client.ask("proposer", prompt, {"what": "it"}, lambda r: extract_tagged(r.text, "answer"), tries=2)
+    assert answer.ok and answer.value == "42"
+    assert "max_tokens" in answer.errors[0]
+    assert [r.attempt for r in answer.replies] == [0, 1]
+    assert client.usage.to_dict()["roles"]["proposer"]["truncated"] == 1
+
+
+def test_garbage_content_never_raises_from_ask(tmp_path):
+    prompt = parse_prompt("---\nname: t\nversion: 1\nrole: generator\n---\n[user]\ngo\n", "t.md")
+    with ScriptedServer(["%%% nothing useful %%%", Step(fault="500")], default=None) as srv:
+        client, _ = make_client(srv, tmp_path, max_retries=0)
+        answer = client.ask("generator", prompt, {}, lambda r: extract_json(r.text), tries=2)
+    assert not answer.ok and len(answer.errors) == 2
+    assert "no JSON object" in answer.errors[0] and "HTTP 500" in answer.errors[1]
+
+
+def test_cache_serves_a_rerun_without_calls(tmp_path):
+    with ScriptedServer(["a", "b", "c"]) as srv:
+        first, _ = make_client(srv, tmp_path)
+        replies = [first.complete("proposer", "p1").text, first.complete("proposer", "p2").text]
+        second, _ = make_client(srv, tmp_path)
+        again = [second.complete("proposer", "p1"), second.complete("proposer", "p2")]
+        assert len(srv.requests) == 2
+        third = second.complete("proposer", "p1", attempt=1)  # another attempt is another call
+    assert [r.text for r in again] == replies and {r.source for r in again} == {"cache"}
+    assert third.source == "live" and len(srv.requests) == 3
+    assert second.usage.to_dict()["total"]["cache_hit_rate"] == pytest.approx(2 / 3)
+
+
+def test_prompt_edit_changes_the_key(tmp_path):
+    a = parse_prompt("---\nname: t\nversion: 1\nrole: reader\n---\n[user]\nA {{x}}\n", "a.md")
+    b = parse_prompt("---\nname: t\nversion: 1\nrole: reader\n---\n[user]\nA  {{x}}\n", "b.md")
+    assert a.template_id != b.template_id
+    with ScriptedServer(["r1", "r2"]) as srv:
+        client, _ = make_client(srv, tmp_path)
+        client.ask("reader", a, {"x": 1}, lambda r: r.text)
+        client.ask("reader", b, {"x": 1}, lambda r: r.text)
+    assert len(srv.requests) == 2
+
+
+def test_replay_is_identical_and_offline(tmp_path):
+    run = tmp_path / "run"
+    with ScriptedServer(["one", Step(fault="500"), "two"]) as srv:
+        live, _ = make_client(srv, tmp_path, run_dir=run, cache=False, max_retries=0,
+                              roles={"reader": {"temperature": 0.3, "max_tokens": 64}})
+        history = [live.complete("reader", "q1").text]
+        with pytest.raises(LLMError) as failed:
+            live.complete("reader", "q2")
+        history.append(live.complete("reader", "q2", attempt=1).text)
+    # The server is gone; the replaying config even differs in role settings.
+    replay = LLMClient({"backend": "replay", "replay_from": str(run), "cache": False},
+                       run_dir=tmp_path / "run2")
+    assert replay.complete("reader", "q1").text == history[0]
+    with pytest.raises(LLMError) as again:
+        replay.complete("reader", "q2")
+    assert str(again.value) == str(failed.value)
+    assert replay.complete("reader", "q2", attempt=1).text == history[1]
+    with pytest.raises(LLMError, match="no recorded reader call"):
+        replay.complete("reader", "never asked")
+    usage = replay.usage.to_dict()["total"]
+    assert usage["replayed"] == 2 and usage["live"] == 0
+
+
+def test_structured_requests_follow_the_mode(tmp_path):
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    with ScriptedServer(['{"a": "x"}'] * 3) as srv:
+        gram, _ = make_client(srv, tmp_path, structured="grammar", cache=False)
+        gram.complete("reader", "x", grammar='root ::= "a"')
+        js, _ = make_client(srv, tmp_path, structured="json_schema", cache=False)
+        js.complete("reader", "x", schema=schema)
+        none, _ = make_client(srv, tmp_path, structured="none", cache=False)
+        none.complete("reader", "x", grammar='root ::= "a"', schema=schema)
+    assert srv.requests[0]["grammar"] == 'root ::= "a"'
+    assert srv.requests[1]["response_format"]["json_schema"]["schema"] == schema
+    assert "grammar" not in srv.requests[2] and "response_format" not in srv.requests[2]
+
+
+def test_api_key_never_written(tmp_path, caplog):
+    run = tmp_path / "run"
+    with ScriptedServer([Step(fault="500"), "ok"]) as srv:
+        client, _ = make_client(srv, tmp_path, run_dir=run)
+        with caplog.at_level(logging.DEBUG):
+            client.complete("reader", "x")
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert files and not any(SECRET in p.read_text(errors="replace") for p in files)
+    assert SECRET not in caplog.text
+
+
+def test_config_errors_are_one_line(monkeypatch):
+    with pytest.raises(ConfigError, match="llm: unknown key 'modle'"):
+        LLMConfig.from_dict({"modle": "x"})
+    with pytest.raises(ConfigError, match="llm.backend must be one of"):
+        LLMConfig.from_dict({"backend": "gpt"})
+    with pytest.raises(ConfigError, match="replay_from"):
+        LLMConfig.from_dict({"backend": "replay"})
+    with pytest.raises(ConfigError, match="unknown role 'poet'"):
+        LLMConfig.from_dict({"roles": {"poet": {}}})
+    with pytest.raises(ConfigError, match="temperature"):
+        LLMConfig.from_dict({"roles": {"reader": {"temperature": 5}}})
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    client = LLMClient({"backend": "openai", "cache": False})
+    with pytest.raises(ConfigError, match=r"\$OPENAI_API_KEY"):
+        client.complete("reader", "x")
+
+
+def test_shipped_llm_configs_load():
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    for name in ("local", "openai", "replay"):
+        with initialize_config_module("conf", version_base="1.3"):
+            cfg = compose("config", overrides=[f"llm={name}", "llm.replay_from=/tmp/x"])
+        data = OmegaConf.to_container(cfg.llm, resolve=True)
+        config = LLMConfig.from_dict(data)
+        assert config.backend == name and config.role("modifier").max_tokens > 0
+
+
+# -- prompts and tolerant parsing -------------------------------------------------------------------------
+
+def test_packaged_prompts_render():
+    for name in ("reader_filter", "reader_extract", "tagger", "tree_analyst"):
+        prompt = load_prompt(name)
+        values = {f: "x" for f in prompt.fields()}
+        messages = prompt.render(**values)
+        assert messages[-1]["role"] == "user" and "{{" not in messages[-1]["content"]
+    with pytest.raises(ConfigError, match="no value for field 'idea'"):
+        load_prompt("tagger").render(candidates="")
+    with pytest.raises(ConfigError, match="unknown field 'ideas'"):
+        load_prompt("tagger").render(candidates="", idea="", ideas="")
+    with pytest.raises(ConfigError, match="unknown prompt 'nope'"):
+        load_prompt("nope")
+
+
+@pytest.mark.parametrize("text,bad", [
+    ("name: x\n", "starts with a '---' header"),
+    ("---\nname: x\nversion: 1\nrole: r\n", "not closed"),
+    ("---\nname: x\nversion: one\nrole: r\n---\n[user]\nhi\n", "version must be an integer"),
+    ("---\nname: x\nversion: 1\nrole: r\n---\n[system]\nhi\n", "no [user] section"),
+])
+def test_bad_prompt_files(text, bad):
+    with pytest.raises(ConfigError, match=bad.replace("[", r"\[").replace("]", r"\]")):
+        parse_prompt(text, "p.md")
+
+
+def test_tolerant_parsers():
+    assert extract_tagged("blah ##response##performance*op", "response") == "performance*op"
+    assert extract_tagged("x <block>##a##\n1:Conv</block> y", "block") == "##a##\n1:Conv"
+    code = extract_code("Here:\n```python\nimport torch\nclass Net: pass\n```\nthanks")
+    assert code.startswith("import torch") and "thanks" not in code
+    assert extract_code("import torch\nx = 1") == "import torch\nx = 1\n"
+    assert extract_json('Sure! {"a": [1, 2]} hope it helps') == {"a": [1, 2]}
+    assert extract_json('```json\n{"b": 1}\n```') == {"b": 1}
+    assert extract_list("Ideas:\n1. use SE\n2) add skip\n- widen") == ["use SE", "add skip", "widen"]
+    with pytest.raises(ParseError, match="no '##response##'"):
+        extract_tagged("nothing here", "response")
+    with pytest.raises(ParseError, match="no ```python code block"):
+        extract_code("I cannot do that")
+    with pytest.raises(ParseError, match="invalid JSON at char"):
+        extract_json('{"a": 1,,}')

