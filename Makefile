@@ -27,6 +27,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/cache_rerun.py
 	$(BIN)/python benchmarks/arch_throughput.py
 	$(BIN)/python benchmarks/train_throughput.py
+	$(BIN)/python benchmarks/llm_layer.py
+	$(BIN)/python benchmarks/knowledge.py
 
 clean:
 	rm -rf $(VENV) runs multirun

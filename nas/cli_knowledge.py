@@ -1,7 +1,8 @@
 """`nas knowledge`: build and query the design-knowledge store.
 
-  nas knowledge ingest [PATH...] [--out DIR]     read papers (PDF, .md/.txt, .jsonl) or idea lists
-                                                 (NADER's inspirations.json); no PATH: the built-in corpus
+  nas knowledge ingest [PATH...] [--out DIR]     read papers (PDF, .md/.txt, .jsonl), idea lists (NADER's
+                                                 inspirations.json) or NADER experience files; no PATH: the
+                                                 built-in corpus
   nas knowledge search "QUERY" [-k N] [--main-category X] [--granularity G] [--target T] [--source S] [--json]
   nas knowledge tree [--build] [--target T] [--json] [--out FILE]
   nas knowledge stats [--json] [--plot FILE.png]
@@ -75,6 +76,11 @@ def main(argv: list[str]) -> None:
     check_group_overrides(overrides)
     try:
         settings = compose(overrides)
+        from nas.knowledge.config import KnowledgeConfig
+        from nas.llm import LLMConfig
+
+        LLMConfig.from_dict(settings["llm"])  # bad settings fail before any work, whatever the command
+        KnowledgeConfig.from_dict(settings["knowledge"])
         {"ingest": _ingest, "search": _search, "tree": _tree, "stats": _stats}[args.command](args, settings)
     except ConfigError as err:
         fail(str(err))
@@ -103,19 +109,22 @@ def _ingest(args, settings: dict[str, Any]) -> None:
     embedder = default_embedder()
     client = LLMClient(lcfg, run_dir=out)
     store = kcfg.open_store(embedder)
-    reader = Reader(store, tree, kcfg.build_tagger(tree, embedder, client), client, screen=kcfg.screen,
+    reader = Reader(store, tree, kcfg.build_tagger(tree, embedder, client), client,
+                    experiences=kcfg.open_experiences(embedder), screen=kcfg.screen,
                     max_method_chars=kcfg.max_method_chars, max_ideas=kcfg.max_ideas,
                     dedup_threshold=kcfg.dedup_threshold)
     report = reader.ingest(paths, progress=sys.stderr.isatty())
     summary = {"paths": [str(p) for p in paths], "report": report.to_dict(), "llm": client.usage.to_dict(),
+               "experiences_in_store": reader.experiences.count(),
                "llm_backend": lcfg.backend, "ideas_in_store": store.count(), "papers_in_store": store.count_papers()}
     atomic_write_json(out / "summary.json", summary)
     for bad in report.bad_files:
         print(f"skipped {bad['path']}: {bad['reason']}", file=sys.stderr)
     for failure in report.failures:
-        print(f"not read {failure['source']}: {failure['error']}", file=sys.stderr)
+        print(f"not read {failure['where']}: {failure['error']}", file=sys.stderr)
     print(f"papers {report.papers} (cached {report.cached}, accepted {report.accepted}, rejected "
-          f"{report.rejected}, failed {report.failed}), idea lists {report.idea_lists}; ideas {report.ideas}: "
+          f"{report.rejected}, failed {report.failed}), idea lists {report.idea_lists}, experiences "
+          f"{report.experiences}; ideas {report.ideas}: "
           f"added {report.added}, duplicates {report.duplicates}; store holds {summary['ideas_in_store']} "
           f"ideas; {report.seconds:.1f} s")
     print(f"record: {out}")
@@ -182,6 +191,7 @@ def _stats(args, settings: dict[str, Any]) -> None:
     kcfg = KnowledgeConfig.from_dict(settings["knowledge"])
     store = kcfg.open_store()
     stats = idea_stats(store, kcfg.load_tree())
+    stats["experiences"] = kcfg.open_experiences().count()
     if args.plot:
         plot_stats(stats, args.plot)
     if args.json:

@@ -12,15 +12,37 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_train_throughput_quick_writes_every_section(tmp_path):
-    out = tmp_path / "t.json"
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "train_throughput.py"), "--quick", "--out", str(out)],
+def run_bench(script: str, out: Path, *args: str) -> dict:
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick", *args, "--out", str(out)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    result = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+@pytest.mark.slow
+def test_train_throughput_quick_writes_every_section(tmp_path):
+    result = run_bench("train_throughput.py", tmp_path / "t.json")
     assert {"cpu", "engines_cpu", "engines_gpu", "agreement"} <= set(result)
     rows = result["engines_cpu"]["rows"]
     assert [row["engine"]["kind"] for row in rows] == ["plain", "fast", "fast"] and rows[2]["candidates"] == 2
     assert all(row["seconds_per_epoch_per_candidate"] > 0 for row in rows)
     assert 0 <= result["agreement"]["plain"]["mean"] <= 100 and 0 <= result["agreement"]["fast"]["mean"] <= 100
+
+
+@pytest.mark.slow
+def test_llm_layer_quick(tmp_path):
+    result = run_bench("llm_layer.py", tmp_path / "l.json")
+    assert result["local_model"]["tokens_per_s"] > 0
+    work = result["workload"]
+    assert work["histories_identical"] and work["replay_live_calls"] == 0 and work["rerun_cache_hit_rate"] == 1.0
+
+
+@pytest.mark.slow
+def test_knowledge_quick(tmp_path):
+    ideas = ROOT.parent / "shared" / "data" / "nader" / "inspirations.json"
+    if not ideas.is_file():
+        pytest.skip("NADER's inspirations.json is not next to the repository")
+    result = run_bench("knowledge.py", tmp_path / "k.json", "--llm-sample", "2")
+    assert result["n_ideas"] == 500 and result["store_vectors_given"]["added"] > 450
+    assert result["search"]["end_to_end"]["p95_ms"] > 0
+    assert result["tagging"]["local_llm"]["ideas_per_s"] > 0

@@ -252,6 +252,23 @@ def test_idea_list_import_tags_every_idea(tmp_path, store, embedder):
     assert mains["Adopt dept"] == "efficient convolution"
 
 
+def test_experience_files_go_to_the_experience_store(tmp_path, store, embedder):
+    from nas.knowledge.store import ExperienceStore
+
+    good = {"resnet_macro": {"inspiration": "add a gate", "base": [
+        {"error": "out_channels must be divisible by groups", "experience": "Keep out_channels divisible by groups."}]}}
+    (tmp_path / "exp.json").write_text(json.dumps(good))
+    (tmp_path / "bad_exp.json").write_text(json.dumps({"x": {"inspiration": "i", "base": [{"error": "e"}]}}))
+    experiences = ExperienceStore(store.client, embedder=embedder)
+    report = Reader(store, TREE, EmbeddingTagger(TREE, embedder), experiences=experiences).ingest(
+        [tmp_path / "exp.json", tmp_path / "bad_exp.json"])
+    assert report.experiences == 1 and experiences.count() == 1
+    assert report.bad_files == [{"path": str(tmp_path / "bad_exp.json"),
+                                 "reason": "entry 'x'.base[0]: missing 'experience'"}]
+    (tip, _), = experiences.retrieve("grouped convolution channel error", k=1)
+    assert tip.kind == "tip" and tip.error.startswith("out_channels")
+
+
 # -- tree rebuild ------------------------------------------------------------------------------------------
 
 def test_tree_build_from_reference_models(tmp_path):

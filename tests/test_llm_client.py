@@ -257,3 +257,26 @@ def test_tolerant_parsers():
         extract_code("I cannot do that")
     with pytest.raises(ParseError, match="invalid JSON at char"):
         extract_json('{"a": 1,,}')
+
+
+@pytest.mark.slow
+def test_local_backend_runs_the_embedded_model(tmp_path, monkeypatch):
+    """llm=local end to end: the client starts SmolLM2's server itself, asks with a grammar, stops it at exit."""
+    from nas.llm.local import stop_shared
+
+    monkeypatch.setenv("NASFLOW_HOME", str(tmp_path / "home"))
+    client = LLMClient({"backend": "local", "cache_dir": str(tmp_path / "cache"),
+                        "local": {"n_ctx": 2048, "n_threads": 2, "startup_timeout_s": 120}}, run_dir=tmp_path / "run")
+    prompt = parse_prompt("---\nname: t\nversion: 1\nrole: reader\n---\n[user]\n"
+                          "Is a depthwise convolution mainly about {{q}}? Answer performance or efficiency.\n", "t.md")
+    try:
+        answer = client.ask("reader", prompt, {"q": "cost"}, lambda r: r.text.strip(),
+                            grammar='root ::= "performance" | "efficiency"')
+        free = client.complete("proposer", "Name one building block of a CNN.", max_tokens=24)
+    finally:
+        stop_shared()
+    assert answer.ok and answer.value in ("performance", "efficiency")
+    assert free.text.strip() and free.completion_tokens > 0 and free.source == "live"
+    usage = client.usage.to_dict()
+    assert usage["total"]["live"] == 2 and usage["total"]["prompt_tokens"] > 10
+    assert (tmp_path / "home/llm/local-server.log").exists()

@@ -24,7 +24,8 @@ class Paper:
     year: int | None = None
     venue: str = ""
     ideas: list[dict[str, Any]] = field(default_factory=list)  # ready-made ideas (text + optional tags)
-    source: str = ""
+    source: str = ""          # the file ("builtin" for the shipped corpus)
+    line: int | None = None   # its line, for JSONL
 
     @property
     def hash(self) -> str:
@@ -47,13 +48,21 @@ class IdeaList:
     source: str
 
 
+@dataclass
+class ExperienceFile:
+    """NADER's experience files (tips after failures, suggestions after degradations)."""
+
+    path: str
+
+
 def builtin_corpus() -> Path:
     return Path(str(resources.files("nas.knowledge") / "data" / "corpus.jsonl"))
 
 
-def read_path(path: Path) -> Iterator[Paper | BadFile | IdeaList]:
+def read_path(path: Path) -> Iterator[Paper | BadFile | IdeaList | ExperienceFile]:
     """Everything readable under `path` (a file or a directory, recursively)."""
     path = Path(path)
+    label = "builtin" if path.resolve() == builtin_corpus().resolve() else str(path)
     if path.is_dir():
         for child in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES):
             yield from read_path(child)
@@ -68,7 +77,7 @@ def read_path(path: Path) -> Iterator[Paper | BadFile | IdeaList]:
         elif suffix in (".md", ".markdown", ".txt"):
             yield _read_text(path.read_text(encoding="utf-8"), str(path))
         elif suffix == ".jsonl":
-            yield from _read_jsonl(path)
+            yield from _read_jsonl(path, label)
         elif suffix == ".json":
             yield _read_json(path)
         else:
@@ -126,7 +135,7 @@ def _read_text(text: str, source: str, title_hint: str = "") -> Paper:
     return Paper(title=title[:300], abstract=abstract, body=body.strip(), source=source)
 
 
-def _paper_from_record(record: Any, where: str) -> Paper:
+def _paper_from_record(record: Any, where: str, source: str, line: int | None = None) -> Paper:
     if not isinstance(record, dict):
         raise _Bad(f"{where}: expected an object with 'title' and 'abstract'")
     for key in ("title", "abstract"):
@@ -139,23 +148,23 @@ def _paper_from_record(record: Any, where: str) -> Paper:
     year = record.get("year")
     return Paper(title=record["title"].strip(), abstract=" ".join(record["abstract"].split()),
                  body=str(record.get("body") or ""), year=int(year) if isinstance(year, int) else None,
-                 venue=str(record.get("venue") or ""), ideas=ideas, source=where)
+                 venue=str(record.get("venue") or ""), ideas=ideas, source=source, line=line)
 
 
-def _read_jsonl(path: Path) -> Iterator[Paper | BadFile]:
+def _read_jsonl(path: Path, label: str) -> Iterator[Paper | BadFile]:
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
         where = f"{path}:{n}"
         try:
-            yield _paper_from_record(json.loads(line), where)
+            yield _paper_from_record(json.loads(line), where, label, n)
         except json.JSONDecodeError as err:
             yield BadFile(where, f"corrupt JSON line: {err.msg} at col {err.colno}")
         except _Bad as err:
             yield BadFile(where, str(err).removeprefix(where + ": "))
 
 
-def _read_json(path: Path) -> Paper | IdeaList:
+def _read_json(path: Path) -> Paper | IdeaList | ExperienceFile:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
@@ -168,6 +177,9 @@ def _read_json(path: Path) -> Paper | IdeaList:
             ideas.append({"text": d["inspiration"].strip(), "paper_id": str(d.get("paper_id", "")),
                           "id": d.get("id")})
         return IdeaList(ideas, str(path))
+    if isinstance(data, dict) and "title" not in data and data and all(
+            isinstance(v, (dict, list)) for v in data.values()):
+        return ExperienceFile(str(path))
     if isinstance(data, dict):
-        return _paper_from_record(data, str(path))
-    raise _Bad("expected a paper object or a list of {'inspiration': ...} ideas")
+        return _paper_from_record(data, str(path), str(path))
+    raise _Bad("expected a paper object, a list of {'inspiration': ...} ideas or a NADER experience file")

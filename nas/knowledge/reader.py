@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from nas.knowledge.idea import IDEA_MAX_WORDS, Idea
-from nas.knowledge.papers import BadFile, IdeaList, Paper, read_path
+from nas.errors import NasError
+from nas.knowledge.papers import BadFile, ExperienceFile, IdeaList, Paper, read_path
 from nas.knowledge.tagger import gbnf_literal, leaf_string
 from nas.knowledge.tree import AttributeTree
 from nas.llm.parse import ParseError, extract_list, extract_tagged
@@ -57,6 +58,7 @@ class IngestReport:
     rejected: int = 0          # stage 1 said the paper holds no block-design idea
     failed: int = 0            # LLM calls failed; the paper is read again next time
     idea_lists: int = 0
+    experiences: int = 0       # tips/suggestions imported from NADER experience files
     ideas: int = 0
     added: int = 0
     duplicates: int = 0
@@ -70,11 +72,12 @@ class IngestReport:
 
 
 class Reader:
-    def __init__(self, store, tree: AttributeTree, tagger, client=None, *, screen: bool = True,
+    def __init__(self, store, tree: AttributeTree, tagger, client=None, *, experiences=None, screen: bool = True,
                  max_method_chars: int = 4000, max_ideas: int = 5, dedup_threshold: float = 0.95) -> None:
         from nas.llm.prompts import load_prompt
 
         self.store = store
+        self.experiences = experiences
         self.tree = tree
         self.tagger = tagger
         self.client = client
@@ -104,6 +107,8 @@ class Reader:
                     report.bad_files.append({"path": item.path, "reason": item.reason})
                 elif isinstance(item, IdeaList):
                     self._ingest_list(item, report, bar)
+                elif isinstance(item, ExperienceFile):
+                    self._ingest_experiences(item, report)
                 else:
                     bar.update(task, description=f"reading {item.title[:40]}")
                     self._ingest_paper(item, report)
@@ -118,7 +123,7 @@ class Reader:
         if self.store.has_paper(paper.hash):
             report.cached += 1
             return
-        meta = {"year": paper.year, "venue": paper.venue, "source": paper.source}
+        meta = {"year": paper.year, "venue": paper.venue, "source": paper.source, "line": paper.line}
         try:
             if paper.ideas:
                 ideas = self._given_ideas(paper, report)
@@ -133,7 +138,8 @@ class Reader:
                 self._tag(ideas, report)
         except (ParseError, _Failed) as err:
             report.failed += 1
-            report.failures.append({"paper": paper.title[:120], "source": paper.source, "error": str(err)})
+            where = f"{paper.source}:{paper.line}" if paper.line else paper.source
+            report.failures.append({"paper": paper.title[:120], "where": where, "error": str(err)})
             return
         report.accepted += 1
         report.ideas += len(ideas)
@@ -202,6 +208,20 @@ class Reader:
         for idea, tag in zip(ideas, self.tagger.tag([i.text for i in ideas])):
             idea.tag = tag
         report.tagged[self.tagger.name] = report.tagged.get(self.tagger.name, 0) + len(ideas)
+
+    def _ingest_experiences(self, item: ExperienceFile, report: IngestReport) -> None:
+        from nas.knowledge.store import import_nader_experiences
+
+        if self.experiences is None:
+            report.bad_files.append({"path": item.path, "reason": "an experience file, but no experience store given"})
+            return
+        try:
+            found = import_nader_experiences(item.path)
+        except NasError as err:
+            report.bad_files.append({"path": item.path, "reason": str(err).removeprefix(f"{item.path}: ")})
+            return
+        self.experiences.add_many(found)
+        report.experiences += len(found)
 
     # -- ready-made idea lists ----------------------------------------------------------------------------
 

@@ -42,8 +42,9 @@ def idea_stats(store, tree) -> dict[str, Any]:
 
 def render_stats(stats: dict[str, Any]) -> str:
     lines = [f"{stats['ideas']} ideas from {stats['papers']} papers "
-             f"({stats['untagged']} untagged); sources: "
-             + ", ".join(f"{k} {v}" for k, v in stats["by_source"].items()), ""]
+             f"({stats['untagged']} untagged), {stats.get('experiences', 0)} experiences; sources: "
+             + ", ".join(f"{k} {v}" for k, v in list(stats["by_source"].items())[:5])
+             + (", ..." if len(stats["by_source"]) > 5 else ""), ""]
     lines.append(f"{'target':<12} {'granularity':<10} {'main category':<52} {'ideas':>6} {'share':>6}")
     for row in stats["by_main"]:
         bar = "#" * round(30 * row["share"])
