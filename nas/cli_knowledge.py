@@ -8,7 +8,7 @@
   nas knowledge stats [--json] [--plot FILE.png]
 
 Overrides as for `nas search`: `llm=openai`, `llm=replay llm.replay_from=DIR`,
-`knowledge.path=DIR`, `knowledge.tagger=llm`, `knowledge.screen=false`.
+`knowledge.path=DIR`, `knowledge.tagger=llm`, `knowledge.screen=llm|embed|off`.
 """
 
 from __future__ import annotations
@@ -109,8 +109,12 @@ def _ingest(args, settings: dict[str, Any]) -> None:
     embedder = default_embedder()
     client = LLMClient(lcfg, run_dir=out)
     store = kcfg.open_store(embedder)
+    # A replay screens as the recorded run did: by the model it recorded.
+    reader_model = (client.book.settings.get("reader", {}).get("model") if client.book else None) \
+        or lcfg.role("reader").model or ""
     reader = Reader(store, tree, kcfg.build_tagger(tree, embedder, client), client,
-                    experiences=kcfg.open_experiences(embedder), screen=kcfg.screen,
+                    experiences=kcfg.open_experiences(embedder),
+                    screen=kcfg.screen_mode(reader_model), screen_threshold=kcfg.screen_threshold,
                     max_method_chars=kcfg.max_method_chars, max_ideas=kcfg.max_ideas,
                     dedup_threshold=kcfg.dedup_threshold)
     report = reader.ingest(paths, progress=sys.stderr.isatty())

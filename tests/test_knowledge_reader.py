@@ -153,6 +153,16 @@ def test_reader_screens_extracts_tags_and_caches(tmp_path, store, embedder):
     assert summary["calls"] == 3 and summary["completion_tokens"] > 0
 
 
+def test_embedding_screen_needs_no_llm_for_stage_1(tmp_path, store, embedder):
+    (tmp_path / "good.md").write_text(PAPER_MD)
+    (tmp_path / "reject.md").write_text(REJECT_MD)
+    with ScriptedServer(scripted) as srv:
+        reader = Reader(store, TREE, EmbeddingTagger(TREE, embedder), make_client(srv, tmp_path), screen="embed")
+        report = reader.ingest([tmp_path / "good.md", tmp_path / "reject.md"])
+    assert (report.accepted, report.rejected) == (1, 1)
+    assert len(srv.requests) == 1 and "Method text:" in srv.requests[0]["messages"][-1]["content"]
+
+
 def test_garbage_replies_fail_one_paper_and_it_is_read_next_time(tmp_path, store, embedder):
     (tmp_path / "good.md").write_text(PAPER_MD)
     # Attempt 0 is prose (a reply, cached like any other); attempt 1 fails at HTTP level (not cached).
@@ -277,7 +287,9 @@ def test_tree_build_from_reference_models(tmp_path):
     def reply(body: dict) -> str:
         text = body["messages"][-1]["content"]
         main = "efficient convolution" if "Target: efficiency" in text else "feature extraction operators"
-        return json.dumps({"attributes": [{"main": main, "sub": "Depthwise Conv*"}, {"main": "bogus", "sub": "x y"}]})
+        return json.dumps({"attributes": [{"main": main, "sub": "Depthwise Conv*"}, {"main": "bogus", "sub": "x y"},
+                                          {"main": main, "sub": "<a short general attribute name>"},
+                                          {"main": main, "sub": "Efficient Convolution"}, {"main": main, "sub": "3"}]})
 
     models = {"MobileNetV2": ("timm.models._efficientnet_blocks", ("InvertedResidual",))}
     with ScriptedServer(reply) as srv:

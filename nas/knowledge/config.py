@@ -10,6 +10,8 @@ from nas.errors import ConfigError
 from nas.registry import check_keys
 
 TAGGERS = ("embed", "llm")
+SCREENS = ("auto", "llm", "embed", "off")
+EMBEDDED_MODEL = "smollm2-135m-instruct"
 
 
 @dataclass
@@ -18,7 +20,8 @@ class KnowledgeConfig:
     url: str | None = None
     tree: str = "builtin"
     tagger: str = "embed"
-    screen: bool = True
+    screen: str = "auto"
+    screen_threshold: float = 0.45
     max_ideas: int = 5
     max_method_chars: int = 4000
     dedup_threshold: float = 0.95
@@ -31,11 +34,21 @@ class KnowledgeConfig:
         cfg = cls(**data)
         if cfg.tagger not in TAGGERS:
             raise ConfigError(f"knowledge.tagger must be one of {', '.join(TAGGERS)}, got {cfg.tagger!r}")
+        if cfg.screen not in SCREENS:
+            raise ConfigError(f"knowledge.screen must be one of {', '.join(SCREENS)}, got {cfg.screen!r}")
         if not 0.0 < float(cfg.dedup_threshold) <= 1.0:
             raise ConfigError(f"knowledge.dedup_threshold must be in (0, 1], got {cfg.dedup_threshold}")
         if int(cfg.max_ideas) <= 0 or int(cfg.max_method_chars) <= 0:
             raise ConfigError("knowledge.max_ideas and knowledge.max_method_chars must be > 0")
         return cfg
+
+    def screen_mode(self, reader_model: str) -> str:
+        """`auto`: the LLM screens, except the embedded 135M model, which answers
+        "no" to every abstract (measured); abstracts are then screened by their
+        similarity to the tree's leaves."""
+        if self.screen != "auto":
+            return self.screen
+        return "embed" if reader_model == EMBEDDED_MODEL else "llm"
 
     def load_tree(self):
         from nas.knowledge.tree import AttributeTree

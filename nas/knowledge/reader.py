@@ -17,7 +17,7 @@ from typing import Any, Iterable
 from nas.knowledge.idea import IDEA_MAX_WORDS, Idea
 from nas.errors import NasError
 from nas.knowledge.papers import BadFile, ExperienceFile, IdeaList, Paper, read_path
-from nas.knowledge.tagger import gbnf_literal, leaf_string
+from nas.knowledge.tagger import EmbeddingTagger, gbnf_literal, leaf_string
 from nas.knowledge.tree import AttributeTree
 from nas.llm.parse import ParseError, extract_list, extract_tagged
 
@@ -72,8 +72,9 @@ class IngestReport:
 
 
 class Reader:
-    def __init__(self, store, tree: AttributeTree, tagger, client=None, *, experiences=None, screen: bool = True,
-                 max_method_chars: int = 4000, max_ideas: int = 5, dedup_threshold: float = 0.95) -> None:
+    def __init__(self, store, tree: AttributeTree, tagger, client=None, *, experiences=None, screen: str = "llm",
+                 screen_threshold: float = 0.45, max_method_chars: int = 4000, max_ideas: int = 5,
+                 dedup_threshold: float = 0.95) -> None:
         from nas.llm.prompts import load_prompt
 
         self.store = store
@@ -81,7 +82,11 @@ class Reader:
         self.tree = tree
         self.tagger = tagger
         self.client = client
-        self.screen = screen
+        self.screen = screen  # llm | embed | off
+        self.screen_threshold = screen_threshold
+        self._embed_tagger = tagger if isinstance(tagger, EmbeddingTagger) else getattr(tagger, "fallback", None)
+        if screen not in ("llm", "embed", "off") or (screen == "embed" and self._embed_tagger is None):
+            raise ValueError(f"screen must be llm, embed (with an embedding tagger) or off, got {screen!r}")
         self.max_method_chars = max_method_chars
         self.max_ideas = max_ideas
         self.dedup_threshold = dedup_threshold
@@ -128,8 +133,7 @@ class Reader:
             if paper.ideas:
                 ideas = self._given_ideas(paper, report)
             else:
-                hint = self._screen(paper) if self.screen else None
-                if hint == "no":
+                if self._screen(paper) == "no":
                     report.rejected += 1
                     self.store.add_paper(paper.hash, paper.title, {**meta, "status": "rejected"},
                                          f"{paper.title}. {paper.abstract}")
@@ -169,6 +173,11 @@ class Reader:
         return ideas
 
     def _screen(self, paper: Paper) -> str:
+        if self.screen == "off":
+            return "yes"
+        if self.screen == "embed":
+            score = self._embed_tagger.relevance(f"{paper.title}. {paper.abstract}")
+            return "yes" if score >= self.screen_threshold else "no"
         answer = self._ask("reader_filter", self.filter_prompt,
                            {**self._trees, "title": paper.title, "abstract": paper.abstract[:3000]},
                            self._parse_screen, self.filter_grammar)

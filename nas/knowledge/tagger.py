@@ -45,11 +45,17 @@ class EmbeddingTagger:
         """The k nearest leaves per text, best first."""
         if not texts:
             return []
+        order = np.argsort(-self._similarities(texts), axis=1, kind="stable")[:, :k]
+        return [[self._leaves[int(j)] for j in row] for row in order]
+
+    def relevance(self, text: str) -> float:
+        """Cosine to the nearest leaf: a cheap screen for off-topic abstracts."""
+        return float(self._similarities([text]).max())
+
+    def _similarities(self, texts: list[str]) -> np.ndarray:
         if self._matrix is None:
             self._matrix = self.embedder.encode([self.tree.describe(t) for t in self._leaves])
-        sims = self.embedder.encode(texts) @ self._matrix.T
-        order = np.argsort(-sims, axis=1, kind="stable")[:, :k]
-        return [[self._leaves[int(j)] for j in row] for row in order]
+        return self.embedder.encode(texts) @ self._matrix.T
 
 
 @dataclass

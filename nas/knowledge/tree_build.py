@@ -53,6 +53,15 @@ def abridged_source(module_name: str, classes: tuple[str, ...], max_chars: int =
     return text[:max_chars]
 
 
+_SUB = re.compile(r"^[a-z][a-z0-9 ()/+.-]{2,39}$")
+
+
+def usable_sub(sub: str, mains: set[str]) -> bool:
+    """Drop what weak models echo: template placeholders, category names, fragments."""
+    return bool(_SUB.match(sub)) and sub not in mains and sum(c.isalpha() for c in sub) >= 3 \
+        and any(len(w) >= 3 for w in sub.split())
+
+
 def _schema(mains: list[str], max_items: int) -> dict[str, Any]:
     return {"type": "object", "required": ["attributes"], "properties": {"attributes": {
         "type": "array", "maxItems": max_items, "items": {
@@ -84,6 +93,7 @@ def build_tree(client, *, models: dict[str, tuple[str, tuple[str, ...]]] | None 
                 for i in items if isinstance(i, dict)]
 
     jobs = [(name, target) for name in models for target in base.targets]
+    all_mains = {m.lower() for m in base.mains()}
     with Progress(transient=True, disable=not progress) as bar:
         task = bar.add_task("analysing reference models", total=len(jobs))
         for name, target in jobs:
@@ -98,7 +108,7 @@ def build_tree(client, *, models: dict[str, tuple[str, tuple[str, ...]]] | None 
                 report["failed"] += 1
                 report["errors"].append(f"{name}/{target}: {answer.errors[-1] if answer.errors else 'no reply'}")
             for main, sub in answer.value or []:
-                if main in mains and len(sub) >= 3 and sub not in found[main]:
+                if main in mains and usable_sub(sub, all_mains) and sub not in found[main]:
                     found[main].append(sub)
                     report["found"].setdefault(name, []).append(f"{main}: {sub}")
             bar.advance(task)
