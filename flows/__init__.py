@@ -1,5 +1,5 @@
-"""Prefect flows: the search (this issue), and later knowledge ingestion,
-open-ended design, supernet training and benchmark regression."""
+"""Prefect flows: the search and knowledge ingestion; later open-ended design,
+supernet training and benchmark regression."""
 
 from nas.workspace import configure_prefect_env
 

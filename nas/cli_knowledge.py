@@ -1,6 +1,6 @@
 """`nas knowledge`: build and query the design-knowledge store.
 
-  nas knowledge ingest [PATH...] [--out DIR]     read papers (PDF, .md/.txt, .jsonl), idea lists (NADER's
+  nas knowledge ingest [PATH...] [--out DIR] [--prefect]   read papers (PDF, .md/.txt, .jsonl), idea lists (NADER's
                                                  inspirations.json) or NADER experience files; no PATH: the
                                                  built-in corpus
   nas knowledge search "QUERY" [-k N] [--main-category X] [--granularity G] [--target T] [--source S] [--json]
@@ -16,12 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from nas.errors import ConfigError, NasError
-from nas.io import atomic_write_json
 
 
 def compose(overrides: list[str]) -> dict[str, Any]:
@@ -45,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     ingest = sub.add_parser("ingest", help="read papers or idea lists into the store")
     ingest.add_argument("paths", nargs="*", type=Path)
     ingest.add_argument("--out", type=Path, default=None, help="ingest record dir (transcripts, summary.json)")
+    ingest.add_argument("--prefect", action="store_true", help="run as the Prefect flow (a task per file)")
     search = sub.add_parser("search", help="ideas nearest to a query")
     search.add_argument("query")
     search.add_argument("-k", type=int, default=5)
@@ -90,38 +89,18 @@ def main(argv: list[str]) -> None:
 
 
 def _ingest(args, settings: dict[str, Any]) -> None:
-    from nas.knowledge.config import KnowledgeConfig
-    from nas.knowledge.embed import default_embedder
-    from nas.knowledge.papers import builtin_corpus
-    from nas.knowledge.reader import Reader
-    from nas.llm import LLMClient, LLMConfig
-    from nas.workspace import home
+    from nas.knowledge.ingest import run_ingest
+    from nas.knowledge.reader import IngestReport
 
-    kcfg = KnowledgeConfig.from_dict(settings["knowledge"])
-    lcfg = LLMConfig.from_dict(settings["llm"])
-    paths = args.paths or [builtin_corpus()]
-    missing = [p for p in paths if not Path(p).exists()]
-    if missing:
-        raise NasError(f"{missing[0]}: no such file or directory")
-    out = args.out or home() / "knowledge" / "ingests" / time.strftime("%Y-%m-%d_%H-%M-%S")
-    out.mkdir(parents=True, exist_ok=True)
-    tree = kcfg.load_tree()
-    embedder = default_embedder()
-    client = LLMClient(lcfg, run_dir=out)
-    store = kcfg.open_store(embedder)
-    # A replay screens as the recorded run did: by the model it recorded.
-    reader_model = (client.book.settings.get("reader", {}).get("model") if client.book else None) \
-        or lcfg.role("reader").model or ""
-    reader = Reader(store, tree, kcfg.build_tagger(tree, embedder, client), client,
-                    experiences=kcfg.open_experiences(embedder),
-                    screen=kcfg.screen_mode(reader_model), screen_threshold=kcfg.screen_threshold,
-                    max_method_chars=kcfg.max_method_chars, max_ideas=kcfg.max_ideas,
-                    dedup_threshold=kcfg.dedup_threshold)
-    report = reader.ingest(paths, progress=sys.stderr.isatty())
-    summary = {"paths": [str(p) for p in paths], "report": report.to_dict(), "llm": client.usage.to_dict(),
-               "experiences_in_store": reader.experiences.count(),
-               "llm_backend": lcfg.backend, "ideas_in_store": store.count(), "papers_in_store": store.count_papers()}
-    atomic_write_json(out / "summary.json", summary)
+    if args.prefect:
+        from flows.knowledge import ingest_flow
+
+        summary = ingest_flow(settings, [str(p) for p in args.paths], str(args.out) if args.out else None)
+        out = Path(summary["record"])
+    else:
+        job, summary = run_ingest(settings, args.paths, args.out, progress=sys.stderr.isatty())
+        out = job.out
+    report = IngestReport(**summary["report"])
     for bad in report.bad_files:
         print(f"skipped {bad['path']}: {bad['reason']}", file=sys.stderr)
     for failure in report.failures:

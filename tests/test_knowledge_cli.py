@@ -108,3 +108,15 @@ def test_papers_through_an_endpoint_then_replayed(tmp_path):
     replayed = json.loads((tmp_path / "rec2/summary.json").read_text())
     assert replayed["llm"]["total"]["replayed"] == 2 and replayed["llm"]["total"]["live"] == 0
     assert replayed["report"]["added"] == summary["report"]["added"]
+
+
+def test_ingest_as_a_prefect_flow(tmp_path):
+    from nas.knowledge.papers import builtin_corpus
+
+    (tmp_path / "bad.jsonl").write_text("not json\n")
+    out = nas(tmp_path / "home", "ingest", str(builtin_corpus()), str(tmp_path / "bad.jsonl"), "--prefect",
+              "--out", str(tmp_path / "rec"))
+    assert out.returncode == 0, out.stderr
+    assert "accepted 71" in out.stdout and "bad.jsonl:1: corrupt JSON line" in out.stderr
+    summary = json.loads((tmp_path / "rec/summary.json").read_text())
+    assert summary["report"]["papers"] == 71 and summary["ideas_in_store"] == summary["report"]["added"]

@@ -59,12 +59,20 @@ def builtin_corpus() -> Path:
     return Path(str(resources.files("nas.knowledge") / "data" / "corpus.jsonl"))
 
 
+def files(path: Path) -> list[Path]:
+    """`path` itself, or the readable files under a directory."""
+    path = Path(path)
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES)
+    return [path]
+
+
 def read_path(path: Path) -> Iterator[Paper | BadFile | IdeaList | ExperienceFile]:
     """Everything readable under `path` (a file or a directory, recursively)."""
     path = Path(path)
     label = "builtin" if path.resolve() == builtin_corpus().resolve() else str(path)
     if path.is_dir():
-        for child in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES):
+        for child in files(path):
             yield from read_path(child)
         return
     if not path.exists():

@@ -70,6 +70,21 @@ class IngestReport:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def merged(cls, reports: list[IngestReport], seconds: float) -> IngestReport:
+        """Reports of files read in parallel, as one (`seconds` is the wall time)."""
+        out = cls(seconds=seconds)
+        for r in reports:
+            for key, value in asdict(r).items():
+                if key == "seconds":
+                    continue
+                if key == "tagged":
+                    for name, n in value.items():
+                        out.tagged[name] = out.tagged.get(name, 0) + n
+                else:
+                    setattr(out, key, getattr(out, key) + value)
+        return out
+
 
 class Reader:
     def __init__(self, store, tree: AttributeTree, tagger, client=None, *, experiences=None, screen: str = "llm",
