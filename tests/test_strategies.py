@@ -21,11 +21,13 @@ from nas.strategies.random_search import RandomSearch
 from nas.strategies.rea import RegularizedEvolution
 
 SPACE_NAMES = SPACES.names()
+RANDOM_SPACES = [n for n in SPACE_NAMES if not SPACES.get(n).open_ended]
+OPEN_SPACES = [n for n in SPACE_NAMES if SPACES.get(n).open_ended]
 STRATEGY_NAMES = STRATEGIES.names()
 
 
 def test_registries_hold_the_builtin_components():
-    assert {"nb201"} <= set(SPACE_NAMES)
+    assert {"nb201", "nader", "source"} <= set(SPACE_NAMES) and set(OPEN_SPACES) == {"nader", "source"}
     assert {"random", "rea"} <= set(STRATEGY_NAMES)
     assert STRATEGIES.get("random") is RandomSearch
     assert STRATEGIES.get("rea") is RegularizedEvolution
@@ -40,9 +42,36 @@ def test_unknown_strategy_lists_valid_names():
 
 # --- spaces ------------------------------------------------------------------
 
-@pytest.fixture(params=SPACE_NAMES)
+@pytest.fixture(params=RANDOM_SPACES)
 def space(request) -> SearchSpace:
     return SPACES.create(request.param, {})
+
+
+@pytest.mark.parametrize("name", OPEN_SPACES)
+def test_open_ended_spaces_have_a_base_and_no_random_moves(name):
+    space = SPACES.create(name, {})
+    back = space.decode(json.loads(json.dumps(space.base.encode())))
+    assert back.space == name and back.key() == space.base.key()
+    with pytest.raises(ConfigError, match="no random samples"):
+        space.sample(np.random.default_rng(0))
+    with pytest.raises(ConfigError, match="no random moves"):
+        space.mutate(space.base, np.random.default_rng(0))
+    for strategy in ("random", "rea"):
+        with pytest.raises(ConfigError, match=f"strategy '{strategy}' samples and mutates at random"):
+            STRATEGIES.create(strategy, {}, space=space, seed=0)
+
+
+@pytest.mark.parametrize("name,bad", [("nader", "nope"), ("source", "nope")])
+def test_open_ended_space_base_errors(name, bad, tmp_path):
+    with pytest.raises(ConfigError, match=f"base 'nope': not a packaged one"):
+        SPACES.create(name, {"base": bad})
+    model = tmp_path / "m.py"
+    model.write_text("def broken(:\n")
+    if name == "source":
+        from nas.errors import EncodingError
+
+        with pytest.raises(EncodingError, match="m.py:1"):
+            SPACES.create(name, {"base": str(model)})
 
 
 def test_space_sample_decode_round_trip(space):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -13,6 +13,9 @@ from nas.registry import Registry
 
 class SearchSpace(ABC):
     name: str  # set by the registry
+    # Open-ended spaces (block files, model source) have a base design but no
+    # random moves: their moves come from LLM design strategies.
+    open_ended: ClassVar[bool] = False
 
     @abstractmethod
     def sample(self, rng: np.random.Generator) -> Architecture:

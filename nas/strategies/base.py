@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from nas.arch.base import Architecture
-from nas.errors import RunDirError
+from nas.errors import ConfigError, RunDirError
 from nas.evaluators.base import EvalResult
 from nas.registry import Registry
 from nas.spaces.base import SearchSpace
@@ -35,8 +35,12 @@ class SearchExhausted(Exception):
 
 class Strategy(ABC):
     name: str  # set by the registry
+    random_moves: ClassVar[bool] = True  # uses space.sample/mutate (impossible in open-ended spaces)
 
     def __init__(self, space: SearchSpace, seed: int) -> None:
+        if self.random_moves and space.open_ended:
+            raise ConfigError(f"strategy '{self.name}' samples and mutates at random, but space '{space.name}' "
+                              "is open-ended (its designs come from an LLM design strategy)")
         self.space = space
         self.rng = np.random.default_rng(seed)
 
