@@ -80,6 +80,7 @@ class SearchLoop:
             history = resume.history
             elapsed_before = resume.elapsed_seconds
         resumed = len(history)
+        self.strategy.attach(self.run.path)
         start = time.perf_counter()
         exhausted = None
         with self._progress(resumed) as (bar, task):
@@ -90,7 +91,7 @@ class SearchLoop:
                 except SearchExhausted as err:
                     exhausted = str(err)
                     break
-                outcomes = self.executor.evaluate(candidates)
+                outcomes = self._evaluate(candidates)
                 trials, records = [], []
                 for cand, (result, cached, wall) in zip(candidates, outcomes):
                     trial = Trial(len(history) + len(trials), cand, result)
@@ -107,11 +108,19 @@ class SearchLoop:
                                best="-" if best is None else f"{best:.2f}")
         summary = summarise(self.spec, history, elapsed_before + time.perf_counter() - start,
                             resumed=resumed, runner=self.runner, exhausted=exhausted)
+        summary.update(self.strategy.report(history))
         self.run.save_summary(summary)
         from nas.report import write_run_report
 
         write_run_report(self.run.path, history, summary)
         return summary
+
+    def _evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
+        """Rejected drafts become failed trials without reaching the evaluator."""
+        valid = [c for c in candidates if c.rejected is None]
+        results = iter(self.executor.evaluate(valid) if valid else [])
+        return [(EvalResult.failure(c.rejected), False, 0.0) if c.rejected is not None else next(results)
+                for c in candidates]
 
     def _progress(self, done: int):
         if not self.progress:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
 from nas.arch.base import Architecture
-from nas.errors import ConfigError, RunDirError
+from nas.errors import ConfigError, EncodingError, RunDirError
 from nas.evaluators.base import EvalResult
 from nas.registry import Registry
 from nas.spaces.base import SearchSpace
@@ -20,6 +21,29 @@ from nas.spaces.base import SearchSpace
 class Candidate:
     arch: Architecture
     info: dict[str, Any] = field(default_factory=dict)  # strategy fields: origin, parent…
+    rejected: str | None = None  # why a draft failed verification: recorded as a failed trial, never evaluated
+
+
+class Draft(Architecture):
+    """A design agent's text that did not verify: it has a key (so it is a
+    trial in the history), but no representation to evaluate."""
+
+    def __init__(self, text: str, space: str) -> None:
+        self.text, self._space = text, space
+
+    @property
+    def space(self) -> str:  # type: ignore[override]
+        return self._space
+
+    def canonical(self) -> str:
+        return self.text
+
+    def encode(self) -> str:
+        return self.text
+
+    @classmethod
+    def decode(cls, data: Any) -> "Draft":
+        raise EncodingError("a rejected draft cannot be decoded into an architecture")
 
 
 @dataclass
@@ -51,6 +75,13 @@ class Strategy(ABC):
     @abstractmethod
     def tell(self, trials: list[Trial]) -> None:
         """Receive evaluated candidates, in the order they were asked."""
+
+    def attach(self, run_dir: Path) -> None:
+        """Called once before the loop: where LLM strategies keep their transcripts."""
+
+    def report(self, history: list[dict[str, Any]]) -> dict[str, Any]:
+        """Strategy-specific entries for summary.json (e.g. LLM usage, design metrics)."""
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state; restoring it makes the next `ask` identical."""
