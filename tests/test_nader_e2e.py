@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,15 @@ class Designer:
         return "?"
 
 
+def search(tmp_path: Path, run: Path, store_dir: Path, *llm: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NASFLOW_HOME": str(tmp_path / "home"), "NASFLOW_NO_KEY": ""}
+    return subprocess.run(
+        [sys.executable, "-m", "nas.cli", "search", "space=nader", "strategy=nader", "evaluator=train",
+         "data=digits", "recipe.epochs=1", "evaluator.cells_per_stage=1", "budget.trials=4", "runner=local",
+         "progress=false", *llm, f"knowledge.path={store_dir}", f"hydra.run.dir={run}"],
+        capture_output=True, text=True, env=env, timeout=600)
+
+
 def test_nader_search_end_to_end(tmp_path):
     from nas.knowledge.embed import default_embedder
     from nas.knowledge.idea import Idea, Tag
@@ -62,17 +72,13 @@ def test_nader_search_end_to_end(tmp_path):
     store.add_ideas([Idea("Normalise the block output with batch normalization.", tag, source="test"),
                      Idea("Use a larger 5x5 kernel in the second convolution.", tag, source="test")])
     close_client(path=store_dir)  # the search process opens it (Qdrant local mode: one process)
+    shutil.copytree(store_dir, tmp_path / "qdrant-before")  # the replay starts from the same knowledge
 
     designer = Designer()
     run = tmp_path / "run"
     with ScriptedServer(designer) as srv:
-        env = {**os.environ, "NASFLOW_HOME": str(tmp_path / "home"), "NASFLOW_NO_KEY": ""}
-        out = subprocess.run(
-            [sys.executable, "-m", "nas.cli", "search", "space=nader", "strategy=nader", "evaluator=train",
-             "data=digits", "recipe.epochs=1", "evaluator.cells_per_stage=1", "budget.trials=4", "runner=local",
-             "progress=false", "llm=openai", f"llm.base_url={srv.base_url}", "llm.api_key_env=NASFLOW_NO_KEY",
-             "llm.structured=none", f"knowledge.path={store_dir}", f"hydra.run.dir={run}"],
-            capture_output=True, text=True, env=env, timeout=600)
+        out = search(tmp_path, run, store_dir, "llm=openai", f"llm.base_url={srv.base_url}",
+                     "llm.api_key_env=NASFLOW_NO_KEY", "llm.structured=none")
     assert out.returncode == 0, out.stderr[-3000:]
     history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
     stages = [h["strategy"]["stage"] for h in history]
@@ -104,3 +110,13 @@ def test_nader_search_end_to_end(tmp_path):
     kinds = {e.kind for e in experiences.all()}
     assert "tip" in kinds
     close_client(path=store_dir)
+
+    # llm=replay: the same search from the transcripts, the server gone: zero live calls, the same history.
+    again = tmp_path / "replayed"
+    out = search(tmp_path, again, tmp_path / "qdrant-before", "llm=replay", f"llm.replay_from={run}")
+    assert out.returncode == 0, out.stderr[-3000:]
+    replayed = [json.loads(line) for line in (again / "history.jsonl").read_text().splitlines()]
+    assert [(h["key"], h["strategy"], h["error"]) for h in replayed] == \
+        [(h["key"], h["strategy"], h["error"]) for h in history]
+    usage = json.loads((again / "summary.json").read_text())["llm"]["total"]
+    assert usage["live"] == 0 and usage["replayed"] == summary["llm"]["total"]["calls"]
