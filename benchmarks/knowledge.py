@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 from nas.io import atomic_write_json  # noqa: E402
 from nas.knowledge.embed import Embedder  # noqa: E402
 from nas.knowledge.idea import Idea  # noqa: E402
+from nas.knowledge.stats import mentions_attention  # noqa: E402
 from nas.knowledge.tagger import EmbeddingTagger, LLMTagger  # noqa: E402
 from nas.knowledge.tree import AttributeTree  # noqa: E402
 from nas.knowledge.store import KnowledgeStore, close_client, open_client  # noqa: E402
@@ -174,7 +175,7 @@ def embed_tagging(ideas: list[Idea], tagger: EmbeddingTagger, progress: Progress
     for idea in ideas:
         mains[idea.tag.main] = mains.get(idea.tag.main, 0) + 1
     share = {m: round(c / len(ideas), 4) for m, c in sorted(mains.items(), key=lambda kv: -kv[1])}
-    attention = sum("attention" in i.text.lower() for i in ideas) / len(ideas)
+    attention = sum(mentions_attention(i.text) for i in ideas) / len(ideas)
     return {**rate(len(ideas), seconds), "main_share": share, "mention_attention_share": round(attention, 4)}
 
 

@@ -45,6 +45,23 @@ def check_group_overrides(args: list[str]) -> None:
                 fail(f"unknown {key} '{name.strip()}' (valid: {', '.join(valid)})")
 
 
+def compose_config(overrides: list[str]) -> dict[str, Any]:
+    """The composed config (`conf/config.yaml` + overrides), resolved, for commands outside `nas search`."""
+    from hydra import compose, initialize_config_module
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from nas.errors import ConfigError
+
+    try:
+        with initialize_config_module("conf", version_base="1.3"):
+            cfg = compose("config", overrides=overrides)
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError(str(err).splitlines()[0]) from None
+
+
 def execute(spec, run_dir: Path, runner: dict[str, Any], progress: bool) -> dict[str, Any]:
     """Run one search with the configured runner; `nas` itself never needs Prefect."""
     import logging

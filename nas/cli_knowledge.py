@@ -22,21 +22,6 @@ from typing import Any
 from nas.errors import ConfigError, NasError
 
 
-def compose(overrides: list[str]) -> dict[str, Any]:
-    from hydra import compose as hydra_compose, initialize_config_module
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        with initialize_config_module("conf", version_base="1.3"):
-            cfg = hydra_compose("config", overrides=overrides)
-        return {"llm": OmegaConf.to_container(cfg.llm, resolve=True),
-                "knowledge": OmegaConf.to_container(cfg.knowledge, resolve=True)}
-    except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(str(err).splitlines()[0]) from None
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nas knowledge", description="Design-knowledge store.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -65,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> None:
-    from nas.cli import check_group_overrides, fail
+    from nas.cli import check_group_overrides, compose_config, fail
 
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
@@ -74,7 +59,8 @@ def main(argv: list[str]) -> None:
     args = _parser().parse_args([argv[0], *[a for a in argv[1:] if a not in overrides]])
     check_group_overrides(overrides)
     try:
-        settings = compose(overrides)
+        cfg = compose_config(overrides)
+        settings = {"llm": cfg["llm"], "knowledge": cfg["knowledge"]}
         from nas.knowledge.config import KnowledgeConfig
         from nas.llm import LLMConfig
 

@@ -35,17 +35,10 @@ def load_arch(spec: str) -> Architecture:
 
 def compose(overrides: list[str]) -> tuple[dict, int]:
     """The `evaluator=train` config with `data`, `recipe` and `engine` resolved into it, and the seed."""
-    from hydra import compose as hydra_compose, initialize_config_module
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
+    from nas.cli import compose_config
 
-    try:
-        with initialize_config_module("conf", version_base="1.3"):
-            cfg = hydra_compose("config", overrides=["evaluator=train", *overrides])
-        return OmegaConf.to_container(cfg.evaluator, resolve=True), int(cfg.seed)  # type: ignore[return-value]
-    except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(str(err).splitlines()[0]) from None
+    cfg = compose_config(["evaluator=train", *overrides])
+    return cfg["evaluator"], int(cfg["seed"])
 
 
 def main(argv: list[str]) -> None:

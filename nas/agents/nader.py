@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import re
 
-from nas.arch.dag.grammar import MAX_EDGES, MAX_NODES, block_grammar, gbnf_literal
+from nas.arch.dag.grammar import MAX_EDGES, MAX_NODES, block_grammar
 from nas.arch.dag.macro import role_of
 from nas.arch.dag.ops import OPS
 from nas.arch.dag.parse import parse_block_file
 from nas.errors import EncodingError
 from nas.llm.client import Answer, LLMClient, Reply
-from nas.llm.parse import ParseError, snippet
+from nas.llm.gbnf import gbnf_choice, gbnf_literal
+from nas.llm.parse import ParseError, extract_tagged, fences, find_tagged, snippet
 from nas.llm.prompts import load_prompt
 
 MAX_WORDS = 50
@@ -114,16 +115,11 @@ def block_language(ops: list[str] | None = None) -> str:
 
 # -- parsers ----------------------------------------------------------------------------------------------
 
-def _tagged(text: str, tag: str) -> str | None:
-    found = list(re.finditer(rf"<{tag}>(.*?)(?:</{tag}>|\Z)", text, re.DOTALL | re.IGNORECASE))
-    return found[-1].group(1) if found else None
-
-
 def parse_ranking(text: str, n: int, k: int) -> list[int]:
     """Idea numbers (1..n) in a reply, as 0-based indices, deduplicated, at most k.
 
     Reads a ``<response>`` tag if there is one, else the first line with a number."""
-    inner = _tagged(text, "response")
+    inner = find_tagged(text, "response")
     if inner is None:
         inner = next((ln for ln in text.splitlines() if re.search(r"\d", ln)), "")
     numbers = [int(x) for x in re.findall(r"\d+", inner)]
@@ -138,7 +134,6 @@ def parse_ranking(text: str, n: int, k: int) -> list[int]:
     return out[: max(1, k)]
 
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _HEADER = re.compile(r"^\s*##\s*[A-Za-z_][\w.\-]*\s*##\s*$")
 _BLOCKISH = re.compile(r"^\s*(?:##.*##|\d+\s*:.*|\w+\s*->\s*\w+)?\s*$")
 
@@ -160,9 +155,9 @@ def parse_block_reply(text: str) -> str:
     """The block file in a reply: inside ``<block>`` tags, a code fence (```block
     preferred), or bare from its first ``##Name##`` line to the end of the block
     syntax; it must parse (`parse_block_file`)."""
-    tagged = _tagged(text, "block")
-    fences = [(label.lower(), body) for label, body in _FENCE.findall(text if tagged is None else tagged)]
-    fenced = [body for label, body in fences if label == "block"] or [body for _, body in fences]
+    tagged = find_tagged(text, "block")
+    found = fences(text if tagged is None else tagged)
+    fenced = [body for label, body in found if label == "block"] or [body for _, body in found]
     bodies = [(body, False) for body in fenced[::-1]]     # the last fence: the final answer
     if tagged is not None:
         bodies.append((tagged, False))
@@ -182,10 +177,10 @@ _LEAD = re.compile(r"^\s*(?:[-*•]\s*|\d+[.)]\s*)?(?:\*\*)?(?:tip|suggestion)s?
 
 def parse_short(text: str, tag: str, limit: int = MAX_WORDS) -> str:
     """The text inside ``<tag>`` (or the whole reply), one line, cut at `limit` words."""
-    inner = _tagged(text, tag)
-    if inner is None and f"##{tag}##" in text:
-        inner = text.rsplit(f"##{tag}##", 1)[1]
-    body = text if inner is None else inner
+    try:
+        body = extract_tagged(text, tag)
+    except ParseError:
+        body = text
     body = re.sub(r"</?\w+>", " ", body)              # stray tags
     body = _LEAD.sub("", body.strip()).strip().strip('"').strip()
     words = body.split()
@@ -233,7 +228,7 @@ def propose(client: LLMClient, block: str, score: float | None, parent_score: fl
         "k": k,
         "example": ", ".join(str(i) for i in range(1, k + 1)),
     }
-    number = " | ".join(gbnf_literal(str(i)) for i in range(n, 0, -1))
+    number = gbnf_choice(str(i) for i in range(n, 0, -1))
     gbnf = f'root ::= number ("," " "? number){{0,{k - 1}}}\nnumber ::= {number}\n'
 
     def parse(reply: Reply) -> list[int]:

@@ -63,14 +63,15 @@ class KnowledgeConfig:
     def open_store(self, embedder=None):
         from nas.knowledge.store import KnowledgeStore
 
-        return KnowledgeStore(path=Path(self.path).expanduser() if self.path else None, url=self.url,
-                              embedder=embedder)
+        return KnowledgeStore(**self._where(), embedder=embedder)
 
     def open_experiences(self, embedder=None):
         from nas.knowledge.store import ExperienceStore
 
-        return ExperienceStore(path=Path(self.path).expanduser() if self.path else None, url=self.url,
-                               embedder=embedder)
+        return ExperienceStore(**self._where(), embedder=embedder)
+
+    def _where(self) -> dict[str, Any]:
+        return {"path": Path(self.path).expanduser() if self.path else None, "url": self.url}
 
     def build_tagger(self, tree, embedder, client=None):
         from nas.knowledge.tagger import EmbeddingTagger, LLMTagger

@@ -3,7 +3,6 @@ stores hold and the design agents sample from."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -74,7 +73,3 @@ class Idea:
         d = asdict(self)
         d["id"] = self.id
         return d
-
-
-def text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]

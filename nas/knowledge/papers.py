@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator
 
-from nas.knowledge.idea import text_hash
+from nas.arch.base import stable_hash
 
 SUFFIXES = (".pdf", ".md", ".markdown", ".txt", ".jsonl", ".json")
 
@@ -30,8 +30,7 @@ class Paper:
     @property
     def hash(self) -> str:
         """Content hash: the Reader's cache key (a renamed file is not read twice)."""
-        return text_hash("\n".join([self.title, self.abstract, self.body,
-                                    json.dumps(self.ideas, sort_keys=True)]))
+        return stable_hash(self.title, self.abstract, self.body, self.ideas)
 
 
 @dataclass

@@ -17,8 +17,9 @@ from typing import Any, Iterable
 from nas.knowledge.idea import IDEA_MAX_WORDS, Idea
 from nas.errors import NasError
 from nas.knowledge.papers import BadFile, ExperienceFile, IdeaList, Paper, read_path
-from nas.knowledge.tagger import EmbeddingTagger, gbnf_literal, leaf_string
+from nas.knowledge.tagger import EmbeddingTagger, leaf_string
 from nas.knowledge.tree import AttributeTree
+from nas.llm.gbnf import gbnf_choice
 from nas.llm.parse import ParseError, extract_list, extract_tagged
 
 _SEC = r"^\s*(?:#+\s*|\d+(?:\.\d+)*\.?\s+|[IVX]+\.\s+)?"
@@ -47,7 +48,7 @@ def clean_idea(text: str) -> str | None:
     words = text.split()
     if len(words) < 4:
         return None
-    return " ".join(words[:IDEA_MAX_WORDS]).rstrip(",;") if words else None
+    return " ".join(words[:IDEA_MAX_WORDS]).rstrip(",;")
 
 
 @dataclass
@@ -110,7 +111,7 @@ class Reader:
         self._trees = {"performance_tree": tree.render("performance"),
                        "efficiency_tree": tree.render("efficiency")}
         self.filter_grammar = ('root ::= "##response##" answer\nanswer ::= "no" | '
-                               + " | ".join(gbnf_literal(leaf_string(t)) for t in tree.tags()) + "\n")
+                               + gbnf_choice(leaf_string(t) for t in tree.tags()) + "\n")
         self.extract_grammar = (f"root ::= item{{1,{max_ideas}}}\n"
                                 'item ::= "- " [^\\n*:]{12,320} "\\n"\n')
 

@@ -13,25 +13,30 @@ from typing import Any
 _ATTENTION = re.compile(r"\battention\b|\btransformer\b|self-attention", re.IGNORECASE)
 
 
+def mentions_attention(text: str) -> bool:
+    return bool(_ATTENTION.search(text))
+
+
 def idea_stats(store, tree) -> dict[str, Any]:
-    ideas = store.ideas()
-    total = len(ideas)
-    mains = Counter(i.tag.main if i.tag else "" for i in ideas)
-    subs = Counter((i.tag.main, i.tag.sub) for i in ideas if i.tag)
-    sources = Counter(i.source.rsplit("/", 1)[-1] or "-" for i in ideas)
+    counts = store.category_counts()                      # {main: {sub: n}}, untagged under ""
+    mains = {main: sum(subs.values()) for main, subs in counts.items()}
+    total = sum(mains.values())
+    sources: Counter[str] = Counter()
+    for source, n in store.tag_counts()["source"].items():
+        sources[source.rsplit("/", 1)[-1] or "-"] += n
     by_main = []
     for target in tree.targets:
         for main in tree.mains(target=target):
             n = mains.get(main, 0)
             by_main.append({"target": target, "granularity": tree.main_tag(main).granularity, "main": main,
                             "ideas": n, "share": n / total if total else 0.0,
-                            "subs": {s: subs.get((main, s), 0) for s in tree.subs(main)}})
+                            "subs": {s: counts.get(main, {}).get(s, 0) for s in tree.subs(main)}})
     known = {row["main"] for row in by_main}
     other = sum(n for m, n in mains.items() if m and m not in known)
-    granularity = Counter()
+    granularity: Counter[str] = Counter()
     for row in by_main:
         granularity[row["granularity"]] += row["ideas"]
-    mention = sum(bool(_ATTENTION.search(i.text)) for i in ideas)
+    mention = sum(mentions_attention(i.text) for i in store.ideas())
     return {
         "ideas": total, "papers": store.count_papers(), "untagged": mains.get("", 0), "other_tags": other,
         "by_main": by_main, "by_granularity": dict(granularity), "by_source": dict(sources.most_common()),

@@ -13,6 +13,7 @@ import numpy as np
 
 from nas.knowledge.idea import Tag
 from nas.knowledge.tree import AttributeTree
+from nas.llm.gbnf import gbnf_choice
 
 
 class Tagger(Protocol):
@@ -23,10 +24,6 @@ class Tagger(Protocol):
 
 def leaf_string(tag: Tag) -> str:
     return "*".join([tag.target, tag.granularity, tag.main, tag.sub])
-
-
-def gbnf_literal(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 class EmbeddingTagger:
@@ -88,7 +85,7 @@ class LLMTagger:
         out = []
         for text, options in zip(texts, self.fallback.candidates(texts, self.k)):
             by_choice = {choice(t): t for t in options}
-            grammar = "root ::= " + " | ".join(gbnf_literal(c) for c in by_choice) + "\n"
+            grammar = "root ::= " + gbnf_choice(by_choice) + "\n"
             listing = "\n".join(f"- {c}" for c in by_choice)
 
             def parse(reply, by_choice=by_choice) -> Tag:

@@ -4,12 +4,12 @@ transcript. Keys never include credentials, and neither do records."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from pathlib import Path
 from typing import Any
 
+from nas.arch.base import stable_hash
 from nas.errors import ConfigError
 from nas.io import append_jsonl, atomic_write_json, read_jsonl
 
@@ -18,9 +18,8 @@ TRANSCRIPT = Path("llm") / "transcripts.jsonl"
 
 def call_key(model: str, messages: list[dict[str, str]], params: dict[str, Any], template: str,
              attempt: int) -> str:
-    blob = json.dumps({"model": model, "messages": messages, "params": params, "template": template,
-                       "attempt": attempt}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
+    return stable_hash({"model": model, "messages": messages, "params": params, "template": template,
+                        "attempt": attempt}, length=32)
 
 
 class ReplyCache:

@@ -20,11 +20,17 @@ def snippet(text: str, n: int = 60) -> str:
     return repr(flat[:n] + ("..." if len(flat) > n else ""))
 
 
+def find_tagged(text: str, tag: str) -> str | None:
+    """Inside the last `<tag>...</tag>` (an unclosed tag runs to the end), or None."""
+    m = list(re.finditer(rf"<{re.escape(tag)}>(.*?)(?:</{re.escape(tag)}>|$)", text, re.DOTALL | re.IGNORECASE))
+    return m[-1].group(1) if m else None
+
+
 def extract_tagged(text: str, tag: str) -> str:
-    """The answer after the last `##tag##` marker, or inside `<tag>...</tag>`."""
-    m = list(re.finditer(rf"<{re.escape(tag)}>(.*?)(?:</{re.escape(tag)}>|$)", text, re.DOTALL))
-    if m:
-        return m[-1].group(1).strip()
+    """The answer inside `<tag>...</tag>`, or after the last `##tag##` marker."""
+    inner = find_tagged(text, tag)
+    if inner is not None:
+        return inner.strip()
     marker = f"##{tag}##"
     if marker in text:
         return text.rsplit(marker, 1)[1].strip()
@@ -34,10 +40,14 @@ def extract_tagged(text: str, tag: str) -> str:
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
+def fences(text: str) -> list[tuple[str, str]]:
+    """(lower-cased label, body) of every code fence; an unclosed one runs to the end."""
+    return [(label.lower(), body) for label, body in _FENCE.findall(text)]
+
+
 def extract_code(text: str, lang: str = "python") -> str:
     """The longest fenced block in `lang` (or unlabelled); bare code if there is no fence."""
-    blocks = [(label.lower(), body) for label, body in _FENCE.findall(text)]
-    usable = [body for label, body in blocks if label in ("", lang, "py" if lang == "python" else lang)]
+    usable = [body for label, body in fences(text) if label in ("", lang, "py" if lang == "python" else lang)]
     if usable:
         return max(usable, key=len).strip("\n") + "\n"
     stripped = text.strip()
@@ -53,8 +63,8 @@ def extract_json(text: str) -> Any:
         return json.loads(stripped)
     except json.JSONDecodeError:
         pass
-    for label, body in _FENCE.findall(text):
-        if label.lower() in ("json", ""):
+    for label, body in fences(text):
+        if label in ("json", ""):
             try:
                 return json.loads(body)
             except json.JSONDecodeError:

@@ -29,11 +29,8 @@ class Draft(Architecture):
     trial in the history), but no representation to evaluate."""
 
     def __init__(self, text: str, space: str) -> None:
-        self.text, self._space = text, space
-
-    @property
-    def space(self) -> str:  # type: ignore[override]
-        return self._space
+        self.text = text
+        self.space = space  # type: ignore[misc]  (per draft: the space it was written for)
 
     def canonical(self) -> str:
         return self.text

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nas.arch.dag.macro import Budget, Skeleton
+from nas.arch.dag.macro import BlockSet, Budget, Skeleton
 from nas.errors import ConfigError, RunDirError
 from nas.spaces.base import SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, Draft, SearchExhausted, Strategy, Trial
@@ -85,7 +85,7 @@ class NaderStrategy(Strategy):
         return out
 
     def _design(self, node) -> Candidate:
-        from nas.arch.dag.macro import BlockSet
+        from nas.agents.nader import modify
 
         before = self.client.usage.total()
         tried = [(self.tree.node(c).idea, self.tree.node(c).status) for c in node.children]
@@ -98,8 +98,6 @@ class NaderStrategy(Strategy):
         previous = error = None
         outcome, text = None, ""
         for attempt in range(self.lif_tries if self.lif else 1):
-            from nas.agents.nader import modify
-
             answer = modify(self.client, node.text, idea, tips, previous=previous, error=error, attempt=attempt)
             if not answer.ok:
                 attempts.append({"attempt": attempt, "error": answer.errors[-1] if answer.errors else "no reply"})

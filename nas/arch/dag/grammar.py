@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 
 from nas.arch.dag.expr import VARIABLES
 from nas.arch.dag.parse import IO_OPS
+from nas.llm.gbnf import gbnf_choice, gbnf_literal
 
 SECTIONS = ("base", "stem", "downsample")
 MAX_NODES = 64   # the largest packaged NADER section has 61 nodes
@@ -36,13 +37,9 @@ MAX_NAME = 48
 _NAME_RE = re.compile(r"^[A-Za-z_][\w.\-]*$")
 
 
-def gbnf_literal(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def _alternatives(words: Iterable[str]) -> str:
     # Longest first only for readability; llama.cpp explores all alternatives.
-    return " | ".join(gbnf_literal(w) for w in sorted(set(words), key=lambda w: (-len(w), w)))
+    return gbnf_choice(sorted(set(words), key=lambda w: (-len(w), w)))
 
 
 def _rule_name(prefix: str, op: str, i: int) -> str:
