@@ -11,6 +11,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from nas.search.loop import SearchLoop
 from nas.search.spec import SearchSpec
 from tasks.evaluate import PrefectExecutor
+from tasks.llm import prefect_calls
 
 
 @flow(name="nas-search", persist_result=False, validate_parameters=False)
@@ -19,7 +20,8 @@ def search_flow(spec: dict[str, Any], run_dir: str, retries: int = 1,
     search = SearchSpec.from_dict(spec)
     space = search.build_space()
     executor = PrefectExecutor(search, search.build_evaluator(space), retries)
-    loop = SearchLoop(search, Path(run_dir), executor, progress=progress, runner="prefect")
+    loop = SearchLoop(search, Path(run_dir), executor, progress=progress, runner="prefect",
+                      llm_calls=prefect_calls)
     return loop.run_search()
 
 

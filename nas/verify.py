@@ -185,7 +185,7 @@ class Execute(Verifier):
             return self.failed(f"{verdict.stage}: {verdict.error}", FIX, stage=verdict.stage,
                                traceback=verdict.traceback)
         return self.passed(params=verdict.params, flops=verdict.flops, layers=verdict.layers,
-                           changed_layers=verdict.changed_layers, seconds=verdict.wall_s)
+                           changed_layers=verdict.changed_layers)
 
 
 class SourceBudget(Verifier):
@@ -223,6 +223,7 @@ class Structure(Verifier):
 
 
 def source_chain(parent_source: str | None, budget: Budget, seen: dict[str, str], *, num_classes: int = 10,
-                 input_size: int = 32, limits=None) -> Chain:
-    return Chain([ParseSource(), Execute(parent_source, num_classes, input_size, limits), SourceBudget(budget),
-                  Structure(), Dedup(seen)])
+                 input_size: int = 32, limits=None, structure: bool = True) -> Chain:
+    """`structure=False`: FairNAD's ablation without the structural verifier."""
+    checks = [ParseSource(), Execute(parent_source, num_classes, input_size, limits), SourceBudget(budget)]
+    return Chain(checks + ([Structure()] if structure else []) + [Dedup(seen)])

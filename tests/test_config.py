@@ -39,12 +39,13 @@ SMALL = {"train": ("data=digits", "recipe.epochs=1", "recipe.train_subset=128", 
 
 @pytest.mark.parametrize("name", available("strategy"))
 def test_every_strategy_config_builds(name):
-    if not STRATEGIES.get(name).random_moves:  # LLM design strategies: built here, run in their e2e tests
+    cls = STRATEGIES.get(name)
+    if not cls.random_moves:  # LLM design strategies: built here, run in their e2e tests
         from hydra import compose, initialize_config_module
         from omegaconf import OmegaConf
 
         with initialize_config_module("conf", version_base="1.3"):
-            cfg = compose("config", overrides=[f"strategy={name}", f"space={name}", "evaluator=train"])
+            cfg = compose("config", overrides=[f"strategy={name}", f"space={cls.spaces[0]}", "evaluator=train"])
         spec = SearchSpec.from_config(OmegaConf.to_container(cfg, resolve=True))
         assert spec.build_strategy(spec.build_space()).name == name
         return

@@ -77,3 +77,31 @@ def test_persistent_crash_is_recorded_not_cached(run_flow, tmp_path):
     # A crash is not a result: the same search again evaluates again.
     summary = run_flow(spec(10, seed=1), tmp_path / "b", workers=3, retries=1, progress=False)
     assert summary["cache_hits"] == 0 and sorted(ATTEMPTS.values()) == [4] * 6
+
+
+def test_llm_calls_are_cached_prefect_tasks(run_flow, tmp_path):
+    """Under the flow, each LLM call is a task cached by its call key: a second
+    flow answers from Prefect's store; a failed call raises and is never cached."""
+    from prefect import flow
+
+    from nas.llm import LLMClient
+    from nas.llm.client import LLMError
+    from nas.llm.scripted import ScriptedServer, Step
+    from tasks.llm import prefect_calls
+
+    @flow(persist_result=False)
+    def ask(base_url: str, text: str) -> tuple[str, str]:
+        client = LLMClient({"backend": "openai", "base_url": base_url, "model": "scripted", "cache": False,
+                            "api_key_env": "NASFLOW_NO_KEY", "max_retries": 0}, tmp_path, calls=prefect_calls)
+        reply = client.complete("mutator", text)
+        return reply.text, reply.source
+
+    with ScriptedServer([Step("first reply")], default="later reply") as srv:
+        assert ask(srv.base_url, "design a block") == ("first reply", "live")
+        assert ask(srv.base_url, "design a block") == ("first reply", "cache")
+        assert len(srv.requests) == 1
+    with ScriptedServer([Step(fault="500")], default="?") as srv:
+        with pytest.raises(LLMError):
+            ask(srv.base_url, "a failing call")
+    with ScriptedServer([Step("answered now")]) as srv:
+        assert ask(srv.base_url, "a failing call") == ("answered now", "live")

@@ -65,6 +65,15 @@ class ImageData:
     def shape(self) -> tuple[int, int, int]:
         return tuple(self.train.images.shape[1:])  # type: ignore[return-value]
 
+    def rgb(self) -> "ImageData":
+        """Grey images as three equal channels: model source files take (B, 3, H, W)."""
+        if self.shape[0] == 3:
+            return self
+        if self.shape[0] != 1:
+            raise ValueError(f"{self.name}: cannot make {self.shape[0]}-channel images RGB")
+        three = [Split(s.images.expand(-1, 3, -1, -1), s.labels) for s in (self.train, self.valid, self.test)]
+        return ImageData(self.name, *three, self.num_classes, self.mean * 3, self.std * 3, self.pad)
+
 
 def _missing(name: str, path: Path, expected: str, how: str) -> MissingDependencyError:
     return MissingDependencyError(f"{name} not found at {path} (expected {expected}); {how}")

@@ -25,6 +25,8 @@ from nas.llm.prompts import Prompt
 
 log = logging.getLogger("nas.llm")
 T = TypeVar("T")
+Fetched = tuple[dict[str, Any], int, str]          # (result, retries, source)
+Calls = Callable[[str, str, Callable[[], Fetched]], Fetched]
 _KEYLIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-*]{6,})")
 
 
@@ -67,8 +69,11 @@ class _Garbage(Exception):
 
 class LLMClient:
     def __init__(self, config: LLMConfig | dict[str, Any] | None = None, run_dir: Path | None = None, *,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, calls: Calls | None = None) -> None:
+        """`calls(role, key, fetch)` runs each non-replayed call's `fetch()` (e.g. as a
+        cached Prefect task, `tasks/llm.py`) and returns its (result, retries, source)."""
         self.config = config if isinstance(config, LLMConfig) else LLMConfig.from_dict(config)
+        self.calls = calls
         self.usage = Usage()
         self.transcript = Transcript(run_dir) if run_dir is not None else None
         self.cache = ReplyCache(self.config.cache_path()) if self.config.cache else None
@@ -111,16 +116,20 @@ class LLMClient:
                 self._finish(base, None, retries=0, error=hit["error"])
                 raise LLMError(hit["error"])
             return self._finish(base, hit, retries=0, source="replay")
-        if self.cache is not None and (hit := self.cache.get(key)) is not None:
-            return self._finish(base, hit, retries=0, source="cache")
-        try:
+        def fetch() -> Fetched:
+            if self.cache is not None and (hit := self.cache.get(key)) is not None:
+                return hit, 0, "cache"
             result, retries = self._live(model, messages, params)
+            if self.cache is not None:
+                self.cache.put({**base, **result})
+            return result, retries, "live"
+
+        try:
+            result, retries, source = self.calls(role, key, fetch) if self.calls is not None else fetch()
         except LLMError as err:
             self._finish(base, None, retries=getattr(err, "retries", 0), error=str(err))
             raise
-        if self.cache is not None:
-            self.cache.put({**base, **result})
-        return self._finish(base, result, retries=retries, source="live")
+        return self._finish(base, result, retries=retries, source=source)
 
     def ask(self, role: str, prompt: Prompt, values: dict[str, Any], parse: Callable[[Reply], T], *,
             grammar: str | None = None, schema: dict[str, Any] | None = None, tries: int = 1,

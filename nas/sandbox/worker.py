@@ -159,7 +159,7 @@ def _trainer(training: dict) -> Callable[[nn.Module, int], Any]:
 
     # import the engine now: Lightning's import starts subprocesses, which the policy forbids
     importlib.import_module("nas.train.fast" if training["engine"].get("kind") == "fast" else "nas.train.fit")
-    data = load_data(**training["data"])
+    data = load_data(**training["data"]).rgb()  # model files take RGB input
     recipe, engine = Recipe.from_dict(training["recipe"]), Engine.from_dict(training["engine"])
     return lambda net, seed: train_one(net, data, recipe, seed, engine)
 

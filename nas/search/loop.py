@@ -58,12 +58,13 @@ class LocalExecutor:
 
 class SearchLoop:
     def __init__(self, spec: SearchSpec, run_dir: Path, executor: Executor, *,
-                 progress: bool = True, runner: str = "local") -> None:
+                 progress: bool = True, runner: str = "local", llm_calls=None) -> None:
         self.spec = spec
         self.run = RunDir(run_dir)
         self.executor = executor
         self.progress = progress
         self.runner = runner
+        self.llm_calls = llm_calls  # how LLM strategies' calls run (Prefect tasks under the flow)
         self.space = spec.build_space()
         self.strategy = spec.build_strategy(self.space)
 
@@ -80,7 +81,7 @@ class SearchLoop:
             history = resume.history
             elapsed_before = resume.elapsed_seconds
         resumed = len(history)
-        self.strategy.attach(self.run.path)
+        self.strategy.attach(self.run.path, self.llm_calls)
         start = time.perf_counter()
         exhausted = None
         with self._progress(resumed) as (bar, task):

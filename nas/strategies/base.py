@@ -13,6 +13,7 @@ import numpy as np
 from nas.arch.base import Architecture
 from nas.errors import ConfigError, EncodingError, RunDirError
 from nas.evaluators.base import EvalResult
+from nas.llm.client import Calls
 from nas.registry import Registry
 from nas.spaces.base import SearchSpace
 
@@ -57,8 +58,12 @@ class SearchExhausted(Exception):
 class Strategy(ABC):
     name: str  # set by the registry
     random_moves: ClassVar[bool] = True  # uses space.sample/mutate (impossible in open-ended spaces)
+    spaces: ClassVar[tuple[str, ...]] = ()  # the spaces it can search; empty: any
 
     def __init__(self, space: SearchSpace, seed: int) -> None:
+        if self.spaces and space.name not in self.spaces:
+            raise ConfigError(f"strategy '{self.name}' searches space={' or '.join(self.spaces)}, "
+                              f"not '{space.name}': use space={self.spaces[0]}")
         if self.random_moves and space.open_ended:
             raise ConfigError(f"strategy '{self.name}' samples and mutates at random, but space '{space.name}' "
                               "is open-ended (its designs come from an LLM design strategy)")
@@ -73,8 +78,9 @@ class Strategy(ABC):
     def tell(self, trials: list[Trial]) -> None:
         """Receive evaluated candidates, in the order they were asked."""
 
-    def attach(self, run_dir: Path) -> None:
-        """Called once before the loop: where LLM strategies keep their transcripts."""
+    def attach(self, run_dir: Path, llm_calls: Calls | None = None) -> None:
+        """Called once before the loop: where LLM strategies keep their transcripts,
+        and how their LLM calls run (`LLMClient(calls=...)`; Prefect tasks under runner=prefect)."""
 
     def report(self, history: list[dict[str, Any]]) -> dict[str, Any]:
         """Strategy-specific entries for summary.json (e.g. LLM usage, design metrics)."""

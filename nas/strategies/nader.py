@@ -20,6 +20,7 @@ from nas.arch.dag.macro import BlockSet, Budget, Skeleton
 from nas.errors import ConfigError, RunDirError
 from nas.spaces.base import SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, Draft, SearchExhausted, Strategy, Trial
+from nas.strategies.design import design_metrics
 from nas.strategies.modtree import ModificationTree
 from nas.verify import block_chain
 
@@ -29,6 +30,7 @@ GENERIC_IDEA = "Improve the block's accuracy with one architectural change of yo
 @STRATEGIES.register("nader")
 class NaderStrategy(Strategy):
     random_moves = False
+    spaces = ("nader",)
 
     def __init__(self, space: SearchSpace, seed: int, llm: dict[str, Any] | None = None,
                  knowledge: dict[str, Any] | None = None, policy: str = "dfs", max_children: int = 3,
@@ -37,8 +39,6 @@ class NaderStrategy(Strategy):
                  input_size: int = 32, num_classes: int = 10, max_params: float = 1.5e6,
                  max_flops: float = 0.2e9) -> None:
         super().__init__(space, seed)
-        if space.name != "nader":
-            raise ConfigError(f"strategy 'nader' designs block files: use space=nader, not '{space.name}'")
         if lif_tries < 1 or ideas < 1 or experiences < 0:
             raise ConfigError("strategy 'nader': lif_tries and ideas must be >= 1, experiences >= 0")
         self.llm_settings, self.knowledge_settings = llm or {}, knowledge or {}
@@ -54,11 +54,11 @@ class NaderStrategy(Strategy):
 
     # -- wiring -------------------------------------------------------------------------------------------
 
-    def attach(self, run_dir: Path) -> None:
+    def attach(self, run_dir: Path, llm_calls=None) -> None:
         from nas.knowledge.config import KnowledgeConfig
         from nas.llm import LLMClient
 
-        self.client = LLMClient(self.llm_settings, run_dir=run_dir)
+        self.client = LLMClient(self.llm_settings, run_dir=run_dir, calls=llm_calls)
         kcfg = KnowledgeConfig.from_dict(self.knowledge_settings)
         if self.use_knowledge:
             self.store = kcfg.open_store()
@@ -219,22 +219,3 @@ class NaderStrategy(Strategy):
 
 def _first_error(attempt: dict[str, Any]) -> str:
     return next((c["error"] for c in attempt.get("checks", []) if not c["ok"]), "failed")
-
-
-def design_metrics(history: list[dict[str, Any]]) -> dict[str, Any]:
-    """NADER's table: proposals, valid designs (pass rate), executability
-    (trained without failing), success rate (beat the parent), tokens per valid design."""
-    designs = [r for r in history if (r.get("strategy") or {}).get("stage") == "modify"]
-    by_node = {(r.get("strategy") or {}).get("node"): r for r in history}
-    valid = [r for r in designs if r["strategy"].get("valid")]
-    executed = [r for r in valid if r.get("accuracy") is not None]
-    beat = [r for r in executed
-            if (p := by_node.get(r["strategy"].get("parent"))) is not None and p.get("accuracy") is not None
-            and r["accuracy"] > p["accuracy"]]
-    tokens = sum(int((r.get("strategy") or {}).get("tokens") or 0) for r in designs)
-    n = len(designs)
-    return {"proposals": n, "valid": len(valid), "pass_rate": len(valid) / n if n else 0.0,
-            "duplicates": sum(1 for r in designs if r["strategy"].get("duplicate")),
-            "executability": len(executed) / len(valid) if valid else 0.0,
-            "success_rate": len(beat) / len(executed) if executed else 0.0,
-            "tokens_per_valid_design": tokens / len(valid) if valid else None}
