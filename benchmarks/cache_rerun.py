@@ -39,7 +39,7 @@ def nas_search(args: list[str], env: dict[str, str], run_dir: Path) -> dict:
 
 
 def scenario(trials: int, cost: float, tmp: Path, env: dict[str, str]) -> dict:
-    args = ["strategy=rea", f"budget.trials={trials}", "seed=0",
+    args = ["space=nb201", "evaluator=table", "strategy=rea", f"budget.trials={trials}", "seed=0",
             f"evaluator.simulated_cost_seconds={cost}"]
     tag = f"c{cost}"
     first = nas_search(args, env, tmp / f"{tag}_first")

@@ -20,6 +20,9 @@ def history(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
 
 
+TABLE = ["space=nb201", "evaluator=table"]  # the default job designs blocks with the local LLM
+
+
 def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
@@ -45,7 +48,7 @@ def test_search_then_identical_rerun_replays_from_cache(tmp_path, nas_env):
 
 
 def test_corrupt_cache_entry_is_reported_and_reevaluated(tmp_path, nas_env):
-    args = ["search", "strategy=random", "budget.trials=5", "seed=4"]
+    args = ["search", *TABLE, "strategy=random", "budget.trials=5", "seed=4"]
     assert run_nas([*args, f"hydra.run.dir={tmp_path / 'a'}"], nas_env).returncode == 0
     cache = Path(nas_env["NASFLOW_HOME"]) / "cache"
     victim = sorted(cache.iterdir())[0]
@@ -60,7 +63,7 @@ def test_corrupt_cache_entry_is_reported_and_reevaluated(tmp_path, nas_env):
 
 def test_kill_9_then_restart_continues_without_reevaluation(tmp_path, nas_env):
     run_dir = tmp_path / "run"
-    args = ["search", "strategy=rea", "budget.trials=40", "seed=5",
+    args = ["search", *TABLE, "strategy=rea", "budget.trials=40", "seed=5",
             "evaluator.simulated_cost_seconds=0.15", f"hydra.run.dir={run_dir}"]
     proc = subprocess.Popen([*NAS, *args], env=nas_env, cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
@@ -87,7 +90,7 @@ def test_kill_9_then_restart_continues_without_reevaluation(tmp_path, nas_env):
 
     # The interrupted search ends exactly where an uninterrupted one does.
     ref = tmp_path / "ref"
-    out = run_nas(["search", "runner=local", "strategy=rea", "budget.trials=40", "seed=5",
+    out = run_nas(["search", *TABLE, "runner=local", "strategy=rea", "budget.trials=40", "seed=5",
                    f"hydra.run.dir={ref}"], nas_env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert [json.loads(l)["key"] for l in after] == [r["key"] for r in history(ref)]
@@ -95,7 +98,7 @@ def test_kill_9_then_restart_continues_without_reevaluation(tmp_path, nas_env):
 
 def test_multirun_and_compare(tmp_path, nas_env):
     sweep = tmp_path / "sweep"
-    out = run_nas(["search", "-m", "runner=local", "strategy=random,rea", "seed=0,1,2",
+    out = run_nas(["search", "-m", *TABLE, "runner=local", "strategy=random,rea", "seed=0,1,2",
                    "budget.trials=12", f"hydra.sweep.dir={sweep}"], nas_env)
     assert out.returncode == 0, out.stderr[-2000:]
     runs = sorted(p.parent for p in sweep.rglob("summary.json"))
@@ -116,7 +119,7 @@ def test_multirun_and_compare(tmp_path, nas_env):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("strategy=foo", "unknown strategy 'foo' (valid: nader, random, rea)"),
+    ("strategy=foo", "unknown strategy 'foo' (valid: fairnad, nader, random, rea)"),
     ("space=nb999", "unknown space 'nb999' (valid: nader, nb201, source)"),
     ("evaluator=oracle", "unknown evaluator 'oracle' (valid: table, train)"),
     ("budget.trials=0", "budget.trials must be > 0, got 0"),
@@ -126,7 +129,9 @@ def test_multirun_and_compare(tmp_path, nas_env):
 ])
 def test_bad_input_gives_one_line_error(tmp_path, nas_env, override, message):
     run_dir = tmp_path / "run"
-    out = run_nas(["search", "runner=local", override, f"hydra.run.dir={run_dir}"], nas_env)
+    group = override.lstrip("+").split("=")[0].split(".")[0]
+    table = [a for a in [*TABLE, "strategy=rea"] if not a.startswith(f"{group}=")]  # the NB201 table search
+    out = run_nas(["search", *table, "runner=local", override, f"hydra.run.dir={run_dir}"], nas_env)
     assert out.returncode == 2
     lines = [l for l in out.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and lines[0].startswith("nas: error: ") and message in lines[0], out.stderr

@@ -2,7 +2,8 @@
 real training on digits and a scripted OpenAI-compatible server: hostile code
 is contained and debugged, an oversize child is downscaled, a broken child is
 fixed by the Debugger, a duplicate is skipped, a garbage reply costs one
-trial, and stages II and III run; a replayed search reproduces the history."""
+trial, and stages II and III run. The first search runs under the Prefect flow (agent
+calls and evaluations are tasks); a replayed one, without Prefect, reproduces it."""
 
 from __future__ import annotations
 
@@ -76,13 +77,15 @@ class Designer:
         return "?"
 
 
-def search(tmp_path: Path, run: Path, *llm: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "NASFLOW_HOME": str(tmp_path / "home"), "NASFLOW_NO_KEY": ""}
+def search(tmp_path: Path, run: Path, runner: str, *llm: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
+    env.update(NASFLOW_HOME=str(tmp_path / "home"), NASFLOW_NO_KEY="",
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="180")
     return subprocess.run(
         [sys.executable, "-m", "nas.cli", "search", "space=source", "strategy=fairnad", "evaluator=train",
          "data=digits", "recipe.epochs=1", "strategy.input_size=8", "strategy.init=4",
          "strategy.fair_parents=1", "strategy.pareto_parents=1", "strategy.iterative_parents=1",
-         "strategy.iterative_steps=1", "budget.trials=8", "runner=local", "progress=false", *llm,
+         "strategy.iterative_steps=1", "budget.trials=8", f"runner={runner}", "progress=false", *llm,
          f"knowledge.path={tmp_path / 'qdrant'}", f"hydra.run.dir={run}"],
         capture_output=True, text=True, env=env, timeout=900)
 
@@ -92,7 +95,7 @@ def test_fairnad_search_end_to_end(tmp_path):
     designer = Designer(marker)
     run = tmp_path / "run"
     with ScriptedServer(designer) as srv:
-        out = search(tmp_path, run, "llm=openai", f"llm.base_url={srv.base_url}",
+        out = search(tmp_path, run, "prefect", "llm=openai", f"llm.base_url={srv.base_url}",
                      "llm.api_key_env=NASFLOW_NO_KEY", "llm.structured=none")
     assert out.returncode == 0, out.stderr[-3000:]
     history = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
@@ -139,7 +142,7 @@ def test_fairnad_search_end_to_end(tmp_path):
 
     # llm=replay: the same search from the transcripts, the server gone: the same history.
     again = tmp_path / "replayed"
-    out = search(tmp_path, again, "llm=replay", f"llm.replay_from={run}")
+    out = search(tmp_path, again, "local", "llm=replay", f"llm.replay_from={run}")
     assert out.returncode == 0, out.stderr[-3000:]
     replayed = [json.loads(line) for line in (again / "history.jsonl").read_text().splitlines()]
     assert [(h["key"], h["error"], h["strategy"]["stage"]) for h in replayed] == \

@@ -272,3 +272,17 @@ def test_unreadable_nader_file(tmp_path: Path) -> None:
         import_nader_experiences(path)
     with pytest.raises(NasError, match="no such file"):
         import_nader_experiences(tmp_path / "missing.json")
+
+
+def test_a_search_seeds_an_empty_idea_store_with_the_builtin_corpus(qdrant_dir: Path, embedder: Embedder) -> None:
+    from nas.knowledge.config import KnowledgeConfig
+    from nas.knowledge.papers import builtin_ideas
+
+    off = KnowledgeConfig(path=str(qdrant_dir), seed_builtin=False).open_ideas(embedder)
+    assert off.count() == 0
+    seeded = KnowledgeConfig(path=str(qdrant_dir)).open_ideas(embedder)
+    n = seeded.count()
+    assert 0.9 * len(builtin_ideas()) <= n <= len(builtin_ideas())
+    assert all(i.tag is not None and i.source == "builtin" for i in seeded.ideas())
+    seeded.add_ideas([Idea("a user's own idea about kernels", None, source="user")])
+    assert KnowledgeConfig(path=str(qdrant_dir)).open_ideas(embedder).count() == n + 1  # not seeded twice

@@ -25,6 +25,7 @@ class KnowledgeConfig:
     max_ideas: int = 5
     max_method_chars: int = 4000
     dedup_threshold: float = 0.95
+    seed_builtin: bool = True   # an empty idea store gets the built-in corpus's ideas when a search opens it
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> KnowledgeConfig:
@@ -64,6 +65,17 @@ class KnowledgeConfig:
         from nas.knowledge.store import KnowledgeStore
 
         return KnowledgeStore(**self._where(), embedder=embedder)
+
+    def open_ideas(self, embedder=None):
+        """The idea store for a design search; an empty one is seeded with the
+        built-in corpus's tagged ideas (`seed_builtin`), so a fresh machine designs
+        from papers' ideas without an ingest first."""
+        from nas.knowledge.papers import builtin_ideas
+
+        store = self.open_store(embedder)
+        if self.seed_builtin and store.count() == 0:
+            store.add_ideas(builtin_ideas(), dedup_threshold=self.dedup_threshold)
+        return store
 
     def open_experiences(self, embedder=None):
         from nas.knowledge.store import ExperienceStore

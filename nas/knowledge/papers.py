@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from nas.arch.base import stable_hash
+from nas.knowledge.idea import Idea, Tag
 
 SUFFIXES = (".pdf", ".md", ".markdown", ".txt", ".jsonl", ".json")
 
@@ -56,6 +57,17 @@ class ExperienceFile:
 
 def builtin_corpus() -> Path:
     return Path(str(resources.files("nas.knowledge") / "data" / "corpus.jsonl"))
+
+
+def builtin_ideas() -> list[Idea]:
+    """The shipped corpus's ready-made ideas with their tags (no LLM involved)."""
+    out = []
+    for paper in read_path(builtin_corpus()):
+        if isinstance(paper, Paper):
+            for d in paper.ideas:
+                tag = Tag(d["target"], d["granularity"], d["main"], d.get("sub") or "") if d.get("main") else None
+                out.append(Idea(d["text"], tag, source="builtin", paper_title=paper.title))
+    return out
 
 
 def files(path: Path) -> list[Path]:

@@ -126,18 +126,12 @@ class FairNADStrategy(Strategy):
         self.pool = self._idea_pool(kcfg, tree)
 
     def _idea_pool(self, kcfg, tree) -> list[PoolIdea]:
-        """Ideas from the knowledge store (the built-in corpus if it is empty);
-        with knowledge off, the attribute tree's leaves themselves."""
+        """Ideas from the knowledge store; with knowledge off, the attribute tree's leaves themselves."""
         if not self.use_knowledge:
             return [PoolIdea(tree.describe(t), t.granularity, t.main, t.sub) for t in tree.tags()]
         ideas = [PoolIdea(i.text, i.tag.granularity, i.tag.main, i.tag.sub) if i.tag else PoolIdea(i.text)
-                 for i in kcfg.open_store().ideas()]
-        if ideas:
-            return sorted(ideas, key=lambda i: i.text)  # the store's scroll order is not ours to rely on
-        from nas.knowledge.papers import Paper, builtin_corpus, read_path
-
-        return [PoolIdea(d["text"], d.get("granularity") or "block", d.get("main") or "", d.get("sub") or "")
-                for p in read_path(builtin_corpus()) if isinstance(p, Paper) for d in p.ideas]
+                 for i in kcfg.open_ideas().ideas()]
+        return sorted(ideas, key=lambda i: i.text)  # the store's scroll order is not ours to rely on
 
     # -- ask ----------------------------------------------------------------------------------------------
 

@@ -61,7 +61,7 @@ class NaderStrategy(Strategy):
         self.client = LLMClient(self.llm_settings, run_dir=run_dir, calls=llm_calls)
         kcfg = KnowledgeConfig.from_dict(self.knowledge_settings)
         if self.use_knowledge:
-            self.store = kcfg.open_store()
+            self.store = kcfg.open_ideas()
         if self.lde:
             self.experience_store = kcfg.open_experiences()
 
