@@ -55,7 +55,7 @@ def render_markdown(history: list[dict[str, Any]], summary: dict[str, Any], top:
         f"| seed | {summary['seed']} |",
         f"| trials | {summary['trials']} (failed {summary['failed']}, cache hits {summary['cache_hits']}) |",
         f"| best accuracy | {_fmt(best.get('accuracy'))} |",
-        f"| best encoding | `{best.get('encoding', '-')}` |",
+        f"| best encoding | {_code(best.get('encoding'))} |",
         f"| wall seconds | {summary['wall_seconds']:.2f} |",
     ]
     for n, acc in summary.get("best_at", {}).items():
@@ -67,9 +67,56 @@ def render_markdown(history: list[dict[str, Any]], summary: dict[str, Any], top:
               "| --- | --- | --- | --- | --- | --- |"]
     for i, r in enumerate(ranked, 1):
         lines.append(f"| {i} | {r['trial']} | {_fmt(r['accuracy'])} | {_fmt_int(r.get('params'))} | "
-                     f"{_fmt_int(r.get('flops'))} | `{r['encoding']}` |")
+                     f"{_fmt_int(r.get('flops'))} | {_code(r['encoding'])} |")
     lines += ["", "![best so far](best_so_far.png)", ""]
+    if "design" in summary:
+        lines += _design_section(history, summary)
+    if isinstance(best.get("encoding"), str) and "\n" in best["encoding"]:
+        lines += ["## Best design", "", "```", best["encoding"].rstrip("\n"), "```", ""]
     return "\n".join(lines)
+
+
+def _design_section(history: list[dict[str, Any]], summary: dict[str, Any]) -> list[str]:
+    """LLM design strategies: the NADER table (overall and per stage) and one row per design."""
+    rows = [("all", summary["design"]), *sorted((summary.get("stages") or {}).items())]
+    lines = ["## Design quality", "",
+             "| designs | proposals | valid (pass rate) | duplicates | executability | success rate | tokens / valid |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, d in rows:
+        tokens = d.get("tokens_per_valid_design")
+        lines.append(f"| {name} | {d['proposals']} | {d['valid']} ({d['pass_rate']:.0%}) | {d['duplicates']} | "
+                     f"{d['executability']:.0%} | {d['success_rate']:.0%} | {'-' if tokens is None else f'{tokens:,.0f}'} |")
+    usage = (summary.get("llm") or {}).get("total")
+    if usage:
+        lines += ["", f"LLM: {usage.get('calls', 0)} calls ({usage.get('live', 0)} live, {usage.get('cached', 0)} cached, "
+                      f"{usage.get('replayed', 0)} replayed, {usage.get('failures', 0)} failed), "
+                      f"{usage.get('prompt_tokens', 0):,} prompt + {usage.get('completion_tokens', 0):,} completion tokens."]
+    lines += ["", "## Designs", "", "| trial | stage | parent | idea | retries | outcome | accuracy |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in history:
+        info = r.get("strategy") or {}
+        if "valid" not in info:
+            continue
+        retries = info.get("retries", info.get("debug_retries", 0) + info.get("downscale_retries", 0))
+        outcome = "trained" if r.get("accuracy") is not None else _cell(r.get("error") or "failed", 80)
+        lines.append(f"| {r['trial']} | {info.get('stage', '-')} | {info.get('parent', '-')} | "
+                     f"{_cell(info.get('idea') or '-', 70)} | {retries} | {outcome} | {_fmt(r.get('accuracy'))} |")
+    return lines + [""]
+
+
+def _cell(text: str, n: int) -> str:
+    """One table cell: one line, no pipes, at most n characters."""
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _code(encoding: Any) -> str:
+    """An encoding in a table cell; a multi-line design (block file, model source) by its size."""
+    if encoding is None:
+        return "-"
+    if isinstance(encoding, str) and "\n" in encoding:
+        return f"{len(encoding.splitlines())}-line design (see history.jsonl)"
+    return f"`{_cell(encoding, 200)}`"
 
 
 def _fmt(x: float | None) -> str:

@@ -91,3 +91,17 @@ def test_group_override_precheck(args, ok, capsys):
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("nas: error: unknown ") and "(valid: " in err[0]
+
+
+def test_the_default_job_is_an_open_ended_design_with_the_local_model():
+    """`nas search` with no overrides: NADER on digits with the CPU proxy and the embedded LLM."""
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf
+
+    with initialize_config_module("conf", version_base="1.3"):
+        cfg = OmegaConf.to_container(compose("config"), resolve=True)
+    assert (cfg["space"]["name"], cfg["strategy"]["name"], cfg["evaluator"]["name"]) == ("nader", "nader", "train")
+    assert cfg["data"]["name"] == "digits" and cfg["llm"]["backend"] == "local"
+    assert cfg["evaluator"]["recipe"] == cfg["recipe"] and cfg["recipe"]["epochs"] <= 3
+    spec = SearchSpec.from_config(cfg)
+    assert spec.build_strategy(spec.build_space()).name == "nader"

@@ -138,7 +138,9 @@ def test_fairnad_search_end_to_end(tmp_path):
     assert design["executability"] == 1.0 and design["tokens_per_valid_design"] > 0
     assert set(summary["stages"]) == {"init", "fair", "pareto", "iterative"}
     assert summary["llm"]["roles"]["debugger"]["calls"] == 2
-    assert (run / "report.md").is_file()
+    report = (run / "report.md").read_text()
+    assert "## Design quality" in report and "| init | 4 | 3 (75%) | 1 |" in report
+    assert "| 5 | fair | " in report and "## Best design" in report
 
     # llm=replay: the same search from the transcripts, the server gone: the same history.
     again = tmp_path / "replayed"
