@@ -75,7 +75,7 @@ class ImageDataModule(pl.LightningDataModule):
         if self.trainer is not None and self.trainer.training:
             if self.crop:
                 x = random_crop(x, self.data.pad, self.aug_generator)
-            if self.flip:
+            if self.flip and self.data.mirror:
                 x = random_flip(x, self.aug_generator)
         x = (x - self.mean.to(x.device)) / self.std.to(x.device)
         return x, y

@@ -15,7 +15,7 @@ Splits (train / valid / test), following NAS-Bench-201 where it defines them:
   `train_data_batch_*`; the val set is halved into valid / test as above.
 * fashion_mnist: IDX files (Debian `dataset-fashion-mnist`): the last 10k of
   the 60k training images are valid, the 10k test set is test.
-* digits: scikit-learn's 1,797 8x8 digits, seed-0 split 60 / 20 / 20 %.
+* digits: scikit-learn's 1,797 8x8 digits, seed-0 split 60 / 20 / 20 %; no crop (8 px leave no room) and no mirroring (a mirrored digit is another glyph).
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ class ImageData:
     num_classes: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
-    pad: int  # random-crop padding of the recipe (NB201: 4 at 32x32, 2 at 16x16)
+    pad: int  # random-crop padding of the recipe (NB201: 4 at 32x32, 2 at 16x16); 0: no crop
+    mirror: bool = True  # whether a left-right flip keeps the label (the recipe's flip applies only then)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -72,7 +73,7 @@ class ImageData:
         if self.shape[0] != 1:
             raise ValueError(f"{self.name}: cannot make {self.shape[0]}-channel images RGB")
         three = [Split(s.images.expand(-1, 3, -1, -1), s.labels) for s in (self.train, self.valid, self.test)]
-        return ImageData(self.name, *three, self.num_classes, self.mean * 3, self.std * 3, self.pad)
+        return ImageData(self.name, *three, self.num_classes, self.mean * 3, self.std * 3, self.pad, self.mirror)
 
 
 def _missing(name: str, path: Path, expected: str, how: str) -> MissingDependencyError:
@@ -175,7 +176,7 @@ def digits(**_: object) -> ImageData:
     a, b = int(0.6 * len(labels)), int(0.8 * len(labels))
     mean, std = _stats(images[:a])
     return ImageData("digits", Split(images[:a], labels[:a]), Split(images[a:b], labels[a:b]),
-                     Split(images[b:], labels[b:]), 10, mean, std, pad=1)
+                     Split(images[b:], labels[b:]), 10, mean, std, pad=0, mirror=False)
 
 
 CIFAR_HOW = "put torchvision's extracted archive there (or download it where a network exists) and set data.root"

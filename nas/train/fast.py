@@ -125,7 +125,7 @@ class _Group:
         x = images.float().div_(255)
         if aug is not None and self.recipe.crop:
             x = random_crop(x, self.data.pad, aug)
-        if aug is not None and self.recipe.flip:
+        if aug is not None and self.recipe.flip and self.data.mirror:
             x = random_flip(x, aug)
         x = (x - self.mean) / self.std
         return x.contiguous(memory_format=torch.channels_last) if self.engine.channels_last else x
