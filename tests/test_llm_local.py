@@ -7,12 +7,18 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from nas.errors import MissingDependencyError, NasError
 from nas.llm import local
 from nas.llm.local import LocalServer, model_path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_model_path_is_the_packaged_gguf():
@@ -39,8 +45,8 @@ def test_missing_smollm2_is_a_one_line_hint(monkeypatch):
 
 def test_command_line(tmp_path):
     cmd = LocalServer(n_ctx=1024, n_threads=3, alias="tiny").command(4321)
-    assert cmd[1:3] == ["-m", "llama_cpp.server"]
-    opts = dict(zip(cmd[3::2], cmd[4::2]))
+    assert cmd[1:3] == ["-m", "nas.llm.guard"] and cmd[4:6] == ["-m", "llama_cpp.server"]
+    opts = dict(zip(cmd[6::2], cmd[7::2]))
     assert opts == {"--model": str(model_path()), "--host": "127.0.0.1", "--port": "4321",
                     "--n_ctx": "1024", "--n_threads": "3", "--model_alias": "tiny"}
 
@@ -132,3 +138,29 @@ def test_bad_model_is_one_line_naming_the_log(tmp_path, content):
     msg = str(err.value)
     assert "\n" not in msg and str(log) in msg and str(bad) in msg
     assert not srv.running
+
+
+def test_guard_stops_the_server_when_its_starter_is_killed(tmp_path):
+    """A `nas` killed by SIGKILL cannot stop its server; the guard does."""
+    pid_file = tmp_path / "pid"
+    served = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    starter = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-m', 'nas.llm.guard', "
+               f"sys.executable, '-c', {served!r}], start_new_session=True); time.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", starter], cwd=ROOT)
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pid = int(pid_file.read_text())
+    os.kill(pid, 0)  # running
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        if Path(f"/proc/{pid}/stat").is_file() and Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            return  # terminated; its reaper has not collected it yet
+        time.sleep(0.2)
+    pytest.fail(f"the guarded process {pid} outlived its starter")

@@ -120,7 +120,8 @@ class LocalServer:
 
     def command(self, port: int) -> list[str]:
         model = self.model if self.model is not None else model_path()
-        return [sys.executable, "-m", "llama_cpp.server", "--model", str(model),
+        return [sys.executable, "-m", "nas.llm.guard",  # stops the server if we die without stopping it
+                sys.executable, "-m", "llama_cpp.server", "--model", str(model),
                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(self.n_ctx),
                 "--n_threads", str(self.n_threads or os.cpu_count() or 1),
                 "--model_alias", self.alias]
