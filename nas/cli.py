@@ -69,7 +69,9 @@ def execute(spec, run_dir: Path, runner: dict[str, Any], progress: bool) -> dict
     from nas.search.loop import LocalExecutor, SearchLoop
     from nas.search.rundir import RunDir
 
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Prefect API call
+    # One INFO line per Prefect API call (httpx) or LLM call (httpx2, the openai SDK's), and model loading.
+    for noisy in ("httpx", "httpx2", "sentence_transformers"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
     space = spec.build_space()
     spec.build_strategy(space)  # validate before any work starts
