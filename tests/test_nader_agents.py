@@ -1,7 +1,8 @@
 """NADER's agents (Proposer, Modifier, Reflector) against the scripted loopback
 server, and the block-file GBNF grammar checked by llama.cpp's own grammar
-engine: it must parse, accept every packaged block file and reject malformed
-ones. The slow test asks the real embedded model for a constrained block."""
+engine: it must parse, accept every packaged block file (every single-input
+section also in the tight layout) and reject malformed ones. The slow test asks
+the real embedded model for a constrained block."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ import pytest
 
 from nas.agents.nader import (block_language, modify, parse_block_reply, parse_ranking, parse_short, propose,
                               reflect_suggestion, reflect_tip)
-from nas.arch.dag.grammar import block_grammar
+from nas.arch.dag.canon import block_key
+from nas.arch.dag.grammar import block_grammar, tight_text
 from nas.arch.dag.ops import OPS
 from nas.arch.dag.parse import parse_block_file
+from nas.errors import EncodingError
 from nas.llm import LLMClient, ParseError
 from nas.llm.scripted import ScriptedServer
 
@@ -149,7 +152,8 @@ def test_llama_cpp_supports_bounded_repetition(gbnf):
     {}, {"sections": ALL}, {"sections": ALL, "optional": ()}, {"name": "Residual", "sections": ALL},
     {"name": {"base": "DARTSv2_base", "stem": "stem_block"}, "sections": ALL},
     {"ops": ["Conv2d", "BN", "ReLU", "Add", "MyOp"]}, {"max_nodes": 2, "max_edges": 1},
-    {"sections": ("stem", "downsample")},
+    {"sections": ("stem", "downsample")}, {"tight": ("base",)}, {"tight": ("base",), "max_nodes": 3},
+    {"sections": ALL, "tight": ALL, "name": "Residual"}, {"sections": ALL, "tight": ("stem",)},
 ])
 def test_grammar_parses_in_llama_cpp(gbnf, kwargs):
     assert gbnf.valid(block_grammar(**kwargs))
@@ -181,6 +185,9 @@ def test_files_are_present():
     (BASE.replace("kernel_size=3)", "kernel_size=k)", 1), "not a block variable"),
     (BASE.replace("kernel_size=3)", "kernel_size=3", 1), "unbalanced parenthesis"),
     (BASE.replace("2:Conv2d(out_channels=C,kernel_size=3)", "2:Conv2d"), "Conv2d needs its arguments"),
+    (BASE.replace("(out_channels=C,kernel_size=3)", "(out_channels=C)", 1), "a required argument missing"),
+    (BASE.replace("(out_channels=C,kernel_size=3)", "(kernel_size=3,out_channels=C)", 1), "not the registry's order"),
+    (BASE.replace("kernel_size=3,stride=1", "kernel_size=3,stride=1,stride=2"), "an argument repeated"),
     (BASE.replace("0->2", "a->2"), "edge endpoint is not a number"),
     (BASE.replace("##Residual##\n", ""), "no header"),
     (BASE.replace("3:BN\n", "3:BN\nThis adds attention.\n"), "prose line"),
@@ -211,11 +218,113 @@ def test_grammar_bounds_and_fixed_names(gbnf):
     assert gbnf.accepts(block_grammar(), text.replace("2:ReLU", "2:reshape(B,-1,(H+1)//2*(W-(1)),W)"))
 
 
+TIGHT = block_grammar(tight=("base",))
+TIGHT_BASE = """##Residual##
+0:input
+1:output
+2:Conv2d(out_channels=C,kernel_size=3)
+0->2
+3:BN
+2->3
+4:ReLU
+3->4
+5:Conv2d(out_channels=C,kernel_size=3,stride=1)
+4->5
+6:BN
+5->6
+7:Add
+0->7
+6->7
+8:ReLU
+7->8
+8->1
+"""
+SINGLE_INPUT = [(path, name) for path in BLOCK_FILES + SHARED_FILES
+                for name, section in parse_block_file(path.read_text(), str(path)).sections.items()
+                if not any(node.op == "input1" for node in section.nodes.values())]
+
+
+def tight(text: str) -> str:
+    return "".join(tight_text(section) for section in parse_block_file(text).sections.values())
+
+
+def test_tight_text_lays_out_each_node_with_its_inputs():
+    assert tight(BASE) == TIGHT_BASE
+    swapped = BASE.replace("7:Add\n8:ReLU", "7:ReLU\n8:Add").replace("6->7\n0->7\n7->8\n8->1",
+                                                                    "6->8\n0->8\n8->7\n7->1")
+    assert tight(swapped) == TIGHT_BASE   # NADER's resnet_base numbers 8:Add before 7:ReLU
+
+
+@pytest.mark.parametrize("path, name", SINGLE_INPUT, ids=lambda x: x.name if isinstance(x, Path) else x)
+def test_tight_grammar_accepts_every_single_input_section_in_tight_layout(gbnf, path, name):
+    section = parse_block_file(path.read_text(), str(path)).sections[name]
+    text = tight_text(section)
+    assert block_key(parse_block_file(text).sections[name]) == block_key(section)
+    assert gbnf.accepts(TIGHT, text)
+
+
+def test_tight_text_keeps_the_input_order_of_ordered_ops():
+    backwards = "##B##\n0:input\n1:output\n2:ReLU\n3:concat\n4:Add\n" \
+                "0->2\n2->3\n0->3\n2->4\n0->4\n3->4\n4->1\n"   # concat(ReLU(x), x); Add(ReLU(x), x, concat)
+    text = tight(backwards)
+    assert "3:concat\n2->3\n0->3\n4:Add\n0->4\n2->4\n3->4\n4->1" in text
+    assert block_key(parse_block_file(text).sections["B"]) == block_key(parse_block_file(backwards).sections["B"])
+
+
+def test_tight_text_refuses_two_input_cells_and_broken_blocks():
+    cell = parse_block_file((ROOT / "tests/data/blocks/two_input_cell.txt").read_text()).sections["TwoInputCell"]
+    with pytest.raises(EncodingError, match="two-input cell"):
+        tight_text(cell)
+    with pytest.raises(EncodingError, match="does not reach output"):
+        tight_text(parse_block_file(BASE.replace("6->7\n", "")).sections["Residual"])
+
+
+@pytest.mark.parametrize("text, why", [
+    (TIGHT_BASE.replace("8->1", "8->9\n9->1"), "an edge to an undefined node"),
+    (TIGHT_BASE.replace("7->8", "9->8"), "an edge from an undefined node"),
+    (TIGHT_BASE.replace("8:ReLU\n7->8\n8->1", "9:ReLU\n7->9\n9->1"), "node indices skip 8"),
+    (TIGHT_BASE.replace("3:BN", "3:input"), "a second input node"),
+    (TIGHT_BASE.replace("0:input\n1:output", "0:output\n1:input"), "I/O nodes swapped"),
+    (TIGHT_BASE.replace("8->1", "7->1\n8->1"), "two edges into output"),
+    (TIGHT_BASE.replace("8->1", "7->1"), "the edge into output not from the last node"),
+    (TIGHT_BASE.replace("2->3", "1->3"), "an edge out of output"),
+    (TIGHT_BASE.replace("2->3", "2->3\n3->0"), "an edge into input"),
+    (TIGHT_BASE.replace("3->4", "3->4\n5->4"), "a backward edge (a cycle 4->5->4)"),
+    (TIGHT_BASE.replace("4->5", "4->5\n5->5"), "a self-loop"),
+    (TIGHT_BASE.replace("2->3\n", ""), "a node without an incoming edge"),
+    (TIGHT_BASE.replace("3->4", "2->4\n3->4"), "ReLU with two inputs"),
+    (TIGHT_BASE.replace("0->7\n", ""), "Add with one input"),
+    (TIGHT_BASE.replace("6->7", "6->7\n6->7"), "an edge repeated"),
+    (TIGHT_BASE.replace("0->7\n6->7", "6->7\n0->7"), "Add's inputs out of increasing order"),
+    (TIGHT_BASE.replace("7:Add\n0->7\n6->7", "7:concat\n6->7"), "concat with one input"),
+    (TIGHT_BASE.replace("7:Add\n0->7\n6->7", "7:Multiply\n6->7\n0->7\n5->7"), "Multiply with three inputs"),
+    (BASE, "all edges after the nodes"),
+])
+def test_tight_grammar_rejects(gbnf, text, why):
+    assert gbnf.accepts(TIGHT, TIGHT_BASE) and gbnf.accepts(TIGHT, tight(NEW_BASE))
+    assert not gbnf.accepts(TIGHT, text), why
+
+
+def test_tight_grammar_bounds_the_node_count_and_knows_unregistered_ops(gbnf):
+    chain = "".join(f"{i}:ReLU\n{i - 1}->{i}\n" for i in range(3, 7))
+    text = f"##A##\n0:input\n1:output\n2:ReLU\n0->2\n{chain}6->1"
+    assert gbnf.accepts(block_grammar(tight=("base",), max_nodes=7), text)
+    assert not gbnf.accepts(block_grammar(tight=("base",), max_nodes=6), text)
+    assert not gbnf.accepts(TIGHT, "##A##\n0:input\n1:output\n0->1"), "no op node"
+    mine = block_grammar(ops=["ReLU", "MyOp"], tight=("base",))
+    assert gbnf.accepts(mine, text.replace("3:ReLU\n2->3", "3:MyOp(k=1)\n0->3\n2->3"))
+    assert not gbnf.accepts(mine, text.replace("3:ReLU", "3:Add"))
+    concat = TIGHT_BASE.replace("7:Add\n0->7\n6->7", "7:concat\n6->7\n0->7")   # concat keeps its order
+    assert gbnf.accepts(TIGHT, concat) and gbnf.accepts(TIGHT, concat.replace("7:concat", "7:Multiply"))
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"sections": ("head",)}, "sections must be"), ({"sections": ()}, "sections must be"),
     ({"sections": ("base", "base")}, "repeat"), ({"sections": ALL, "optional": ("base",)}, "cannot be optional"),
     ({"name": "bad name"}, "identifiers"), ({"name": {"tail": "X"}}, "roles are"),
     ({"ops": ["input"]}, "not usable"), ({"ops": []}, "no ops"), ({"max_nodes": 1}, "at least 2 nodes"),
+    ({"tight": ("stem",)}, "tight sections"), ({"tight": ("base",), "max_nodes": 2}, "room for 3 nodes"),
+    ({"tight": ("base",), "ops": ["Add"]}, "takes one input"),
 ])
 def test_grammar_arguments_are_checked(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -342,7 +451,7 @@ def test_modify_request_carries_idea_glossary_and_experiences(tmp_path):
     assert "- Conv2d(out_channels, kernel_size" in text and "previous draft" not in text
     g = srv.requests[0]["grammar"]
     assert '"##Residual##"' in g and "stem" not in g and "Conv2d" in g    # the base section only
-    assert "node-line{2,25}" in g and "{0,32}" in g   # the base's 9 nodes + 16, 9 edges + 24 (- the first)
+    assert "tnode-24 " in g and "tnode-25" not in g   # tight: the base's 9 nodes + 16 (indices 0-24)
     assert "Write the base section only" in text
     assert answer.replies[0].attempt == 0
 
@@ -354,20 +463,45 @@ def test_modify_may_rewrite_stem_and_downsample_when_asked(gbnf, tmp_path):
     assert answer.ok and answer.value == RESIDUAL
     g = srv.requests[0]["grammar"]
     assert '"##Residual_stem##"' in g and '"##Residual_downsample##"' in g
-    assert "node-line{2,27}" in g and "{0,34}" in g   # the largest section (11 nodes, 11 edges)
-    assert gbnf.accepts(g, RESIDUAL) and gbnf.accepts(g, NEW_BASE)
+    assert "tnode-26 " in g and "tnode-27" not in g   # the largest section (11 nodes) + 16
+    assert gbnf.accepts(g, tight(RESIDUAL)) and gbnf.accepts(g, tight(NEW_BASE))
+    assert "```block\n" + tight(RESIDUAL) in user_text(srv.requests[0])
     assert "Rewrite the _stem or _downsample section only if" in user_text(srv.requests[0])
     with pytest.raises(ValueError, match="sections must be 'base'"):
         modify(client, RESIDUAL, "gate", [], sections=("stem",))
+
+
+def test_modify_shows_the_parent_in_tight_layout(gbnf, tmp_path):
+    """The parent is shown as the grammar lets the model write it, so it can copy."""
+    with ScriptedServer([TIGHT_BASE]) as srv:
+        answer = modify(make_client(srv, tmp_path), RESIDUAL, "gate", [])
+    assert answer.ok
+    text, g = user_text(srv.requests[0]), srv.requests[0]["grammar"]
+    assert "```block\n" + TIGHT_BASE in text and "##Residual_stem##\n0:input\n1:output\n2:Conv2d" in text
+    assert gbnf.accepts(g, TIGHT_BASE) and not gbnf.accepts(g, BASE)
+
+
+def test_modify_keeps_two_input_cells_syntactic(gbnf, tmp_path):
+    cell = (ROOT / "tests/data/blocks/two_input_cell.txt").read_text()
+    with ScriptedServer([cell]) as srv:
+        answer = modify(make_client(srv, tmp_path), cell, "gate", [], sections=ALL)
+    assert answer.ok
+    g, text = srv.requests[0]["grammar"], user_text(srv.requests[0])
+    assert re.search(r"^sec-base +::= .* node-line", g, re.M) and re.search(r"^sec-stem +::= .* tight-body", g, re.M)
+    shown = text.split("```block\n")[1].split("```")[0]
+    sections = parse_block_file(cell).sections
+    assert shown.startswith(sections["TwoInputCell"].to_text())          # as written
+    assert tight_text(sections["TwoInputCell_stem"]) in shown
+    assert gbnf.accepts(g, shown)
 
 
 def test_modify_grammar_is_valid_and_admits_the_answer(gbnf, tmp_path):
     with ScriptedServer([NEW_BASE]) as srv:
         modify(make_client(srv, tmp_path), RESIDUAL, "gate", [])
     g = srv.requests[0]["grammar"]
-    assert gbnf.valid(g) and gbnf.accepts(g, NEW_BASE) and gbnf.accepts(g, BASE)
-    assert not gbnf.accepts(g, RESIDUAL)    # base only by default
-    assert not gbnf.accepts(g, NEW_BASE.replace("##Residual##", "##Other##"))
+    assert gbnf.valid(g) and gbnf.accepts(g, tight(NEW_BASE)) and gbnf.accepts(g, TIGHT_BASE)
+    assert not gbnf.accepts(g, tight(RESIDUAL))    # base only by default
+    assert not gbnf.accepts(g, TIGHT_BASE.replace("##Residual##", "##Other##"))
 
 
 def test_modify_retry_shows_previous_draft_and_error(tmp_path):
@@ -466,7 +600,7 @@ def test_constrained_modifier_reply_always_parses(tmp_path, monkeypatch):
     monkeypatch.setenv("NASFLOW_HOME", str(tmp_path / "home"))
     parent = BlockSet.from_text(RESIDUAL, "parent")
     # conf/llm/local.yaml's modifier settings; the grammar's size bound (parent + 16 nodes,
-    # + 24 edges) keeps even a looping reply inside max_tokens.
+    # at most 4 edges into each) keeps even a looping reply inside max_tokens.
     cfg = {"backend": "local", "cache": False, "local": {"n_ctx": 4096, "n_threads": None,
                                                           "startup_timeout_s": 180},
            "roles": {"modifier": {"temperature": 0.7, "max_tokens": 768}}}

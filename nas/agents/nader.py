@@ -10,14 +10,15 @@ Each is a prompt file (`nas/prompts/nader_*.md`), a tolerant parser and one
 `LLMClient.ask`; LLM and parse failures come back in `Answer.errors`, never as
 exceptions. Where the endpoint takes GBNF (llama.cpp), replies are constrained:
 the Proposer to valid idea numbers, the Modifier to the block-file syntax
-(`nas.arch.dag.grammar`), the Reflector to one tagged sentence of ≤ 50 words.
+(`nas.arch.dag.grammar`; single-input blocks in its tight layout, which rules
+out most structural errors), the Reflector to one tagged sentence of ≤ 50 words.
 """
 
 from __future__ import annotations
 
 import re
 
-from nas.arch.dag.grammar import MAX_EDGES, MAX_NODES, block_grammar
+from nas.arch.dag.grammar import MAX_EDGES, MAX_NODES, block_grammar, tight_text
 from nas.arch.dag.macro import role_of
 from nas.arch.dag.ops import OPS
 from nas.arch.dag.parse import parse_block_file
@@ -66,7 +67,8 @@ _WHAT = {
 _RULES = """\
 A block file has one section per block: a header line ##Name## for the base block
 (##Name_stem## for the stem, ##Name_downsample## for the downsampling block), then
-node lines "index:Op" or "index:Op(name=value,...)", then edge lines "a->b".
+node lines "index:Op" or "index:Op(name=value,...)" and edge lines "a->b", either
+each node line followed by the edges into that node, or all edges after the nodes.
 An edge a->b feeds the output of node a into node b; a node with several inputs takes
 them in the order of its edges. Every node lies on a path from input to output.
 Node "input" is the block input, shape (B,C,H,W); node "output" is the block output,
@@ -238,23 +240,38 @@ def propose(client: LLMClient, block: str, score: float | None, parent_score: fl
                       grammar=gbnf if grammar else None)
 
 
-def _grammar_for(block: str, sections: tuple[str, ...]) -> str:
-    """The block grammar, its headers fixed to the names in `block` and its sizes
-    bounded by the block's own (its largest section among `sections`) plus
-    `GROW_NODES`/`GROW_EDGES`, so a weak model that loops stops well inside
-    max_tokens; without bounds from `block` where it does not parse."""
-    names: dict[str, str] = {}
-    nodes = edges = 0
+def _constrained(block: str, sections: tuple[str, ...]) -> tuple[str, str]:
+    """The block grammar for a reply, and `block` as the Modifier sees it.
+
+    Headers are fixed to the names in `block`; sizes are bounded by the block's
+    own (its largest section among `sections`) plus `GROW_NODES`/`GROW_EDGES`,
+    so a weak model that loops stops well inside max_tokens. Single-input
+    sections among `sections` are tight and shown in that layout (`tight_text`),
+    so the model can copy what it may write. Where `block` does not parse: the
+    syntactic grammar at its largest and `block` as it is."""
     try:
-        for name, section in parse_block_file(block, "block").sections.items():
-            role = role_of(name)
-            names.setdefault(role, name)
-            if role in sections:
-                nodes, edges = max(nodes, len(section.nodes)), max(edges, len(section.edges))
+        parsed = parse_block_file(block, "block")
     except EncodingError:
-        nodes, edges = MAX_NODES, MAX_EDGES
-    return block_grammar(sections=sections, name=names or None, max_nodes=min(MAX_NODES, nodes + GROW_NODES),
-                         max_edges=min(MAX_EDGES, edges + GROW_EDGES))
+        return block_grammar(sections=sections), block
+    names: dict[str, str] = {}
+    texts: list[str] = []
+    tight: list[str] = []
+    nodes = edges = 0
+    for name, section in parsed.sections.items():
+        role = role_of(name)
+        names.setdefault(role, name)
+        texts.append(section.to_text())
+        if role not in sections:
+            continue
+        nodes, edges = max(nodes, len(section.nodes)), max(edges, len(section.edges))
+        try:
+            texts[-1] = tight_text(section)
+        except EncodingError:
+            continue  # a two-input cell or a broken section: the syntactic grammar
+        tight.append(role)
+    gbnf = block_grammar(sections=sections, name=names, max_nodes=min(MAX_NODES, nodes + GROW_NODES),
+                         max_edges=min(MAX_EDGES, edges + GROW_EDGES), tight=tuple(tight))
+    return gbnf, "".join(texts) if tight else block
 
 
 def modify(client: LLMClient, block: str, idea: str, experiences: list[str], *, previous: str | None = None,
@@ -285,15 +302,15 @@ def modify(client: LLMClient, block: str, idea: str, experiences: list[str], *, 
                  "sections you leave out stay as they are.")
     else:
         scope = "Write the base section only; the other sections stay as they are."
+    gbnf, shown = _constrained(block, sections) if grammar else (None, block)
     values = {
         "language": block_language(),
-        "block": _fenced(block),
+        "block": _fenced(shown),
         "idea": " ".join(idea.split()),
         "scope": scope,
         "experiences": _bulleted(list(experiences)[:MAX_EXPERIENCES], "none yet"),
         "retry": retry,
     }
-    gbnf = _grammar_for(block, sections) if grammar else None
     return client.ask("modifier", load_prompt("nader_modifier"), values,
                       lambda reply: parse_block_reply(reply.text), grammar=gbnf, first_attempt=attempt)
 
