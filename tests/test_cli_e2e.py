@@ -129,8 +129,8 @@ def test_multirun_and_compare(tmp_path, nas_env):
 ])
 def test_bad_input_gives_one_line_error(tmp_path, nas_env, override, message):
     run_dir = tmp_path / "run"
-    group = override.lstrip("+").split("=")[0].split(".")[0]
-    table = [a for a in [*TABLE, "strategy=rea"] if not a.startswith(f"{group}=")]  # the NB201 table search
+    picks = override.split("=")[0]  # a group choice (strategy=foo), or a key inside one (evaluator.path=...)
+    table = [a for a in [*TABLE, "strategy=rea"] if a.split("=")[0] != picks]  # the NB201 table search
     out = run_nas(["search", *table, "runner=local", override, f"hydra.run.dir={run_dir}"], nas_env)
     assert out.returncode == 2
     lines = [l for l in out.stderr.splitlines() if l.strip()]
