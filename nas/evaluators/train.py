@@ -124,7 +124,7 @@ class TrainEvaluator(Evaluator):
         gpu = self.engine.accelerator == "gpu" or (self.engine.accelerator == "auto" and torch.cuda.is_available())
         verdict, results = train_model_source(
             arch.source, data=self.data_cfg, recipe=self.recipe.to_dict(), engine=self.engine.to_dict(),
-            seeds=seeds, num_classes=self.data.num_classes, input_shape=(2, 3, *self.data.shape[1:]), gpu=gpu,
+            seeds=seeds, num_classes=self.data.num_classes, input_shape=(2, *self.data.shape), gpu=gpu,
             threads=torch.get_num_threads(), limits=self.limits, filename=arch.filename)
         return results if verdict.ok else verdict.error or verdict.stage
 

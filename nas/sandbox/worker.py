@@ -103,7 +103,7 @@ def _exit() -> NoReturn:
 
 
 def _verify(request: dict, workdir: Path, files: dict[str, str], limits: Limits,
-            reporter: _Reporter, trainer: Callable[[nn.Module, int], Any] | None = None) -> Verdict:
+            reporter: _Reporter, trainer: Callable[[nn.Module, int, bool], Any] | None = None) -> Verdict:
     num_classes, shape = request["num_classes"], tuple(request["input_shape"])
 
     def stage(name: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -119,6 +119,9 @@ def _verify(request: dict, workdir: Path, files: dict[str, str], limits: Limits,
     candidate = request["files"]["candidate"]
     module = stage("import", _import, workdir / candidate, "nas_candidate")
     net = stage("instantiate", _instantiate, module, candidate, num_classes)
+    # A model for RGB input (FairNAD's bases) on grey data sees the grey channel three times.
+    rgb = shape[1] == 1 and stage("instantiate", _first_in_channels, net) == 3
+    shape = (shape[0], 3, *shape[2:]) if rgb else shape
     torch.manual_seed(0)
     x = torch.randn(shape)
     out = stage("forward", _forward, net, x)
@@ -145,13 +148,14 @@ def _verify(request: dict, workdir: Path, files: dict[str, str], limits: Limits,
             stop.verdict.output_shape = verdict.output_shape
             raise
     if trainer is not None:
-        stage("train", _train, module, candidate, num_classes, request["train"]["seeds"], trainer, reporter)
+        stage("train", _train, module, candidate, num_classes, request["train"]["seeds"],
+              lambda n, seed: trainer(n, seed, rgb), reporter)
     reporter.enter("done")
     return verdict
 
 
-def _trainer(training: dict) -> Callable[[nn.Module, int], Any]:
-    """Load the data and the training code (trusted) and return `run(net, seed)`."""
+def _trainer(training: dict) -> Callable[[nn.Module, int, bool], Any]:
+    """Load the data and the training code (trusted) and return `run(net, seed, rgb)`."""
     from nas.data.sources import load_data
     from nas.train.engine import Engine
     from nas.train.recipe import Recipe
@@ -159,9 +163,9 @@ def _trainer(training: dict) -> Callable[[nn.Module, int], Any]:
 
     # import the engine now: Lightning's import starts subprocesses, which the policy forbids
     importlib.import_module("nas.train.fast" if training["engine"].get("kind") == "fast" else "nas.train.fit")
-    data = load_data(**training["data"]).rgb()  # model files take RGB input
+    data = load_data(**training["data"])
     recipe, engine = Recipe.from_dict(training["recipe"]), Engine.from_dict(training["engine"])
-    return lambda net, seed: train_one(net, data, recipe, seed, engine)
+    return lambda net, seed, rgb: train_one(net, data.rgb() if rgb else data, recipe, seed, engine)
 
 
 def _train(module: Any, filename: str, num_classes: int, seeds: list[int],
@@ -171,6 +175,11 @@ def _train(module: Any, filename: str, num_classes: int, seeds: list[int],
         torch.manual_seed(seed)
         net = _instantiate(module, filename, num_classes)
         reporter.send(trained=trainer(net, seed).to_dict())
+
+
+def _first_in_channels(net: nn.Module) -> int | None:
+    """`in_channels` of the first layer that has one (the input convolution)."""
+    return next((m.in_channels for m in net.modules() if isinstance(getattr(m, "in_channels", None), int)), None)
 
 
 def _import(path: Path, name: str) -> Any:
