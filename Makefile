@@ -29,6 +29,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/train_throughput.py
 	$(BIN)/python benchmarks/llm_layer.py
 	$(BIN)/python benchmarks/knowledge.py
+	$(BIN)/python benchmarks/design_quality.py
 
 clean:
 	rm -rf $(VENV) runs multirun
