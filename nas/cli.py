@@ -6,6 +6,7 @@
   nas arch show FILE [--json]         key, width, params, FLOPs, PyTorch source
   nas arch draw FILE -o OUT.png       draw a block file's graphs
   nas train ARCH [overrides]          train one model .py, block file or NB201 cell (data=, recipe=, engine=)
+  nas train-supernet [overrides]      train a space's weight-sharing supernet (space=, data=, supernet.*=, out=)
   nas knowledge ingest|search|tree|stats   the design-knowledge store (papers -> tagged ideas)
 """
 
@@ -160,12 +161,16 @@ def main(argv: list[str] | None = None) -> None:
         from nas.cli_train import main as train_main
 
         train_main(rest)
+    elif command == "train-supernet":
+        from nas.cli_supernet import main as supernet_main
+
+        supernet_main(rest)
     elif command == "knowledge":
         from nas.cli_knowledge import main as knowledge_main
 
         knowledge_main(rest)
     else:
-        fail(f"unknown command '{command}' (valid: search, compare, arch, train, knowledge)")
+        fail(f"unknown command '{command}' (valid: search, compare, arch, train, train-supernet, knowledge)")
 
 
 if __name__ == "__main__":

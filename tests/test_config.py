@@ -53,7 +53,8 @@ def test_every_strategy_config_builds(name):
         from omegaconf import OmegaConf
 
         with initialize_config_module("conf", version_base="1.3"):
-            cfg = compose("config", overrides=[f"strategy={name}", f"space={cls.spaces[0]}", "evaluator=train"])
+            space = cls.spaces[0] if cls.spaces else "nb201"   # collm searches any categorical space
+            cfg = compose("config", overrides=[f"strategy={name}", f"space={space}", "evaluator=train"])
         spec = SearchSpec.from_config(OmegaConf.to_container(cfg, resolve=True))
         assert spec.build_strategy(spec.build_space()).name == name
         return
@@ -72,10 +73,24 @@ def test_every_space_config_builds(name):
     assert space.decode(arch.encode()) == arch
 
 
+@pytest.fixture(scope="module")
+def nb201_checkpoint(tmp_path_factory):
+    """A supernet for the run's NB201 space (5 cells per stage, 16 channels), trained for one step."""
+    from supernets.train import SupernetSettings, train_supernet
+
+    settings = SupernetSettings(epochs=1, batch_size=64, train_subset=64, val_subset=50, recal_batches=1)
+    return train_supernet({"name": "nb201"}, {}, {"name": "digits", "root": None, "split_file": None}, settings,
+                          seed=0, out_dir=tmp_path_factory.mktemp("sn"), progress=False).path
+
+
 @pytest.mark.parametrize("name", available("evaluator"))
-def test_every_evaluator_config_builds(name):
+def test_every_evaluator_config_builds(name, request):
+    small = SMALL.get(name, ())
+    if name == "supernet":
+        small = ("data=digits", f"evaluator.checkpoint={request.getfixturevalue('nb201_checkpoint')}",
+                 "evaluator.val_subset=50", "evaluator.recal_batches=1")
     spec = SearchSpec(space=Component("nb201"), strategy=Component("random"),
-                      evaluator=_load("evaluator", name, SMALL.get(name, ())))
+                      evaluator=_load("evaluator", name, small))
     space = spec.build_space()
     ev = spec.build_evaluator(space)
     result = ev.evaluate(space.sample(np.random.default_rng(0)))

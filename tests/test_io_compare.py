@@ -12,7 +12,8 @@ from nas import io as nio
 from nas.compare import aggregate, compare, find_runs, load_curves, render_table
 from nas.errors import NasError, RunDirError
 from nas.evaluators.table import TableEvaluator
-from nas.search import LocalExecutor, SearchLoop, SearchSpec
+from nas.search.loop import LocalExecutor, SearchLoop
+from nas.search.spec import SearchSpec
 from nas.search.loop import best_so_far
 from nas.search.spec import Component
 from nas.spaces.nb201 import NB201Space

@@ -11,7 +11,8 @@ import pytest
 from nas.arch.nb201 import NB201Cell
 from nas.errors import ConfigError, EvaluationError, RunDirError
 from nas.evaluators.table import TableEvaluator
-from nas.search import LocalExecutor, SearchLoop, SearchSpec
+from nas.search.loop import LocalExecutor, SearchLoop
+from nas.search.spec import SearchSpec
 from nas.search.loop import best_so_far
 from nas.search.rundir import RunDir
 from nas.search.spec import Component

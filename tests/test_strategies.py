@@ -14,6 +14,7 @@ from nas.errors import ConfigError, RunDirError
 from nas.evaluators import EvalResult
 from nas.evaluators.table import TableEvaluator
 from nas.spaces import SPACES, SearchSpace
+from nas.spaces.base import CategoricalSpace, Decision
 from nas.spaces.nb201 import NB201Space
 from nas.strategies import STRATEGIES, Candidate, Strategy, Trial
 from nas.strategies.base import SearchExhausted
@@ -264,11 +265,20 @@ def test_load_state_with_garbage_visited_raises_rundir_error(name, evaluator):
         make(name).load_state_dict(state)
 
 
-class TinySpace(SearchSpace):
-    """Three NB201 cells: small enough to exhaust."""
+class TinySpace(CategoricalSpace):
+    """Three NB201 cells: small enough to exhaust (one decision, for categorical strategies)."""
 
     name = "tiny"
     CELLS = [NB201Cell((op,) * 6) for op in ("none", "skip_connect", "nor_conv_1x1")]
+
+    def decisions(self):
+        return [Decision("cell", tuple(c.ops[0] for c in self.CELLS))]
+
+    def from_values(self, values):
+        return NB201Cell((values[0],) * 6)
+
+    def to_values(self, arch):
+        return [arch.ops[0]]
 
     def sample(self, rng):
         return self.CELLS[int(rng.integers(len(self.CELLS)))]

@@ -1,6 +1,4 @@
-"""The search loop (ask → evaluate → tell), its run directory and builders."""
+"""The search loop (ask → evaluate → tell), its run directory, constraints and builders.
 
-from nas.search.loop import LocalExecutor, SearchLoop
-from nas.search.spec import SearchSpec
-
-__all__ = ["LocalExecutor", "SearchLoop", "SearchSpec"]
+Submodules are imported where used (`nas.search.loop`, `nas.search.spec`, ...):
+strategies import `nas.search.constraint`, which must not pull in the loop."""

@@ -7,6 +7,7 @@ from typing import Any
 
 from nas.arch.base import stable_hash
 from nas.errors import ConfigError
+from nas.search.constraint import Constraint
 from nas.evaluators import EVALUATORS, Evaluator
 from nas.spaces import SPACES, SearchSpace
 from nas.strategies import STRATEGIES, Strategy
@@ -35,6 +36,7 @@ class SearchSpec:
     seed: int = 0
     trials: int = 100
     batch_size: int = 1
+    constraint: Constraint = Constraint()
 
     def __post_init__(self) -> None:
         for name in ("seed", "trials", "batch_size"):
@@ -56,13 +58,15 @@ class SearchSpec:
             seed=cfg.get("seed", 0),
             trials=budget.get("trials", 100),
             batch_size=budget.get("batch_size", 1),
+            constraint=Constraint.from_config(cfg.get("constraint")),
         )
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SearchSpec":
         """Inverse of `to_dict`."""
         parts = {g: Component(**d[g]) for g in ("space", "strategy", "evaluator")}
-        return cls(**parts, seed=d["seed"], trials=d["trials"], batch_size=d["batch_size"])
+        return cls(**parts, seed=d["seed"], trials=d["trials"], batch_size=d["batch_size"],
+                   constraint=Constraint(**d.get("constraint", {})))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,6 +76,8 @@ class SearchSpec:
         excluded so a finished run can be extended by resuming with more."""
         d = self.to_dict()
         d.pop("trials")
+        if not self.constraint.active:  # identities of unconstrained runs predate constraints
+            d.pop("constraint")
         return stable_hash(d)
 
     # --- factories --------------------------------------------------------
@@ -79,7 +85,9 @@ class SearchSpec:
         return SPACES.create(self.space.name, self.space.params)
 
     def build_strategy(self, space: SearchSpace) -> Strategy:
-        return STRATEGIES.create(self.strategy.name, self.strategy.params, space=space, seed=self.seed)
+        strategy = STRATEGIES.create(self.strategy.name, self.strategy.params, space=space, seed=self.seed)
+        strategy.constrain(self.constraint)
+        return strategy
 
     def build_evaluator(self, space: SearchSpace) -> Evaluator:
         return build_evaluator(self.evaluator, space)

@@ -14,6 +14,7 @@ from nas.arch.base import Architecture
 from nas.errors import ConfigError, EncodingError, RunDirError
 from nas.evaluators.base import EvalResult
 from nas.llm.client import Calls
+from nas.search.constraint import Constraint
 from nas.registry import Registry
 from nas.spaces.base import SearchSpace
 
@@ -69,6 +70,17 @@ class Strategy(ABC):
                               "is open-ended (its designs come from an LLM design strategy)")
         self.space = space
         self.rng = np.random.default_rng(seed)
+        self.constraint = Constraint()
+
+    def constrain(self, constraint: Constraint) -> None:
+        """Hardware limits every proposal must meet (set by the spec before the search starts)."""
+        if constraint.active:
+            space = self.space
+            constraint.validate(space, space.base if space.open_ended else space.sample(np.random.default_rng(0)))
+        self.constraint = constraint
+
+    def feasible(self, arch: Architecture) -> bool:
+        return self.constraint.violation(self.space, arch) is None
 
     @abstractmethod
     def ask(self, n: int) -> list[Candidate]:
@@ -98,7 +110,8 @@ class Strategy(ABC):
 
 
 class VisitedMixin:
-    """Deduplication by canonical key, for strategies that want unique candidates."""
+    """Deduplication by canonical key, for strategies that want unique candidates;
+    candidates that break the constraint are redrawn too (rejection sampling)."""
 
     visited: set[str]
 
@@ -106,10 +119,10 @@ class VisitedMixin:
         self.visited = set()
 
     def _fresh(self, make, attempts: int) -> Architecture | None:
-        """Call `make()` until it yields an unvisited architecture; None if none."""
+        """Call `make()` until it yields an unvisited, feasible architecture; None if none."""
         for _ in range(attempts):
             arch = make()
-            if arch.key() not in self.visited:
+            if arch.key() not in self.visited and self.feasible(arch):
                 return arch
         return None
 

@@ -1,0 +1,57 @@
+"""Hardware constraints: config errors, the reason a candidate breaks one, and the spec carrying it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nas.arch.nb201 import NB201Cell
+from nas.errors import ConfigError
+from nas.search.constraint import Constraint
+from nas.search.spec import SearchSpec
+from nas.spaces.nb201 import NB201Space
+from nas.spaces.open_ended import SourceSpace
+
+CONV = NB201Cell(("nor_conv_3x3",) * 6)
+NONE = NB201Cell(("none",) * 6)
+
+
+@pytest.mark.parametrize("node, message", [
+    ({"flops": -1}, "constraint.flops must be a positive number or null, got -1"),
+    ({"params": "many"}, "constraint.params must be a positive number or null, got 'many'"),
+    ({"latency": 3}, "constraint: unknown key(s) latency (valid: flops, params)"),
+    ([1, 2], "constraint must be a mapping with flops/params, got [1, 2]"),
+])
+def test_bad_constraints_are_one_line_errors(node, message):
+    with pytest.raises(ConfigError) as info:
+        Constraint.from_config(node)
+    assert str(info.value) == message
+
+
+def test_violation_names_the_measure_and_the_limit():
+    space = NB201Space()
+    conv, none = space.cost(CONV), space.cost(NONE)
+    assert conv.flops > none.flops and conv.params > none.params
+    limit = Constraint(flops=(conv.flops + none.flops) / 2)
+    assert limit.violation(space, NONE) is None
+    assert limit.violation(space, CONV) == (f"{conv.flops / 1e6:.2f} MFLOPs exceeds the limit of "
+                                            f"{limit.flops / 1e6:.2f} MFLOPs")
+    assert "M params exceeds" in Constraint(params=none.params + 1).violation(space, CONV)
+    assert Constraint().violation(space, CONV) is None
+
+
+def test_spec_carries_the_constraint_and_strategies_meet_it():
+    cfg = {"space": "nb201", "strategy": "random", "evaluator": "table", "constraint": {"flops": 2.0e7}}
+    spec = SearchSpec.from_config(cfg)
+    assert SearchSpec.from_dict(spec.to_dict()) == spec
+    unconstrained = SearchSpec.from_config({**cfg, "constraint": None})
+    assert spec.identity() != unconstrained.identity()
+    space = spec.build_space()
+    strategy = spec.build_strategy(space)
+    assert all(space.cost(c.arch).flops <= 2.0e7 for c in strategy.ask(30))
+
+
+def test_a_space_without_a_cost_model_refuses_a_constraint():
+    with pytest.raises(ConfigError, match="cannot measure FLOPs/params before evaluation"):
+        Constraint(flops=1e6).validate(SourceSpace(), SourceSpace().base)
+    assert np.isfinite(NB201Space().cost(NONE).flops)

@@ -1,0 +1,225 @@
+"""Supernet training (sampling, phases, checkpoint files) and subnet scoring with the supernet evaluator."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+
+from conftest import run_nas
+from nas.arch.base import Architecture
+from nas.arch.nb201 import NB201Cell
+from nas.errors import ConfigError, MissingDependencyError
+from nas.evaluators import EVALUATORS
+from nas.evaluators import supernet as supernet_evaluator
+from nas.spaces.base import CategoricalSpace, Decision
+from nas.spaces.nb201 import NB201Space
+from supernets.train import SubnetSampler, SupernetSettings, train_supernet
+
+SPACE = {"name": "nb201", "channels": 4, "cells_per_stage": 1}
+DIGITS = {"name": "digits", "root": None, "split_file": None}
+TINY = SupernetSettings(epochs=1, batch_size=64, train_subset=256, val_subset=100, recal_batches=2)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    return train_supernet(SPACE, {}, DIGITS, TINY, seed=0, out_dir=tmp_path_factory.mktemp("sn"), progress=False)
+
+
+def make_evaluator(path, **params):
+    space = NB201Space(channels=4, cells_per_stage=1)
+    return EVALUATORS.create("supernet", {"checkpoint": str(path), "recal_batches": 2, "batch_size": 64,
+                                          "val_subset": 100, **params}, space=space)
+
+
+def test_checkpoint_and_its_hash_are_written(trained):
+    assert trained.path.name == "supernet.pt" and trained.steps == 4  # 256 images / 64
+    meta = json.loads(trained.path.with_suffix(".json").read_text())
+    assert meta["sha256"] == trained.sha256 == hashlib.sha256(trained.path.read_bytes()).hexdigest()
+    assert meta["space"] == "nb201" and meta["space_params"] == {"channels": 4, "cells_per_stage": 1}
+    assert meta["data"] == DIGITS and meta["train"]["sampling"] == "uniform" and meta["train"]["epochs"] == 1
+    assert 0 <= meta["val_accuracy_largest"] <= 100 and 0 <= meta["val_accuracy_smallest"] <= 100
+    ckpt = torch.load(trained.path, weights_only=True)
+    assert ckpt["supernet"] == {"num_classes": 10, "in_channels": 3} and "net.stem.0.weight" in ckpt["state_dict"]
+    assert not list(trained.path.parent.glob(".*.tmp"))  # atomic writes leave no temp files
+
+
+def test_evaluator_scores_subnets_and_caches_repeats(trained, monkeypatch):
+    monkeypatch.setattr(supernet_evaluator, "SCORES", {})
+    ev = make_evaluator(trained.path)
+    a, b = NB201Cell(("nor_conv_3x3",) * 6), NB201Cell(("skip_connect", "nor_conv_1x1") * 3)
+    first = [ev.evaluate(a), ev.evaluate(b)]
+    for r in first:
+        assert r.ok and 0 <= r.accuracy <= 100 and 0 <= r.metrics["test_accuracy"] <= 100
+        assert r.params > 0 and r.flops > 0 and r.cost_seconds > 0
+    assert first[0].params > first[1].params
+    assert ev.computed == 2
+    again = ev.evaluate(a)
+    assert ev.computed == 2 and again == first[0]
+    # Another evaluator with the same settings shares the in-process cache.
+    twin = make_evaluator(trained.path)
+    assert twin.fingerprint() == ev.fingerprint() and twin.evaluate(b) == first[1] and twin.computed == 0
+
+
+def test_fingerprint_follows_checkpoint_and_scoring_settings(trained):
+    base = make_evaluator(trained.path).fingerprint()
+    assert make_evaluator(trained.path, recal_batches=3).fingerprint() != base
+    assert make_evaluator(trained.path, val_subset=50).fingerprint() != base
+    assert make_evaluator(trained.path, data=DIGITS).fingerprint() == base  # the checkpoint's own data
+
+
+def test_bad_checkpoints_and_mismatches_are_one_line_errors(trained, tmp_path):
+    with pytest.raises(MissingDependencyError, match="supernet checkpoint not found") as info:
+        make_evaluator(tmp_path / "missing.pt")
+    assert "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="checkpoint is required"):
+        make_evaluator("")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(MissingDependencyError, match="unreadable"):
+        make_evaluator(tmp_path / "junk.pt")
+    with pytest.raises(ConfigError, match="is for space nb201") as info:
+        EVALUATORS.create("supernet", {"checkpoint": str(trained.path)}, space=NB201Space())
+    assert "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="trained on digits"):
+        make_evaluator(trained.path, data={"name": "fashion_mnist", "root": None, "split_file": None})
+    with pytest.raises(ConfigError, match="recal_batches"):
+        make_evaluator(trained.path, recal_batches=-1)
+
+
+# --- sampling --------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Values(Architecture):
+    values: tuple[Any, ...]
+    space = "fake"
+
+    def canonical(self) -> str:
+        return repr(self.values)
+
+    def encode(self) -> list[Any]:
+        return list(self.values)
+
+    @classmethod
+    def decode(cls, data: Any) -> "Values":
+        return cls(tuple(data))
+
+
+class FakeOFASpace(CategoricalSpace):
+    """OFA-like decision names: a resolution in no phase, then kernel sizes, depths and expansions."""
+
+    def decisions(self) -> list[Decision]:
+        return [Decision("r", (8, 12, 16)), Decision("ks[0]", (3, 5, 7)), Decision("ks[1]", (3, 5, 7)),
+                Decision("d[0]", (2, 3, 4)), Decision("e[0]", (3, 4, 6))]
+
+    def from_values(self, values: list[Any]) -> Values:
+        return Values(tuple(values))
+
+    def to_values(self, arch: Values) -> list[Any]:
+        return list(arch.values)
+
+    def decode(self, encoding: Any) -> Values:
+        return Values.decode(encoding)
+
+
+PHASES = (("ks",), ("d",), ("e",))
+
+
+def sampler(sampling: str, total_steps: int = 8, n_random: int = 6) -> SubnetSampler:
+    space = FakeOFASpace()
+    largest, smallest = Values((16, 7, 7, 4, 6)), Values((8, 3, 3, 2, 3))
+    return SubnetSampler(space, largest, smallest, sampling, PHASES, n_random, total_steps, seed=0)
+
+
+def test_sandwich_releases_decision_groups_phase_by_phase():
+    s = sampler("sandwich")
+    assert s.n_phases == 4 and [s.phase(t) for t in range(8)] == [0, 0, 1, 1, 2, 2, 3, 3]
+    fixed_by_phase = {0: slice(1, 5), 1: slice(3, 5), 2: slice(4, 5), 3: slice(5, 5)}
+    for step in range(8):
+        archs = s.draw(step)
+        held = fixed_by_phase[s.phase(step)]
+        assert archs[0].values == (16, 7, 7, 4, 6)  # the largest first: the teacher
+        assert archs[1].values[0] == 8  # the smallest resolution: r is drawn from the start
+        assert len({a.key() for a in archs}) == len(archs)  # distinct subnets only
+        assert all(a.values[held] == (16, 7, 7, 4, 6)[held] for a in archs), (step, archs)
+    released = [a.values for step in (6, 7) for a in s.draw(step)]
+    assert Values((8, 3, 3, 2, 3)).values in released  # the last phase trains the true smallest
+    assert any(v[1] != 7 for v in released) and any(v[4] != 6 for v in released)
+
+
+def test_uniform_sampling_draws_one_free_subnet_per_step():
+    s = sampler("uniform")
+    assert s.n_phases == 1
+    draws = [s.draw(step) for step in range(20)]
+    assert all(len(d) == 1 for d in draws)
+    assert len({d[0].values[1] for d in draws}) > 1  # kernel sizes vary from step 0: no phases
+
+
+def test_real_supernets_declare_phases_over_their_decision_groups():
+    from supernets import SUPERNETS
+    from nas.spaces import SPACES
+
+    for name in SUPERNETS.names():
+        cls = SUPERNETS.get(name)
+        assert cls.default_sampling in ("uniform", "sandwich")
+        if cls.phases and name in SPACES.names():
+            groups = {d.name.split("[")[0] for d in SPACES.create(name, {}).decisions()}
+            assert {g for phase in cls.phases for g in phase} <= groups, name
+
+
+def test_sandwich_training_with_distillation_runs(tmp_path):
+    settings = SupernetSettings(epochs=1, batch_size=64, train_subset=128, val_subset=64, recal_batches=1,
+                                sampling="sandwich", n_random=1)
+    out = train_supernet(SPACE, {}, DIGITS, settings, seed=1, out_dir=tmp_path, progress=False)
+    meta = json.loads(out.path.with_suffix(".json").read_text())
+    assert meta["train"]["sampling"] == "sandwich" and meta["train"]["distill"] and out.steps == 2
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"space": {"name": "nader"}}, "space 'nader' has no supernet"),
+    ({"settings": {"sampling": "greedy"}}, "supernet.sampling: unknown 'greedy'"),
+    ({"settings": {"epochs": 0}}, "supernet.epochs must be an integer >= 1"),
+    ({"data": {"name": "fashion_mnist", "root": "/nonexistent"}}, "fashion_mnist not found at /nonexistent"),
+    ({"params": {"num_classes": 3}}, "supernet.params.num_classes is set from the data"),
+])
+def test_bad_training_inputs_are_one_line_errors(change, message, tmp_path):
+    from nas.errors import NasError
+
+    with pytest.raises(NasError) as info:
+        settings = SupernetSettings(**{**TINY.to_dict(), **change.get("settings", {})})
+        train_supernet(change.get("space", SPACE), change.get("params", {}), change.get("data", DIGITS), settings,
+                       seed=0, out_dir=tmp_path, progress=False)
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert not (tmp_path / "supernet.pt").exists()
+
+
+# --- end to end ------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_cli_trains_a_supernet_then_searches_with_it(tmp_path, nas_env):
+    space = ["space=nb201", "space.channels=4", "space.cells_per_stage=1", "data=digits", "progress=false"]
+    out = tmp_path / "sn"
+    r = run_nas(["train-supernet", *space, "supernet.epochs=1", "supernet.train_subset=256",
+                 "supernet.val_subset=100", "supernet.recal_batches=2", f"out={out}"], nas_env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith(f"supernet: {out / 'supernet.pt'} sha256 ")
+    sha = json.loads((out / "supernet.json").read_text())["sha256"]
+    assert sha == hashlib.sha256((out / "supernet.pt").read_bytes()).hexdigest()
+
+    run = tmp_path / "run"
+    r = run_nas(["search", *space, "strategy=random", "evaluator=supernet", f"evaluator.checkpoint={out}/supernet.pt",
+                 "evaluator.recal_batches=2", "evaluator.val_subset=100", "budget.trials=3", "runner=local",
+                 f"hydra.run.dir={run}"], nas_env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(line) for line in (run / "history.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(row["error"] is None and 0 <= row["accuracy"] <= 100 for row in rows)
+
+    r = run_nas(["search", "space=nb201", "strategy=random", "evaluator=supernet",
+                 f"evaluator.checkpoint={out}/supernet.pt", "budget.trials=1", "runner=local",
+                 f"hydra.run.dir={tmp_path / 'bad'}"], nas_env)
+    assert r.returncode == 2 and "is for space nb201" in r.stderr.strip().splitlines()[-1]
