@@ -30,6 +30,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/llm_layer.py
 	$(BIN)/python benchmarks/knowledge.py
 	$(BIN)/python benchmarks/design_quality.py
+	$(BIN)/python benchmarks/collm_nb201.py
+	$(BIN)/python benchmarks/supernet_search.py
 
 clean:
 	rm -rf $(VENV) runs multirun

@@ -2,7 +2,7 @@
 accuracy vs evaluations for CoLLM-NAS (local SmolLM2) and OFA's constrained
 evolution under one FLOPs constraint, and seconds per subnet score.
 
-Stage 1 trains the small OFA supernet (`space=ofa_mbv3_small`: width 0.5,
+Stage 1 trains (2 epochs on 6k images; 1 on 3k with --quick) the small OFA supernet (`space=ofa_mbv3_small`: width 0.5,
 24-32 px, sandwich rule with progressive shrinking and in-place distillation)
 on a Fashion-MNIST subset, once; `--checkpoint` reuses a trained one. Stage 2
 runs each strategy through the library (SearchLoop + LocalExecutor) with the
@@ -12,7 +12,7 @@ infeasible and the constraint binds. CoLLM-NAS's claim is 4-10x fewer
 evaluations than evolution for the same accuracy; the JSON records, per
 strategy, how many evaluations it needed to reach evolution's final best.
 
-    python benchmarks/supernet_search.py                         # ~1 h on 2 CPU cores
+    python benchmarks/supernet_search.py                         # ~20-30 min on 2 CPU cores
     python benchmarks/supernet_search.py --quick                 # smaller supernet run and budgets
     python benchmarks/supernet_search.py --checkpoint runs/sn/supernet.pt
 """
@@ -60,7 +60,7 @@ def train(out: Path, quick: bool, seed: int) -> Path:
 
     cfg = yaml.safe_load((ROOT / "conf" / "supernet" / "default.yaml").read_text())
     cfg.pop("out"), cfg.pop("params")
-    cfg.update(epochs=1 if quick else 4, train_subset=3000 if quick else 12000, val_subset=500)
+    cfg.update(epochs=1 if quick else 2, train_subset=3000 if quick else 6000, val_subset=500)
     settings = SupernetSettings(**cfg)
     trained = train_supernet(space_config(), {}, DATA, settings, seed, out, progress=True)
     return trained.path
@@ -151,8 +151,8 @@ def markdown(results: dict[str, Any], limit: float) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", type=Path, default=None, help="a trained ofa_mbv3_small supernet.pt to reuse")
-    ap.add_argument("--trials", type=int, default=60)
-    ap.add_argument("--seeds", type=int, default=3, help="seeds for evolution and random")
+    ap.add_argument("--trials", type=int, default=40)
+    ap.add_argument("--seeds", type=int, default=2, help="seeds for evolution and random")
     ap.add_argument("--llm-seeds", type=int, default=1, help="seeds for collm (the local LLM is slow)")
     ap.add_argument("--quick", action="store_true", help="1-epoch supernet on 3k images, 20 trials, 1 seed each")
     ap.add_argument("--no-collm", action="store_true")

@@ -81,6 +81,10 @@ class SPOSSupernet(Supernet):
         self.head = head(space, num_classes)
         self.active: tuple[int, ...] | None = None
 
+    def input_size(self, arch: SPOSArch) -> int:
+        """The space's resolution: images are resized to it, so measured and modelled costs agree."""
+        return self.space.resolution
+
     def set_active(self, arch: SPOSArch) -> None:
         self.active = tuple(self.space.to_values(arch))
 

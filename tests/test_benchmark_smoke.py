@@ -46,3 +46,12 @@ def test_knowledge_quick(tmp_path):
     assert result["n_ideas"] == 500 and result["store_vectors_given"]["added"] > 450
     assert result["search"]["end_to_end"]["p95_ms"] > 0
     assert result["tagging"]["local_llm"]["ideas_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_collm_nb201_quick_baselines(tmp_path):
+    result = run_bench("collm_nb201.py", tmp_path / "c.json", "--no-collm")
+    assert set(result["strategies"]) == {"random", "rea", "reinforce", "evolution"}
+    for res in result["strategies"].values():
+        assert res["seeds"] == 3 and 85 < res["best_at"]["25"]["mean"] <= result["table_optimum"]
+    assert (tmp_path / "c.png").is_file() and "| evolution | 3 |" in (tmp_path / "c.md").read_text()

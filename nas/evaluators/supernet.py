@@ -31,7 +31,7 @@ from nas.errors import ConfigError, MissingDependencyError
 from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
 from nas.measure import count_flops, count_params
 from nas.registry import check_keys
-from nas.spaces.base import SearchSpace
+from nas.spaces.base import Cost, SearchSpace
 
 # (evaluator fingerprint, subnet key) → result: a repeated subnet costs nothing in this process.
 SCORES: dict[tuple[str, str], EvalResult] = {}
@@ -194,10 +194,14 @@ class SupernetEvaluator(Evaluator):
             sub = supernet.extract(arch).to(self.device)
         size = supernet.input_size(arch)
         valid, test = score(sub, feeder, size, self.recal_batches, self.val_subset)
-        shape = (1, supernet.in_channels, *((size, size) if size else feeder.data.shape[1:]))
+        # A space that fixes the input size prices its subnets itself (a cached table: no fvcore trace per subnet).
+        cost = self.space.cost(arch) if size else None
+        if cost is None:
+            shape = (1, supernet.in_channels, *((size, size) if size else feeder.data.shape[1:]))
+            cost = Cost(count_params(sub), count_flops(sub.cpu(), shape))
         result = EvalResult(accuracy=round(valid, 4), metrics={"valid_accuracy": round(valid, 4),
                                                                 "test_accuracy": round(test, 4)},
-                            params=count_params(sub), flops=count_flops(sub.cpu(), shape),
+                            params=cost.params, flops=cost.flops,
                             cost_seconds=round(time.perf_counter() - start, 3))
         SCORES[key] = result
         self.computed += 1
