@@ -89,7 +89,11 @@ def collm_counts(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"per_run": per_run, "totals": {k: sum(p[k] for p in per_run) for k in keys}, "llm_usage": llm}
 
 
-def plot(results: dict[str, Any], trials: int, path: Path) -> None:
+def plot(results: dict[str, Any], trials: int, path: Path, *, xlabel: str = "trials (architectures evaluated)",
+         ylabel: str = "best CIFAR-10 accuracy so far (%)",
+         title: str = "NB201 CIFAR-10 table (analog-nasbench, optimum 94.07)",
+         ylim: tuple[float, float] | None = (91.0, 94.2)) -> None:
+    """Best-so-far curves, mean with a ±1 std band per strategy."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -101,10 +105,11 @@ def plot(results: dict[str, Any], trials: int, path: Path) -> None:
         mean, std = np.array(res["curve_mean"]), np.array(res["curve_std"])
         ax.plot(x, mean, label=f"{label} ({res['seeds']} seeds)")
         ax.fill_between(x, mean - std, mean + std, alpha=0.2)
-    ax.set_xlabel("trials (architectures evaluated)")
-    ax.set_ylabel("best CIFAR-10 accuracy so far (%)")
-    ax.set_title("NB201 CIFAR-10 table (analog-nasbench, optimum 94.07)")
-    ax.set_ylim(91.0, 94.2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
     fig.tight_layout()

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from collm_nb201 import local_llm  # noqa: E402
+from collm_nb201 import local_llm, plot  # noqa: E402
 from nas.io import atomic_write_json, read_json, read_jsonl  # noqa: E402
 from nas.search.constraint import Constraint  # noqa: E402
 from nas.search.loop import LocalExecutor, SearchLoop, best_so_far  # noqa: E402
@@ -115,28 +115,6 @@ def summarise(runs: list[dict[str, Any]], target: float | None) -> dict[str, Any
     return out
 
 
-def plot(results: dict[str, Any], trials: int, limit: float, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    x = np.arange(1, trials + 1)
-    for label, res in results.items():
-        mean, std = np.array(res["curve_mean"]), np.array(res["curve_std"])
-        ax.plot(x, mean, label=f"{label} ({res['seeds']} seeds)")
-        ax.fill_between(x, mean - std, mean + std, alpha=0.2)
-    ax.set_xlabel("subnets evaluated")
-    ax.set_ylabel("best validation accuracy so far (%)")
-    ax.set_title(f"OFA-MBv3 (small) supernet on Fashion-MNIST, FLOPs <= {limit / 1e6:.2f} M")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def markdown(results: dict[str, Any], limit: float) -> str:
     rows = [f"FLOPs limit {limit / 1e6:.2f} M (median of random subnets).", "",
             "| strategy | seeds | final best (%) | evals to evolution's best | s / subnet score |",
@@ -195,7 +173,9 @@ def main() -> None:
                "command": "python benchmarks/supernet_search.py" + (" --quick" if args.quick else ""),
                "wall_seconds": round(time.perf_counter() - start, 1)}
     atomic_write_json(args.out, payload)
-    plot(results, args.trials, limit, args.out.with_suffix(".png"))
+    plot(results, args.trials, args.out.with_suffix(".png"), xlabel="subnets evaluated",
+         ylabel="best validation accuracy so far (%)",
+         title=f"OFA-MBv3 (small) supernet on Fashion-MNIST, FLOPs <= {limit / 1e6:.2f} M", ylim=None)
     args.out.with_suffix(".md").write_text(markdown(results, limit))
     print(f"wrote {args.out} (+ .png, .md)")
 

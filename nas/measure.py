@@ -15,6 +15,11 @@ def count_params(module: nn.Module) -> int:
 
 
 def count_flops(module: nn.Module, input_shape: tuple[int, ...]) -> int:
+    return flops_by_module(module, input_shape)[""]
+
+
+def flops_by_module(module: nn.Module, input_shape: tuple[int, ...]) -> dict[str, int]:
+    """fvcore's counts per submodule name ('' = the whole module), from one trace in eval mode."""
     with warnings.catch_warnings():  # fvcore's import calls the deprecated torch.jit.script
         warnings.simplefilter("ignore", FutureWarning)
         from fvcore.nn import FlopCountAnalysis
@@ -26,6 +31,6 @@ def count_flops(module: nn.Module, input_shape: tuple[int, ...]) -> int:
         with torch.no_grad():
             analysis = FlopCountAnalysis(module, torch.zeros(input_shape))
             analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
-            return int(analysis.total())
+            return {name: int(n) for name, n in analysis.by_module().items()}
     finally:
         module.train(was_training)

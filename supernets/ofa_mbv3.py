@@ -9,8 +9,6 @@ start, so the trainer should draw it freely and feed inputs of
 
 from __future__ import annotations
 
-import logging
-import warnings
 from typing import Any
 
 import torch
@@ -19,7 +17,7 @@ from torch import nn
 
 from nas.arch.ofa_mbv3 import OFAMbv3Arch
 from nas.errors import ConfigError
-from nas.measure import count_params
+from nas.measure import count_params, flops_by_module
 from nas.spaces.base import Cost
 from nas.spaces.ofa_mbv3 import OFAMbv3Space
 from supernets.base import SUPERNETS, Supernet
@@ -101,17 +99,3 @@ class SubnetCost:
             self._blocks[key] = (count_params(net.blocks[i]), flops[f"blocks.{i}"])
             params, total = params - self._blocks[key][0], total - self._blocks[key][1]
         self._base[arch.r] = (params, total)
-
-
-def flops_by_module(net: nn.Module, input_shape: tuple[int, ...]) -> dict[str, int]:
-    """fvcore's MACs per submodule name ('' = the whole net), set up as `nas.measure.count_flops`."""
-    with warnings.catch_warnings():  # fvcore's import calls the deprecated torch.jit.script
-        warnings.simplefilter("ignore", FutureWarning)
-        from fvcore.nn import FlopCountAnalysis
-
-    logging.getLogger("fvcore").setLevel(logging.ERROR)
-    net.eval()
-    with torch.no_grad():
-        analysis = FlopCountAnalysis(net, torch.zeros(input_shape))
-        analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
-        return {name: int(n) for name, n in analysis.by_module().items()}

@@ -25,7 +25,7 @@ from typing import Any, Callable, TypeVar
 
 from nas.arch.base import Architecture
 from nas.errors import EncodingError
-from nas.llm.client import Answer, LLMClient, LLMError, Reply
+from nas.llm.client import Answer, LLMClient, Reply
 from nas.llm.gbnf import gbnf_choice, gbnf_literal
 from nas.llm.parse import ParseError, snippet
 from nas.spaces.base import CategoricalSpace
@@ -207,20 +207,8 @@ def _ask(client: LLMClient, role: str, messages: Messages, template: str, parse:
          grammar: str | None, attempt: int, max_tokens: int | None = None) -> Answer[T]:
     """`LLMClient.ask` for a prebuilt conversation (the stateful roles keep their own messages)."""
     answer: Answer[T] = Answer()
-    try:
-        reply = client.complete(role, messages, template=template, grammar=grammar, attempt=attempt,
-                                max_tokens=max_tokens)
-    except LLMError as err:
-        answer.errors.append(f"attempt {attempt}: {err}")
-        return answer
-    answer.replies.append(reply)
-    try:
-        if reply.truncated:
-            raise ParseError(f"reply cut at max_tokens ({reply.completion_tokens} tokens); "
-                             f"raise llm.roles.{role}.max_tokens")
-        answer.value = parse(reply)
-    except (ParseError, ValueError) as err:
-        answer.errors.append(f"attempt {attempt}: {err}")
+    client.attempt(answer, role, messages, parse, template=template, grammar=grammar, attempt=attempt,
+                   max_tokens=max_tokens)
     return answer
 
 

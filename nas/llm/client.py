@@ -131,6 +131,27 @@ class LLMClient:
             raise
         return self._finish(base, result, retries=retries, source=source)
 
+    def attempt(self, answer: Answer[T], role: str, messages: list[dict[str, str]], parse: Callable[[Reply], T], *,
+                template: str, grammar: str | None = None, schema: dict[str, Any] | None = None,
+                attempt: int = 0, max_tokens: int | None = None) -> bool:
+        """One call and parse into `answer` (reply, value or the error); True when it parsed."""
+        try:
+            reply = self.complete(role, messages, template=template, grammar=grammar, schema=schema,
+                                  attempt=attempt, max_tokens=max_tokens)
+        except LLMError as err:
+            answer.errors.append(f"attempt {attempt}: {err}")
+            return False
+        answer.replies.append(reply)
+        try:
+            if reply.truncated:
+                raise ParseError(f"reply cut at max_tokens ({reply.completion_tokens} tokens); "
+                                 f"raise llm.roles.{role}.max_tokens")
+            answer.value = parse(reply)
+            return True
+        except (ParseError, ValueError) as err:
+            answer.errors.append(f"attempt {attempt}: {err}")
+            return False
+
     def ask(self, role: str, prompt: Prompt, values: dict[str, Any], parse: Callable[[Reply], T], *,
             grammar: str | None = None, schema: dict[str, Any] | None = None, tries: int = 1,
             first_attempt: int = 0) -> Answer[T]:
@@ -138,21 +159,9 @@ class LLMClient:
         answer: Answer[T] = Answer()
         messages = prompt.render(**values)
         for attempt in range(first_attempt, first_attempt + max(1, tries)):
-            try:
-                reply = self.complete(role, messages, template=prompt.template_id, grammar=grammar,
-                                      schema=schema, attempt=attempt)
-            except LLMError as err:
-                answer.errors.append(f"attempt {attempt}: {err}")
-                continue
-            answer.replies.append(reply)
-            try:
-                if reply.truncated:
-                    raise ParseError(f"reply cut at max_tokens ({reply.completion_tokens} tokens); "
-                                     f"raise llm.roles.{role}.max_tokens")
-                answer.value = parse(reply)
+            if self.attempt(answer, role, messages, parse, template=prompt.template_id, grammar=grammar,
+                            schema=schema, attempt=attempt):
                 return answer
-            except (ParseError, ValueError) as err:
-                answer.errors.append(f"attempt {attempt}: {err}")
         return answer
 
     # -- internals ----------------------------------------------------------------------------------------
