@@ -65,6 +65,28 @@ def test_evaluator_scores_subnets_and_caches_repeats(trained, monkeypatch):
     assert twin.fingerprint() == ev.fingerprint() and twin.evaluate(b) == first[1] and twin.computed == 0
 
 
+def test_a_space_with_a_fixed_input_size_scores_resized_data_at_its_own_cost(tmp_path, monkeypatch):
+    """SPOS at 32 px on 8x8 digits: images are resized to the space's resolution, so the reported
+    params/FLOPs are the space's cost model (what constraints were checked against)."""
+    import numpy as np
+
+    from nas.spaces.spos import SPOSSpace
+
+    monkeypatch.setattr(supernet_evaluator, "SCORES", {})
+    small = {"stage_channels": [16, 32, 64, 128], "stem_channels": 8, "last_channels": 256, "stem_stride": 1,
+             "resolution": 32, "num_classes": 10}
+    settings = SupernetSettings(epochs=1, batch_size=64, train_subset=64, val_subset=50, recal_batches=1)
+    path = train_supernet({"name": "spos", **small}, {}, DIGITS, settings, seed=0, out_dir=tmp_path,
+                          progress=False).path
+    space = SPOSSpace(**small)
+    ev = EVALUATORS.create("supernet", {"checkpoint": str(path), "recal_batches": 1, "batch_size": 64,
+                                        "val_subset": 50}, space=space)
+    arch = space.sample(np.random.default_rng(0))
+    result = ev.evaluate(arch)
+    cost = space.cost(arch)
+    assert result.ok and (result.params, result.flops) == (cost.params, cost.flops)
+
+
 def test_fingerprint_follows_checkpoint_and_scoring_settings(trained):
     base = make_evaluator(trained.path).fingerprint()
     assert make_evaluator(trained.path, recal_batches=3).fingerprint() != base
