@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from nas.io import atomic_write_json, read_json, read_jsonl  # noqa: E402
+from nas.io import atomic_write_json, atomic_write_text, read_json, read_jsonl  # noqa: E402
 from nas.search.loop import LocalExecutor, SearchLoop, best_so_far  # noqa: E402
 from nas.search.spec import Component, SearchSpec  # noqa: E402
 
@@ -173,11 +173,11 @@ def main() -> None:
                        "published ones",
                "quick": args.quick, "trials": args.trials, "seeds": args.seeds, "llm_seeds": args.llm_seeds,
                "strategies": results, "collm": extra, "anchor": ANCHOR, "paper": PAPER,
-               "command": "python benchmarks/collm_nb201.py" + (" --quick" if args.quick else ""),
+               "command": " ".join(["python benchmarks/collm_nb201.py", *sys.argv[1:]]),
                "wall_seconds": round(time.perf_counter() - start, 2)}
     atomic_write_json(args.out, payload)
     plot(results, args.trials, args.out.with_suffix(".png"))
-    args.out.with_suffix(".md").write_text(markdown(results, at))
+    atomic_write_text(args.out.with_suffix(".md"), markdown(results, at))
     print(f"wrote {args.out} (+ .png, .md)")
 
 

@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from collm_nb201 import local_llm, plot  # noqa: E402
-from nas.io import atomic_write_json, read_json, read_jsonl  # noqa: E402
+from collm_nb201 import collm_counts, local_llm, plot  # noqa: E402
+from nas.io import atomic_write_json, atomic_write_text, read_json, read_jsonl  # noqa: E402
 from nas.search.constraint import Constraint  # noqa: E402
 from nas.search.loop import LocalExecutor, SearchLoop, best_so_far  # noqa: E402
 from nas.search.spec import Component, SearchSpec  # noqa: E402
@@ -134,6 +134,7 @@ def main() -> None:
     ap.add_argument("--llm-seeds", type=int, default=1, help="seeds for collm (the local LLM is slow)")
     ap.add_argument("--quick", action="store_true", help="1-epoch supernet on 3k images, 20 trials, 1 seed each")
     ap.add_argument("--no-collm", action="store_true")
+    ap.add_argument("--cache", type=Path, default=None, help="LLM reply cache root (default: a temp dir)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "supernet_search.json")
     args = ap.parse_args()
     if args.quick:
@@ -148,6 +149,7 @@ def main() -> None:
         evaluator = {"checkpoint": str(ckpt), "data": DATA, "recal_batches": 5, "batch_size": 128,
                      "val_subset": 1000}
         results: dict[str, Any] = {}
+        counts: dict[str, Any] = {}
         target = None
         for label, (name, params) in STRATEGIES.items():
             if name == "collm" and args.no_collm:
@@ -155,9 +157,12 @@ def main() -> None:
             seeds = args.llm_seeds if name == "collm" else args.seeds
             runs = []
             for seed in range(seeds):
-                p = {**params, "llm": local_llm(work / "llm-cache" / f"seed{seed}")} if name == "collm" else params
+                cache = (args.cache or work / "llm-cache") / f"seed{seed}"
+                p = {**params, "llm": local_llm(cache)} if name == "collm" else params
                 runs.append(run(label, name, p, seed, args.trials, evaluator, limit, work))
             results[label] = {"strategy": name, "params": params, **summarise(runs, target)}
+            if name == "collm":
+                counts = collm_counts(runs)
             if label == "evolution":
                 target = results[label]["final_best"]["mean"]
                 results[label] = {"strategy": name, "params": params, **summarise(runs, target)}
@@ -169,14 +174,14 @@ def main() -> None:
                "checkpoint": {"path": str(ckpt), "sha256": meta.get("sha256"),
                               "train_wall_seconds": round(train_wall, 1) if args.checkpoint is None else None},
                "flops_limit": limit, "trials": args.trials, "quick": args.quick,
-               "strategies": results, "paper": PAPER,
-               "command": "python benchmarks/supernet_search.py" + (" --quick" if args.quick else ""),
+               "strategies": results, "collm": counts, "paper": PAPER,
+               "command": " ".join(["python benchmarks/supernet_search.py", *sys.argv[1:]]),
                "wall_seconds": round(time.perf_counter() - start, 1)}
     atomic_write_json(args.out, payload)
     plot(results, args.trials, args.out.with_suffix(".png"), xlabel="subnets evaluated",
          ylabel="best validation accuracy so far (%)",
          title=f"OFA-MBv3 (small) supernet on Fashion-MNIST, FLOPs <= {limit / 1e6:.2f} M", ylim=None)
-    args.out.with_suffix(".md").write_text(markdown(results, limit))
+    atomic_write_text(args.out.with_suffix(".md"), markdown(results, limit))
     print(f"wrote {args.out} (+ .png, .md)")
 
 
