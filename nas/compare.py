@@ -1,8 +1,11 @@
-"""Aggregate many runs (e.g. a Hydra multirun): per strategy and space, mean ±
-std of best accuracy at chosen trial counts, and curves with ±1 std bands."""
+"""Aggregate many runs (e.g. a Hydra multirun) into a statistics report: per
+strategy and space, mean ± std of best accuracy at chosen trial counts, curves
+with bands, paired Wilcoxon tests against a baseline group, and Pareto fronts
+of accuracy against params and FLOPs."""
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import defaultdict
 from pathlib import Path
@@ -10,10 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from nas.errors import NasError
+from nas.errors import ConfigError, NasError
 from nas.io import atomic_write_json, atomic_write_text, read_json, read_jsonl
 from nas.report import _pyplot, save_figure
 from nas.search.loop import best_so_far
+from nas.search.pareto import Objective, non_dominated_sort
+
+MIN_PAIRS = 5  # below this the exact two-sided test cannot reach p < 0.0625, so no p-value is given
+PARETO_METRICS = ("params", "flops")
+ACCURACY = Objective("accuracy", maximize=True)
+BANDS = ("std", "iqr")  # curve bands: mean ± 1 std, or median with the interquartile range
 
 
 def find_runs(paths: list[Path]) -> list[Path]:
@@ -29,13 +38,18 @@ def find_runs(paths: list[Path]) -> list[Path]:
 
 
 def load_curves(runs: list[Path]) -> dict[str, list[dict[str, Any]]]:
-    """Group label ('strategy @ space/evaluator') → [{seed, curve, run}]."""
+    """Group label ('strategy @ space/evaluator') → [{seed, curve, points, run, strategy, space, evaluator}];
+    `points` are the successful trials, kept for the Pareto fronts."""
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
         summary = read_json(run / "summary.json")
-        curve = best_so_far(read_jsonl(run / "history.jsonl"))
+        history = read_jsonl(run / "history.jsonl")
         label = f"{summary['strategy']} @ {summary['space']}/{summary['evaluator']}"
-        groups[label].append({"seed": summary["seed"], "curve": curve, "run": str(run)})
+        points = [{k: r.get(k) for k in ("trial", "key", "encoding", "accuracy", "params", "flops")}
+                  for r in history if r.get("accuracy") is not None]
+        groups[label].append({"seed": summary["seed"], "curve": best_so_far(history), "points": points,
+                              "run": str(run), "strategy": summary["strategy"], "space": summary["space"],
+                              "evaluator": summary["evaluator"]})
     return dict(groups)
 
 
@@ -44,7 +58,7 @@ def aggregate(groups: dict[str, list[dict[str, Any]]], at: list[int]) -> dict[st
     for label, runs in sorted(groups.items()):
         row = {"runs": len(runs), "seeds": sorted(r["seed"] for r in runs), "at": {}}
         for n in at:
-            vals = [r["curve"][n - 1] for r in runs if len(r["curve"]) >= n and r["curve"][n - 1] is not None]
+            vals = _values_at(runs, n)
             row["at"][str(n)] = None if not vals else {
                 "mean": float(np.mean(vals)), "std": float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0,
                 "n": len(vals),
@@ -53,16 +67,157 @@ def aggregate(groups: dict[str, list[dict[str, Any]]], at: list[int]) -> dict[st
     return out
 
 
-def compare(paths: list[Path], out_dir: Path, at: list[int]) -> dict[str, Any]:
+def _values_at(runs: list[dict[str, Any]], n: int) -> list[float]:
+    return [r["curve"][n - 1] for r in runs if len(r["curve"]) >= n and r["curve"][n - 1] is not None]
+
+
+# --- paired tests ---------------------------------------------------------------------------
+
+def baseline_groups(groups: dict[str, list[dict[str, Any]]], baseline: str) -> list[str]:
+    """Labels `baseline` names: an exact label, or a strategy name (one group per space/evaluator)."""
+    if baseline in groups:
+        return [baseline]
+    matched = sorted(label for label, runs in groups.items() if runs[0]["strategy"] == baseline)
+    if not matched:
+        raise ConfigError(f"compare: --baseline '{baseline}' matches no group "
+                          f"(groups: {'; '.join(sorted(groups))})")
+    return matched
+
+
+def paired_tests(groups: dict[str, list[dict[str, Any]]], baseline: str, at: list[int]) -> dict[str, Any]:
+    """Each other group against the baseline group on its space/evaluator, runs paired by seed.
+
+    Runs with one seed share luck (REA's random initial population is random
+    search's first trials at the same seed), which pairing takes out; a seed
+    with several runs in a group (e.g. a hyper-parameter sweep) has no single
+    partner and is left out.
+    """
+    base_labels = baseline_groups(groups, baseline)
+    base_by_setting = {_setting(groups[b]): b for b in base_labels}
+    out = {}
+    for label, runs in sorted(groups.items()):
+        if label in base_labels:
+            continue
+        base = base_by_setting.get(_setting(runs))
+        if base is None:
+            out[label] = {"baseline": None, "note": f"no baseline group on {_setting(runs)}", "at": {}}
+            continue
+        mine, theirs = _by_seed(runs), _by_seed(groups[base])
+        common = sorted(set(mine) & set(theirs))
+        paired = [s for s in common if len(mine[s]) == 1 and len(theirs[s]) == 1]
+        entry = {"baseline": base, "seeds": paired, "at": {}, "note": None}
+        if not common:
+            entry["note"] = f"no seeds in common with {base}"
+        else:
+            if len(paired) < len(common):
+                entry["note"] = f"seeds with several runs left out: {sorted(set(common) - set(paired))}"
+            pairs = [(mine[s][0]["curve"], theirs[s][0]["curve"]) for s in paired]
+            for n in at:
+                diffs = [a[n - 1] - b[n - 1] for a, b in pairs
+                         if len(a) >= n and len(b) >= n and a[n - 1] is not None and b[n - 1] is not None]
+                entry["at"][str(n)] = wilcoxon_paired(diffs)
+        out[label] = entry
+    _holm(out)
+    return out
+
+
+def _setting(runs: list[dict[str, Any]]) -> str:
+    return f"{runs[0]['space']}/{runs[0]['evaluator']}"
+
+
+def _by_seed(runs: list[dict[str, Any]]) -> dict[Any, list[dict[str, Any]]]:
+    out: dict[Any, list] = defaultdict(list)
+    for r in runs:
+        out[r["seed"]].append(r)
+    return out
+
+
+def wilcoxon_paired(diffs: list[float]) -> dict[str, Any]:
+    """Two-sided Wilcoxon signed-rank test on paired differences (group − baseline)."""
+    from scipy.stats import wilcoxon
+
+    d = np.asarray(diffs, dtype=float)
+    res = {"pairs": len(d), "median_diff": float(np.median(d)) if len(d) else None,
+           "better": int((d > 0).sum()), "worse": int((d < 0).sum()), "tied": int((d == 0).sum()),
+           "statistic": None, "p_value": None, "p_holm": None, "reason": None}
+    if len(d) < MIN_PAIRS:
+        res["reason"] = f"too few pairs ({len(d)} < {MIN_PAIRS})"
+    elif not d.any():
+        res["reason"] = "all differences are zero"
+    else:
+        test = wilcoxon(d)
+        res["statistic"], res["p_value"] = float(test.statistic), float(test.pvalue)
+    return res
+
+
+def _holm(tests: dict[str, Any]) -> None:
+    """Holm-Bonferroni over every p-value of the report, so that reading many
+    tests (groups × trial counts) still bounds the chance of any false claim."""
+    cells = sorted((c for t in tests.values() for c in t["at"].values() if c["p_value"] is not None),
+                   key=lambda c: c["p_value"])
+    running = 0.0
+    for i, c in enumerate(cells):
+        running = max(running, min(1.0, (len(cells) - i) * c["p_value"]))
+        c["p_holm"] = running
+
+
+# --- Pareto fronts --------------------------------------------------------------------------
+
+def pareto_fronts(groups: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per metric and group, the non-dominated (accuracy ↑, metric ↓) trials over all its runs."""
+    out: dict[str, Any] = {}
+    for metric in PARETO_METRICS:
+        objectives = (ACCURACY, Objective(metric, maximize=False))
+        per_group = {}
+        for label, runs in sorted(groups.items()):
+            pts = [{**p, "seed": r["seed"], "run": r["run"]} for r in runs for p in r["points"]
+                   if _finite(p.get(metric)) and _finite(p["accuracy"])]
+            if not pts:
+                continue
+            # only the most accurate point per metric value can be on the front; this keeps
+            # non_dominated_sort's n×n matrix small (NB201 has a few dozen distinct sizes)
+            best: dict[float, dict[str, Any]] = {}
+            for p in pts:
+                if p[metric] not in best or p["accuracy"] > best[p[metric]]["accuracy"]:
+                    best[p[metric]] = p
+            cands = list(best.values())
+            front = non_dominated_sort([[p[o.name] for o in objectives] for p in cands],
+                                       [o.maximize for o in objectives])[0]
+            per_group[label] = {"trials": len(pts),
+                                "front": sorted((cands[i] for i in front), key=lambda p: p[metric])}
+        out[metric] = {"groups": per_group,
+                       "note": None if per_group else f"no successful trial has {metric}"}
+    return out
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# --- the report -----------------------------------------------------------------------------
+
+def compare(paths: list[Path], out_dir: Path, at: list[int], baseline: str | None = None,
+            band: str = "std") -> dict[str, Any]:
+    """Write compare.json, compare.md, compare.png and pareto.png (if any trial has params or
+    FLOPs) to `out_dir`; returns what compare.json holds."""
     if not at or any(n <= 0 for n in at):
         raise NasError(f"compare: trial counts must be positive integers, got {at}")
+    if band not in BANDS:
+        raise ConfigError(f"compare: unknown band '{band}' (valid: {', '.join(BANDS)})")
     groups = load_curves(find_runs(paths))
-    table = aggregate(groups, at)
+    tests = None if baseline is None else paired_tests(groups, baseline, at)
+    pareto = pareto_fronts(groups)
+    report = {"at": at, "groups": aggregate(groups, at), "band": band, "baseline": baseline,
+              "tests": tests, "pareto": pareto,
+              "figures": {"curves": "compare.png",
+                          "pareto": "pareto.png" if any(pareto[m]["groups"] for m in pareto) else None}}
     out_dir = Path(out_dir)
-    atomic_write_json(out_dir / "compare.json", {"at": at, "groups": table})
-    atomic_write_text(out_dir / "compare.md", render_table(table, at))
-    plot_curves(groups, out_dir / "compare.png")
-    return table
+    plot_curves(groups, out_dir / "compare.png", band)
+    if report["figures"]["pareto"]:
+        plot_pareto(groups, pareto, out_dir / "pareto.png")
+    atomic_write_json(out_dir / "compare.json", report)
+    atomic_write_text(out_dir / "compare.md", render_report(report))
+    return report
 
 
 def render_table(table: dict[str, Any], at: list[int]) -> str:
@@ -77,7 +232,72 @@ def render_table(table: dict[str, Any], at: list[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(groups: dict[str, list[dict[str, Any]]], path: Path) -> None:
+def render_tests(tests: dict[str, Any], baseline: str) -> str:
+    lines = [f"Wilcoxon signed-rank test (two-sided), runs paired by seed, on best accuracy so far; "
+             f"difference = group − baseline (`{baseline}`). p (Holm) corrects for all tests below. "
+             f"No p-value under {MIN_PAIRS} pairs: the exact test's smallest p with n pairs is 2/2ⁿ.", "",
+             "| group | baseline | trials | pairs | median diff | better/worse/tied | p | p (Holm) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    notes = []
+    for label, t in tests.items():
+        if t["note"]:
+            notes.append(f"- {label}: {t['note']}")
+        for n, c in t["at"].items():
+            med = "-" if c["median_diff"] is None else f"{c['median_diff']:+.2f}"
+            p = c["reason"] if c["p_value"] is None else _fmt_p(c["p_value"])
+            holm = "-" if c["p_holm"] is None else _fmt_p(c["p_holm"])
+            lines.append(f"| {label} | {t['baseline']} | {n} | {c['pairs']} | {med} | "
+                         f"{c['better']}/{c['worse']}/{c['tied']} | {p} | {holm} |")
+    if not tests:
+        notes.append("- no group besides the baseline")
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
+def _fmt_p(p: float) -> str:
+    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
+
+
+def render_pareto(pareto: dict[str, Any]) -> str:
+    lines = ["Non-dominated trials (higher accuracy, fewer params / FLOPs) over all runs of a group; "
+             "the points are in compare.json.", "",
+             "| group | metric | trials | front size | most accurate | smallest |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    notes = []
+    for metric, entry in pareto.items():
+        if entry["note"]:
+            notes.append(f"- {metric}: {entry['note']}")
+        for label, g in entry["groups"].items():
+            small, acc = g["front"][0], g["front"][-1]
+            lines.append(f"| {label} | {metric} | {g['trials']} | {len(g['front'])} | "
+                         f"{acc['accuracy']:.2f}% at {_fmt_int(acc[metric])} | "
+                         f"{small['accuracy']:.2f}% at {_fmt_int(small[metric])} |")
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
+def _fmt_int(v: float) -> str:
+    return f"{v / 1e6:.3g}M" if v >= 1e6 else f"{v / 1e3:.3g}k" if v >= 1e3 else f"{v:.3g}"
+
+
+def render_report(report: dict[str, Any]) -> str:
+    runs = sum(row["runs"] for row in report["groups"].values())
+    band = "±1 std" if report["band"] == "std" else "interquartile range"
+    parts = [f"# Comparison of {runs} runs", "",
+             "## Best accuracy so far (mean ± std (n))", "", render_table(report["groups"], report["at"]),
+             f"![best-so-far curves, mean with {band}](compare.png)", ""]
+    if report["tests"] is not None:
+        parts += ["## Paired tests against the baseline", "", render_tests(report["tests"], report["baseline"])]
+    parts += ["## Pareto fronts", "", render_pareto(report["pareto"])]
+    if report["figures"]["pareto"]:
+        parts += ["![Pareto fronts](pareto.png)", ""]
+    return "\n".join(parts)
+
+
+# --- figures --------------------------------------------------------------------------------
+
+
+def plot_curves(groups: dict[str, list[dict[str, Any]]], path: Path, band: str = "std") -> None:
+    """Mean ± 1 std (band='std') or median and interquartile range (band='iqr', robust to one
+    lucky seed) of the best-so-far curves."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, runs in sorted(groups.items()):
@@ -86,13 +306,45 @@ def plot_curves(groups: dict[str, list[dict[str, Any]]], path: Path) -> None:
         xs = np.arange(1, length + 1)
         with warnings.catch_warnings():  # columns where every run has only failures
             warnings.simplefilter("ignore", RuntimeWarning)
-            mean = np.nanmean(mat, axis=0)
-            std = np.nanstd(mat, axis=0)
-        ax.plot(xs, mean, label=f"{label} (n={len(runs)})")
-        ax.fill_between(xs, mean - std, mean + std, alpha=0.2)
+            if band == "std":
+                mid = np.nanmean(mat, axis=0)
+                std = np.nanstd(mat, axis=0)
+                lo, hi = mid - std, mid + std
+            else:
+                lo, mid, hi = np.nanpercentile(mat, [25, 50, 75], axis=0)
+        ax.plot(xs, mid, label=f"{label} (n={len(runs)})")
+        ax.fill_between(xs, lo, hi, alpha=0.2)
     ax.set_xlabel("trials")
     ax.set_ylabel("best accuracy so far (%)")
-    ax.set_title("best-so-far accuracy, mean ± std over seeds")
+    ax.set_title("best-so-far accuracy, " + ("mean ± std" if band == "std" else "median and IQR") + " over seeds")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
+    save_figure(fig, path)
+
+
+def plot_pareto(groups: dict[str, list[dict[str, Any]]], pareto: dict[str, Any], path: Path) -> None:
+    """One panel per metric that some group has: every trial faint, the front as a staircase."""
+    plt = _pyplot()
+    metrics = [m for m in PARETO_METRICS if pareto[m]["groups"]]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(6.5 * len(metrics), 4.5), squeeze=False)
+    colours = {label: f"C{i % 10}" for i, label in enumerate(sorted(groups))}
+    for ax, metric in zip(axes[0], metrics):
+        for label, g in pareto[metric]["groups"].items():
+            pts = [(p[metric], p["accuracy"]) for r in groups[label] for p in r["points"] if _finite(p.get(metric))]
+            ax.scatter(*zip(*pts), s=4, alpha=0.15, color=colours[label])
+            xs, ys = [p[metric] for p in g["front"]], [p["accuracy"] for p in g["front"]]
+            ax.plot(xs, ys, drawstyle="steps-post", marker="o", ms=3, color=colours[label],
+                    label=f"{label} ({len(xs)} on front)")
+        # zoom on the fronts: a few collapsed cells (10% on NB201) would squash them to a line
+        accs = [p["accuracy"] for g in pareto[metric]["groups"].values() for p in g["front"]]
+        pad = max(0.05 * (max(accs) - min(accs)), 0.5)
+        ax.set_ylim(min(accs) - pad, max(accs) + pad)
+        ax.set_xlabel(metric)
+        ax.set_ylabel("accuracy (%), trials below the fronts cut off")
+        ax.set_title(f"Pareto front: accuracy vs {metric}")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
+    missing = [m for m in PARETO_METRICS if m not in metrics]
+    if missing:
+        fig.suptitle(f"no panel for {', '.join(missing)}: no successful trial has it", fontsize=9)
     save_figure(fig, path)
