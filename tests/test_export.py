@@ -1,0 +1,285 @@
+"""`nas export`: real tiny runs (NB201 table, NB201 supernet, model source, block file) exported
+to source + state dict + ONNX, each file checked independently of the manifest's own claims."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from nas.arch.block import BlockArch
+from nas.arch.source import SourceArch
+from nas.cli import main as nas_main
+from nas.search.loop import LocalExecutor, SearchLoop
+from nas.search.spec import Component, SearchSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = {"name": "digits", "root": None, "split_file": None}
+TINY_TRAIN = Component("train", {
+    "data": DIGITS, "engine": {}, "channels": 4, "cells_per_stage": 1, "budget": {"params": 2e4, "flops": 1e6},
+    "recipe": {"epochs": 1, "batch_size": 64, "train_subset": 256, "valid_subset": 100, "test_subset": 100}})
+# RGB stem on grey digits: the sandbox feeds it the grey channel three times, as in the search.
+SMALL_MODEL = '''
+import torch
+from torch import nn
+
+
+class Network(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, num_classes)
+
+    def forward(self, x):
+        x = torch.relu(self.bn(self.conv(x)))
+        return self.fc(x.mean((2, 3)))
+'''
+
+
+def search(spec: SearchSpec, run_dir: Path) -> dict:
+    space = spec.build_space()
+    return SearchLoop(spec, run_dir, LocalExecutor(spec.build_evaluator(space), None), progress=False).run_search()
+
+
+def fake_run(run_dir: Path, space: Component, arch, evaluator: Component = TINY_TRAIN) -> Path:
+    """A finished one-trial run (open-ended spaces need an LLM strategy to search for real)."""
+    spec = SearchSpec(space=space, strategy=Component("random"), evaluator=evaluator, seed=3, trials=1)
+    run_dir.mkdir(parents=True)
+    record = {"trial": 0, "key": arch.key(), "encoding": arch.encode(), "accuracy": 50.0, "metrics": {},
+              "params": 1000, "flops": 1000, "error": None}
+    (run_dir / "history.jsonl").write_text(json.dumps(record) + "\n")
+    best = {k: record[k] for k in ("accuracy", "key", "encoding", "trial", "params", "flops")}
+    (run_dir / "summary.json").write_text(json.dumps({"best": best, "trials": 1, "spec": spec.to_dict()}))
+    return run_dir
+
+
+def export(capsys, *args: str) -> dict:
+    with pytest.raises(SystemExit) as exc:
+        nas_main(["export", *args])
+        raise SystemExit(0)
+    captured = capsys.readouterr()
+    assert exc.value.code == 0, captured.err
+    out = Path(args[args.index("--out") + 1]) if "--out" in args else None
+    manifest = json.loads(((out or Path(args[0]) / "export") / "export.json").read_text())
+    assert f"to {manifest['out']}" in captured.out
+    return manifest
+
+
+def export_error(capsys, *args: str) -> str:
+    with pytest.raises(SystemExit) as exc:
+        nas_main(["export", *args])
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # progress lines come first
+    assert exc.value.code == 2 and last.startswith("nas: error: ")
+    return last
+
+
+def load_network(folder: Path, num_classes: int) -> torch.nn.Module:
+    """Imports model.py: only ever our own generated files or this test's own model source."""
+    spec = importlib.util.spec_from_file_location(f"exported_{abs(hash(folder))}", folder / "model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    net = module.Network(num_classes=num_classes)
+    net.load_state_dict(torch.load(folder / "model.pt", weights_only=True))  # strict: every key, every shape
+    return net.eval()
+
+
+def onnx_output(path: Path, x: torch.Tensor) -> torch.Tensor:
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    return torch.from_numpy(ReferenceEvaluator(onnx.load(str(path))).run(None, {"input": x.numpy()})[0])
+
+
+def check_files(folder: Path, manifest: dict, graph: str = "model.onnx") -> None:
+    names = {p.name for p in folder.iterdir()}
+    assert names == {"model.py", "model.pt", graph, "export.json"}
+    assert set(manifest["files"]) == names - {"export.json"}
+    for name, info in manifest["files"].items():
+        data = (folder / name).read_bytes()
+        assert info == {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    leftovers = [p.name for p in folder.parent.iterdir() if p.name.endswith(".tmp")]
+    assert not leftovers
+
+
+@pytest.fixture(scope="module")
+def table_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("table") / "run"
+    spec = SearchSpec(space=Component("nb201", {"channels": 4, "cells_per_stage": 1}),
+                      strategy=Component("random"), evaluator=Component("table"), seed=0, trials=3)
+    return run, search(spec, run)
+
+
+def test_table_run_exports_source_weights_and_onnx_that_agree(table_run, capsys, tmp_path):
+    run, summary = table_run
+    out = tmp_path / "exported"
+    manifest = export(capsys, str(run), "--out", str(out))
+    check_files(out, manifest)
+    best = summary["best"]
+    assert {k: manifest[k] for k in ("trial", "key", "encoding", "accuracy")} == {
+        k: best[k] for k in ("trial", "key", "encoding", "accuracy")}
+    assert (manifest["params"], manifest["flops"]) == (best["params"], best["flops"])
+    assert manifest["weights"]["origin"] == "initial" and "no weights" in manifest["weights"]["note"]
+    assert manifest["input_shape"] == [1, 3, 32, 32] and manifest["graph"]["check"]["passed"]
+    assert manifest["source_check"] == {"method": "in-process: model.py + model.pt", "max_abs_diff": 0.0,
+                                        "passed": True}
+    net = load_network(out, 10)
+    assert sum(p.numel() for p in net.parameters()) == best["params"]
+    x = torch.randn(2, 3, 32, 32)[:1]
+    with torch.no_grad():
+        expected = net(x)
+    assert torch.allclose(onnx_output(out / "model.onnx", x), expected, atol=1e-5)
+    assert "from nas" not in (out / "model.py").read_text()  # standalone: torch only
+
+
+def test_trial_flag_default_out_and_no_silent_overwrite(table_run, capsys):
+    run, _ = table_run
+    first = json.loads((run / "history.jsonl").read_text().splitlines()[0])
+    manifest = export(capsys, str(run), "--trial", "0", "--out", str(run / "export-trial0"))
+    assert (manifest["trial"], manifest["key"]) == (0, first["key"])
+    assert manifest["out"] == str(run / "export-trial0")
+    err = export_error(capsys, str(run), "--trial", "0", "--out", str(run / "export-trial0"))
+    assert "export-trial0: already exists" in err
+
+
+def test_errors_are_one_line_and_leave_nothing(table_run, capsys, tmp_path):
+    run, summary = table_run
+    missing = tmp_path / "nope"
+    assert export_error(capsys, str(missing)) == f"nas: error: {missing}: no such run directory"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "summary.json: missing" in export_error(capsys, str(empty))
+    out = tmp_path / "out"
+    err = export_error(capsys, str(run), "--trial", "7", "--out", str(out))
+    assert err == f"nas: error: {run}: trial 7 out of range (history.jsonl has trials 0..2)"
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    (failed / "summary.json").write_text(json.dumps({**summary, "best": None, "trials": 3}))
+    assert export_error(capsys, str(failed)).endswith("no successful trial (3 trials, all failed); nothing to export")
+    assert not out.exists() and not (failed / "export").exists()
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated")
+def test_onnx_failure_falls_back_to_torchscript_with_the_reason(monkeypatch, tmp_path):
+    from nas.export import export_graph
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("exporter exploded")
+
+    monkeypatch.setattr(torch.onnx, "export", broken)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.LazyLinear(2))
+    x = torch.randn(1, 3, 6, 6)
+    net(x)
+    graph = export_graph(net, x, tmp_path)
+    assert graph["format"] == "torchscript" and graph["onnx_error"] == "RuntimeError: exporter exploded"
+    assert graph["check"]["passed"] and not (tmp_path / "model.onnx").exists()
+    assert torch.allclose(torch.jit.load(str(tmp_path / graph["file"]))(x), net(x))
+
+
+@pytest.fixture(scope="module")
+def supernet_run(tmp_path_factory):
+    from supernets.train import SupernetSettings, train_supernet
+
+    root = tmp_path_factory.mktemp("supernet")
+    space = {"channels": 4, "cells_per_stage": 1}
+    trained = train_supernet({"name": "nb201", **space}, {}, DIGITS,
+                             SupernetSettings(epochs=1, batch_size=64, train_subset=64, val_subset=50,
+                                              recal_batches=1), seed=0, out_dir=root / "sn", progress=False)
+    spec = SearchSpec(space=Component("nb201", space), strategy=Component("random"), seed=0, trials=2,
+                      evaluator=Component("supernet", {"checkpoint": str(trained.path), "data": DIGITS,
+                                                       "recal_batches": 1, "batch_size": 64, "val_subset": 50}))
+    return root / "run", search(spec, root / "run"), trained
+
+
+def test_supernet_run_exports_the_subnet_with_inherited_weights(supernet_run, capsys, tmp_path):
+    from supernets import SUPERNETS
+    from nas.spaces.nb201 import NB201Space
+
+    run, summary, trained = supernet_run
+    manifest = export(capsys, str(run), "--out", str(tmp_path / "e"))
+    check_files(tmp_path / "e", manifest)
+    weights = manifest["weights"]
+    assert weights["origin"] == "supernet" and weights["checkpoint_sha256"] == trained.sha256
+    assert weights["valid_accuracy"] == summary["best"]["accuracy"]  # rescored as the search scored it
+    assert manifest["source_check"]["passed"] and manifest["graph"]["check"]["method"] == "onnx.reference"
+    net = load_network(tmp_path / "e", 10)
+    ckpt = torch.load(trained.path, weights_only=True)
+    supernet = SUPERNETS.create("nb201", dict(ckpt["supernet"]), space=NB201Space(4, 1))
+    supernet.load_state_dict(ckpt["state_dict"])
+    assert torch.equal(net.classifier.weight, supernet.net.classifier.weight)  # inherited, not initial
+    x = torch.randn(1, *manifest["input_shape"][1:])
+    with torch.no_grad():
+        assert torch.allclose(onnx_output(tmp_path / "e" / "model.onnx", x), net(x), atol=1e-5)
+
+
+def test_supernet_checkpoint_changed_or_missing_is_refused(supernet_run, capsys, tmp_path):
+    run, _, trained = supernet_run
+    sidecar = trained.path.with_suffix(".json")
+    original = sidecar.read_text()
+    try:
+        sidecar.write_text(json.dumps({**json.loads(original), "sha256": "0" * 64}))
+        err = export_error(capsys, str(run), "--out", str(tmp_path / "a"))
+        assert f"supernet checkpoint {trained.path}: sha256 {trained.sha256[:16]} differs" in err
+        moved = trained.path.with_name("elsewhere.pt")
+        trained.path.rename(moved)
+        try:
+            assert f"supernet checkpoint not found at {trained.path}" in export_error(capsys, str(run))
+        finally:
+            moved.rename(trained.path)
+    finally:
+        sidecar.write_text(original)
+    assert not (tmp_path / "a").exists()
+
+
+def test_model_source_is_built_and_exported_only_in_the_sandbox(capsys, tmp_path):
+    run = fake_run(tmp_path / "run", Component("source"), SourceArch(SMALL_MODEL))
+    manifest = export(capsys, str(run), "--no-train")
+    out = run / "export"
+    check_files(out, manifest)
+    assert (out / "model.py").read_text() == SMALL_MODEL
+    assert manifest["input_shape"] == [1, 3, 8, 8] and manifest["weights"]["origin"] == "initial"
+    assert manifest["params"] == 8 * 27 + 16 + 8 * 10 + 10 and manifest["graph"]["check"]["passed"]
+    assert manifest["source_check"] == {"method": "sandbox: model.py + model.pt", "max_abs_diff": 0.0,
+                                        "passed": True}  # a fresh child loaded model.pt into model.py
+    net = load_network(out, 10)  # this test's own source, so importing it here is fine
+    x = torch.randn(1, 3, 8, 8)
+    with torch.no_grad():
+        assert torch.allclose(onnx_output(out / "model.onnx", x), net(x), atol=1e-5)
+
+
+def test_model_source_that_breaks_the_policy_fails_in_one_line(capsys, tmp_path):
+    target = tmp_path / "escaped.txt"
+    hostile = SMALL_MODEL + f"\nopen({str(target)!r}, 'w').write('x')\n"
+    run = fake_run(tmp_path / "run", Component("source"), SourceArch(hostile))
+    err = export_error(capsys, str(run), "--no-train")
+    assert "policy: writing outside the sandbox directory is not allowed" in err
+    assert not target.exists() and not (run / "export").exists()
+
+
+@pytest.mark.slow
+def test_model_source_is_retrained_in_the_sandbox(capsys, tmp_path):
+    run = fake_run(tmp_path / "run", Component("source"), SourceArch(SMALL_MODEL))
+    nas_main(["export", str(run)])
+    assert "retraining in the sandbox: 1 epochs on digits" in capsys.readouterr().err
+    manifest = json.loads((run / "export" / "export.json").read_text())
+    weights = manifest["weights"]
+    assert weights["origin"] == "retrained" and weights["seed"] == 3 and len(weights["loss_curve"]) == 1
+    net = load_network(run / "export", 10)
+    torch.manual_seed(0)  # the sandbox instantiates under seed 0
+    assert not torch.equal(net.fc.weight, type(net)(num_classes=10).fc.weight)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("train", [False, True])
+def test_block_file_exports_compiled_source_checked_in_the_sandbox(train, capsys, tmp_path):
+    arch = BlockArch.from_text((ROOT / "tests/data/blocks/residual.txt").read_text())
+    run = fake_run(tmp_path / "run", Component("nader"), arch)
+    manifest = export(capsys, str(run), *([] if train else ["--no-train"]))
+    check_files(run / "export", manifest)
+    assert manifest["weights"]["origin"] == ("retrained" if train else "initial")
+    assert manifest["source_check"]["method"].startswith("sandbox") and manifest["source_check"]["passed"]
+    assert manifest["input_shape"] == [1, 1, 8, 8] and manifest["graph"]["check"]["passed"]
