@@ -42,6 +42,7 @@ from nas.evaluators.supernet import Feeder, resize, score
 from nas.io import atomic_write_bytes, atomic_write_json
 from nas.registry import check_keys
 from nas.spaces.base import CategoricalSpace
+from nas.train.engine import ACCELERATORS
 from nas.train.fit import _quiet
 from supernets.base import SUPERNETS, Supernet
 
@@ -66,10 +67,13 @@ class SupernetSettings:
     sampling: str | None = None  # None: the supernet's default_sampling
     n_random: int = 2  # sandwich: random subnets per step besides the largest and the smallest
     distill: bool = True  # sandwich: the others learn from the largest's soft labels
+    accelerator: str = "auto"  # cpu | gpu | auto
+    devices: int = 1  # > 1: DDP, Lightning relaunching this command once per extra rank
+    strategy: str | None = None  # None: DDP that tolerates unused parameters when devices > 1
 
     def __post_init__(self) -> None:
         for name, low in (("epochs", 1), ("batch_size", 1), ("n_random", 0), ("recal_batches", 0),
-                          ("train_subset", 1), ("val_subset", 1)):
+                          ("train_subset", 1), ("val_subset", 1), ("devices", 1)):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ConfigError(f"supernet.{name} must be an integer >= {low}, got {value!r}")
@@ -78,6 +82,10 @@ class SupernetSettings:
         if not 0 <= self.momentum < 1 or self.weight_decay < 0:
             raise ConfigError(f"supernet: need 0 <= momentum < 1 and weight_decay >= 0, "
                               f"got {self.momentum!r} and {self.weight_decay!r}")
+        if self.accelerator not in ACCELERATORS:
+            raise ConfigError(f"supernet.accelerator must be one of {', '.join(ACCELERATORS)}, got {self.accelerator!r}")
+        if self.strategy is not None and not isinstance(self.strategy, str):
+            raise ConfigError(f"supernet.strategy must be a Lightning strategy name or null, got {self.strategy!r}")
         if self.sampling is not None and self.sampling not in SAMPLINGS:
             raise ConfigError(f"supernet.sampling: unknown '{self.sampling}' (valid: null, {', '.join(SAMPLINGS)})")
 
@@ -88,6 +96,13 @@ class SupernetSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def lightning_strategy(self) -> str:
+        """Each step trains subnets, which leave parts of the supernet without
+        gradients: plain DDP would fail on them, so the default finds unused parameters."""
+        if self.strategy is not None:
+            return self.strategy
+        return "ddp_find_unused_parameters_true" if self.devices > 1 else "auto"
 
 
 class SubnetSampler:
@@ -219,13 +234,17 @@ def train_supernet(space: dict[str, Any], params: dict[str, Any], data: dict[str
     net = build_supernet(space, params, image.num_classes)
     sampling = settings.sampling or net.default_sampling
     n_train = len(image.train.subset(settings.train_subset))
-    total = settings.epochs * math.ceil(n_train / settings.batch_size)
+    # Under DDP each rank steps through its 1/devices share; the sampler's phases and the schedule count steps.
+    total = settings.epochs * math.ceil(math.ceil(n_train / settings.devices) / settings.batch_size)
     module = SupernetModule(net, SubnetSampler.for_supernet(net, sampling, settings.n_random, total, seed), settings)
     dm = ImageDataModule(image, settings.batch_size, settings.flip, settings.crop, settings.train_subset, seed=seed)
-    trainer = pl.Trainer(max_epochs=settings.epochs, accelerator="auto", devices=1, logger=False,
+    trainer = pl.Trainer(max_epochs=settings.epochs, accelerator=settings.accelerator, devices=settings.devices,
+                         strategy=settings.lightning_strategy(), logger=False,
                          enable_checkpointing=False, enable_progress_bar=progress, enable_model_summary=False,
                          num_sanity_val_steps=0, limit_val_batches=0)
     trainer.fit(module, datamodule=dm)
+    if not trainer.is_global_zero:
+        raise SystemExit(0)  # DDP's extra ranks (relaunched commands) only train; rank 0 scores and writes
 
     net.eval()
     feeder = Feeder(image, settings.batch_size, next(net.parameters()).device)

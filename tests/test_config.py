@@ -102,7 +102,7 @@ def test_every_evaluator_config_builds(name, request):
     (["strategy=random,rea"], True),
     (["strategy=rea,nope"], False),
     (["+runner=local"], True),
-    (["runner=dask"], False),
+    (["runner=spark"], False),
     (["strategy.population_size=5"], True),
 ])
 def test_group_override_precheck(args, ok, capsys):
