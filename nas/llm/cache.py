@@ -5,6 +5,7 @@ transcript. Keys never include credentials, and neither do records."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from nas.errors import ConfigError
 from nas.io import append_jsonl, atomic_write_json, read_jsonl
 
 TRANSCRIPT = Path("llm") / "transcripts.jsonl"
+log = logging.getLogger("nas.llm")
 
 
 def call_key(model: str, messages: list[dict[str, str]], params: dict[str, Any], template: str,
@@ -35,8 +37,12 @@ class ReplyCache:
         path = self._path(key)
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return None  # absent, or unreadable: the call simply runs again
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as err:  # ValueError: bad JSON or not UTF-8
+            # Derived data: the call runs again and its reply replaces the file.
+            log.warning("corrupt LLM cache file %s (%s); asking the model again", path, str(err).splitlines()[0][:120])
+            return None
         return record if isinstance(record, dict) and record.get("key") == key else None
 
     def put(self, record: dict[str, Any]) -> None:
@@ -44,12 +50,15 @@ class ReplyCache:
 
 
 class Transcript:
-    """Append-only record of every call of a run, in call order."""
+    """Append-only record of every call of a run, in call order, across resumes."""
 
     def __init__(self, run_dir: Path) -> None:
         self.path = Path(run_dir) / TRANSCRIPT
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        # A run killed mid-append leaves a torn last line; cut it, or the next
+        # append would glue onto it and corrupt the transcript for replay.
+        self.previous: list[dict[str, Any]] = read_jsonl(self.path, repair=True)  # calls before a resume
 
     def append(self, record: dict[str, Any]) -> None:
         with self._lock:

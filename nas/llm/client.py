@@ -76,13 +76,18 @@ class LLMClient:
         self.calls = calls
         self.usage = Usage()
         self.transcript = Transcript(run_dir) if run_dir is not None else None
+        self._seq = 0
+        if self.transcript is not None:  # a resumed run: its accounting covers the calls before the restart
+            for record in self.transcript.previous:
+                self._account(record)
+            self._seq = len(self.transcript.previous)
+            self.transcript.previous = []
         self.cache = ReplyCache(self.config.cache_path()) if self.config.cache else None
         self.book = ReplayBook(self.config.replay_from) if self.config.backend == "replay" else None
         self._sleep = sleep
         self._sdk: Any = None
         self._key = ""
         self._lock = threading.Lock()
-        self._seq = 0
 
     # -- public -------------------------------------------------------------------------------------------
 
@@ -179,12 +184,18 @@ class LLMClient:
                   "latency_s": float(res.get("latency_s") or 0.0)}
         if self.transcript is not None:
             self.transcript.append(record)
-        self.usage.record(base["role"], source=source, prompt_tokens=record["prompt_tokens"],
-                          completion_tokens=record["completion_tokens"], retries=retries,
-                          truncated=record["finish_reason"] == "length", latency_s=record["latency_s"])
+        self._account(record)
         return Reply(text=str(record["reply"] or ""), finish_reason=str(record["finish_reason"] or ""),
                      prompt_tokens=record["prompt_tokens"], completion_tokens=record["completion_tokens"],
                      source=str(source), key=base["key"], role=base["role"], attempt=base["attempt"])
+
+    def _account(self, record: dict[str, Any]) -> None:
+        self.usage.record(str(record.get("role")), source=record.get("source"),
+                          prompt_tokens=int(record.get("prompt_tokens") or 0),
+                          completion_tokens=int(record.get("completion_tokens") or 0),
+                          retries=int(record.get("retries") or 0),
+                          truncated=record.get("finish_reason") == "length",
+                          latency_s=float(record.get("latency_s") or 0.0))
 
     def _endpoint(self) -> Any:
         with self._lock:

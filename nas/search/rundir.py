@@ -41,7 +41,12 @@ class RunDir:
                 # Killed before its first state save: nothing reliable to resume.
                 self.history_path.unlink()
             return None
-        state = read_json(self.state_path)
+        try:
+            state = read_json(self.state_path)
+        except RunDirError as err:
+            # Written by atomic replace, so never torn by a crash: the file was damaged afterwards.
+            raise RunDirError(f"{err}; delete it to restart this search from scratch, "
+                              "or use a new hydra.run.dir") from None
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise RunDirError(f"{self.state_path}: unknown state format; use a new hydra.run.dir")
         if state.get("identity") != identity:
@@ -55,7 +60,11 @@ class RunDir:
             elapsed = float(state.get("elapsed_seconds", 0.0))
         except (KeyError, TypeError, ValueError) as err:
             raise RunDirError(f"{self.state_path}: malformed resume state ({type(err).__name__}: {err})") from None
-        history = read_jsonl(self.history_path, repair=True)
+        try:
+            history = read_jsonl(self.history_path, repair=True)  # a torn last line is cut
+        except RunDirError as err:
+            raise RunDirError(f"{err}; restore the file or use a new hydra.run.dir "
+                              "(only a torn last line is repaired)") from None
         if len(history) < keep:
             raise RunDirError(
                 f"{self.history_path}: has {len(history)} lines but state.json records {keep}"
