@@ -1,5 +1,7 @@
-"""Prefect flows: the search and knowledge ingestion; later open-ended design,
-supernet training and benchmark regression."""
+"""Prefect flows, each stage a cached, retryable task: search (`search`, and
+`entry` from Hydra overrides), knowledge ingestion (`knowledge`), supernet
+training (`supernet`), benchmark regression (`regression`); `deployments`
+serves them (`nas serve`)."""
 
 from nas.workspace import configure_prefect_env
 
