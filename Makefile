@@ -20,7 +20,7 @@ run: $(STAMP)
 	$(BIN)/nas search
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=25
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/search_efficiency.py
@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/design_quality.py
 	$(BIN)/python benchmarks/collm_nb201.py
 	$(BIN)/python benchmarks/supernet_search.py
+	$(BIN)/python benchmarks/orchestration.py
 
 clean:
 	rm -rf $(VENV) runs multirun

@@ -1,13 +1,16 @@
 """The `nas` command.
 
   nas search [hydra overrides] [-m]   run a search (Hydra config in conf/)
-  nas compare DIR... [--at N ...]     aggregate runs: mean ± std, curves with bands
+  nas compare DIR... [--baseline S]   aggregate runs: mean ± std, curves, paired tests, Pareto fronts
   nas arch validate FILE              check a block file or model .py (exit 0 valid, 1 not)
   nas arch show FILE [--json]         key, width, params, FLOPs, PyTorch source
   nas arch draw FILE -o OUT.png       draw a block file's graphs
   nas train ARCH [overrides]          train one model .py, block file or NB201 cell (data=, recipe=, engine=)
   nas train-supernet [overrides]      train a space's weight-sharing supernet (space=, data=, supernet.*=, out=)
   nas knowledge ingest|search|tree|stats   the design-knowledge store (papers -> tagged ideas)
+  nas export RUN_DIR [--out DIR]      the best model: PyTorch source + state dict, ONNX (TorchScript fallback)
+  nas serve [overrides]               serve every flow as a Prefect deployment (schedules from conf/serve)
+  nas regress [--suite S]             the benchmark-regression suite against stored baselines
 """
 
 from __future__ import annotations
@@ -18,8 +21,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from nas.errors import NasError
+from nas.errors import ConfigError, NasError
 
+# Commands with their own module (imported on use: `nas` starts fast).
+SUBCOMMANDS = {"arch": "nas.cli_arch", "train": "nas.cli_train", "train-supernet": "nas.cli_supernet",
+               "knowledge": "nas.cli_knowledge", "export": "nas.cli_export", "serve": "nas.cli_serve",
+               "regress": "nas.cli_regress"}
 GROUPS = ("space", "strategy", "evaluator", "runner", "data", "recipe", "engine", "llm", "knowledge")
 
 
@@ -33,17 +40,26 @@ def available(group: str) -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-def check_group_overrides(args: list[str]) -> None:
-    """Hydra's own message for an unknown option is many lines; say it in one."""
+def validate_group_overrides(args: list[str]) -> None:
+    """Hydra's own message for an unknown option is many lines; say it in one (ConfigError)."""
     for arg in args:
         key, sep, value = arg.partition("=")
         key = key.lstrip("+~")
-        if not sep or key not in GROUPS or "(" in value:
+        if sep and key == "experiment" and not arg.startswith("+"):  # not in the defaults list
+            raise ConfigError(f"experiment presets are added, not overridden: write +experiment={value}")
+        if not sep or key not in (*GROUPS, "experiment") or "(" in value:
             continue
         valid = available(key)
         for name in value.split(","):
             if name.strip() not in valid:
-                fail(f"unknown {key} '{name.strip()}' (valid: {', '.join(valid)})")
+                raise ConfigError(f"unknown {key} '{name.strip()}' (valid: {', '.join(valid)})")
+
+
+def check_group_overrides(args: list[str]) -> None:
+    try:
+        validate_group_overrides(args)
+    except ConfigError as err:
+        fail(str(err))
 
 
 def compose_config(overrides: list[str]) -> dict[str, Any]:
@@ -52,8 +68,6 @@ def compose_config(overrides: list[str]) -> dict[str, Any]:
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
-
-    from nas.errors import ConfigError
 
     try:
         with initialize_config_module("conf", version_base="1.3"):
@@ -82,12 +96,9 @@ def execute(spec, run_dir: Path, runner: dict[str, Any], progress: bool) -> dict
     if name == "local":
         executor = LocalExecutor(evaluator, spec.seed if evaluator.uses_seed else None)
         return SearchLoop(spec, run_dir, executor, progress=progress, runner="local").run_search()
-    if name == "prefect":
-        from flows.search import run_search_flow
+    from flows.search import run_search_flow  # prefect, processes, dask, ray: flows/runners.py
 
-        return run_search_flow(spec, run_dir, workers=int(runner.get("workers", 4)),
-                               retries=int(runner.get("retries", 1)), progress=progress)
-    raise NasError(f"unknown runner '{name}' (valid: {', '.join(available('runner'))})")
+    return run_search_flow(spec, run_dir, runner=runner, retries=int(runner.get("retries", 1)), progress=progress)
 
 
 def _search_entry() -> None:
@@ -123,22 +134,27 @@ def print_summary(run_dir: Path, summary: dict[str, Any]) -> None:
 
 
 def _compare(argv: list[str]) -> None:
-    from nas.compare import compare, render_table
+    from nas.compare import BANDS, compare, render_report
 
-    parser = argparse.ArgumentParser(prog="nas compare", description="Aggregate search runs.")
+    parser = argparse.ArgumentParser(prog="nas compare", description="Aggregate search runs into a statistics report.")
     parser.add_argument("dirs", nargs="+", type=Path, help="run or multirun directories")
     parser.add_argument("--at", nargs="+", type=int, default=[25, 50, 100],
                         help="trial counts to report (default: 25 50 100)")
+    parser.add_argument("--baseline", default=None,
+                        help="group label or strategy name to test every other group against (paired by seed)")
+    parser.add_argument("--band", choices=BANDS, default="std",
+                        help="curve band: mean ± 1 std, or median and interquartile range (default: std)")
     parser.add_argument("--out", type=Path, default=None,
                         help="output directory (default: the first DIR)")
     args = parser.parse_args(argv)
     out = args.out or args.dirs[0]
     try:
-        table = compare(args.dirs, out, args.at)
+        report = compare(args.dirs, out, args.at, baseline=args.baseline, band=args.band)
     except NasError as err:
         fail(str(err))
-    print(render_table(table, args.at), end="")
-    print(f"wrote {out / 'compare.json'}, {out / 'compare.md'}, {out / 'compare.png'}")
+    print(render_report(report), end="")
+    written = ["compare.json", "compare.md", *(f for f in report["figures"].values() if f)]
+    print("wrote " + ", ".join(str(out / f) for f in written))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -153,25 +169,12 @@ def main(argv: list[str] | None = None) -> None:
         _search_entry()
     elif command == "compare":
         _compare(rest)
-    elif command == "arch":
-        from nas.cli_arch import main as arch_main
+    elif command in SUBCOMMANDS:
+        import importlib
 
-        arch_main(rest)
-    elif command == "train":
-        from nas.cli_train import main as train_main
-
-        train_main(rest)
-    elif command == "train-supernet":
-        from nas.cli_supernet import main as supernet_main
-
-        supernet_main(rest)
-    elif command == "knowledge":
-        from nas.cli_knowledge import main as knowledge_main
-
-        knowledge_main(rest)
+        importlib.import_module(SUBCOMMANDS[command]).main(rest)
     else:
-        fail(f"unknown command '{command}' (valid: search, compare, arch, train, train-supernet, knowledge)")
-
+        fail(f"unknown command '{command}' (valid: {', '.join(['search', 'compare', *SUBCOMMANDS])})")
 
 if __name__ == "__main__":
     main()

@@ -118,12 +118,18 @@ class LocalServer:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    def threads(self) -> int:
+        """n_threads, else OMP_NUM_THREADS (set where several processes share the cores:
+        an oversubscribed llama.cpp stalls at its thread barriers), else every core."""
+        omp = os.environ.get("OMP_NUM_THREADS", "")
+        return self.n_threads or (int(omp) if omp.isdigit() and int(omp) > 0 else os.cpu_count() or 1)
+
     def command(self, port: int) -> list[str]:
         model = self.model if self.model is not None else model_path()
         return [sys.executable, "-m", "nas.llm.guard",  # stops the server if we die without stopping it
                 sys.executable, "-m", "llama_cpp.server", "--model", str(model),
                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(self.n_ctx),
-                "--n_threads", str(self.n_threads or os.cpu_count() or 1),
+                "--n_threads", str(self.threads()),
                 "--model_alias", self.alias]
 
     def start(self) -> str:
