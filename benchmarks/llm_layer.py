@@ -16,7 +16,6 @@ replay save on a re-run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys

@@ -29,6 +29,21 @@ def nas_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+@pytest.fixture
+def prefect_home(tmp_path: Path):
+    """In-process Prefect (ephemeral server) in a home of its own."""
+    saved = dict(os.environ)
+    for key in [k for k in os.environ if k.startswith("PREFECT_")]:
+        del os.environ[key]
+    os.environ["NASFLOW_HOME"] = str(tmp_path / "home")
+    from nas.workspace import configure_prefect_env
+
+    configure_prefect_env()
+    yield tmp_path
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 def run_nas(args: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([*NAS, *args], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from nas.knowledge.idea import Tag
 from nas.knowledge.papers import BadFile, IdeaList, Paper, builtin_corpus, read_path
 from nas.knowledge.reader import Reader, clean_idea, method_text
 from nas.knowledge.store import KnowledgeStore

@@ -6,7 +6,6 @@ smoke baseline records its timing metrics without a tolerance."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -172,22 +171,8 @@ def test_cli_smoke_suite_against_committed_and_tampered_baselines(nas_env, tmp_p
     assert "FAILED: 1 problem(s)" in lines[1]
 
 
-@pytest.fixture
-def prefect_env(tmp_path):
-    saved = dict(os.environ)
-    for key in [k for k in os.environ if k.startswith("PREFECT_")]:
-        del os.environ[key]
-    os.environ["NASFLOW_HOME"] = str(tmp_path / "home")
-    from nas.workspace import configure_prefect_env
-
-    configure_prefect_env()
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
-
-
 @pytest.mark.slow
-def test_flow_fails_on_regression(prefect_env, tmp_path):
+def test_flow_fails_on_regression(prefect_home, tmp_path):
     from flows.regression import regression_flow
     from nas.regression import RegressionFailed
 

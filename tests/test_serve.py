@@ -160,21 +160,6 @@ def test_serve_runs_a_deployment_against_a_real_server(nas_env, tmp_path):
     assert not _group_alive(server.pid) and not _group_alive(serve.pid), "orphan processes left"
 
 
-@pytest.fixture
-def prefect_home(tmp_path):
-    """In-process Prefect (ephemeral server) in a home of its own."""
-    saved = dict(os.environ)
-    for key in [k for k in os.environ if k.startswith("PREFECT_")]:
-        del os.environ[key]
-    os.environ["NASFLOW_HOME"] = str(tmp_path / "home")
-    from nas.workspace import configure_prefect_env
-
-    configure_prefect_env()
-    yield tmp_path
-    os.environ.clear()
-    os.environ.update(saved)
-
-
 @pytest.mark.slow
 def test_supernet_flow_is_cached_while_its_checkpoint_exists(prefect_home, monkeypatch):
     import supernets.train

@@ -64,7 +64,7 @@ def test_open_ended_spaces_have_a_base_and_no_random_moves(name):
 
 @pytest.mark.parametrize("name,bad", [("nader", "nope"), ("source", "nope")])
 def test_open_ended_space_base_errors(name, bad, tmp_path):
-    with pytest.raises(ConfigError, match=f"base 'nope': not a packaged one"):
+    with pytest.raises(ConfigError, match="base 'nope': not a packaged one"):
         SPACES.create(name, {"base": bad})
     model = tmp_path / "m.py"
     model.write_text("def broken(:\n")
