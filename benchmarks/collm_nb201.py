@@ -12,9 +12,9 @@ reply cache (`--cache`), so a re-run replays instead of calling the model.
     python benchmarks/collm_nb201.py                # 20 seeds baselines, 5 seeds collm, 100 trials
     python benchmarks/collm_nb201.py --quick        # 3 seeds, 1 collm seed, 25 trials: proves it works
 
-Measured on 2 shared CPU cores: the baselines take ~1.5 s per 100-trial run;
-a collm iteration (Navigator + Generator, retries for duplicates) ~110 s, so
---quick takes ~9 min and a 100-trial collm seed ~40-50 min (the full run ~4 h).
+Measured on 2 CPU cores: the baselines take ~0.3 s per 100-trial run; a
+100-trial collm seed (20 Navigator + Generator rounds) ~9 min on idle cores,
+~45 min on cores shared with other jobs; with --cache a re-run replays.
 """
 
 from __future__ import annotations
