@@ -51,6 +51,13 @@ def test_command_line(tmp_path):
                     "--n_ctx": "1024", "--n_threads": "3", "--model_alias": "tiny"}
 
 
+@pytest.mark.parametrize("omp, expected", [("1", 1), ("3", 3), ("", None), ("0", None), ("x", None)])
+def test_threads_follow_omp_num_threads_unless_set(monkeypatch, omp, expected):
+    monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    assert LocalServer().threads() == (expected or os.cpu_count() or 1)
+    assert LocalServer(n_threads=2).threads() == 2
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     srv = LocalServer(n_ctx=2048, log_path=tmp_path_factory.mktemp("llm") / "server.log")
