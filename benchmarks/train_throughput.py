@@ -14,10 +14,20 @@
    NB201's seeds 777/888/999: mean and spread of valid accuracy per path.
 4. The ResNet skeleton trained with a CPU proxy recipe on Fashion-MNIST:
    valid/test accuracy, so later searches have a baseline.
+5. GPU (when CUDA is available): per-candidate seconds of the 200-epoch,
+   50k-image recipe for the fast engine eager, with whole-step CUDA graphs,
+   graphs at the budget width rounded to a multiple of 8, and torch.compile
+   + graphs (compile seconds apart), for the ResNet skeleton and NB201's cell
+   network; whether torch.compile's reduce-overhead mode trains the skeleton;
+   and accuracy parity, graphed vs eager, 3 seeds on Fashion-MNIST (digits
+   when it is missing).  Synthetic CIFAR-shaped uint8 data on the GPU for the
+   timings (throughput does not depend on the pixels).
 Writes benchmarks/results/train_throughput.json (--quick: tiny sizes, to
-results/train_throughput_quick.json; a smoke test of every section).
+results/train_throughput_quick.json; a smoke test of every section);
+--gpu-only runs section 5 alone, to results/train_throughput_gpu.json (+ .md).
 
-    python benchmarks/train_throughput.py [--quick] [--skip-baseline] [--out PATH]
+    python benchmarks/train_throughput.py [--quick] [--gpu-only] [--skip-baseline] [--out PATH]
+        [--fashion-root DIR]
 """
 
 from __future__ import annotations
@@ -36,9 +46,10 @@ import torch  # noqa: E402
 import statistics  # noqa: E402
 
 from nas.arch.block import BlockArch  # noqa: E402
-from nas.arch.dag.macro import Skeleton  # noqa: E402
+from nas.arch.dag.macro import Skeleton, search_width  # noqa: E402
+from nas.arch.nb201 import NB201Cell  # noqa: E402
 from nas.data.sources import FASHION_MNIST_ROOT, ImageData, Split, digits, fashion_mnist  # noqa: E402
-from nas.io import atomic_write_json  # noqa: E402
+from nas.io import atomic_write_json, atomic_write_text  # noqa: E402
 from nas.train.engine import Engine  # noqa: E402
 from nas.train.recipe import NB201_SEEDS, Recipe  # noqa: E402
 from nas.train.run import train_many  # noqa: E402
@@ -160,19 +171,187 @@ def baseline(recipe: Recipe, depth: int = 5, width: int | None = None) -> dict:
             "loss_curve": r.loss_curve, "wall_seconds": r.wall_seconds}
 
 
+# a conv-heavy NB201 cell (the slow end of the space)
+NB201_CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0|nor_conv_3x3~1|nor_conv_3x3~2|"
+GPU_FAST = {"kind": "fast", "accelerator": "gpu", "channels_last": True, "bf16": True}
+
+
+def resnet_width(multiple: int, channels: int = 3, size: int = 32) -> int:
+    sk = Skeleton(depths=(5, 5, 5), input_size=size, in_channels=channels, num_classes=10)
+    return search_width(BlockArch.from_text(BLOCK.read_text()).blocks, sk, multiple=multiple).width
+
+
+def candidate_seconds(data: ImageData, name: str, make, engine: Engine, epochs: int, batch: int) -> dict:
+    """Train one candidate for `epochs` epochs; seconds per epoch exclude the one-off compile/capture
+    (`compile_seconds`), which the 200-epoch projection adds back once."""
+    recipe = Recipe(epochs=epochs, batch_size=batch, valid_subset=2000, test_subset=2000)
+    net = make()
+    r = train_many([net], data, recipe, 0, engine)[0]
+    per_epoch = (r.device_seconds - r.compile_seconds) / epochs  # the small valid/test passes included
+    n = len(data.train)
+    return {"candidate": name, "engine": engine.to_dict(), "params": r.params, "mflops": round(r.flops / 1e6, 1),
+            "cuda_graphs": r.cuda_graphs, "compile_seconds": r.compile_seconds, "epochs": epochs,
+            "seconds_per_epoch": round(per_epoch, 3), "images_per_second": round(n / per_epoch, 1),
+            "projected_seconds_200_epochs_50k": round(200 * per_epoch * 50_000 / n + r.compile_seconds, 1)}
+
+
+def reduce_overhead_probe(data: ImageData, width: int, steps: int) -> dict:
+    """Does torch.compile(mode="reduce-overhead") train the skeleton (it failed at the stem's
+    aliasing before)? A few real steps, then the mean step time."""
+    net = model(3, 32, 10, width=width)[0].cuda().to(memory_format=torch.channels_last).train()
+    fwd = torch.compile(net, mode="reduce-overhead")
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, nesterov=True, fused=True)
+    x = (data.train.images[:256].cuda().float() / 255).contiguous(memory_format=torch.channels_last)
+    y = data.train.labels[:256].cuda()
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(fwd(x).float(), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    start = time.perf_counter()
+    try:
+        step()
+        torch.cuda.synchronize()
+        first = time.perf_counter() - start
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - the outcome is what is measured
+        line = next((t for t in str(exc).splitlines() if t.strip()), "")
+        return {"ok": False, "error": f"{type(exc).__name__}: {line}"[:300]}
+    ms = 1000 * (time.perf_counter() - start) / steps
+    return {"ok": True, "first_call_seconds": round(first, 1), "ms_per_step": round(ms, 2),
+            "images_per_second": round(256 / ms * 1000, 1)}
+
+
+def parity(data: ImageData, epochs: int, seeds: tuple[int, ...], train_subset: int | None) -> dict:
+    """Graphed vs eager fast engine on the same candidates and seeds: same accuracy within seed noise?"""
+    c, h, _ = data.shape
+    recipe = Recipe(epochs=epochs, batch_size=256, train_subset=train_subset)
+    width = resnet_width(8, c, h)
+    out = {"dataset": data.name, "recipe": recipe.to_dict(), "seeds": list(seeds), "width": width}
+    for name, graphs in (("eager", "off"), ("graphed", "on")):
+        engine = Engine(**GPU_FAST, cuda_graphs=graphs)
+        runs = [train_many([model(c, h, data.num_classes, seed=s, width=width)[0]], data, recipe, s, engine)[0]
+                for s in seeds]
+        acc = [r.valid_accuracy for r in runs]
+        out[name] = {"valid_accuracy": acc, "test_accuracy": [r.test_accuracy for r in runs],
+                     "final_loss": [round(r.loss_curve[-1], 4) for r in runs], "cuda_graphs": runs[0].cuda_graphs,
+                     "mean": round(statistics.fmean(acc), 2),
+                     "std": round(statistics.stdev(acc), 2) if len(acc) > 1 else 0.0,
+                     "device_seconds": [r.device_seconds for r in runs]}
+    e, g = out["eager"], out["graphed"]
+    out["mean_difference"] = round(g["mean"] - e["mean"], 2)
+    # two standard errors of the difference of the means
+    out["noise_2se"] = round(2 * ((e["std"] ** 2 + g["std"] ** 2) / len(seeds)) ** 0.5, 2)
+    out["within_seed_noise"] = abs(out["mean_difference"]) <= max(out["noise_2se"], 0.01)
+    return out
+
+
+def gpu_section(quick: bool, fashion_root: Path) -> dict:
+    n = 4096 if quick else 50_000
+    epochs, batch = (1, 256) if quick else (2, 256)
+    data = synthetic(n, (3, 32, 32))
+    w_exact, w8 = resnet_width(1), resnet_width(8)
+    nb201 = NB201Cell.from_string(NB201_CELL)
+
+    def resnet(width: int):
+        return lambda: model(3, 32, 10, width=width)[0]
+
+    def cells():
+        torch.manual_seed(0)
+        return nb201.to_module(channels=16, cells_per_stage=5, num_classes=10, in_channels=3)
+
+    warm = Recipe(epochs=1, batch_size=batch, train_subset=4 * batch, valid_subset=256, test_subset=256)
+    train_many([resnet(w8)()], data, warm, 0, Engine(**GPU_FAST, cuda_graphs="off"))  # CUDA/cuDNN start-up
+    rows = [
+        candidate_seconds(data, f"resnet w{w_exact}", resnet(w_exact), Engine(**GPU_FAST, cuda_graphs="off"),
+                          epochs, batch),
+        candidate_seconds(data, f"resnet w{w_exact}", resnet(w_exact), Engine(**GPU_FAST, cuda_graphs="on"),
+                          epochs, batch),
+        candidate_seconds(data, f"resnet w{w8}", resnet(w8), Engine(**GPU_FAST, cuda_graphs="on"), epochs, batch),
+        candidate_seconds(data, f"resnet w{w8}", resnet(w8), Engine(**GPU_FAST, cuda_graphs="on", compile=True),
+                          epochs, batch),
+        candidate_seconds(data, "nb201 C16 N5", cells, Engine(**GPU_FAST, cuda_graphs="off"), epochs, batch),
+        candidate_seconds(data, "nb201 C16 N5", cells, Engine(**GPU_FAST, cuda_graphs="on"), epochs, batch),
+    ]
+    for row, label in zip(rows, ("eager", "graphed", "graphed + width multiple of 8", "compiled + graphed",
+                                 "eager", "graphed")):
+        row["variant"] = label
+    out = {"device": torch.cuda.get_device_name(0), "data": f"synthetic: {n} random uint8 3x32x32 images "
+           "resident on the GPU (throughput does not depend on the pixels)", "batch": batch,
+           "budget_width": w_exact, "width_multiple_8": w8, "rows": rows,
+           "nader_seconds": NADER_SECONDS, "target_seconds": TARGET_SECONDS}
+    best = min(r["projected_seconds_200_epochs_50k"] for r in rows[:4])
+    out["best_resnet_projected_seconds"], out["meets_target"] = best, best <= TARGET_SECONDS
+    if not quick:
+        out["reduce_overhead"] = reduce_overhead_probe(data, w8, 20)
+    if (fashion_root / "train-images-idx3-ubyte.gz").exists() or (fashion_root / "train-images-idx3-ubyte").exists():
+        out["parity"] = parity(fashion_mnist(str(fashion_root)), 1 if quick else 5, NB201_SEEDS,
+                               5000 if quick else None)
+    else:
+        out["parity"] = parity(digits(), 3 if quick else 30, NB201_SEEDS, None)
+    return out
+
+
+def gpu_markdown(g: dict, machine: dict) -> str:
+    lines = [f"# Fast-engine training speed on {g['device']} (torch {machine['torch']})", "",
+             f"{g['data']}; batch {g['batch']}; NB201 recipe projected to 200 epochs x 50k images. "
+             f"Budget width {g['budget_width']}, rounded to a multiple of 8: {g['width_multiple_8']}.", "",
+             "| candidate | variant | params | MFLOPs | graphs | compile s | s/epoch | images/s "
+             "| projected s / candidate |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in g["rows"]:
+        lines.append(f"| {r['candidate']} | {r['variant']} | {r['params']:,} | {r['mflops']} | {r['cuda_graphs']} | "
+                     f"{r['compile_seconds']} | {r['seconds_per_epoch']} | {r['images_per_second']:,.0f} | "
+                     f"{r['projected_seconds_200_epochs_50k']:,.0f} |")
+    lines += ["", f"NADER: {g['nader_seconds']:,} s per candidate; target {g['target_seconds']:.0f} s; "
+              f"best ResNet row: {g['best_resnet_projected_seconds']:,.0f} s.", ""]
+    if "reduce_overhead" in g:
+        lines += [f"torch.compile reduce-overhead on the skeleton: {g['reduce_overhead']}", ""]
+    p = g["parity"]
+    lines += [f"## Parity on {p['dataset']} ({p['recipe']['epochs']} epochs, width {p['width']}, seeds {p['seeds']})",
+              "", "| engine | valid accuracy per seed | mean | std |", "| --- | --- | --- | --- |"]
+    for name in ("eager", "graphed"):
+        lines.append(f"| {name} | {p[name]['valid_accuracy']} | {p[name]['mean']} | {p[name]['std']} |")
+    lines += ["", f"Difference of means {p['mean_difference']} (two standard errors: {p['noise_2se']}); "
+              f"within seed noise: {p['within_seed_noise']}.", ""]
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of every section")
     ap.add_argument("--skip-baseline", action="store_true")
+    ap.add_argument("--gpu-only", action="store_true", help="only the GPU section (needs CUDA)")
+    ap.add_argument("--fashion-root", type=Path, default=Path(FASHION_MNIST_ROOT),
+                    help="Fashion-MNIST IDX files for the GPU parity check (digits when missing)")
     ap.add_argument("--out", type=Path, help="JSON path (default: benchmarks/results/train_throughput[_quick].json)")
     args = ap.parse_args()
     quick = args.quick
-    out = args.out or RESULTS / ("train_throughput_quick.json" if quick else "train_throughput.json")
+    name = "train_throughput" + ("_gpu" if args.gpu_only else "") + ("_quick" if quick else "")
+    out = args.out or RESULTS / f"{name}.json"
     steps = 2 if quick else args.steps
     result = {"machine": {"python": platform.python_version(), "torch": torch.__version__,
                           "threads": torch.get_num_threads(),
                           "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}}
+    if args.gpu_only:
+        if not torch.cuda.is_available():
+            sys.exit("--gpu-only needs a CUDA device")
+        result["gpu"] = gpu_section(quick, args.fashion_root)
+        atomic_write_json(out, result)
+        atomic_write_text(out.with_suffix(".md"), gpu_markdown(result["gpu"], result["machine"]))
+        print(gpu_markdown(result["gpu"], result["machine"]))
+        print(f"wrote {out} (+ .md)")
+        return
     result["cpu"] = [step_rate(3, 32, "cpu", 128, steps), step_rate(1, 28, "cpu", 128, steps)]
     cpu_data = synthetic(512 if quick else 4096, (3, 32, 32))
     result["engines_cpu"] = engines(cpu_data, "cpu", depth=1, width=8 if quick else 16, batch=128,
@@ -180,9 +359,11 @@ def main() -> None:
     if torch.cuda.is_available():
         gpu_data = synthetic(2048 if quick else 50_000, (3, 32, 32))
         result["engines_gpu"] = engines(gpu_data, "gpu", depth=5, width=None, batch=256, concurrent=4,
-                                        compile_=not quick)
+                                        compile_=False)
+        result["gpu"] = gpu_section(quick, args.fashion_root)
     else:
         result["engines_gpu"] = {"skipped": "no CUDA device on this machine"}
+        result["gpu"] = {"skipped": "no CUDA device on this machine: GPU numbers not measured"}
     result["agreement"] = agreement(2 if quick else 15, NB201_SEEDS[:1] if quick else NB201_SEEDS)
     if not (args.skip_baseline or quick):
         if Path(FASHION_MNIST_ROOT).exists():

@@ -114,7 +114,7 @@ def test_arch_to_module_uses_width_search():
     arch = BlockArch.from_text((HERE / "data" / "blocks" / "residual.txt").read_text())
     net = arch.to_module()
     assert count_params(net) == arch.plan().params <= 1.5e6
-    assert arch.plan().width == 25
+    assert arch.plan().width == 24  # the widest multiple of 8 within the budget (exact: 25)
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 
 from nas.arch.dag.crosscheck import crosscheck
 from nas.arch.dag.macro import BlockSet, Budget, Skeleton, plan, role_of, search_width, section_errors
-from nas.errors import EncodingError
+from nas.errors import ConfigError, EncodingError
 
 HERE = Path(__file__).resolve().parent
 BLOCKS = HERE / "data" / "blocks"
@@ -59,11 +59,36 @@ def test_imagenet_style_skeleton_has_four_stages():
 def test_width_search_is_the_largest_fitting_width():
     blocks, sk = blockset("residual.txt"), Skeleton.nb201()
     budget = Budget()
-    choice = search_width(blocks, sk, budget)
+    choice = search_width(blocks, sk, budget, multiple=1)
     assert budget.fits(choice.params, choice.flops)
     above = plan(blocks, sk, choice.width + 1)
     assert not budget.fits(above.params, above.flops)
     assert choice.probes < 40  # a binary search, not a scan
+
+
+def test_width_search_rounds_down_to_a_multiple_within_the_budget():
+    blocks, sk = blockset("residual.txt"), Skeleton.nb201()
+    exact = search_width(blocks, sk, multiple=1)
+    assert exact.width == 25  # NB201's budget: 1.5 M params, 0.2 GFLOPs
+    rounded = search_width(blocks, sk)  # default: multiples of 8, for tensor cores
+    assert rounded.width == 24 and Budget().fits(rounded.params, rounded.flops)
+    assert (rounded.params, rounded.flops) == (plan(blocks, sk, 24).params, plan(blocks, sk, 24).flops)
+    assert search_width(blocks, sk, multiple=5).width == 25  # already a multiple
+    assert search_width(blocks, sk, multiple=16).width == 16
+    # a budget below one multiple keeps the exact width rather than failing
+    tiny = search_width(blocks, sk, Budget(2e4, 1e9), multiple=8)
+    assert 0 < tiny.width < 8 and tiny.width == search_width(blocks, sk, Budget(2e4, 1e9), multiple=1).width
+    with pytest.raises(ConfigError, match=r"width multiple must be an integer >= 1, got 0"):
+        search_width(blocks, sk, multiple=0)
+
+
+def test_width_multiple_skips_invalid_multiples():
+    """shuffle_se is valid only at multiples of 8 (96 fits the budget): with multiples of 10,
+    90 is skipped as invalid and 80 chosen."""
+    blocks, sk = blockset("shuffle_se.txt"), Skeleton.nb201()
+    assert [search_width(blocks, sk, multiple=m).width for m in (1, 8, 10, 12, 36)] == [96, 96, 80, 96, 72]
+    with pytest.raises(EncodingError):
+        plan(blocks, sk, 90)
 
 
 def test_width_search_skips_invalid_widths():

@@ -199,3 +199,23 @@ def test_train_evaluator_cache_identity_and_failures():
         from nas.evaluators.train import TrainEvaluator
 
         TrainEvaluator(a.space, {"name": "svhn"}, {})
+
+
+def test_block_width_rounds_to_the_width_multiple_and_enters_the_fingerprint():
+    from nas.arch.block import BlockArch
+    from nas.evaluators.train import TrainEvaluator
+    from nas.spaces.nb201 import NB201Space
+    from nas.train.build import BuildOptions, build_model
+
+    arch = BlockArch.from_text((Path(__file__).parent / "data" / "blocks" / "residual.txt").read_text())
+    shape = (3, 32, 32)
+    assert BuildOptions().block_plan(arch, shape, 10).width == 24  # NB201's budget allows 25
+    assert BuildOptions(width_multiple=1).block_plan(arch, shape, 10).width == 25
+    net = build_model(arch, shape, 10, BuildOptions(), seed=0)
+    assert net.classifier.in_features == 4 * 24
+    recipe = {"epochs": 1, "batch_size": 64}
+    default = TrainEvaluator(NB201Space(), {"name": "digits"}, recipe)
+    assert default.build.width_multiple == 8
+    assert TrainEvaluator(NB201Space(), {"name": "digits"}, recipe, width_multiple=1).fingerprint() != default.fingerprint()
+    with pytest.raises(ConfigError, match=r"evaluator.width_multiple must be an integer >= 1, got 0"):
+        BuildOptions(width_multiple=0)

@@ -55,10 +55,13 @@ class MacroNetwork(nn.Module):
         self.classifier = nn.Linear(width, num_classes)
 
     def forward(self, x):
-        s0 = s1 = self.stem(x)
+        # prev2 is None until a second output exists (a first two-input cell sees the stem's twice);
+        # binding one tensor to two names here broke torch.compile's reduce-overhead mode
+        prev2, prev = None, self.stem(x)
         for cell, two in zip(self.cells, self.two_input):
-            s0, s1 = s1, (cell(s0, s1) if two else cell(s1))
-        return self.classifier(self.pool(s1).flatten(1))
+            out = cell(prev if prev2 is None else prev2, prev) if two else cell(prev)
+            prev2, prev = prev, out
+        return self.classifier(self.pool(prev).flatten(1))
 
 
 def build_network(p: Plan) -> MacroNetwork:

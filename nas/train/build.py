@@ -1,9 +1,10 @@
 """Turn a trusted representation into an `nn.Module` for a dataset.
 
 NB201 cells go into NB201's network (width `channels`, `cells_per_stage`);
-NADER block files into a skeleton whose width is the widest that fits the
-budget (default: NB201's limits at the data's resolution). Model source is
-not built here: it is untrusted and trains in the sandbox.
+NADER block files into a skeleton whose width is the widest multiple of
+`width_multiple` that fits the budget (default: NB201's limits at the data's
+resolution). Model source is not built here: it is untrusted and trains in
+the sandbox.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from torch import nn
 
 from nas.arch.base import Architecture
 from nas.arch.block import BlockArch
-from nas.arch.dag.macro import Budget, Skeleton
+from nas.arch.dag.macro import WIDTH_MULTIPLE, Budget, Plan, Skeleton, search_width
 from nas.arch.nb201 import NB201Cell
 from nas.errors import ConfigError, EvaluationError, NasError
 from nas.registry import check_keys
@@ -30,14 +31,16 @@ class BuildOptions:
     cells_per_stage: int = 5  # ... and cells per stage (block files: base blocks per stage in `nb201`)
     skeleton: str = "nb201"  # block files: 3 stages (nb201) or NADER's 4-stage 2-3-5-2 (imagenet)
     budget: dict[str, float] = field(default_factory=dict)  # params / flops; empty = Budget.default
+    width_multiple: int = WIDTH_MULTIPLE  # block files: the searched width is rounded down to a multiple
 
     def __post_init__(self) -> None:
         if self.skeleton not in SKELETONS:
             raise ConfigError(f"evaluator.skeleton must be one of {', '.join(SKELETONS)}, got {self.skeleton!r}")
         check_keys("evaluator.budget", self.budget, ["params", "flops"])
-        for name in ("channels", "cells_per_stage"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"evaluator.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("channels", "cells_per_stage", "width_multiple"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ConfigError(f"evaluator.{name} must be an integer >= 1, got {value!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,6 +54,14 @@ class BuildOptions:
         default = Budget.default(input_size)
         return Budget(params=self.budget.get("params", default.params), flops=self.budget.get("flops", default.flops))
 
+    def block_plan(self, arch: BlockArch, shape: tuple[int, int, int], num_classes: int) -> Plan:
+        """The network a block file trains as: its skeleton at the searched width (what
+        export must rebuild, so both come from here)."""
+        skeleton = self.skeleton_for(shape, num_classes)
+        budget = self.budget_for(skeleton.input_size)
+        width = search_width(arch.blocks, skeleton, budget, multiple=self.width_multiple).width
+        return arch.plan(skeleton, width=width)
+
 
 def build_model(arch: Architecture, shape: tuple[int, int, int], num_classes: int, options: BuildOptions,
                 seed: int) -> nn.Module:
@@ -61,8 +72,9 @@ def build_model(arch: Architecture, shape: tuple[int, int, int], num_classes: in
             return arch.to_module(channels=options.channels, cells_per_stage=options.cells_per_stage,
                                   num_classes=num_classes, in_channels=shape[0])
         if isinstance(arch, BlockArch):
-            skeleton = options.skeleton_for(shape, num_classes)
-            return arch.to_module(skeleton, options.budget_for(skeleton.input_size))
+            from nas.models.macro import build_network
+
+            return build_network(options.block_plan(arch, shape, num_classes))
     except (NasError, ValueError, RuntimeError) as exc:
         raise EvaluationError(f"{arch.space} {arch.key()}: cannot build the network ({exc})") from None
     raise EvaluationError(f"{type(arch).__name__} cannot be built in-process (space '{arch.space}')")

@@ -15,6 +15,7 @@ from nas.registry import check_keys
 
 KINDS = ("plain", "fast")
 ACCELERATORS = ("cpu", "gpu", "auto")
+CUDA_GRAPHS = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,10 @@ class Engine:
     """`plain`: Lightning, DataLoader batches; `devices > 1` trains with DDP.
     `fast`: a hand-written loop with the whole split resident on the device,
     flip/crop on the device, optional channels_last, bf16 autocast and
-    `torch.compile`, and `concurrent` candidates in lockstep on one device
-    (each on its own CUDA stream)."""
+    `torch.compile` (static shapes: compiled once per model), and `concurrent`
+    candidates in lockstep on one device (each on its own CUDA stream).
+    `cuda_graphs` (fast only): each training step and eval batch captured
+    whole in one CUDA graph and replayed; `auto` = on when training on CUDA."""
 
     kind: str = "plain"
     accelerator: str = "cpu"
@@ -32,8 +35,13 @@ class Engine:
     bf16: bool = False
     compile: bool = False
     concurrent: int = 1
+    cuda_graphs: str = "auto"
 
     def __post_init__(self) -> None:
+        if isinstance(self.cuda_graphs, bool):  # YAML reads a bare on/off as a boolean
+            object.__setattr__(self, "cuda_graphs", "on" if self.cuda_graphs else "off")
+        if self.cuda_graphs not in CUDA_GRAPHS:
+            raise ConfigError(f"engine.cuda_graphs must be one of {', '.join(CUDA_GRAPHS)}, got {self.cuda_graphs!r}")
         if self.kind not in KINDS:
             raise ConfigError(f"engine.kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if self.accelerator not in ACCELERATORS:
@@ -43,8 +51,9 @@ class Engine:
                 raise ConfigError(f"engine.{name} must be an integer >= 1, got {getattr(self, name)!r}")
         if self.kind == "fast" and self.devices != 1:
             raise ConfigError("engine.devices > 1 (DDP) needs engine.kind=plain; the fast path uses one device")
-        if self.kind == "plain" and (self.concurrent != 1 or self.compile or self.channels_last or self.bf16):
-            raise ConfigError("engine.concurrent/compile/channels_last/bf16 need engine.kind=fast")
+        if self.kind == "plain" and (self.concurrent != 1 or self.compile or self.channels_last or self.bf16
+                                     or self.cuda_graphs == "on"):
+            raise ConfigError("engine.concurrent/compile/channels_last/bf16/cuda_graphs=on need engine.kind=fast")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Engine":

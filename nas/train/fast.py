@@ -6,18 +6,22 @@ overhead and DataLoader collation dominate the step time (NADER reports
 batches are taken by index on the device, flip/crop/normalisation run on
 whole batches there, the loss is summed on the device and read once per
 epoch, and `engine.concurrent` candidates train in lockstep on the same
-batches, each on its own CUDA stream.
+batches, each on its own CUDA stream.  With `engine.cuda_graphs` (on CUDA by
+default) each training step and eval batch is one replayed CUDA graph
+(`nas.train.graphs`); graphs and `engine.compile` use static shapes, padding
+the last partial batch with a masked loss.
 
 The semantics are the plain path's (`nas.train.fit.train`): same subsets,
 augmentation, optimiser, per-step cosine schedule, last partial batch,
-loss curve and early termination.  On CPU, without bf16/compile, its first
-epoch is the plain path's bit for bit; later epochs shuffle differently
+loss curve and early termination.  On CPU, without bf16/compile/graphs, its
+first epoch is the plain path's bit for bit; later epochs shuffle differently
 (Lightning draws more from the DataLoader's generator), so final numbers
 agree within seed noise.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -33,12 +37,14 @@ from nas.errors import ConfigError, EvaluationError
 from nas.measure import count_flops, count_params
 from nas.train.early_stop import failing
 from nas.train.engine import Engine
+from nas.train.graphs import StaticEval, StaticStep, padded_rows
 from nas.train.recipe import Recipe
 from nas.train.result import TrainResult
 
 # (id(data), device) -> (data, its splits on the device); at most one dataset, kept
 # across calls so a search uploads its data once.  Holding `data` keeps its id unique.
 _RESIDENT: dict[tuple[int, str], tuple[ImageData, dict[str, Split]]] = {}
+log = logging.getLogger(__name__)
 
 
 def _device(accelerator: str) -> torch.device:
@@ -65,34 +71,40 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _graphs(engine: Engine, device: torch.device) -> bool:
+    return engine.cuda_graphs == "on" or (engine.cuda_graphs == "auto" and device.type == "cuda")
+
+
 @dataclass
 class _Run:
-    """One model's training state."""
+    """One model's training state: a static-shape step (graphs or compile), else an optimiser
+    and scheduler for eager steps of any batch size."""
 
     model: nn.Module
-    forward: Callable[[torch.Tensor], torch.Tensor]  # the model, compiled or not
-    opt: torch.optim.Optimizer
-    sched: torch.optim.lr_scheduler.LRScheduler
     stream: torch.cuda.Stream | None
     total: torch.Tensor  # on the device: the epoch's loss sum, then the correct predictions
+    static: StaticStep | None = None
+    opt: torch.optim.Optimizer | None = None
+    sched: torch.optim.lr_scheduler.LRScheduler | None = None
+    graphs: str = "off"  # as TrainResult.cuda_graphs
+    compile_seconds: float = 0.0
     losses: list[float] = field(default_factory=list)
     terminated: str | None = None
     accuracy: dict[str, float] = field(default_factory=lambda: {"valid": 0.0, "test": 0.0})
 
 
-def _each(runs: list[_Run], fn: Callable[[_Run, torch.Tensor, torch.Tensor], None], x: torch.Tensor,
-          y: torch.Tensor) -> None:
-    """fn(run, x, y) for each run: on CUDA on the run's own stream, after the current
+def _each(runs: list[_Run], fn: Callable[..., None], *batch: torch.Tensor) -> None:
+    """fn(run, *batch) for each run: on CUDA on the run's own stream, after the current
     stream's work so far (which made the batch); on CPU one after the other."""
     for run in runs:
         if run.stream is None:
-            fn(run, x, y)
+            fn(run, *batch)
             continue
         run.stream.wait_stream(torch.cuda.current_stream(run.stream.device))
         with torch.cuda.stream(run.stream):
-            x.record_stream(run.stream)  # the allocator must not reuse the batch before this stream is done
-            y.record_stream(run.stream)
-            fn(run, x, y)
+            for t in batch:  # the allocator must not reuse the batch before this stream is done
+                t.record_stream(run.stream)
+            fn(run, *batch)
 
 
 class _Group:
@@ -106,19 +118,41 @@ class _Group:
         self.mean = torch.tensor(data.mean, device=device).view(1, -1, 1, 1)
         self.std = torch.tensor(data.std, device=device).view(1, -1, 1, 1)
         self.steps = math.ceil(len(self.splits["train"]) / recipe.batch_size)
+        self.graphs = _graphs(engine, device)
+        self.static = self.graphs or engine.compile  # a graph, or one compilation, needs one batch shape
+        self.batch_shape = (recipe.batch_size, *data.shape)
+        self.real = torch.ones(recipe.batch_size, device=device)  # the loss mask of a full batch
         self.runs = [self._run(m) for m in models]
 
     def _run(self, model: nn.Module) -> _Run:
-        r, cuda = self.recipe, self.device.type == "cuda"
-        fmt = torch.channels_last if self.engine.channels_last else torch.contiguous_format
+        r, e, cuda = self.recipe, self.engine, self.device.type == "cuda"
+        fmt = torch.channels_last if e.channels_last else torch.contiguous_format
         model.to(self.device, memory_format=fmt).train()
-        opt = torch.optim.SGD(model.parameters(), lr=r.lr, momentum=r.momentum, nesterov=r.nesterov,
-                              weight_decay=r.weight_decay, fused=True if cuda else None)
+        run = _Run(model, torch.cuda.Stream(self.device) if cuda else None,
+                   torch.zeros((), dtype=torch.float64, device=self.device))
+        if self.static:
+            forward = torch.compile(model, dynamic=False) if e.compile else model
+            run.static = StaticStep(model, forward, r, r.epochs * self.steps, self.batch_shape, self.device,
+                                    e.bf16, e.channels_last, run.total)
+            return run
+        run.opt = torch.optim.SGD(model.parameters(), lr=r.lr, momentum=r.momentum, nesterov=r.nesterov,
+                                  weight_decay=r.weight_decay, fused=True if cuda else None)
         # per step to 0 over the whole run, as Classifier.configure_optimizers
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(r.epochs * self.steps, 1), eta_min=0.0)
-        forward = torch.compile(model) if self.engine.compile else model
-        return _Run(model, forward, opt, sched, torch.cuda.Stream(self.device) if cuda else None,
-                    torch.zeros((), dtype=torch.float64, device=self.device))
+        run.sched = torch.optim.lr_scheduler.CosineAnnealingLR(run.opt, T_max=max(r.epochs * self.steps, 1),
+                                                               eta_min=0.0)
+        return run
+
+    def prepare(self) -> None:
+        """Compile and capture each model's step before the first epoch (timed per model)."""
+        capture = self.graphs and self.device.type == "cuda"
+        if self.graphs and not capture:
+            log.warning("engine.cuda_graphs=on without a CUDA device: training eagerly with static shapes")
+        for run in self.runs:
+            if run.static is None:
+                continue
+            run.static.prepare(capture=capture, warmup=capture or self.engine.compile)
+            run.graphs = run.static.status if capture else "failed: no CUDA device" if self.graphs else "off"
+            run.compile_seconds = run.static.compile_seconds
 
     def _inputs(self, images: torch.Tensor, aug: torch.Generator | None) -> torch.Tensor:
         """uint8 batch -> normalised float batch, augmented when `aug` is given (as ImageDataModule)."""
@@ -135,13 +169,26 @@ class _Group:
 
     def _step(self, run: _Run, x: torch.Tensor, y: torch.Tensor) -> None:
         with self._autocast():
-            logits = run.forward(x)
+            logits = run.model(x)
         loss = F.cross_entropy(logits.float(), y)
-        run.opt.zero_grad(set_to_none=True)
+        run.opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
         loss.backward()
-        run.opt.step()
-        run.sched.step()
+        run.opt.step()  # type: ignore[union-attr]
+        run.sched.step()  # type: ignore[union-attr]
         run.total.add_(loss.detach(), alpha=len(y))
+
+    @staticmethod
+    def _static_step(run: _Run, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> None:
+        run.static(x, y, mask)  # type: ignore[misc]
+
+    def _batch(self, order: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows of `order` for the batch at `start`, padded to full size (see nas.train.graphs),
+        and its loss mask."""
+        bs, n = self.recipe.batch_size, len(order)
+        if start + bs <= n:
+            return order[start:start + bs], self.real
+        rows, real = padded_rows(n, start, bs, self.device)
+        return order[rows], real.float()
 
     def train(self) -> None:
         train, bs = self.splits["train"], self.recipe.batch_size
@@ -158,6 +205,10 @@ class _Group:
             for run in live:
                 run.total.zero_()
             for k in range(self.steps):
+                if self.static:
+                    index, mask = self._batch(order, k * bs)
+                    _each(live, self._static_step, self._inputs(train.images[index], aug), train.labels[index], mask)
+                    continue
                 index = order[k * bs:(k + 1) * bs]
                 x, y = self._inputs(train.images[index], aug), train.labels[index]
                 _each(live, self._step, x, y)
@@ -174,15 +225,31 @@ class _Group:
     @torch.no_grad()
     def evaluate(self) -> None:
         """Valid and test accuracy (percent) of the models that finished, in eval mode
-        (eager: a compiled model would compile again for eval, for one pass)."""
+        (not compiled: a compiled model would compile again for eval, for one pass).
+        With graphs, each model's eval pass is a graph of its own, captured when its
+        training step was (the training graph is released first)."""
         live = [run for run in self.runs if run.terminated is None]
+        evals: dict[int, StaticEval] = {}
         for run in live:
             run.model.eval()
+            if self.graphs:
+                run.static = None
+                e = self.engine
+                evals[id(run)] = StaticEval(run.model, self.batch_shape, self.device, e.bf16, e.channels_last,
+                                            run.total)
+                evals[id(run)].prepare(capture=run.graphs == "on")
+                if evals[id(run)].status.startswith("failed"):
+                    run.graphs += f" (eval pass {evals[id(run)].status})"
         for name in ("valid", "test"):
             split, bs = self.splits[name], self.recipe.batch_size
             for run in live:
                 run.total.zero_()
             for k in range(0, len(split), bs):
+                if self.graphs:
+                    rows, real = padded_rows(len(split), k, bs, self.device)
+                    _each(live, lambda run, *batch: evals[id(run)](*batch), self._inputs(split.images[rows], None),
+                          split.labels[rows], real)
+                    continue
                 _each(live, self._count, self._inputs(split.images[k:k + bs], None), split.labels[k:k + bs])
             _sync(self.device)
             for run in live:
@@ -196,7 +263,8 @@ def train_fast(models: list[nn.Module], data: ImageData, recipe: Recipe, seed: i
     A model's results do not depend on its group unless it draws from the
     global RNG (dropout).  Each result's `wall_seconds` is its group's (the
     first group's includes the dataset upload); `device_seconds` is the group's
-    synchronised time from training start to the last accuracy.  Raises
+    synchronised time from training start to the last accuracy, compilation
+    and graph capture included (`compile_seconds`, per model).  Raises
     ConfigError when accelerator=gpu has no CUDA, EvaluationError when
     torch.compile fails (for the whole call)."""
     device = _device(engine.accelerator)
@@ -210,6 +278,7 @@ def train_fast(models: list[nn.Module], data: ImageData, recipe: Recipe, seed: i
             group = _Group(chunk, data, recipe, seed, engine, device)
             _sync(device)
             device_start = time.perf_counter()
+            group.prepare()
             group.train()
             group.evaluate()
         except Exception as exc:
@@ -225,6 +294,7 @@ def train_fast(models: list[nn.Module], data: ImageData, recipe: Recipe, seed: i
                 valid_accuracy=run.accuracy["valid"], test_accuracy=run.accuracy["test"],
                 loss_curve=run.losses, epochs=len(run.losses), terminated=run.terminated,
                 wall_seconds=round(now - start, 3), device_seconds=round(now - device_start, 3),
-                params=params, flops=flops, device=str(device)))
+                params=params, flops=flops, device=str(device), cuda_graphs=run.graphs,
+                compile_seconds=round(run.compile_seconds, 3)))
         start = now
     return results

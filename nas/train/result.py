@@ -19,6 +19,8 @@ class TrainResult:
     flops: int = 0
     device: str = "cpu"
     world_size: int = 1  # processes that trained it (DDP ranks)
+    cuda_graphs: str = "off"  # fast engine: "on" (captured), "off", or "failed: why" (trained eagerly instead)
+    compile_seconds: float = 0.0  # torch.compile and graph capture before the first epoch (part of device_seconds)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -47,6 +49,8 @@ class TrainResult:
             "params": count, "flops": count,
             "device": lambda v: isinstance(v, str) and len(v) <= 32,
             "world_size": lambda v: type(v) is int and 1 <= v <= 1024,
+            "cuda_graphs": lambda v: isinstance(v, str) and len(v) <= 300,
+            "compile_seconds": lambda v: num(v) and v >= 0,
         }
         bad = [k for k, check in checks.items() if not check(data[k])]
         if bad:
