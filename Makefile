@@ -33,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/collm_nb201.py
 	$(BIN)/python benchmarks/supernet_search.py
 	$(BIN)/python benchmarks/orchestration.py
+	$(BIN)/python benchmarks/isolation.py
 
 clean:
 	rm -rf $(VENV) runs multirun

@@ -10,10 +10,15 @@ from typing import Any
 
 from prefect import flow, task
 from prefect.cache_policies import INPUTS, NO_CACHE
-from prefect.results import get_result_store
 
 from flows.entry import compose
 from nas.errors import ConfigError
+from tasks.records import SERIALIZER, check_fields, is_count, is_number, read_record
+
+# The shape of `train_supernet_task`'s result: a cached record is used only if it has it.
+TRAINED_FIELDS = {"path": lambda v: isinstance(v, str), "sha256": lambda v: isinstance(v, str),
+                  "val_accuracy_largest": is_number, "val_accuracy_smallest": is_number,
+                  "steps": is_count, "wall_seconds": is_number}
 
 
 @task(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1)
@@ -29,8 +34,8 @@ def fingerprint_data(data: dict[str, Any]) -> str:
     return digest.hexdigest()
 
 
-@task(cache_policy=INPUTS, persist_result=True, retries=1, retry_delay_seconds=5,
-      task_run_name="train-supernet-{space[name]}-{data[name]}")
+@task(cache_policy=INPUTS, persist_result=True, result_serializer=SERIALIZER, retries=1,
+      retry_delay_seconds=5, task_run_name="train-supernet-{space[name]}-{data[name]}")
 def train_supernet_task(space: dict[str, Any], params: dict[str, Any], data: dict[str, Any],
                         settings: dict[str, Any], seed: int, out: str, data_fingerprint: str) -> dict[str, Any]:
     from supernets.train import SupernetSettings, train_supernet
@@ -43,16 +48,15 @@ def train_supernet_task(space: dict[str, Any], params: dict[str, Any], data: dic
             "steps": result.steps, "wall_seconds": result.wall_seconds}
 
 
-def _checkpoint_gone(inputs: dict[str, Any]) -> bool:
-    """A cached result is only valid while its checkpoint is still there, unchanged."""
-    store = get_result_store().update_for_task(train_supernet_task)
+def _must_retrain(inputs: dict[str, Any]) -> bool:
+    """Whether Prefect must not read the cached result: a record refused by the check
+    (tasks/records.py: reported and removed), or one whose checkpoint is gone or changed
+    (a cached result is only valid while its checkpoint is still there, unchanged)."""
     key = INPUTS.compute_key(None, inputs, {})  # type: ignore[arg-type]
-    if not key or not store.exists(key):
-        return False
-    try:
-        cached = store.read(key).result
-    except Exception:  # an unreadable record is a miss for Prefect too
-        return False
+    cached, rejected = read_record(key, lambda data: check_fields(data, TRAINED_FIELDS, exact=True),
+                                   f"supernet {inputs['space']['name']}", "training again")
+    if cached is None:
+        return rejected
     path = Path(cached["path"])
     return not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != cached["sha256"]
 
@@ -75,6 +79,6 @@ def train_supernet_flow(overrides: list[str] | None = None) -> dict[str, Any]:
                           "the command per rank, which in a flow run would start the run again")
     inputs = {"space": cfg["space"], "params": params, "data": cfg["data"], "settings": settings.to_dict(),
               "seed": int(cfg["seed"]), "out": str(out), "data_fingerprint": fingerprint_data(cfg["data"])}
-    train = train_supernet_task.with_options(refresh_cache=True) if _checkpoint_gone(inputs) else train_supernet_task
+    train = train_supernet_task.with_options(refresh_cache=True) if _must_retrain(inputs) else train_supernet_task
     state = train(**inputs, return_state=True)
     return {**state.result(), "cached": state.name == "Cached"}

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.errors import ConfigError, NasError
+from nas.secrets import install_log_scrubbing
 
 # Commands with their own module (imported on use: `nas` starts fast).
 SUBCOMMANDS = {"arch": "nas.cli_arch", "train": "nas.cli_train", "train-supernet": "nas.cli_supernet",
@@ -31,7 +32,9 @@ GROUPS = ("space", "strategy", "evaluator", "runner", "data", "recipe", "engine"
 
 
 def fail(message: str) -> None:
-    print(f"nas: error: {message}", file=sys.stderr)
+    from nas.secrets import scrub
+
+    print(f"nas: error: {scrub(message)}", file=sys.stderr)
     raise SystemExit(2)
 
 
@@ -91,14 +94,17 @@ def execute(spec, run_dir: Path, runner: dict[str, Any], progress: bool) -> dict
     space = spec.build_space()
     spec.build_strategy(space)  # validate before any work starts
     evaluator = spec.build_evaluator(space)
-    RunDir(run_dir).prepare(spec.identity())
-    name = runner.get("name", "prefect")
-    if name == "local":
-        executor = LocalExecutor(evaluator, spec.seed if evaluator.uses_seed else None)
-        return SearchLoop(spec, run_dir, executor, progress=progress, runner="local").run_search()
-    from flows.search import run_search_flow  # prefect, processes, dask, ray: flows/runners.py
+    run = RunDir(run_dir)
+    with run.lock():  # held by this process (the flow runs in it) until the search ends
+        run.prepare(spec.identity(), spec.batch_size)  # a bad run dir fails before Prefect starts
+        name = runner.get("name", "prefect")
+        if name == "local":
+            executor = LocalExecutor(evaluator, spec.seed if evaluator.uses_seed else None)
+            return SearchLoop(spec, run_dir, executor, progress=progress, runner="local").run_search()
+        from flows.search import run_search_flow  # prefect, processes, dask, ray: flows/runners.py
 
-    return run_search_flow(spec, run_dir, runner=runner, retries=int(runner.get("retries", 1)), progress=progress)
+        return run_search_flow(spec, run_dir, runner=runner, retries=int(runner.get("retries", 1)),
+                               progress=progress)
 
 
 def _search_entry() -> None:
@@ -159,6 +165,7 @@ def _compare(argv: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    install_log_scrubbing()  # every log line, search.log included, is written without secrets
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         raise SystemExit(0 if argv else 2)

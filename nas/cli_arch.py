@@ -97,7 +97,9 @@ def _validate(args: argparse.Namespace) -> int:
     if args.file.suffix == ".py":
         verdict = _verify(args, text)
         if verdict.ok:
-            print(f"{args.file}: valid model ({verdict.params:,} params, {verdict.flops:,} FLOPs)")
+            how = (f"; self-reported: the model could not be exported as a graph ({verdict.export_error})"
+                   if verdict.self_reported else "")
+            print(f"{args.file}: valid model ({verdict.params:,} params, {verdict.flops:,} FLOPs{how})")
             return 0
         print(f"{args.file}: {verdict.error}")
         return 1

@@ -16,7 +16,7 @@ import numpy as np
 from nas.errors import ConfigError, NasError
 from nas.io import atomic_write_json, atomic_write_text, read_json, read_jsonl
 from nas.report import _pyplot, save_figure
-from nas.search.loop import best_so_far
+from nas.search.loop import best_so_far, counts_for_best, trusts_self_reported
 from nas.search.pareto import Objective, non_dominated_sort
 
 MIN_PAIRS = 5  # below this the exact two-sided test cannot reach p < 0.0625, so no p-value is given
@@ -39,15 +39,16 @@ def find_runs(paths: list[Path]) -> list[Path]:
 
 def load_curves(runs: list[Path]) -> dict[str, list[dict[str, Any]]]:
     """Group label ('strategy @ space/evaluator') → [{seed, curve, points, run, strategy, space, evaluator}];
-    `points` are the successful trials, kept for the Pareto fronts."""
+    `points` are the trials that count for best (`counts_for_best`), kept for the Pareto fronts."""
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
         summary = read_json(run / "summary.json")
         history = read_jsonl(run / "history.jsonl")
         label = f"{summary['strategy']} @ {summary['space']}/{summary['evaluator']}"
+        trust = trusts_self_reported(summary.get("spec") or {})
         points = [{k: r.get(k) for k in ("trial", "key", "encoding", "accuracy", "params", "flops")}
-                  for r in history if r.get("accuracy") is not None]
-        groups[label].append({"seed": summary["seed"], "curve": best_so_far(history), "points": points,
+                  for r in history if counts_for_best(r, trust)]
+        groups[label].append({"seed": summary["seed"], "curve": best_so_far(history, trust), "points": points,
                               "run": str(run), "strategy": summary["strategy"], "space": summary["space"],
                               "evaluator": summary["evaluator"]})
     return dict(groups)

@@ -52,6 +52,8 @@ class ExportError(NasError):
 def load_trial(run_dir: Path, trial: int | None) -> tuple[Any, dict[str, Any]]:
     """(SearchSpec, history-like record with trial, key, encoding, accuracy, params, flops, metrics)."""
     from nas.io import read_json, read_jsonl
+    from nas.search.loop import best_record, trusts_self_reported
+    from nas.search.rundir import check_history
     from nas.search.spec import SearchSpec
 
     if not run_dir.is_dir():
@@ -65,13 +67,17 @@ def load_trial(run_dir: Path, trial: int | None) -> tuple[Any, dict[str, Any]]:
     except (KeyError, TypeError, ValueError) as err:
         raise RunDirError(f"{summary_path}: no readable 'spec' ({type(err).__name__}: {err})") from None
     history = read_jsonl(run_dir / "history.jsonl")
-    by_trial = {r.get("trial"): r for r in history}
+    check_history(run_dir / "history.jsonl", history)
+    by_trial = {r["trial"]: r for r in history}
     if trial is None:
-        best = summary.get("best")
+        best = best_record(history, trusts_self_reported(summary["spec"]))  # the summary's rule
+        if best is None and any(r["accuracy"] is not None for r in history):
+            raise ExportError(f"{run_dir}: every successful trial is self-reported and the evaluator does not "
+                              "trust those (evaluator.trust_self_reported=false); choose one with --trial N")
         if best is None:
             raise ExportError(f"{run_dir}: no successful trial ({summary.get('trials', len(history))} trials, "
                               "all failed); nothing to export")
-        return spec, {**best, **by_trial.get(best["trial"], {})}
+        return spec, best
     if trial not in by_trial:
         raise ExportError(f"{run_dir}: trial {trial} out of range (history.jsonl has trials 0..{len(history) - 1})")
     record = by_trial[trial]
@@ -326,8 +332,7 @@ def _from_training(spec, space, arch, record, train, say) -> Built:
     data = ev.data
     net = build_model(arch, data.shape, data.num_classes, ev.build, seed)
     if isinstance(arch, BlockArch):
-        skeleton = ev.build.skeleton_for(data.shape, data.num_classes)
-        source = network_source(arch.plan(skeleton, ev.build.budget_for(skeleton.input_size)))
+        source = network_source(ev.build.block_plan(arch, data.shape, data.num_classes))
         kind = "compiled from the NADER block file (untrusted: checked in the sandbox)"
     else:
         source = nb201_source(arch.ops, ev.build.channels, ev.build.cells_per_stage, data.num_classes,
@@ -440,6 +445,7 @@ def _sandbox(tmp: Path, source: str, num_classes: int, x_or_shape, *, weights: P
     the initial weights); without `weights`, save model.pt and export the graph into `tmp`;
     with `reference`, compare outputs. Returns (verdict, training reports, checked report)."""
     from nas.sandbox import verify as sv
+    from nas.sandbox.isolation import isolation
 
     shape = tuple(x_or_shape.shape) if isinstance(x_or_shape, torch.Tensor) else tuple(x_or_shape)
     verdict = sv._syntax(source, "model.py")
@@ -459,20 +465,22 @@ def _sandbox(tmp: Path, source: str, num_classes: int, x_or_shape, *, weights: P
                    "weights": weights is not None, "reference": reference is not None}
         Path(work, "request.json").write_text(json.dumps(request), encoding="utf-8")
         deadline = time.monotonic() + limits.wall_s
+        gpu = bool(train and train["gpu"])
+        env, iso = sv._child_env(work, gpu=gpu), isolation()
+        data_paths = tuple(p for p in ((train or {}).get("data", {}).get(k) for k in ("root", "split_file")) if p)
+        argv = [sys.executable, "-s", "-P", "-m", "nas.export", work]
         with open(read_end, "rb", buffering=0) as pipe:
             try:
-                proc = subprocess.Popen([sys.executable, "-s", "-P", "-m", "nas.export", work], cwd=work,
-                                        env=sv._child_env(work, gpu=bool(train and train["gpu"])),
-                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, pass_fds=(write_end,), start_new_session=True)
+                proc = iso.popen(argv, env, read_only=data_paths, writable=work, gpu=gpu, pass_fds=(write_end,),
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             finally:
                 os.close(write_end)
             with proc.stdout:
                 try:
-                    run = sv._collect(proc, pipe.fileno(), deadline)
+                    run = sv._collect(proc, pipe.fileno(), None, deadline)
                 finally:
                     sv._kill_group(proc)
-        run.returncode = proc.returncode
+        run.returncode = sv.exit_status(proc, iso)
         verdict = sv._conclude(run, limits)
         if not verdict.ok:
             raise ExportError(f"model.py in the sandbox: {verdict.error}")

@@ -1,4 +1,5 @@
-"""Crash-safe file helpers: atomic replace for documents, torn-line-aware JSONL."""
+"""Crash-safe file helpers: atomic replace for documents, torn-line-aware JSONL.
+Every text and JSON writer scrubs secrets (`nas.secrets`) on the way out."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from nas.errors import RunDirError
+from nas.secrets import scrub, scrub_data
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -28,11 +30,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, scrub(text).encode("utf-8"))
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+    text = json.dumps(scrub_data(obj), indent=2, sort_keys=True, default=_json_default) + "\n"
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def read_json(path: Path) -> Any:
@@ -42,6 +45,8 @@ def read_json(path: Path) -> Any:
         raise RunDirError(f"{path}: corrupt JSON at line {err.lineno} col {err.colno}: {err.msg}") from None
     except UnicodeDecodeError as err:
         raise RunDirError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
+    except RecursionError:
+        raise RunDirError(f"{path}: JSON nested too deeply") from None
 
 
 def dumps_line(obj: Any) -> str:
@@ -50,7 +55,7 @@ def dumps_line(obj: Any) -> str:
 
 def append_jsonl(path: Path, records: Iterable[dict]) -> None:
     """Append whole lines and fsync, so a kill leaves at most one torn last line."""
-    payload = "".join(dumps_line(r) + "\n" for r in records)
+    payload = "".join(dumps_line(scrub_data(r)) + "\n" for r in records)
     if not payload:
         return
     with open(path, "a", encoding="utf-8") as fh:
@@ -78,6 +83,8 @@ def read_jsonl(path: Path, *, repair: bool = False) -> list[dict]:
             raise RunDirError(f"{path}:{i}: corrupt JSON line: {err.msg}") from None
         except UnicodeDecodeError as err:
             raise RunDirError(f"{path}:{i}: not UTF-8 text ({err.reason})") from None
+        except RecursionError:
+            raise RunDirError(f"{path}:{i}: JSON nested too deeply") from None
     if tail.strip() and repair:
         truncate_bytes(path, len(raw) - len(tail))
     return records
@@ -91,7 +98,7 @@ def truncate_bytes(path: Path, size: int) -> None:
 
 
 def rewrite_jsonl(path: Path, records: list[dict]) -> None:
-    atomic_write_text(path, "".join(dumps_line(r) + "\n" for r in records))
+    atomic_write_bytes(path, "".join(dumps_line(scrub_data(r)) + "\n" for r in records).encode("utf-8"))
 
 
 def _json_default(obj: Any) -> Any:

@@ -26,10 +26,10 @@ def save_figure(fig, path: Path) -> None:
 
 
 def write_run_report(run_dir: Path, history: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-    from nas.search.loop import best_so_far
+    from nas.search.loop import best_so_far, trusts_self_reported
 
     plt = _pyplot()
-    curve = best_so_far(history)
+    curve = best_so_far(history, trusts_self_reported(summary.get("spec") or {}))
     fig, ax = plt.subplots(figsize=(6, 4))
     xs = [i + 1 for i, v in enumerate(curve) if v is not None]
     ax.plot(xs, [v for v in curve if v is not None], drawstyle="steps-post", label=summary["strategy"])
@@ -46,21 +46,26 @@ def write_run_report(run_dir: Path, history: list[dict[str, Any]], summary: dict
 
 
 def render_markdown(history: list[dict[str, Any]], summary: dict[str, Any], top: int = 10) -> str:
+    from nas.search.loop import counts_for_best, trusts_self_reported
+
     best = summary.get("best") or {}
+    trust = trusts_self_reported(summary.get("spec") or {})
+    self_reported = summary.get("self_reported") or 0
     lines = [
         f"# Search report: {summary['strategy']} on {summary['space']}",
         "",
         "| field | value |", "| --- | --- |",
         f"| evaluator | {summary['evaluator']} |",
         f"| seed | {summary['seed']} |",
-        f"| trials | {summary['trials']} (failed {summary['failed']}, cache hits {summary['cache_hits']}) |",
+        f"| trials | {summary['trials']} (failed {summary['failed']}, cache hits {summary['cache_hits']}"
+        + (f", self-reported {self_reported}{'' if trust else ': not ranked'}" if self_reported else "") + ") |",
         f"| best accuracy | {_fmt(best.get('accuracy'))} |",
         f"| best encoding | {_code(best.get('encoding'))} |",
         f"| wall seconds | {summary['wall_seconds']:.2f} |",
     ]
     for n, acc in summary.get("best_at", {}).items():
         lines.append(f"| best at {n} trials | {_fmt(acc)} |")
-    ranked = sorted((r for r in history if r.get("accuracy") is not None),
+    ranked = sorted((r for r in history if counts_for_best(r, trust)),
                     key=lambda r: r["accuracy"], reverse=True)[:top]
     lines += ["", f"## Top {len(ranked)} architectures", "",
               "| rank | trial | accuracy | params | FLOPs | encoding |",

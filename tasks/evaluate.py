@@ -8,24 +8,29 @@ cache, and a resumed search never re-evaluates a finished candidate.
 from __future__ import annotations
 
 import json
-import logging
-import os
 import time
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import INPUTS
-from prefect.results import ResultRecord
 
 from nas.evaluators.base import EvalResult, Evaluator, evaluate_safely
 from nas.search.spec import Component, SearchSpec, build_evaluator
 from nas.spaces import SPACES
 from nas.strategies.base import Candidate
+from tasks.records import SERIALIZER, check_fields, is_number, read_record
 
 
-log = logging.getLogger(__name__)
+def _number_or_none(value: Any) -> bool:
+    return value is None or is_number(value)
+
+
+# The shape of `EvalResult.to_dict()`: a cached record is used only if it has it.
+RESULT_FIELDS = {"accuracy": _number_or_none, "params": _number_or_none, "flops": _number_or_none,
+                 "cost_seconds": is_number, "error": lambda v: v is None or isinstance(v, str),
+                 "metrics": lambda v: isinstance(v, dict) and all(map(_number_or_none, v.values())),
+                 "curve": lambda v: isinstance(v, list) and all(map(is_number, v))}
 
 
 @lru_cache(maxsize=16)
@@ -34,8 +39,8 @@ def _evaluator(space_json: str, evaluator_json: str) -> Evaluator:
     return build_evaluator(eval_c, SPACES.create(space_c.name, space_c.params))
 
 
-@task(cache_policy=INPUTS, persist_result=True, retries=1, retry_delay_seconds=1,
-      task_run_name="evaluate-{key}")
+@task(cache_policy=INPUTS, persist_result=True, result_serializer=SERIALIZER, retries=1,
+      retry_delay_seconds=1, task_run_name="evaluate-{key}")
 def evaluate_task(space: dict[str, Any], evaluator: dict[str, Any], fingerprint: str,
                   encoding: Any, key: str, seed: int | None) -> dict[str, Any]:
     """Returns `EvalResult.to_dict()`; deterministic failures are results (cached),
@@ -54,6 +59,7 @@ class PrefectExecutor:
         self.fingerprint = evaluator.fingerprint()
         self.seed = spec.seed if evaluator.uses_seed else None
         self.task = evaluate_task.with_options(retries=retries)
+        self.refresh = evaluate_task.with_options(retries=retries, refresh_cache=True)
 
     def evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
         start = time.perf_counter()
@@ -61,8 +67,8 @@ class PrefectExecutor:
         for c in candidates:
             inputs = {"space": self.space, "evaluator": self.evaluator, "fingerprint": self.fingerprint,
                       "encoding": c.arch.encode(), "key": c.arch.key(), "seed": self.seed}
-            check_cache_entry(inputs)
-            futures.append(self.task.submit(**inputs))
+            task = self.task if check_cache_entry(inputs) else self.refresh
+            futures.append(task.submit(**inputs))
         out = []
         for cand, fut in zip(candidates, futures):
             fut.wait()
@@ -76,15 +82,11 @@ class PrefectExecutor:
         return out
 
 
-def check_cache_entry(inputs: dict[str, Any]) -> None:
-    """Prefect treats an unreadable cache record as a miss and silently
-    re-runs; say so in one line, since it means the cache store is damaged."""
-    key = INPUTS.compute_key(None, inputs, {})
-    path = Path(os.environ["PREFECT_RESULTS_LOCAL_STORAGE_PATH"]) / key
-    if not path.exists():
-        return
-    try:
-        ResultRecord.deserialize(path.read_bytes()).result  # noqa: B018 (decodes the payload)
-    except Exception as err:
-        log.warning("corrupt cache entry %s for candidate %s (%s: %s); re-evaluating it",
-                    path, inputs["key"], type(err).__name__, str(err).splitlines()[0][:120])
+def check_cache_entry(inputs: dict[str, Any]) -> bool:
+    """Whether Prefect may read the candidate's cache record (absent, or plain JSON
+    of an `EvalResult`). A refused record is reported in one line and removed, and
+    the candidate re-evaluated without reading it (see tasks/records.py)."""
+    key = INPUTS.compute_key(None, inputs, {})  # type: ignore[arg-type]
+    _, rejected = read_record(key, lambda data: check_fields(data, RESULT_FIELDS, exact=True),
+                              f"candidate {inputs['key']}", "re-evaluating it")
+    return not rejected

@@ -11,19 +11,41 @@ from typing import Any
 from prefect import task
 
 from nas.llm.client import Fetched, LLMError
+from tasks.records import SERIALIZER, check_fields, is_count, is_number, read_record
+
+# What `fetch()` returns as its result (a reply-cache hit adds the call's fields).
+REPLY_FIELDS = {"reply": lambda v: isinstance(v, str), "finish_reason": lambda v: isinstance(v, str),
+                "prompt_tokens": is_count, "completion_tokens": is_count, "latency_s": is_number}
 
 
-@task(persist_result=True, retries=0, task_run_name="llm-{role}",
-      cache_key_fn=lambda _ctx, params: f"nasflow-llm-{params['key']}")
+def cache_key(key: str) -> str:
+    return f"nasflow-llm-{key}"
+
+
+@task(persist_result=True, result_serializer=SERIALIZER, retries=0, task_run_name="llm-{role}",
+      cache_key_fn=lambda _ctx, params: cache_key(params["key"]))
 def llm_call(role: str, key: str, fetch: Callable[[], Fetched]) -> list[Any]:
     """Failures raise (the client already retried): a failed state is never cached."""
     result, retries, source = fetch()
     return [result, retries, source]
 
 
+def call_shape(data: Any) -> str | None:
+    """The problem of a cached `llm_call` result, or None for [result, retries, source]."""
+    if not isinstance(data, list) or len(data) != 3:
+        return "expected [result, retries, source]"
+    result, retries, source = data
+    if not is_count(retries) or source not in ("live", "cache"):
+        return "bad retries or source"
+    return check_fields(result, REPLY_FIELDS, exact=False)
+
+
 def prefect_calls(role: str, key: str, fetch: Callable[[], Fetched]) -> Fetched:
-    """`LLMClient(calls=...)`: one task run per call; a Prefect cache hit is a cached reply."""
-    state = llm_call(role, key, fetch, return_state=True)
+    """`LLMClient(calls=...)`: one task run per call; a Prefect cache hit is a cached reply.
+    The call's record is checked first (tasks/records.py): a refused one is asked again."""
+    _, rejected = read_record(cache_key(key), call_shape, f"the {role} call {key}", "asking the model again")
+    call = llm_call.with_options(refresh_cache=True) if rejected else llm_call
+    state = call(role, key, fetch, return_state=True)
     if not state.is_completed():
         err = state.result(raise_on_failure=False)
         raise err if isinstance(err, LLMError) else LLMError(f"{role} call failed in its task: {err}")

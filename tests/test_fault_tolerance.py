@@ -7,13 +7,11 @@ OpenAI-compatible server: the fastest LLM search end to end."""
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import itertools
 import json
 import logging
 import os
-import pickle
 import re
 import signal
 import subprocess
@@ -106,8 +104,8 @@ def evaluation_records(cache: Path) -> dict[str, dict]:
     out = {}
     for path in cache.iterdir() if cache.exists() else []:
         try:
-            value = pickle.loads(base64.b64decode(json.loads(path.read_text())["result"]))
-        except (ValueError, KeyError, pickle.UnpicklingError, EOFError):
+            value = json.loads(json.loads(path.read_text())["result"])  # plain JSON (tasks/records.py)
+        except (ValueError, KeyError, TypeError):
             continue  # being written
         if isinstance(value, dict) and "accuracy" in value:
             out[path.name] = value
@@ -308,8 +306,9 @@ def test_corrupt_history_line_and_state_are_one_line_errors(tmp_path, env):
     history.write_text("".join(good))
     state.write_text(state.read_text()[:40])
     error = one_line_error(run_nas(["search", *args, "budget.trials=9"], env))
-    assert f"{state}: corrupt JSON" in error and "delete it to restart this search from scratch" in error
+    assert f"{state}: corrupt JSON" in error and "delete it and history.jsonl to restart this search" in error
     state.unlink()  # the recovery the message names: the search starts again from scratch
+    history.unlink()
     out = run_nas(["search", *args, "budget.trials=3"], env)
     assert out.returncode == 0, out.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())

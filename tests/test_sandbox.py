@@ -125,7 +125,7 @@ def test_installed_libraries_may_load_native_code(verdicts: dict[str, Verdict]) 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, changed, changed_layers", [
     ("parent", False, 0), ("renamed", False, 0), ("kernel5", True, 1), ("two_layers", True, 2),
-    ("residual", True, 0),  # a skip connection in forward changes no layer but does change the net
+    ("residual", True, 2),  # a skip connection in forward: two operations (pool, add), no parameter changed
 ])
 def test_structure_vs_parent(verdicts: dict[str, Verdict], name: str, changed: bool,
                              changed_layers: int) -> None:
@@ -165,7 +165,6 @@ def test_limits(verdicts: dict[str, Verdict], name: str, error: str) -> None:
     ("system", "policy: process creation is not allowed (os.system at model.py:32)"),
     ("popen", "policy: process creation is not allowed (subprocess.Popen at model.py:32)"),
     ("fork_exec", "policy: process creation is not allowed (_posixsubprocess.fork_exec at model.py:33)"),
-    ("write_outside", "policy: writing outside the sandbox directory is not allowed (open '"),
     ("socket", "policy: network access is not allowed (socket."),
     ("ctypes", "policy: native code access is not allowed (ctypes.dlopen at model.py:32)"),
     ("kill", "policy: signalling processes is not allowed (os.kill at model.py:32)"),
@@ -177,6 +176,14 @@ def test_policy(verdicts: dict[str, Verdict], name: str, error: str) -> None:
     assert (v.ok, v.stage) == (False, "policy")
     assert v.error.startswith(error), v.error
     assert v.traceback.startswith("Traceback") and v.traceback.endswith(f"PermissionError: {v.error}")
+
+
+@pytest.mark.slow
+def test_write_outside_fails(verdicts: dict[str, Verdict]) -> None:
+    """Refused by the audit hook, or (isolated) the directory does not exist in the sandbox's file system."""
+    v = verdicts["write_outside"]
+    assert not v.ok and v.stage in ("policy", "forward"), v.error
+    assert "escape.txt" in v.error
 
 
 @pytest.mark.slow

@@ -300,7 +300,7 @@ def test_resume_after_crash_between_append_and_state_save(tmp_path, evaluator, r
 
     def flaky_save(self, *args, **kwargs):
         calls["n"] += 1
-        if calls["n"] == 21:
+        if calls["n"] == 22:  # the initial state, then one per batch: the 21st batch's
             raise KeyboardInterrupt("killed before state.json was replaced")
         return real(self, *args, **kwargs)
 
@@ -319,9 +319,8 @@ def test_torn_and_extra_lines_are_cut_on_resume(tmp_path, evaluator, reference):
     path = tmp_path / "history.jsonl"
     bogus = dict(reference["hist50"][20], key="0000000000000000", trial=20)
     with open(path, "a") as fh:
-        fh.write(json.dumps(bogus) + "\n")
-        fh.write(json.dumps(dict(bogus, trial=21)) + "\n")
-        fh.write('{"trial": 22, "key": "abc')  # torn: no newline
+        fh.write(json.dumps(bogus) + "\n")  # the one batch (of 1) after the saved state
+        fh.write('{"trial": 21, "key": "abc')  # torn: no newline
     summary = search(make_spec(seed=4, trials=50), tmp_path, evaluator)
     text = path.read_text()
     assert text.endswith("\n")
@@ -341,12 +340,12 @@ def test_torn_line_on_finished_run_is_repaired(tmp_path, evaluator, reference):
     assert keys(tmp_path) == reference[30]
 
 
-def test_history_without_state_starts_over(tmp_path, evaluator, reference):
-    tmp_path.mkdir(exist_ok=True)
+def test_history_without_state_is_rundir_error(tmp_path, evaluator):
+    """A search writes state.json before its first history line, so no crash leaves this."""
     (tmp_path / "history.jsonl").write_text('{"trial": 0, "key": "x"}\n{"trial": 1')
-    summary = search(make_spec(seed=4, trials=30), tmp_path, evaluator)
-    assert keys(tmp_path) == reference[30]
-    assert summary["resumed_trials"] == 0
+    with pytest.raises(RunDirError, match="state.json is missing"):
+        search(make_spec(seed=4, trials=30), tmp_path, evaluator)
+    assert (tmp_path / "history.jsonl").read_text() == '{"trial": 0, "key": "x"}\n{"trial": 1'
 
 
 @pytest.fixture

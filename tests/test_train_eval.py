@@ -102,14 +102,24 @@ def test_model_source_trains_in_the_sandbox_per_seed():
 @pytest.mark.parametrize("body, error", [
     ("if self.training and x.shape[0] > 2:\n            raise RuntimeError('boom at batch size ' + str(x.shape[0]))",
      "train: RuntimeError: boom at batch size 64 at model.py:"),
-    ("if self.training and x.shape[0] > 2:\n            open('/tmp/escaped.txt', 'w')",
-     "policy: writing outside the sandbox directory is not allowed (open '/tmp/escaped.txt'"),
 ])
 def test_model_source_failing_only_in_training_is_reported_where(body, error):
     source = SOURCE.replace("    def forward(self, x):\n", f"    def forward(self, x):\n        {body}\n")
     with pytest.raises(EvaluationError) as info:
         evaluator(sandbox={"wall_s": 300}).evaluate(SourceArch(source), seed=0)
     assert str(info.value).startswith(error), str(info.value)
+    assert not Path("/tmp/escaped.txt").exists()
+
+
+def test_model_source_writing_while_training_stays_contained():
+    """Exported, the graph trains here and the write never runs again; not
+    exported, it trains in the sandbox, whose /tmp is its own. Either way nothing escapes."""
+    body = "if self.training and x.shape[0] > 2:\n            open('/tmp/escaped.txt', 'w')"
+    source = SOURCE.replace("    def forward(self, x):\n", f"    def forward(self, x):\n        {body}\n")
+    try:
+        evaluator(sandbox={"wall_s": 300}).evaluate(SourceArch(source), seed=0)
+    except EvaluationError as err:
+        assert "escaped.txt" in str(err)
     assert not Path("/tmp/escaped.txt").exists()
 
 

@@ -3,7 +3,9 @@
 The objective is validation accuracy (test accuracy is recorded, never used
 to choose). Three representations train: NB201 cells and NADER block files
 are built in-process (trusted code of ours); model source files (FairNAD) are
-untrusted and train only inside the sandbox child. With `seeds` (NB201 uses
+untrusted: the sandbox exports them as graph data, which trains here (see
+`nas.sandbox.graph`); one that cannot be exported trains inside the sandbox
+and its metrics say `self_reported: 1.0`. With `seeds` (NB201 uses
 777, 888, 999) every candidate trains once per seed and the mean is the
 objective; otherwise the run's seed is used. Data, recipe, engine and seeds
 enter the cache key; early-terminated candidates are failures with the reason,
@@ -19,6 +21,7 @@ from typing import Any
 import torch
 
 from nas.arch.base import Architecture, stable_hash
+from nas.arch.dag.macro import WIDTH_MULTIPLE
 from nas.arch.source import SourceArch
 from nas.data.sources import SOURCES, load_data
 from nas.errors import ConfigError, EvaluationError, NasError
@@ -43,8 +46,12 @@ class TrainEvaluator(Evaluator):
     def __init__(self, space: SearchSpace, data: dict[str, Any], recipe: dict[str, Any],
                  engine: dict[str, Any] | None = None, channels: int = 16, cells_per_stage: int = 5,
                  skeleton: str = "nb201", budget: dict[str, float] | None = None,
-                 seeds: list[int] | None = None, sandbox: dict[str, float] | None = None) -> None:
+                 seeds: list[int] | None = None, sandbox: dict[str, float] | None = None,
+                 width_multiple: int = WIDTH_MULTIPLE, trust_self_reported: bool = False) -> None:
         super().__init__(space)
+        # May numbers a model reported from inside the sandbox be a run's best (nas.search.loop.counts_for_best)?
+        # Not in the fingerprint: it changes no result.
+        self.trust_self_reported = trust_self_reported
         if not isinstance(data, dict) or data.get("name") not in SOURCES:
             got = data.get("name") if isinstance(data, dict) else data
             raise ConfigError(f"data: unknown dataset '{got}' (valid: {', '.join(SOURCES)})")
@@ -54,7 +61,7 @@ class TrainEvaluator(Evaluator):
         check_keys("data", self.data_cfg, ["name", "root", "split_file"])
         self.recipe = Recipe.from_dict(recipe)
         self.engine = Engine.from_dict(dict(engine or {}))
-        self.build = BuildOptions(channels, cells_per_stage, skeleton, dict(budget or {}))
+        self.build = BuildOptions(channels, cells_per_stage, skeleton, dict(budget or {}), width_multiple)
         if seeds is not None and (not seeds or not all(isinstance(s, int) for s in seeds)):
             raise ConfigError(f"evaluator.seeds must be a non-empty list of integers or null, got {seeds!r}")
         self.seeds = list(seeds) if seeds is not None else None
@@ -62,6 +69,10 @@ class TrainEvaluator(Evaluator):
         check_keys("evaluator.sandbox", sandbox or {}, list(SANDBOX_DEFAULTS))
         self.limits = Limits(**{**SANDBOX_DEFAULTS, **(sandbox or {})})
         self.data = load_data(**self.data_cfg)  # a missing dataset fails here, before any trial
+        if space.name == "source":
+            from nas.sandbox.isolation import isolation
+
+            isolation()  # no OS isolation and no opt-out: one line now, before any trial
 
     @property
     def batched(self) -> bool:
@@ -88,9 +99,12 @@ class TrainEvaluator(Evaluator):
             futures = {i: pool.submit(self._train_source, archs[i], seeds) for i in sources}
             for s in seeds:
                 self._train_trusted(archs, [i for i in range(len(archs)) if i not in futures], s, runs)
+            reported = set()
             for i, future in futures.items():
-                runs[i] = future.result()
-        return [_combine(r, seeds) for r in runs]
+                runs[i], self_reported = future.result()
+                if self_reported:
+                    reported.add(i)
+        return [_combine(r, seeds, i in reported) for i, r in enumerate(runs)]
 
     def _train_trusted(self, archs: list[Architecture], todo: list[int], seed: int,
                        runs: list[list[TrainResult] | str]) -> None:
@@ -118,18 +132,19 @@ class TrainEvaluator(Evaluator):
         for i, result in zip(built, results):
             runs[i].append(result)  # type: ignore[union-attr]
 
-    def _train_source(self, arch: SourceArch, seeds: list[int]) -> list[TrainResult] | str:
+    def _train_source(self, arch: SourceArch, seeds: list[int]) -> tuple[list[TrainResult] | str, bool]:
+        """(results or the error, whether the sandbox trained it and reported the numbers itself)."""
         from nas.sandbox.verify import train_model_source
 
         gpu = self.engine.accelerator == "gpu" or (self.engine.accelerator == "auto" and torch.cuda.is_available())
         verdict, results = train_model_source(
             arch.source, data=self.data_cfg, recipe=self.recipe.to_dict(), engine=self.engine.to_dict(),
             seeds=seeds, num_classes=self.data.num_classes, input_shape=(2, *self.data.shape), gpu=gpu,
-            threads=torch.get_num_threads(), limits=self.limits, filename=arch.filename)
-        return results if verdict.ok else verdict.error or verdict.stage
+            threads=torch.get_num_threads(), limits=self.limits, filename=arch.filename, loaded=self.data)
+        return (results if verdict.ok else verdict.error or verdict.stage), verdict.self_reported
 
 
-def _combine(runs: list[TrainResult] | str, seeds: list[int]) -> EvalResult:
+def _combine(runs: list[TrainResult] | str, seeds: list[int], self_reported: bool = False) -> EvalResult:
     """Mean over seeds; any seed terminated early makes the candidate a failure."""
     if isinstance(runs, str):
         return EvalResult.failure(runs)
@@ -145,6 +160,8 @@ def _combine(runs: list[TrainResult] | str, seeds: list[int]) -> EvalResult:
     curve = [statistics.fmean(c[e] for c in curves) for e in range(min(map(len, curves)))]
     if curve:
         metrics["final_train_loss"] = curve[-1]
+    if self_reported:
+        metrics["self_reported"] = 1.0
     result = EvalResult(accuracy=metrics["valid_accuracy"], metrics=metrics, params=runs[0].params,
                         flops=runs[0].flops, cost_seconds=round(sum(r.wall_seconds for r in runs), 3), curve=curve)
     stopped = [(s, r.terminated) for s, r in zip(seeds, runs) if r.terminated]

@@ -39,14 +39,33 @@ class ReplyCache:
             record = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as err:  # ValueError: bad JSON or not UTF-8
-            # Derived data: the call runs again and its reply replaces the file.
-            log.warning("corrupt LLM cache file %s (%s); asking the model again", path, str(err).splitlines()[0][:120])
-            return None
-        return record if isinstance(record, dict) and record.get("key") == key else None
+        except (OSError, ValueError, RecursionError) as err:  # bad JSON, not UTF-8, nested too deep
+            problem = (str(err).splitlines() or [type(err).__name__])[0][:120]
+        else:
+            if not isinstance(record, dict) or record.get("key") != key:
+                return None
+            problem = _reply_problem(record)
+            if problem is None:
+                return record
+        # Derived data: the call runs again and its reply replaces the file.
+        log.warning("corrupt LLM cache file %s (%s); asking the model again", path, problem)
+        return None
 
     def put(self, record: dict[str, Any]) -> None:
         atomic_write_json(self._path(record["key"]), record)
+
+
+def _reply_problem(record: dict[str, Any]) -> str | None:
+    """What makes a cached record unusable as a reply (the file is writable by others), or None."""
+    if not isinstance(record.get("reply"), str) or not isinstance(record.get("finish_reason"), str):
+        return "no reply text"
+    counts = [record.get("prompt_tokens"), record.get("completion_tokens")]
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+        return "bad token counts"
+    latency = record.get("latency_s")
+    if not isinstance(latency, (int, float)) or isinstance(latency, bool):
+        return "bad latency"
+    return None
 
 
 class Transcript:

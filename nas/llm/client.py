@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,12 +21,12 @@ from nas.llm.cache import ReplayBook, ReplyCache, Transcript, call_key
 from nas.llm.config import LLMConfig
 from nas.llm.parse import ParseError
 from nas.llm.prompts import Prompt
+from nas.secrets import register, scrub, scrub_data
 
 log = logging.getLogger("nas.llm")
 T = TypeVar("T")
 Fetched = tuple[dict[str, Any], int, str]          # (result, retries, source)
 Calls = Callable[[str, str, Callable[[], Fetched]], Fetched]
-_KEYLIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-*]{6,})")
 
 
 class LLMError(NasError):
@@ -73,6 +72,7 @@ class LLMClient:
         """`calls(role, key, fetch)` runs each non-replayed call's `fetch()` (e.g. as a
         cached Prefect task, `tasks/llm.py`) and returns its (result, retries, source)."""
         self.config = config if isinstance(config, LLMConfig) else LLMConfig.from_dict(config)
+        register(os.environ.get(self.config.api_key_env))  # never written, whatever writes it
         self.calls = calls
         self.usage = Usage()
         self.transcript = Transcript(run_dir) if run_dir is not None else None
@@ -97,6 +97,7 @@ class LLMClient:
         """One chat completion. Raises LLMError when no reply can be had."""
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
+        messages = scrub_data(messages)  # a prompt built from a verdict or an error never sends a key on
         settings = self.config.role(role)
         model = settings.model
         if self.book is not None and role in self.book.settings:
@@ -185,7 +186,7 @@ class LLMClient:
         if self.transcript is not None:
             self.transcript.append(record)
         self._account(record)
-        return Reply(text=str(record["reply"] or ""), finish_reason=str(record["finish_reason"] or ""),
+        return Reply(text=scrub(str(record["reply"] or "")), finish_reason=str(record["finish_reason"] or ""),
                      prompt_tokens=record["prompt_tokens"], completion_tokens=record["completion_tokens"],
                      source=str(source), key=base["key"], role=base["role"], attempt=base["attempt"])
 
@@ -212,6 +213,7 @@ class LLMClient:
             else:
                 base_url = cfg.base_url
                 self._key = os.environ.get(cfg.api_key_env, "")
+                register(self._key)
                 if not self._key:
                     if base_url is None:
                         raise ConfigError(f"llm=openai: set the API key in ${cfg.api_key_env} "
@@ -251,7 +253,8 @@ class LLMClient:
                 if not choices or choices[0].message is None or choices[0].message.content is None:
                     raise _Garbage(f"not a chat completion ({type(resp).__name__})")
                 usage = getattr(resp, "usage", None)
-                return {"reply": choices[0].message.content,
+                # Scrubbed before it is cached, recorded or quoted in the next prompt.
+                return {"reply": scrub(choices[0].message.content),
                         "finish_reason": choices[0].finish_reason or "stop",
                         "prompt_tokens": getattr(usage, "prompt_tokens", 0) or 0,
                         "completion_tokens": getattr(usage, "completion_tokens", 0) or 0,
@@ -274,17 +277,12 @@ class LLMClient:
                 raise self._error(f"{problem}; gave up after {retries + 1} tries", retries)
             delay = wait if wait is not None else min(cfg.backoff_max_s, cfg.backoff_s * 2 ** retries)
             delay *= 1.0 + 0.1 * random.random() if wait is None else 1.0
-            log.warning("llm: %s; retry %d/%d in %.1f s", self._scrub(problem), retries + 1, cfg.max_retries, delay)
+            log.warning("llm: %s; retry %d/%d in %.1f s", scrub(problem), retries + 1, cfg.max_retries, delay)
             self._sleep(delay)
             retries += 1
 
-    def _scrub(self, text: str) -> str:
-        if self._key and len(self._key) > 3:
-            text = text.replace(self._key, "***")
-        return _KEYLIKE.sub("sk-***", text)
-
     def _error(self, message: str, retries: int) -> LLMError:
-        err = LLMError(f"llm: {self._scrub(message)}".splitlines()[0])
+        err = LLMError(f"llm: {scrub(message)}".splitlines()[0])
         err.retries = retries  # type: ignore[attr-defined]
         return err
 

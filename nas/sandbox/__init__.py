@@ -1,6 +1,7 @@
 """Sandboxed verification and training of untrusted, LLM-written model source
 (FairNAD's execution and structural verifiers, then the evaluation itself):
-the code runs only in a resource-limited child process, never in the caller."""
+the code runs only in a resource-limited child isolated by the OS, never in
+the caller, which measures and trains the graph the child exports."""
 
 from nas.sandbox.limits import Limits
 from nas.sandbox.verify import STAGES, Verdict, train_model_source, verify_model_source

@@ -4,11 +4,11 @@ Both are applied inside the child after torch and fvcore are imported (their
 import maps ~3 GB of address space, dlopens libraries and reads many files)
 and before the untrusted file is imported. Linux only.
 
-The audit hook (PEP 578) is a tripwire, not a security boundary: it stops the
-mistakes and naive abuse an LLM-written model can contain, but deliberately
-hostile code can get around it (e.g. by tampering with interpreter state).
-The hard guarantees come from the rlimits, the parent's wall-clock kill of the
-whole process group, the stripped environment and the private working dir.
+The audit hook (PEP 578) is a tripwire, not a security boundary: it turns the
+mistakes and naive abuse an LLM-written model can contain into readable
+errors, but hostile code can switch it off. The boundary is the OS
+(`isolation.py`: namespaces, read-only file system, seccomp); the rlimits and
+the parent's wall-clock kill bound the resources inside it.
 """
 
 from __future__ import annotations

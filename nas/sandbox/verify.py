@@ -1,15 +1,20 @@
-"""Caller side of the sandbox: verify an untrusted model file in a child process.
+"""Caller side of the sandbox: verify (and train) an untrusted model file.
 
 The candidate source is never imported or exec'd here: this process only
-`compile()`s it for the syntax check, then runs `nas.sandbox.worker` in a
-fresh session (its own process group), in a private temp dir, with a minimal
-environment. The child reports JSON lines on a pipe, which are validated
-field by field; nothing from the child is unpickled. Whatever happens, the
-whole process group is SIGKILLed before this returns.
+`compile()`s it for the syntax check, then runs `nas.sandbox.worker` isolated
+by the OS (`isolation.py`: namespaces, read-only file system, no network,
+empty environment, killed with this process) with rlimits and a wall clock.
+The child reports JSON lines on a pipe, validated field by field, and sends
+the model as graph data (`graph.py`), which this process loads, measures and
+trains itself: parameters, FLOPs, output checks and accuracy never come from
+the untrusted side. A model that cannot be exported is measured and trained
+in the child, and its verdict says `self_reported`. Nothing from the child is
+unpickled. Whatever happens, the whole sandbox is SIGKILLed before this returns.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -19,19 +24,19 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
-from nas.sandbox.limits import Limits
+from nas.sandbox.isolation import SANDBOX_TMP, isolation, package_root
+from nas.sandbox.limits import MB, Limits
 
-STAGES = ("syntax", "import", "instantiate", "forward", "output_shape", "backward", "measure",
-          "structure", "train", "done", "limits", "policy", "crash")
+STAGES = ("syntax", "import", "instantiate", "forward", "output_shape", "backward", "export", "measure",
+          "structure", "graph", "train", "done", "limits", "policy", "crash")
 MAX_SEEDS = 16
-_ROOT = Path(__file__).resolve().parents[2]  # the directory holding the `nas` package
-_ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH")
 _MAX_SOURCE = 1 << 20
+_MAX_ARTIFACT = 512 << 20  # bytes of graph + weights read from the artifact pipe
 _MAX_REPORT = 1 << 20  # bytes read from the report pipe; a flood beyond is a malformed report
 _OUTPUT_TAIL = 64 << 10  # bytes of the child's stdout+stderr kept, for crash diagnostics
 
@@ -48,7 +53,9 @@ class Verdict:
     segfault). `flops` are fvcore multiply-adds for one image; `layers`
     counts layers with parameters (FairNAD discards single-layer networks).
     `changed` and `changed_layers` compare with the parent source, when one is
-    given: see `nas.sandbox.worker._compare`.
+    given (`nas.sandbox.graph.compare`). `self_reported` is False when every
+    number was measured here on the exported graph, True when the model could
+    not be exported (`export_error` says why) and the child measured itself.
     """
 
     ok: bool
@@ -61,6 +68,8 @@ class Verdict:
     changed: bool | None = None
     changed_layers: int | None = None
     layers: int | None = None
+    self_reported: bool = False
+    export_error: str | None = None
     wall_s: float = 0.0
 
     def to_dict(self) -> dict:
@@ -77,6 +86,7 @@ class Verdict:
                   "flops": _opt_int, "changed": lambda v: v is None or type(v) is bool,
                   "output_shape": lambda v: v is None or (type(v) is list and all(_count(n) for n in v)),
                   "changed_layers": _opt_int, "layers": _opt_int,
+                  "self_reported": lambda v: type(v) is bool, "export_error": _opt_str(1000),
                   "wall_s": lambda v: type(v) in (int, float)}
         bad = [k for k, check in checks.items() if not check(data[k])]
         if bad:
@@ -108,20 +118,27 @@ def verify_model_source(source: str, *, num_classes: int = 10,
     The source runs only in a sandboxed child under `limits`."""
     _check_args(filename, num_classes, input_shape)
     start = time.monotonic()
-    verdict = _syntax(source, filename) or _run_child(source, num_classes, input_shape,
-                                                      parent_source, limits, filename)[0]
+    verdict = _syntax(source, filename)
+    if verdict is None:
+        run = _run_child(source, num_classes, input_shape, parent_source, limits, filename)
+        verdict = _conclude(run, limits)
+        if verdict.ok and not verdict.self_reported:
+            verdict = _graph_verdict(run.artifact, num_classes, input_shape, limits, parent_source is not None)[0]
     verdict.wall_s = round(time.monotonic() - start, 3)
     return verdict
 
 
 def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, seeds: list[int],
                        num_classes: int, input_shape: tuple[int, ...], gpu: bool = False, threads: int = 1,
-                       limits: Limits = Limits(), filename: str = "model.py") -> tuple[Verdict, list]:
+                       limits: Limits = Limits(), filename: str = "model.py", loaded=None) -> tuple[Verdict, list]:
     """Verify `source` as `verify_model_source` does, then train a fresh
-    instance per seed in the same sandboxed child: `data`, `recipe` and
-    `engine` are the settings dicts of `nas.data`, `Recipe` and `Engine`.
-    Returns the verdict (stage "train" if training raised) and the checked
-    `TrainResult`s, one per seed that finished."""
+    instance per seed: here, on the exported graph with the seed's initial
+    weights from the child; or, for a model that cannot be exported, in the
+    same sandboxed child (`verdict.self_reported`). `data`, `recipe` and
+    `engine` are the settings dicts of `nas.data`, `Recipe` and `Engine`;
+    `loaded` is the `ImageData` of `data` if the caller has it. Returns the
+    verdict (stage "train" if training raised) and one checked `TrainResult`
+    per seed that finished."""
     from nas.train.result import TrainResult
 
     _check_args(filename, num_classes, input_shape)
@@ -132,15 +149,88 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
     if verdict is None:
         request = {"data": data, "recipe": recipe, "engine": engine, "seeds": list(seeds), "gpu": gpu,
                    "threads": threads}
-        verdict, reports = _run_child(source, num_classes, input_shape, None, limits, filename, request)
-        try:
-            trained = [TrainResult.from_untrusted(r, max_epochs=recipe.get("epochs", 0)) for r in reports]
-        except ValueError as err:
-            verdict, trained = Verdict(ok=False, stage="crash", error=f"crash: {err}"), []
-        if verdict.ok and len(trained) != len(seeds):
-            verdict = Verdict(ok=False, stage="crash",
-                              error=f"crash: {len(trained)} training reports for {len(seeds)} seeds")
+        run = _run_child(source, num_classes, input_shape, None, limits, filename, request)
+        verdict = _conclude(run, limits)
+        if verdict.ok and not verdict.self_reported:
+            verdict, nets = _graph_verdict(run.artifact, num_classes, input_shape, limits, False, seeds)
+            if verdict.ok:
+                verdict, trained = _train_graphs(verdict, nets, data, recipe, engine, loaded)
+        elif verdict.ok:
+            try:
+                trained = [TrainResult.from_untrusted(r, max_epochs=recipe.get("epochs", 0)) for r in run.trained]
+            except ValueError as err:
+                verdict, trained = Verdict(ok=False, stage="crash", error=f"crash: {err}"), []
+            if verdict.ok and len(trained) != len(seeds):
+                verdict = Verdict(ok=False, stage="crash",
+                                  error=f"crash: {len(trained)} training reports for {len(seeds)} seeds")
     verdict.wall_s = round(time.monotonic() - start, 3)
+    return verdict, trained
+
+
+def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[int, ...], limits: Limits,
+                   with_parent: bool, seeds: list[int] = ()) -> tuple[Verdict, dict]:
+    """Load, check and measure the exported graph here (the trusted side).
+    Returns the verdict and the networks to train, one per seed."""
+    import torch
+
+    from nas.measure import count_flops, count_params
+    from nas.sandbox.graph import GraphError, GraphNet, compare, unpack
+
+    if not artifact:
+        return Verdict(ok=False, stage="crash", error="crash: the sandbox sent no model graph"), {}
+    try:
+        art = unpack(artifact, _MAX_ARTIFACT)
+        net = GraphNet(art)
+        channels = net.input_shape[0]
+        if net.input_shape[1:] != tuple(input_shape[2:]) or channels not in (input_shape[1], 3):
+            raise GraphError(f"graph takes input {list(net.input_shape)}, not {list(input_shape[1:])}")
+        shape = (input_shape[0], channels, *input_shape[2:])
+        out_shape = net.dry_run(shape[0], limits.memory_mb * MB)
+        expected = [shape[0], num_classes]
+        if out_shape != expected:
+            return Verdict(ok=False, stage="output_shape", output_shape=out_shape,
+                           error=f"output_shape: output shape {out_shape} != expected {expected} (batch, num_classes)"), {}
+        torch.manual_seed(0)
+        out = net(torch.randn(shape))
+        if not torch.isfinite(out).all():
+            return Verdict(ok=False, stage="output_shape", output_shape=expected,
+                           error="output_shape: output contains NaN or Inf values"), {}
+        torch.nn.functional.cross_entropy(out.float(), torch.randint(0, num_classes, (shape[0],))).backward()
+        verdict = Verdict(ok=True, stage="done", params=count_params(net), flops=count_flops(net, (1, *shape[1:])),
+                          output_shape=expected, layers=net.layers())
+        if with_parent:
+            parent = GraphNet(art, "parent", "parent_const", art.graph.get("parent"))
+            verdict.changed, verdict.changed_layers = compare(parent, net)
+        nets = {seed: GraphNet(art, f"seed{seed}") for seed in seeds}
+    except GraphError as err:
+        return Verdict(ok=False, stage="graph", error=f"graph: {err}"), {}
+    except Exception as err:  # an operator refused the graph's arguments while running here
+        return Verdict(ok=False, stage="graph",
+                       error=f"graph: does not run: {type(err).__name__}: {str(err).splitlines()[0][:300]}"), {}
+    return verdict, nets
+
+
+def _train_graphs(verdict: Verdict, nets: dict, data: dict, recipe: dict, engine: dict,
+                  loaded) -> tuple[Verdict, list]:
+    """Train each seed's graph network here, as a trusted model would be."""
+    from nas.data.sources import load_data
+    from nas.errors import NasError
+    from nas.train.engine import Engine
+    from nas.train.recipe import Recipe
+    from nas.train.run import train_one
+
+    images = loaded if loaded is not None else load_data(**data)
+    trained = []
+    for seed, net in nets.items():
+        rgb = net.input_shape[0] == 3 and images.shape[0] == 1  # an RGB model on grey data
+        try:
+            trained.append(train_one(net, images.rgb() if rgb else images, Recipe.from_dict(recipe), seed,
+                                     Engine.from_dict(engine)))
+        except NasError:
+            raise
+        except Exception as err:
+            return Verdict(ok=False, stage="train", error=f"train: {type(err).__name__}: {str(err).splitlines()[0][:300]}",
+                           params=verdict.params, flops=verdict.flops, layers=verdict.layers), []
     return verdict, trained
 
 
@@ -173,44 +263,67 @@ def _syntax(source: str, filename: str) -> Verdict | None:
 
 def _run_child(source: str, num_classes: int, input_shape: tuple[int, ...],
                parent_source: str | None, limits: Limits, filename: str,
-               train: dict | None = None) -> tuple[Verdict, list]:
-    with tempfile.TemporaryDirectory(prefix="nas-sandbox-", ignore_cleanup_errors=True) as tmp:
-        files = {"candidate": filename}
-        Path(tmp, filename).write_text(source, encoding="utf-8")
-        if parent_source is not None:
-            files["parent"] = f"parent_{filename}"
-            Path(tmp, files["parent"]).write_text(parent_source, encoding="utf-8")
-        read_end, write_end = os.pipe()
-        request = {"result_fd": write_end, "files": files, "num_classes": num_classes,
-                   "input_shape": list(input_shape), "limits": dataclasses.asdict(limits), "train": train}
-        Path(tmp, "request.json").write_text(json.dumps(request), encoding="utf-8")
+               train: dict | None = None) -> "_Run":
+    iso = isolation()  # raises IsolationUnavailable: never a silent fallback
+    files, sources = {"candidate": filename}, {filename: source}
+    if parent_source is not None:
+        files["parent"] = f"parent_{filename}"
+        sources[files["parent"]] = parent_source
+    gpu = bool(train and train["gpu"])
+    with contextlib.ExitStack() as stack:
+        # Isolated, the child writes only to its own tmpfs; otherwise to a temp dir removed here.
+        tmp = None if iso.isolated else stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="nas-sandbox-", ignore_cleanup_errors=True))
+        report_r, report_w = os.pipe()
+        artifact_r, artifact_w = os.pipe()
+        request = {"result_fd": report_w, "artifact_fd": artifact_w, "files": files, "sources": sources,
+                   "num_classes": num_classes, "input_shape": list(input_shape),
+                   "limits": dataclasses.asdict(limits), "train": train}
+        env = _child_env(tmp or SANDBOX_TMP, gpu)
+        argv = [sys.executable, "-s", "-P", "-m", "nas.sandbox.worker"]
+        data_paths = tuple(p for p in ((train or {}).get("data", {}).get(k) for k in ("root", "split_file")) if p)
         deadline = time.monotonic() + limits.wall_s
-        with open(read_end, "rb", buffering=0) as report:  # closes read_end however this ends
-            try:
-                proc = subprocess.Popen([sys.executable, "-s", "-P", "-m", "nas.sandbox.worker", tmp],
-                                        cwd=tmp, env=_child_env(tmp, gpu=bool(train and train["gpu"])),
-                                        stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        pass_fds=(write_end,), start_new_session=True)
-            finally:
-                os.close(write_end)
+        try:
+            proc = iso.popen(argv, env, read_only=data_paths, writable=tmp, gpu=gpu,
+                             pass_fds=(report_w, artifact_w), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        finally:
+            os.close(report_w)
+            os.close(artifact_w)
+        with open(report_r, "rb", buffering=0) as report, open(artifact_r, "rb", buffering=0) as artifact:
+            threading.Thread(target=_feed, args=(proc.stdin, json.dumps(request).encode()), daemon=True).start()
             with proc.stdout:
                 try:
-                    run = _collect(proc, report.fileno(), deadline)
+                    run = _collect(proc, report.fileno(), artifact.fileno(), deadline)
                 finally:
                     _kill_group(proc)
-        run.returncode = proc.returncode
-        return _conclude(run, limits), run.trained
+        run.returncode = exit_status(proc, iso)
+        return run
+
+
+def exit_status(proc: subprocess.Popen, iso) -> int | None:
+    """The child's return code, negative for a signal as Popen says it, also
+    under bwrap (which exits 128+N when its child died of signal N)."""
+    rc = proc.returncode
+    return 128 - rc if iso.isolated and rc is not None and rc > 128 else rc
+
+
+def _feed(pipe, data: bytes) -> None:
+    """Write the request to the child's stdin (a thread: a child that never reads must not block us)."""
+    try:
+        with pipe:
+            pipe.write(data)
+    except (BrokenPipeError, OSError, ValueError):
+        pass
 
 
 def _child_env(tmp: str, gpu: bool = False) -> dict[str, str]:
-    """An allow-list: no API keys or tokens reach the child, and no GPU unless
+    """The child's whole environment: no API keys or tokens, and no GPU unless
     it trains on one (a check runs on CPU; a GPU context also needs the
     address-space cap lifted, which `apply_rlimits` does for GPU training)."""
-    env = {k: v for k, v in os.environ.items() if k in _ENV_KEEP}
-    env.update(HOME=tmp, TMPDIR=tmp, PYTHONPATH=str(_ROOT), PYTHONHASHSEED="0",
-               OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               PYTHONDONTWRITEBYTECODE="1")
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": tmp, "TMPDIR": tmp,
+           "PYTHONPATH": package_root(), "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     if not gpu:
         env["CUDA_VISIBLE_DEVICES"] = ""
     elif "CUDA_VISIBLE_DEVICES" in os.environ:
@@ -229,17 +342,19 @@ class _Run:
     policy: object = None
     malformed: bool = False
     output: bytes = b""
+    artifact: bytes = b""
     trained: list = dataclasses.field(default_factory=list)  # one training report per seed, unchecked
 
 
-def _collect(proc: subprocess.Popen, report_fd: int, deadline: float) -> _Run:
-    """Drain the report and output pipes until both close or the deadline
-    passes, keeping bounded amounts of each, so a flooding child never blocks
-    or bloats the caller."""
-    run, report = _Run(), b""
+def _collect(proc: subprocess.Popen, report_fd: int, artifact_fd: int | None, deadline: float) -> _Run:
+    """Drain the report, artifact and output pipes until all close or the
+    deadline passes, keeping bounded amounts of each, so a flooding child
+    never blocks or bloats the caller."""
+    run, report, artifact = _Run(), b"", bytearray()
     with selectors.DefaultSelector() as sel:
-        sel.register(report_fd, selectors.EVENT_READ)
-        sel.register(proc.stdout.fileno(), selectors.EVENT_READ)
+        for fd in (report_fd, artifact_fd, proc.stdout.fileno()):
+            if fd is not None:
+                sel.register(fd, selectors.EVENT_READ)
         while sel.get_map():
             left = deadline - time.monotonic()
             if left <= 0:
@@ -249,6 +364,12 @@ def _collect(proc: subprocess.Popen, report_fd: int, deadline: float) -> _Run:
                 chunk = os.read(key.fd, 1 << 16)
                 if not chunk:
                     sel.unregister(key.fd)
+                elif key.fd == artifact_fd:
+                    if len(artifact) + len(chunk) > _MAX_ARTIFACT:
+                        run.malformed = True
+                        sel.unregister(key.fd)
+                    else:
+                        artifact += chunk
                 elif key.fd != report_fd:
                     run.output = (run.output + chunk)[-_OUTPUT_TAIL:]
                 elif len(report) + len(chunk) > _MAX_REPORT:
@@ -258,6 +379,7 @@ def _collect(proc: subprocess.Popen, report_fd: int, deadline: float) -> _Run:
                     *lines, report = report.split(b"\n")
                     for line in lines:
                         _take(run, line)
+    run.artifact = bytes(artifact)
     while not _exited(proc.pid):
         if time.monotonic() >= deadline:
             run.timed_out = True

@@ -1,13 +1,16 @@
 """Child side of the sandbox: import one untrusted model file and check it.
 
-Started only by `nas.sandbox.verify` as `python -s -P -m nas.sandbox.worker
-WORKDIR`, with WORKDIR as cwd holding `request.json` and the source files.
-Reports JSON lines on the inherited pipe named in the request:
-`{"stage": ...}` on entering each stage (so the parent can say where a limit
-hit), `{"policy": ...}` on a forbidden action, `{"trained": ...}` per seed
-when the request asks to train, `{"verdict": ...}` at the end.
-Ends with `os._exit` so atexit handlers and threads the model left behind
-never run.
+Started only by `nas.sandbox.verify` as `python -s -P -m nas.sandbox.worker`
+(under bubblewrap: see `isolation.py`), with the request as JSON on stdin;
+the sources are written to a private dir under $TMPDIR. Reports JSON lines on
+the inherited pipe named in the request: `{"stage": ...}` on entering each
+stage (so the parent can say where a limit hit), `{"policy": ...}` on a
+forbidden action, `{"trained": ...}` per seed when it had to train itself,
+`{"verdict": ...}` at the end. After the checks it exports the model as a
+graph (`graph.py`) and writes that artifact to the second pipe: the parent
+measures and trains the graph, and treats this child's own numbers as
+self-reported. Ends with `os._exit` so atexit handlers and threads the model
+left behind never run.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import traceback
 import warnings
 from pathlib import Path
@@ -69,10 +73,14 @@ class _Reporter:
         _exit()
 
 
-def main(workdir: str) -> NoReturn:
-    request = json.loads(Path(workdir, "request.json").read_text(encoding="utf-8"))
+def main() -> NoReturn:
+    request = json.loads(sys.stdin.buffer.read())
     reporter = _Reporter(request["result_fd"])
     limits = Limits(**request["limits"])
+    workdir = tempfile.mkdtemp(prefix="job-")
+    for name in request["files"].values():
+        Path(workdir, name).write_text(request["sources"][name], encoding="utf-8")
+    os.chdir(workdir)
     files = {str(Path(workdir, name)): name for name in request["files"].values()}
     training = request.get("train")
     torch.set_num_threads(training["threads"] if training else 1)
@@ -81,9 +89,9 @@ def main(workdir: str) -> NoReturn:
     # trusted work first: Lightning's import and the data count outside the caps
     trainer = _trainer(training) if training else None
     apply_rlimits(limits, address_space=not (training and training["gpu"]))
-    install_policy(workdir, files, reporter.deny)
+    install_policy(tempfile.gettempdir(), files, reporter.deny)  # the private tmpfs (or temp dir)
     try:
-        verdict = _verify(request, Path(workdir), files, limits, reporter, trainer)
+        verdict = _verify(request, Path(workdir), files, limits, reporter, trainer, request["artifact_fd"])
     except _Stop as stop:
         verdict = stop.verdict
     except MemoryError:  # raised while describing another failure
@@ -102,8 +110,8 @@ def _exit() -> NoReturn:
     os._exit(0)
 
 
-def _verify(request: dict, workdir: Path, files: dict[str, str], limits: Limits,
-            reporter: _Reporter, trainer: Callable[[nn.Module, int, bool], Any] | None = None) -> Verdict:
+def _verify(request: dict, workdir: Path, files: dict[str, str], limits: Limits, reporter: _Reporter,
+            trainer: Callable[[nn.Module, int, bool], Any] | None, artifact_fd: int) -> Verdict:
     num_classes, shape = request["num_classes"], tuple(request["input_shape"])
 
     def stage(name: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -127,9 +135,18 @@ def _verify(request: dict, workdir: Path, files: dict[str, str], limits: Limits,
     out = stage("forward", _forward, net, x)
     stage("output_shape", _check_output, out, [shape[0], num_classes])
     stage("backward", _backward, out)
+    reporter.enter("export")
+    try:
+        artifact = _export(module, candidate, workdir, request, num_classes, x)
+    except Exception as exc:  # not exportable: this child measures and trains it (self-reported)
+        export_error = f"{type(exc).__name__}: {_message(exc)}"[:400]
+    else:
+        _send_artifact(artifact_fd, artifact)
+        reporter.enter("done")
+        return Verdict(ok=True, stage="done", output_shape=list(out.shape), self_reported=False)
     params, flops, layers = stage("measure", _measure, net, shape)
     verdict = Verdict(ok=True, stage="done", params=params, flops=flops, output_shape=list(out.shape),
-                      layers=layers)
+                      layers=layers, self_reported=True, export_error=export_error)
     if "parent" in request["files"]:
         parent_file = request["files"]["parent"]
 
@@ -152,6 +169,41 @@ def _verify(request: dict, workdir: Path, files: dict[str, str], limits: Limits,
               lambda n, seed: trainer(n, seed, rgb), reporter)
     reporter.enter("done")
     return verdict
+
+
+def _export(module: Any, candidate: str, workdir: Path, request: dict, num_classes: int,
+            x: torch.Tensor) -> bytes:
+    """The candidate (and the parent) as graph data plus initial weights: `init`
+    for the checked instance, `seed<N>` per training seed (a fresh instance each,
+    as training here would make)."""
+    from nas.sandbox.graph import export_graph, pack
+
+    net = _instantiate(module, candidate, num_classes)
+    weights = {"init": _tensors(net)}  # before the export runs forward
+    graph = export_graph(net, x)
+    weights["const"] = graph.pop("constants")
+    for seed in (request["train"] or {}).get("seeds", []):
+        torch.manual_seed(seed)
+        weights[f"seed{seed}"] = _tensors(_instantiate(module, candidate, num_classes, seed=None))
+    if "parent" in request["files"]:
+        name = request["files"]["parent"]
+        parent = _instantiate(_import(workdir / name, "nas_parent"), name, num_classes)
+        weights["parent"] = _tensors(parent)
+        graph["parent"] = export_graph(parent, x)
+        weights["parent_const"] = graph["parent"].pop("constants")
+    return pack(graph, weights)
+
+
+def _tensors(net: nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters and all buffers (non-persistent ones are graph inputs too)."""
+    return {k: v.detach().clone() for k, v in [*net.named_parameters(), *net.named_buffers()]}
+
+
+def _send_artifact(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.close(fd)
 
 
 def _trainer(training: dict) -> Callable[[nn.Module, int, bool], Any]:
@@ -190,7 +242,7 @@ def _import(path: Path, name: str) -> Any:
     return module
 
 
-def _instantiate(module: Any, filename: str, num_classes: int) -> nn.Module:
+def _instantiate(module: Any, filename: str, num_classes: int, seed: int | None = 0) -> nn.Module:
     cls = getattr(module, "Network", None)
     if cls is None:
         found = sorted(k for k, v in vars(module).items()
@@ -198,7 +250,8 @@ def _instantiate(module: Any, filename: str, num_classes: int) -> nn.Module:
         raise _Stop(Verdict(ok=False, stage="instantiate",
                             error=f"instantiate: {filename} defines no `Network` class"
                                   f" (nn.Module classes found: {', '.join(found) or 'none'})"))
-    torch.manual_seed(0)
+    if seed is not None:
+        torch.manual_seed(seed)
     net = cls(num_classes=num_classes)
     if not isinstance(net, nn.Module):
         raise _Stop(Verdict(ok=False, stage="instantiate",
@@ -337,4 +390,4 @@ def _message(exc: BaseException, one_line: bool = True) -> str:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()

@@ -69,8 +69,12 @@ class SearchLoop:
         self.strategy = spec.build_strategy(self.space)
 
     def run_search(self) -> dict[str, Any]:
+        with self.run.lock():  # the whole search: nobody else appends or cuts history meanwhile
+            return self._search()
+
+    def _search(self) -> dict[str, Any]:
         identity = self.spec.identity()
-        resume = self.run.prepare(identity)
+        resume = self.run.prepare(identity, self.spec.batch_size)
         history: list[dict[str, Any]] = []
         elapsed_before = 0.0
         if resume is not None:
@@ -82,6 +86,9 @@ class SearchLoop:
             elapsed_before = resume.elapsed_seconds
         resumed = len(history)
         self.strategy.attach(self.run.path, self.llm_calls)
+        if resume is None:  # before the first history line: a crash never leaves history without state
+            self.run.save_state(identity, 0, self.strategy.state_dict(), 0.0)
+        trust = trusts_self_reported(self.spec)
         start = time.perf_counter()
         exhausted = None
         with self._progress(resumed) as (bar, task):
@@ -104,9 +111,9 @@ class SearchLoop:
                 elapsed = elapsed_before + time.perf_counter() - start
                 self.run.save_state(identity, len(history), self.strategy.state_dict(), elapsed)
                 if bar is not None:
-                    best = max((r["accuracy"] for r in history if r["accuracy"] is not None), default=None)
+                    best = best_record(history, trust)
                     bar.update(task, completed=len(history),
-                               best="-" if best is None else f"{best:.2f}")
+                               best="-" if best is None else f"{best['accuracy']:.2f}")
         summary = summarise(self.spec, history, elapsed_before + time.perf_counter() - start,
                             resumed=resumed, runner=self.runner, exhausted=exhausted)
         summary.update(self.strategy.report(history))
@@ -167,13 +174,35 @@ def _record(trial: Trial, cached: bool, wall: float) -> dict[str, Any]:
     }
 
 
-def best_so_far(history: list[dict[str, Any]]) -> list[float | None]:
-    """Best accuracy after each trial (None until the first success)."""
+def is_self_reported(record: dict[str, Any]) -> bool:
+    """Numbers the candidate's own code reported (trained inside the sandbox), not measured by us."""
+    return bool((record.get("metrics") or {}).get("self_reported"))
+
+
+def trusts_self_reported(spec: SearchSpec | dict[str, Any]) -> bool:
+    """`evaluator.trust_self_reported` of a spec (or its `to_dict()`, as summary.json holds it)."""
+    params = spec.evaluator.params if isinstance(spec, SearchSpec) else \
+        ((spec.get("evaluator") or {}).get("params") or {})
+    return params.get("trust_self_reported") is True
+
+
+def counts_for_best(record: dict[str, Any], trust: bool) -> bool:
+    """The one rule for every "best" (summary, curves, progress, report, export, compare):
+    a successful trial, and not self-reported unless the evaluator's config trusts that."""
+    return record.get("accuracy") is not None and (trust or not is_self_reported(record))
+
+
+def best_record(history: list[dict[str, Any]], trust: bool) -> dict[str, Any] | None:
+    """The first trial with the highest accuracy among those that count for best."""
+    return max((r for r in history if counts_for_best(r, trust)), key=lambda r: r["accuracy"], default=None)
+
+
+def best_so_far(history: list[dict[str, Any]], trust: bool = False) -> list[float | None]:
+    """Best accuracy after each trial (None until the first that counts)."""
     out, best = [], None
     for rec in history:
-        acc = rec.get("accuracy")
-        if acc is not None and (best is None or acc > best):
-            best = acc
+        if counts_for_best(rec, trust) and (best is None or rec["accuracy"] > best):
+            best = rec["accuracy"]
         out.append(best)
     return out
 
@@ -181,14 +210,16 @@ def best_so_far(history: list[dict[str, Any]]) -> list[float | None]:
 def summarise(spec: SearchSpec, history: list[dict[str, Any]], wall: float, *, resumed: int,
               runner: str, exhausted: str | None) -> dict[str, Any]:
     ok = [r for r in history if r.get("accuracy") is not None]
-    best = max(ok, key=lambda r: r["accuracy"], default=None)
-    curve = best_so_far(history)
+    trust = trusts_self_reported(spec)
+    best = best_record(history, trust)
+    curve = best_so_far(history, trust)
     checkpoints = {str(n): curve[n - 1] for n in (10, 25, 50, 100, 200, 500) if n <= len(curve)}
     return {
         "best": None if best is None else {
             k: best[k] for k in ("accuracy", "key", "encoding", "trial", "params", "flops")
         },
         "trials": len(history), "failed": len(history) - len(ok),
+        "self_reported": sum(1 for r in history if is_self_reported(r)),
         "cache_hits": sum(1 for r in history if r.get("cached")),
         "resumed_trials": resumed, "best_at": checkpoints,
         "strategy": spec.strategy.name, "space": spec.space.name,

@@ -1,14 +1,30 @@
 """The files of one search: history.jsonl (append-only), state.json (resume
 point, atomically replaced after each batch), summary.json and the report.
 
-Crash safety: history lines are appended before the state is replaced, so on
-resume any lines past the state's `history_lines` belong to a batch the
-strategy never saw; they are cut and that batch is asked again (identically,
-since the RNG state is restored; evaluation then hits the task cache).
+One writer per run dir: a search holds an OS lock on `.lock` (which names its
+pid) from before it reads anything until it ends; the kernel drops it when
+the process dies, so a crash never leaves a stale lock. A second search on
+the same dir stops at once and changes nothing.
+
+Crash safety: state.json is written (history_lines=0) before the first history
+line, and each batch's lines are appended before the state is replaced. So
+history without state is never left by a crash (it is an error), and on resume
+only the lines of the one batch after the state's `history_lines` can be
+extra: the strategy never saw them, so they are cut and that batch is asked
+again (identically, since the RNG state is restored; evaluation then hits
+the task cache). More extra lines than one batch is an error, as is any
+malformed line.
 """
 
 from __future__ import annotations
 
+import fcntl
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +33,13 @@ from nas.errors import RunDirError
 from nas.io import append_jsonl, atomic_write_json, read_json, read_jsonl, rewrite_jsonl
 
 STATE_VERSION = 1
+LOCK_NAME = ".lock"
+NEW_DIR = "use a new hydra.run.dir"
+
+# Lock files this process holds → [fd, depth]: the CLI takes the lock before it starts
+# Prefect and the loop takes it again inside the flow (same process, maybe another thread).
+_held: dict[Path, list[int]] = {}
+_held_guard = threading.Lock()
 
 
 @dataclass
@@ -32,27 +55,66 @@ class RunDir:
         self.history_path = self.path / "history.jsonl"
         self.state_path = self.path / "state.json"
         self.summary_path = self.path / "summary.json"
+        self.lock_path = self.path / LOCK_NAME
 
-    def prepare(self, identity: str) -> Resume | None:
-        """Create the directory, or return what a previous run left to resume."""
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Be the only writer of this dir for the block (re-entrant within a process)."""
+        key = self.lock_path.resolve()
+        with _held_guard:
+            if key in _held:
+                _held[key][1] += 1
+            else:
+                _held[key] = [self._acquire(), 1]
+        try:
+            yield
+        finally:
+            with _held_guard:
+                entry = _held[key]
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del _held[key]
+                    os.ftruncate(entry[0], 0)  # the file stays (unlinking it would race a waiter)
+                    os.close(entry[0])
+
+    def _acquire(self) -> int:
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = _holder(fd)
+            os.close(fd)
+            raise RunDirError(f"{self.path} is in use by another search (pid {pid}); "
+                              f"wait for it or {NEW_DIR}") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def prepare(self, identity: str, batch_size: int) -> Resume | None:
+        """Create the directory, or return what a previous run left to resume
+        (checked line by line). Call it holding `lock()`."""
         self.path.mkdir(parents=True, exist_ok=True)
         if not self.state_path.exists():
             if self.history_path.exists() and self.history_path.stat().st_size:
-                # Killed before its first state save: nothing reliable to resume.
-                self.history_path.unlink()
+                raise RunDirError(f"{self.history_path} exists but {self.state_path.name} is missing "
+                                  f"(a search writes it first); restore {self.state_path} or {NEW_DIR}")
             return None
         try:
             state = read_json(self.state_path)
         except RunDirError as err:
             # Written by atomic replace, so never torn by a crash: the file was damaged afterwards.
-            raise RunDirError(f"{err}; delete it to restart this search from scratch, "
-                              "or use a new hydra.run.dir") from None
+            raise RunDirError(f"{err}; restore it, or delete it and {self.history_path.name} to restart "
+                              f"this search from scratch, or {NEW_DIR}") from None
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise RunDirError(f"{self.state_path}: unknown state format; use a new hydra.run.dir")
+            raise RunDirError(f"{self.state_path}: unknown state format; {NEW_DIR}")
         if state.get("identity") != identity:
             raise RunDirError(
                 f"{self.path} holds a different search (config differs in space, strategy, "
-                "evaluator, seed or batch size); use a new hydra.run.dir"
+                f"evaluator, seed or batch size); {NEW_DIR}"
             )
         try:
             keep = int(state["history_lines"])
@@ -63,13 +125,19 @@ class RunDir:
         try:
             history = read_jsonl(self.history_path, repair=True)  # a torn last line is cut
         except RunDirError as err:
-            raise RunDirError(f"{err}; restore the file or use a new hydra.run.dir "
+            raise RunDirError(f"{err}; restore the file or {NEW_DIR} "
                               "(only a torn last line is repaired)") from None
+        check_history(self.history_path, history)
         if len(history) < keep:
             raise RunDirError(
                 f"{self.history_path}: has {len(history)} lines but state.json records {keep}"
             )
-        if len(history) > keep:
+        if len(history) - keep > batch_size:
+            raise RunDirError(
+                f"{self.history_path}: has {len(history)} lines but state.json records {keep}, more than "
+                f"one batch ({batch_size}) beyond it, which no crash leaves; restore {self.state_path} or {NEW_DIR}"
+            )
+        if len(history) > keep:  # the crash case: the batch after the saved state
             history = history[:keep]
             rewrite_jsonl(self.history_path, history)
         return Resume(history, strategy_state, elapsed)
@@ -86,3 +154,74 @@ class RunDir:
 
     def save_summary(self, summary: dict[str, Any]) -> None:
         atomic_write_json(self.summary_path, summary)
+
+
+def _holder(fd: int) -> str:
+    """The pid the holder wrote; it writes it just after locking, so wait a moment for it."""
+    deadline = time.monotonic() + 1.0
+    while True:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if text.isdigit() or time.monotonic() > deadline:
+            return text if text.isdigit() else "unknown"
+        time.sleep(0.02)
+
+
+def _forget_held_locks() -> None:
+    """A forked child shares the parent's lock; it must not keep it past the parent's death."""
+    global _held_guard
+    _held_guard = threading.Lock()  # another thread may have held it at the fork
+    for fd, _ in list(_held.values()):
+        os.close(fd)  # the lock lives on in the parent's descriptor
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_forget_held_locks)
+
+
+def _number(v: Any) -> bool:
+    return type(v) in (int, float)
+
+
+def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or check(v)
+
+
+# field → (required, what it must be, check); `trial` must also equal the line's 0-based index.
+_LINE_FIELDS: dict[str, tuple[bool, str, Callable[[Any], bool]]] = {
+    "trial": (True, "an integer", lambda v: type(v) is int),
+    "key": (True, "a string", lambda v: isinstance(v, str)),
+    "encoding": (True, "not null", lambda v: v is not None),
+    "accuracy": (True, "null or a finite number", _optional(lambda v: _number(v) and math.isfinite(v))),
+    "metrics": (True, "an object", lambda v: isinstance(v, dict)),
+    "params": (True, "null or a number", _optional(_number)),
+    "flops": (True, "null or a number", _optional(_number)),
+    "error": (True, "null or a string", _optional(lambda v: isinstance(v, str))),
+    "cost_seconds": (False, "a number", _number),
+    "wall_seconds": (False, "a number", _number),
+    "cached": (False, "true or false", lambda v: type(v) is bool),
+    "strategy": (False, "an object", lambda v: isinstance(v, dict)),
+    "curve": (False, "a list of numbers", lambda v: isinstance(v, list) and all(map(_number, v))),
+}
+
+
+def check_history(path: Path, history: list[Any]) -> None:
+    """Every line a well-formed trial record numbered by its position, or one error naming it."""
+    for i, record in enumerate(history):
+        where = f"{path}:{i + 1}"
+        if not isinstance(record, dict):
+            raise RunDirError(f"{where}: not a JSON object; restore the file or {NEW_DIR}")
+        for name, (required, what, check) in _LINE_FIELDS.items():
+            if name not in record:
+                if required:
+                    raise RunDirError(f"{where}: field '{name}' missing; restore the file or {NEW_DIR}")
+            elif not check(record[name]):
+                raise RunDirError(f"{where}: field '{name}' must be {what}, got {_brief(record[name])}; "
+                                  f"restore the file or {NEW_DIR}")
+        if record["trial"] != i:
+            raise RunDirError(f"{where}: field 'trial' is {record['trial']} but line {i + 1} holds trial {i}; "
+                              f"restore the file or {NEW_DIR}")
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"

@@ -73,9 +73,11 @@ class SearchSpec:
 
     def identity(self) -> str:
         """Hash of everything that fixes the trajectory; the trial budget is
-        excluded so a finished run can be extended by resuming with more."""
+        excluded so a finished run can be extended by resuming with more, and
+        `evaluator.trust_self_reported` since it only changes which trial is reported best."""
         d = self.to_dict()
         d.pop("trials")
+        d["evaluator"]["params"].pop("trust_self_reported", None)
         if not self.constraint.active:  # identities of unconstrained runs predate constraints
             d.pop("constraint")
         return stable_hash(d)

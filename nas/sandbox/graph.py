@@ -1,0 +1,403 @@
+"""Trace, then train: untrusted model code leaves the sandbox as data, never as code.
+
+The sandbox child builds the model and captures its forward with
+`torch.export` (train mode and eval mode, batch size dynamic), then sends a
+ZIP of plain data: the graphs as JSON (aten operator names and literal
+arguments) and the initial weights as safetensors. `torch.export.save` is
+not used because its loader unpickles. This process rebuilds a `GraphNet`
+from that data, accepting only aten operators (and a few integer operators
+for symbolic sizes), runs it once on the meta device to bound its memory,
+then counts parameters and FLOPs and trains it itself: nothing the model's
+code says about itself is believed.
+
+What the graph fixes at capture time: Python control flow and random choices
+in `forward` (e.g. a Python-level drop path) take the value they had then;
+device arguments are replaced by the input's device when run.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import operator
+import re
+import zipfile
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+GRAPH_FILE = "graph.json"
+FORMAT = 1
+MAX_NODES = 50_000
+_OPERATORS = {f"operator.{name}": getattr(operator, name) for name in (
+    "getitem", "add", "sub", "mul", "floordiv", "truediv", "mod", "neg", "pow", "eq", "ne", "lt", "le", "gt", "ge")}
+# Operators that touch files or print, or re-point storage (as_strided & co. trust
+# the caller's sizes and strides); plus, below, any taking a string that is not an option name.
+_OPS_DENIED = frozenset({"save", "from_file", "_print", "warn", "format", "set_", "resize_", "resize_as_",
+                         "as_strided", "as_strided_", "as_strided_scatter", "_fw_primal_copy"})
+_STR_OPTIONS = frozenset({"reduce", "reduction", "rounding_mode", "approximate", "padding_mode", "mode",
+                          "interpolation_mode", "equation", "indexing", "side", "pad_mode", "padding_side"})
+_OP_NAME = re.compile(r"aten\.[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
+_KINDS = ("PARAMETER", "BUFFER", "CONSTANT_TENSOR", "USER_INPUT")
+_DTYPES = {str(t).removeprefix("torch."): t for t in (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
+    torch.int8, torch.uint8, torch.bool)}
+_LAYOUTS = {"strided": torch.strided}
+_FORMATS = {str(f).removeprefix("torch."): f for f in (
+    torch.contiguous_format, torch.channels_last, torch.preserve_format)}
+
+
+class GraphError(ValueError):
+    """The exported graph is malformed, uses something not allowed, or does not run."""
+
+
+# --- sandbox side: export to data -------------------------------------------
+
+def export_graph(net: nn.Module, example: torch.Tensor) -> dict[str, Any]:
+    """`net`'s forward in train and eval mode as JSON-able data (runs in the sandbox)."""
+    batch = torch.export.Dim("batch", min=2)
+    graphs, constants = {}, {}
+    for mode in ("train", "eval"):
+        net.train(mode == "train")
+        program = torch.export.export(net, (example,), dynamic_shapes={"x": {0: batch}}, strict=False)
+        graphs[mode] = _graph_data(program)
+        constants.update({k: v for k, v in program.constants.items() if isinstance(v, torch.Tensor)})
+    net.train()
+    return {"format": FORMAT, "input_shape": list(example.shape[1:]), **graphs, "constants": constants}
+
+
+def _graph_data(program: Any) -> dict[str, Any]:
+    sig = program.graph_signature
+    index: dict[str, int] = {}
+    inputs = []
+    for spec in sig.input_specs:
+        kind = spec.kind.name
+        if kind not in _KINDS:
+            raise GraphError(f"unsupported graph input kind {kind}")
+        index[spec.arg.name] = len(index)
+        inputs.append({"kind": kind, "target": spec.target})
+    if sum(i["kind"] == "USER_INPUT" for i in inputs) != 1:
+        raise GraphError("forward must take exactly one tensor input")
+    nodes, outputs = [], []
+    for node in program.graph.nodes:
+        if node.op == "call_function":
+            index[node.name] = len(index)
+            nodes.append({"op": _target_name(node.target), "args": _encode(node.args, index),
+                          "kwargs": _encode(dict(node.kwargs), index)})
+        elif node.op == "output":
+            outputs = _encode(list(node.args[0]), index)
+        elif node.op != "placeholder":
+            raise GraphError(f"unsupported graph node kind {node.op}")
+    kinds = [spec.kind.name for spec in sig.output_specs]
+    if kinds != ["USER_OUTPUT"]:
+        raise GraphError(f"forward must return one tensor and mutate only buffers in place (outputs: {kinds})")
+    return {"inputs": inputs, "nodes": nodes, "outputs": outputs}
+
+
+def _target_name(target: Any) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)
+    name = f"operator.{getattr(target, '__name__', '?')}"
+    if _OPERATORS.get(name) is target:
+        return name
+    raise GraphError(f"unsupported graph operation {target!r}")
+
+
+def _encode(value: Any, index: dict[str, int]) -> Any:
+    """Nodes become {"ref": position among inputs and nodes}; non-JSON literals get a tag."""
+    if isinstance(value, torch.fx.Node):
+        return {"ref": index[value.name]}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_encode(v, index) for v in value]
+    if isinstance(value, dict):
+        return {"map": {str(k): _encode(v, index) for k, v in value.items()}}
+    for tag, table in (("dtype", _DTYPES), ("layout", _LAYOUTS), ("memory_format", _FORMATS)):
+        for name, obj in table.items():
+            if value is obj:
+                return {tag: name}
+    if isinstance(value, torch.device):
+        return {"device": "input"}
+    raise GraphError(f"unsupported graph argument of type {type(value).__name__}")
+
+
+def pack(graph: dict[str, Any], weights: dict[str, dict[str, torch.Tensor]]) -> bytes:
+    """One ZIP (stored, not compressed): the graph JSON and one safetensors file per weight set."""
+    from safetensors.torch import save
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr(GRAPH_FILE, json.dumps(graph))
+        for name, tensors in weights.items():
+            zf.writestr(f"{name}.safetensors", save({k: v.detach().contiguous() for k, v in tensors.items()}))
+    return buf.getvalue()
+
+
+# --- trusted side: data back to a network -----------------------------------
+
+@dataclass
+class Artifact:
+    """What a sandbox child exported: graph data and named weight sets
+    (`init` for the checked instance, `seed<N>` for training, `const`)."""
+
+    graph: dict[str, Any]
+    weights: dict[str, dict[str, torch.Tensor]]
+
+
+def unpack(data: bytes, max_bytes: int) -> Artifact:
+    """Parse an artifact without executing anything from it; raises `GraphError`."""
+    from safetensors.torch import load
+
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data))
+        infos = zf.infolist()
+        if sum(i.file_size for i in infos) > max_bytes or any(i.compress_type != zipfile.ZIP_STORED for i in infos):
+            raise GraphError("artifact is compressed or too large")
+        names = [i.filename for i in infos]
+        if GRAPH_FILE not in names or not all(n == GRAPH_FILE or re.fullmatch(r"\w+\.safetensors", n)
+                                              for n in names):
+            raise GraphError("artifact has unexpected files")
+        graph = json.loads(zf.read(GRAPH_FILE))
+        weights = {n.removesuffix(".safetensors"): load(zf.read(n)) for n in names if n != GRAPH_FILE}
+    except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError, RuntimeError, OSError) as err:
+        raise GraphError(f"artifact is malformed ({type(err).__name__}: {err})") from None
+    if not isinstance(graph, dict) or graph.get("format") != FORMAT:
+        raise GraphError("artifact has an unknown graph format")
+    return Artifact(graph, weights)
+
+
+class _Program:
+    """One mode's graph, resolved: allowed operators only, references checked."""
+
+    def __init__(self, data: Any) -> None:
+        if not isinstance(data, dict) or set(data) != {"inputs", "nodes", "outputs"}:
+            raise GraphError("graph has the wrong fields")
+        inputs, nodes = data["inputs"], data["nodes"]
+        if not isinstance(inputs, list) or not isinstance(nodes, list) or len(nodes) > MAX_NODES:
+            raise GraphError(f"graph inputs/nodes malformed or over {MAX_NODES} nodes")
+        self.inputs: list[tuple[str, str | None]] = []
+        for spec in inputs:
+            if (not isinstance(spec, dict) or spec.get("kind") not in _KINDS
+                    or not (spec.get("target") is None or isinstance(spec.get("target"), str))):
+                raise GraphError("graph input spec malformed")
+            self.inputs.append((spec["kind"], spec["target"]))
+        if [k for k, _ in self.inputs].count("USER_INPUT") != 1:
+            raise GraphError("graph must take exactly one input")
+        self.steps: list[tuple[Any, Any, Any]] = []
+        self._seen = len(self.inputs)  # values defined so far: a reference must point below
+        for i, node in enumerate(nodes):
+            if not isinstance(node, dict) or set(node) != {"op", "args", "kwargs"}:
+                raise GraphError(f"graph node {i} malformed")
+            fn = _resolve(node["op"])
+            args, kwargs = self._decode(node["args"]), self._decode(node["kwargs"])
+            if not isinstance(args, list) or not isinstance(kwargs, dict):
+                raise GraphError(f"graph node {i} ({node['op']}) has malformed arguments")
+            self.steps.append((fn, args, kwargs))
+            self._seen += 1
+        out = self._decode(data["outputs"])
+        if not isinstance(out, list) or len(out) != 1 or not isinstance(out[0], _Ref):
+            raise GraphError("graph must return exactly one tensor")
+        self.output = out[0]
+        self.ops = [(node["op"], json.dumps(_literal_args(node), sort_keys=True)) for node in nodes]
+
+    def _decode(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [self._decode(v) for v in value]
+        if isinstance(value, dict):
+            if len(value) != 1:
+                raise GraphError("graph argument malformed")
+            (tag, v), = value.items()
+            if tag == "ref":
+                if type(v) is not int or not 0 <= v < self._seen:
+                    raise GraphError(f"graph refers to value {str(v)[:20]} before it is defined")
+                return _Ref(v)
+            if tag == "map" and isinstance(v, dict):
+                return {str(k): self._decode(x) for k, x in v.items()}
+            if tag == "device" and v == "input":
+                return _DEVICE
+            table = {"dtype": _DTYPES, "layout": _LAYOUTS, "memory_format": _FORMATS}.get(tag)
+            if table is None or v not in table:
+                raise GraphError(f"graph argument {tag}={str(v)[:40]!r} not allowed")
+            return table[v]
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise GraphError("graph argument malformed")
+
+    def run(self, bound: list[Any], x: torch.Tensor, budget: int | None = None) -> Any:
+        """Execute on `bound` (one value per input spec, the user input as `_INPUT`);
+        with `budget`, stop once the tensors produced exceed that many bytes."""
+        values = [x if v is _INPUT else v for v in bound]
+        used = 0
+
+        def get(arg: Any) -> Any:
+            if isinstance(arg, _Ref):
+                return values[arg.index]
+            if arg is _DEVICE:
+                return x.device
+            if isinstance(arg, list):
+                return [get(a) for a in arg]
+            if isinstance(arg, dict):
+                return {k: get(v) for k, v in arg.items()}
+            return arg
+
+        for fn, args, kwargs in self.steps:
+            out = fn(*get(args), **get(kwargs))
+            if budget is not None:
+                used += sum(t.numel() * t.element_size() for t in (out if isinstance(out, (list, tuple)) else [out])
+                            if isinstance(t, torch.Tensor))
+                if used > budget:
+                    raise GraphError(f"graph needs over {budget >> 20} MB for one forward pass (at {fn})")
+            values.append(out)
+        return values[self.output.index]
+
+
+def _literal_args(node: dict) -> Any:
+    """A node's arguments without references: what `changed` compares."""
+    def strip(v: Any) -> Any:
+        if isinstance(v, list):
+            return [strip(x) for x in v]
+        if isinstance(v, dict):
+            return "·" if "ref" in v else {k: strip(x) for k, x in v.items()}
+        return v
+    return strip([node["args"], node["kwargs"]])
+
+
+class _Ref:
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+_DEVICE = object()  # a device argument: the input's device at run time
+_INPUT = object()   # where the user input goes among the bound inputs
+
+
+def _resolve(name: Any) -> Any:
+    if not isinstance(name, str):
+        raise GraphError("graph operation name malformed")
+    if name in _OPERATORS:
+        return _OPERATORS[name]
+    if not _OP_NAME.fullmatch(name) or name.split(".")[1] in _OPS_DENIED:
+        raise GraphError(f"graph operation {name[:60]!r} not allowed (aten tensor operators only)")
+    _, op, overload = name.split(".")
+    try:
+        fn = getattr(getattr(torch.ops.aten, op), overload)
+    except (AttributeError, RuntimeError):
+        raise GraphError(f"graph operation {name!r} does not exist") from None
+    if not isinstance(fn, torch._ops.OpOverload):
+        raise GraphError(f"graph operation {name!r} is not an operator")
+    if any("str" in str(a.type) and a.name not in _STR_OPTIONS for a in fn._schema.arguments):
+        raise GraphError(f"graph operation {name!r} not allowed (takes a string)")
+    return fn
+
+
+_PATH_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+")
+
+
+class GraphNet(nn.Module):
+    """A network rebuilt from exported graphs. Parameters and buffers sit at
+    their original paths in plain container modules (so optimisers, weight
+    decay rules and `layers` see the model's structure); `forward` runs the
+    train or the eval graph."""
+
+    def __init__(self, artifact: Artifact, weights: str = "init", constants: str = "const",
+                 graph: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        graph = artifact.graph if graph is None else graph
+        if not isinstance(graph, dict):
+            raise GraphError("graph malformed")
+        shape = graph.get("input_shape")
+        if not (isinstance(shape, list) and len(shape) == 3 and all(type(n) is int and 0 < n <= 4096 for n in shape)):
+            raise GraphError("graph input shape malformed (expected [C, H, W])")
+        self.input_shape: tuple[int, int, int] = tuple(shape)  # type: ignore[assignment]
+        self.programs = {mode: _Program(graph.get(mode)) for mode in ("train", "eval")}
+        if weights not in artifact.weights:
+            raise GraphError(f"artifact has no weight set {weights!r}")
+        tensors, constants = artifact.weights[weights], artifact.weights.get(constants, {})
+        self._slots: dict[tuple[str, str], tuple[nn.Module, str]] = {}
+        for mode, program in self.programs.items():
+            for kind, target in program.inputs:
+                if kind == "USER_INPUT" or (kind, target) in self._slots:
+                    continue
+                if mode == "eval" and kind != "CONSTANT_TENSOR":
+                    raise GraphError(f"eval graph uses {kind.lower()} {target!r} the train graph does not")
+                source = constants if kind == "CONSTANT_TENSOR" else tensors
+                if target not in source:
+                    raise GraphError(f"artifact lacks the tensor {str(target)[:80]!r}")
+                self._slots[kind, target] = self._place(kind, target, source[target])
+        expected = {t for k, t in self._slots if k != "CONSTANT_TENSOR"}
+        if set(tensors) != expected:
+            raise GraphError("artifact weights do not match the graph's parameters and buffers")
+
+    def _place(self, kind: str, target: str, value: torch.Tensor) -> tuple[nn.Module, str]:
+        parts = target.split(".") if kind != "CONSTANT_TENSOR" else ["_constants", target]
+        if not all(_PATH_PART.fullmatch(p) for p in parts) or len(parts) > 32:
+            raise GraphError(f"graph tensor path {target[:80]!r} malformed")
+        owner: nn.Module = self
+        for part in parts[:-1]:
+            if part not in owner._modules:
+                if hasattr(owner, part):
+                    raise GraphError(f"graph tensor path {target[:80]!r} clashes with an attribute")
+                owner.add_module(part, nn.Module())
+            owner = owner._modules[part]
+        name = parts[-1]
+        if name in owner._parameters or name in owner._buffers or name in owner._modules or hasattr(owner, name):
+            raise GraphError(f"graph tensor path {target[:80]!r} defined twice")
+        value = value.clone()
+        if kind == "PARAMETER":
+            owner.register_parameter(name, nn.Parameter(value, requires_grad=value.is_floating_point()))
+        else:
+            owner.register_buffer(name, value, persistent=kind == "BUFFER")
+        return owner, name
+
+    def _bound(self, program: _Program) -> list[Any]:
+        return [_INPUT if kind == "USER_INPUT" else getattr(*self._slots[kind, target])
+                for kind, target in program.inputs]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        program = self.programs["train" if self.training else "eval"]
+        return program.run(self._bound(program), x)
+
+    def dry_run(self, batch: int, budget_bytes: int) -> list[int]:
+        """Run both graphs on the meta device (no memory, no compute) to check they
+        execute and stay within `budget_bytes` per forward; returns the output shape."""
+        shapes = []
+        for program in self.programs.values():
+            bound = [v if v is _INPUT else v.to("meta") for v in self._bound(program)]
+            try:
+                out = program.run(bound, torch.empty((batch, *self.input_shape), device="meta"), budget_bytes)
+            except GraphError:
+                raise
+            except Exception as err:  # an operator rejected its arguments
+                raise GraphError(f"graph does not run: {type(err).__name__}: {str(err).splitlines()[0][:200]}") from None
+            if not isinstance(out, torch.Tensor):
+                raise GraphError(f"graph returns {type(out).__name__}, not a tensor")
+            shapes.append(list(out.shape))
+        if shapes[0] != shapes[1]:
+            raise GraphError(f"train and eval graphs disagree on the output shape ({shapes[0]} vs {shapes[1]})")
+        return shapes[0]
+
+    def layers(self) -> int:
+        """Modules that own parameters (FairNAD discards single-layer networks)."""
+        return sum(1 for m in self.modules() if m._parameters)
+
+    def signature(self) -> tuple[list[str], list[tuple[str, str]]]:
+        """(parameter shapes per layer, eval-graph operations with their literal
+        arguments): what `compare` diffs; attribute names play no part."""
+        layers = [str([list(p.shape) for p in m._parameters.values()]) for m in self.modules() if m._parameters]
+        return layers, self.programs["eval"].ops
+
+
+def compare(parent: GraphNet, child: GraphNet) -> tuple[bool, int]:
+    """(changed, changed_layers): whether the layers or the operation sequence
+    differ, and how many operations were inserted, deleted or replaced."""
+    import difflib
+
+    (old_layers, old_ops), (new_layers, new_ops) = parent.signature(), child.signature()
+    diff = difflib.SequenceMatcher(None, old_ops, new_ops, autojunk=False)
+    edits = sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in diff.get_opcodes() if tag != "equal")
+    return edits > 0 or old_layers != new_layers, edits

@@ -1,0 +1,29 @@
+# attack: flood stdout and stderr with 128 MB each
+# kind: dos
+# A template: tests/test_hostile.py substitutes the __PLACEHOLDERS__ and runs it through the nas CLI.
+
+import os
+import sys
+
+import torch
+from torch import nn
+
+def attack() -> None:
+    line = b"flood " * 10000 + b"\n"
+    for fd in (1, 2):
+        for _ in range((128 << 20) // len(line)):
+            os.write(fd, line)
+
+
+class Network(nn.Module):
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(32, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        attack()
+        return self.fc(self.features(x))

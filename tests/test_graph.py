@@ -1,0 +1,134 @@
+"""Trace, then train (nas.sandbox.graph): exported graph data is rebuilt here
+with aten operators only, and a forged or hostile artifact is refused."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+import pytest
+import torch
+from torch import nn
+
+from nas.measure import count_flops, count_params
+from nas.sandbox.graph import GRAPH_FILE, GraphError, GraphNet, compare, export_graph, pack, unpack
+
+
+class Small(nn.Module):
+    def __init__(self, num_classes: int = 10, kernel: int = 3) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, kernel, padding=kernel // 2, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.drop = nn.Dropout(0.5)
+        self.fc = nn.Linear(8, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.bn(self.conv(x))) * torch.tensor(2.0)
+        return self.fc(self.drop(x.mean((2, 3))).view(x.size(0), -1))
+
+
+def artifact(net: nn.Module, shape=(2, 3, 16, 16)) -> bytes:
+    tensors = {k: v.detach().clone() for k, v in [*net.named_parameters(), *net.named_buffers()]}
+    graph = export_graph(net, torch.randn(shape))
+    return pack(graph, {"init": tensors, "const": graph.pop("constants")})
+
+
+def rebuilt(net: nn.Module) -> GraphNet:
+    return GraphNet(unpack(artifact(net), 1 << 28))
+
+
+def test_rebuilt_network_matches_the_original() -> None:
+    torch.manual_seed(0)
+    net, x = Small(), torch.randn(5, 3, 16, 16)  # another batch size than the export's
+    g = rebuilt(net)
+    assert count_params(g) == count_params(net) and g.layers() == 3
+    assert count_flops(g, (1, 3, 16, 16)) == count_flops(net, (1, 3, 16, 16))
+    net.eval(), g.eval()
+    assert torch.equal(net(x), g(x))
+    g.train()
+    g(x).sum().backward()  # trains: gradients reach the parameters, BN statistics move
+    assert g.fc.weight.grad is not None and int(g.bn.num_batches_tracked) == 1
+
+
+def test_dry_run_bounds_memory_on_the_meta_device() -> None:
+    g = rebuilt(Small())
+    assert g.dry_run(2, 1 << 30) == [2, 10]
+    with pytest.raises(GraphError, match="needs over 0 MB"):
+        g.dry_run(4096, 1 << 19)
+
+
+def test_compare_counts_changed_operations() -> None:
+    torch.manual_seed(0)
+    a, b = rebuilt(Small()), rebuilt(Small())
+    assert compare(a, b) == (False, 0)
+    assert compare(a, rebuilt(Small(kernel=5))) == (True, 1)
+
+
+def _tamper(data: bytes, edit) -> bytes:
+    """Rewrite the graph JSON of an artifact as an attacker in the sandbox could."""
+    src = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:
+        for info in src.infolist():
+            body = src.read(info)
+            if info.filename == GRAPH_FILE:
+                graph = json.loads(body)
+                edit(graph)
+                body = json.dumps(graph).encode()
+            zf.writestr(info.filename, body)
+    return out.getvalue()
+
+
+def _first_op(graph: dict, op: str) -> None:
+    graph["train"]["nodes"][0]["op"] = op
+
+
+@pytest.mark.parametrize("edit, error", [
+    (lambda g: _first_op(g, "aten.from_file.default"), "not allowed"),
+    (lambda g: _first_op(g, "aten.save.default"), "not allowed"),
+    (lambda g: _first_op(g, "aten.as_strided.default"), "not allowed"),
+    (lambda g: _first_op(g, "builtins.eval"), "not allowed"),
+    (lambda g: _first_op(g, "aten.no_such_op.default"), "does not exist"),
+    (lambda g: _first_op(g, "os.system"), "not allowed"),
+    (lambda g: g["train"]["nodes"][0]["args"].__setitem__(0, {"ref": 10**6}), "before it is defined"),
+    (lambda g: g["train"]["nodes"][0]["args"].__setitem__(0, {"pickle": "x"}), "not allowed"),
+    (lambda g: g.__setitem__("format", 99), "unknown graph format"),
+    (lambda g: g["train"].__setitem__("outputs", []), "exactly one tensor"),
+    (lambda g: g.__setitem__("input_shape", [3, 10**6, 1]), "input shape"),
+])
+def test_hostile_graph_data_is_refused(edit, error: str) -> None:
+    data = _tamper(artifact(Small()), edit)
+    with pytest.raises(GraphError, match=error):
+        GraphNet(unpack(data, 1 << 28))
+
+
+def test_hostile_containers_are_refused() -> None:
+    good = artifact(Small())
+    with pytest.raises(GraphError, match="malformed"):
+        unpack(b"not a zip", 1 << 20)
+    with pytest.raises(GraphError, match="too large"):
+        unpack(good, 100)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr(GRAPH_FILE, "{}")
+        zf.writestr("weights.pkl", b"\x80\x04K\x01.")
+    with pytest.raises(GraphError, match="unexpected files"):
+        unpack(out.getvalue(), 1 << 20)
+    wrong = _tamper(good, lambda g: None)
+    art = unpack(wrong, 1 << 28)
+    art.weights["init"]["fc.weight"] = art.weights["init"].pop("conv.weight")
+    with pytest.raises(GraphError, match="lacks the tensor|do not match"):
+        GraphNet(art)
+
+
+@pytest.mark.parametrize("target, error", [("../../etc", "malformed"), ("__class__", "defined twice"),
+                                           ("training", "defined twice"), ("forward.x", "clashes")])
+def test_tensor_paths_cannot_reach_attributes(target: str, error: str) -> None:
+    art = unpack(artifact(Small()), 1 << 28)
+    old = art.graph["train"]["inputs"][0]["target"]
+    for mode in ("train", "eval"):
+        art.graph[mode]["inputs"][0]["target"] = target
+    art.weights["init"][target] = art.weights["init"].pop(old)
+    with pytest.raises(GraphError, match=error):
+        GraphNet(art)

@@ -1,0 +1,373 @@
+"""Hostile model files against the sandbox, through the real CLI.
+
+Every file in tests/hostile/ is a small valid conv net plus one attack (escape
+the tripwire, steal a secret, forge the numbers, reach the network, leave a
+process or a file behind, poison a cache, exhaust a resource). Each runs as
+`nas arch validate FILE` (or `nas train FILE`, for training forges and
+resource abuse) in a scene of its own: a fresh NASFLOW_HOME, a HOME whose
+.bashrc holds the API key, a run dir, a canary dir and canary listeners, with
+the key and a second token in the CLI's environment. Whatever the model does,
+afterwards: nothing new outside, the secrets in no output or file, no
+connection, no process left, no number the model forged, and the CLI itself
+exits normally. Then `nas` is killed mid-check and must leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hostile_support import (
+    BASE_LINES, CLIS, EXPECTS, FORGED_ACCURACY, KINDS, PLACEHOLDERS, BaseNetwork, Canary, Hostile,
+    changes, descendants, files_holding, hostile_files, marked_processes, named_outside, secret_forms, snapshot,
+    start_time,
+)
+from nas.measure import count_flops, count_params
+
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
+
+ROOT = Path(__file__).resolve().parents[1]
+NAS = str(Path(sys.executable).with_name("nas"))
+CASES = hostile_files()
+# Training runs get tight sandbox limits, so resource abuse ends in seconds, not an hour.
+TRAIN_WALL_S = 45
+TRAIN_ARGS = ["data=digits", "recipe=quick", "recipe.epochs=1", f"evaluator.sandbox.wall_s={TRAIN_WALL_S}",
+              "evaluator.sandbox.cpu_s=10", "evaluator.sandbox.memory_mb=1024"]
+VALIDATE_WALL_S = 60  # nas.sandbox.Limits' default, which `nas arch validate` uses
+SLACK_S = 40  # CLI start-up, the sandbox's start-up, a loaded machine
+MAX_OUTPUT = 1 << 20
+VALID = re.compile(r"valid model \(([\d,]+) params, ([\d,]+) FLOPs\)")
+# Where an escaped attack would leave files (always named with its marker): (folder, recursive).
+OUTSIDE = [(Path("/tmp"), False), (Path("/var/tmp"), False), (Path("/dev/shm"), False), (ROOT, False),
+           (ROOT / "nas", True), (Path(sysconfig.get_paths()["purelib"]), False),
+           (Path(sysconfig.get_paths(vars={"base": sys.base_prefix})["purelib"]), False),
+           (Path(site.getusersitepackages()), False), (Path.home(), False), (Path.home() / ".cache", False)]
+
+_net = BaseNetwork()
+TRUE_PARAMS = count_params(_net)
+TRUE_FLOPS = {"validate": count_flops(_net, (1, 3, 32, 32)), "train": count_flops(_net, (1, 3, 8, 8))}  # digits: 8x8
+del _net
+
+
+@dataclass
+class Scene:
+    """One case's world: the folders the CLI and the attack see, and its secrets."""
+
+    root: Path
+    marker: str
+    key: str
+    token: str
+
+    def __post_init__(self) -> None:
+        self.canary_dir, self.home, self.nasflow_home = self.root / "canary", self.root / "home", self.root / "nasflow"
+        self.run_dir, self.tmp, self.models = self.root / "run", self.root / "tmp", self.root / "models"
+        for folder in (self.canary_dir, self.home, self.run_dir, self.tmp, self.models,
+                       self.nasflow_home / "cache", self.nasflow_home / "llm" / "cache" / "ab"):
+            folder.mkdir(parents=True)
+        self.canary_dir.chmod(0o777)
+        (self.canary_dir / "existing.txt").write_text("an existing file\n")
+        self.planted = {self.home / ".bashrc": f"export OPENAI_API_KEY={self.key}\n",
+                        self.nasflow_home / "credentials": f"NASFLOW_CANARY_TOKEN={self.token}\n",
+                        self.run_dir / "notes.txt": f"OPENAI_API_KEY={self.key}\n"}
+        for path, text in self.planted.items():
+            path.write_text(text)
+        (self.nasflow_home / "cache" / "entry").write_bytes(b"a cached evaluation\n")
+        (self.nasflow_home / "llm" / "cache" / "ab" / "entry.json").write_text('{"reply": "cached"}\n')
+        self.pgid: int | None = None
+
+    def subs(self, port: int, sock: str) -> dict[str, str]:
+        return {"__CANARY_DIR__": str(self.canary_dir), "__CANARY_PORT__": str(port), "__CANARY_SOCK__": sock,
+                "__NASFLOW_HOME__": str(self.nasflow_home), "__RUN_DIR__": str(self.run_dir),
+                "__HOME__": str(self.home), "__MARKER__": self.marker}
+
+    def env(self) -> dict[str, str]:
+        return {"PATH": os.environ["PATH"], "LANG": "C.UTF-8", "HOME": str(self.home),
+                "NASFLOW_HOME": str(self.nasflow_home), "TMPDIR": str(self.tmp), "OMP_NUM_THREADS": "1",
+                "PYTHONUNBUFFERED": "1", "MPLCONFIGDIR": str(self.root / "mpl"),  # nas's own plotting cache
+                "OPENAI_API_KEY": self.key, "NASFLOW_CANARY_TOKEN": self.token}
+
+    def watched(self) -> dict[str, dict]:
+        """Snapshots of what no case may change."""
+        return {"canary dir": snapshot(self.canary_dir), "HOME": snapshot(self.home),
+                "NASFLOW_HOME/cache": snapshot(self.nasflow_home / "cache"),
+                "NASFLOW_HOME/llm/cache": snapshot(self.nasflow_home / "llm" / "cache"),
+                "NASFLOW_HOME/credentials": snapshot(self.nasflow_home / "credentials"),
+                "run dir": {k: v for k, v in snapshot(self.run_dir).items() if k != "result.json"}}
+
+    def needles(self) -> list[str]:
+        """The secrets as they may be smuggled out (the random part identifies them)."""
+        return [form for s in (self.key, self.token) for form in secret_forms(s)]
+
+    def leftovers(self) -> dict[int, str]:
+        """Processes this case started that still run: they carry the marker or name the case's folders."""
+        return marked_processes([self.marker, str(self.root)])
+
+    def leaked_dirs(self) -> list[Path]:
+        """Sandbox temp dirs left behind: any under this case's TMPDIR, or in /tmp holding this case's model."""
+        mine = list(self.tmp.glob("nas-sandbox-*"))
+        for folder in Path("/tmp").glob("nas-sandbox-*"):
+            if files_holding(folder, [self.marker], skip=set()):
+                mine.append(folder)
+        return mine
+
+    def outside_files(self) -> list[Path]:
+        return named_outside(self.marker, OUTSIDE)
+
+    def clean(self) -> None:
+        """Kill what this case left running and delete what it left outside (all of it ours: marker-named)."""
+        if self.pgid is not None:
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in self.leftovers():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for path in [*self.outside_files(), *self.leaked_dirs()]:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+
+@dataclass
+class Outcome:
+    returncode: int | None
+    stdout: str
+    stderr: str
+    seconds: float
+    result: dict | None = None
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+@pytest.fixture(scope="module")
+def canary(tmp_path_factory: pytest.TempPathFactory):
+    listeners = Canary(tmp_path_factory.mktemp("canary"))
+    yield listeners
+    listeners.close()
+
+
+@pytest.fixture
+def scene(tmp_path: Path):
+    world = Scene(tmp_path, marker=f"nfm{secrets.token_hex(6)}", key=f"sk-nasflowcanary-{secrets.token_hex(8)}",
+                  token=f"tok-nasflowcanary-{secrets.token_hex(8)}")
+    yield world
+    world.clean()
+
+
+def start(scene: Scene, model: Path, cli: str) -> subprocess.Popen:
+    if cli == "validate":
+        args = [NAS, "arch", "validate", str(model)]
+    else:
+        args = [NAS, "train", str(model), *TRAIN_ARGS, "--out", str(scene.run_dir / "result.json")]
+    proc = subprocess.Popen(args, cwd=scene.run_dir, env=scene.env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    scene.pgid = proc.pid
+    return proc
+
+
+def run_cli(scene: Scene, model: Path, cli: str) -> Outcome:
+    began = time.monotonic()
+    proc = start(scene, model, cli)
+    limit = (VALIDATE_WALL_S if cli == "validate" else TRAIN_WALL_S) + 2 * SLACK_S
+    try:
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:  # stalled (e.g. stopped by the model): kill it, report it
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        err += f"\n[test] nas did not finish within {limit} s".encode()
+        proc.returncode = None
+    result_file = scene.run_dir / "result.json"
+    result = json.loads(result_file.read_text()) if result_file.is_file() else None
+    return Outcome(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"),
+                   time.monotonic() - began, result)
+
+
+def wait_until_clean(scene: Scene, seconds: float = 5.0) -> tuple[dict[int, str], list[Path]]:
+    """Leftover processes and sandbox dirs, once they are gone or `seconds` have passed."""
+    deadline = time.monotonic() + seconds
+    while True:
+        procs, dirs = scene.leftovers(), scene.leaked_dirs()
+        if (not procs and not dirs) or time.monotonic() > deadline:
+            return procs, dirs
+        time.sleep(0.2)
+
+
+def self_reported(record: object) -> bool:
+    """Is the result marked as the model's own, unverified claim (anywhere in the record)?"""
+    if isinstance(record, dict):
+        return any((k == "self_reported" and bool(v)) or self_reported(v) for k, v in record.items())
+    if isinstance(record, list):
+        return any(self_reported(v) for v in record)
+    return False
+
+
+def containment(scene: Scene, model: Path, before: dict[str, dict], events: list) -> list[str]:
+    """(a)-(d): what got out of the sandbox, one line per problem."""
+    problems = []
+    after = scene.watched()
+    for name, snap in before.items():
+        problems += [f"(a) {name}: {c}" for c in changes(snap, after[name])]
+    problems += [f"(a) file outside: {p}" for p in scene.outside_files()]
+    problems += [f"(a) file in the test's dirs named with the marker: {p}"
+                 for p in named_outside(scene.marker, [(scene.root, True)])]
+    problems += [f"(a) {h}" for h in files_holding(scene.root, [scene.marker], skip={model})]
+    problems += [f"(b) {h}" for h in files_holding(scene.root, scene.needles(), skip=set(scene.planted))]
+    problems += [f"(c) canary listener saw {kind}: {data[:60]!r}" for kind, data in events]
+    procs, dirs = wait_until_clean(scene)
+    problems += [f"(d) process left: {d}" for d in procs.values()]
+    problems += [f"(d) sandbox dir left: {d}" for d in dirs]
+    return problems
+
+
+def verdict_problems(case: Hostile, scene: Scene, out: Outcome) -> list[str]:
+    """(b) secrets in the output, (e) forged numbers, (f) how the CLI ended, and the header's expectation."""
+    problems = [f"(b) a secret ({n[:12]}...) in the CLI's output" for n in scene.needles() if n in out.output]
+    if out.returncode not in (0, 1):
+        problems.append(f"(f) nas exited with {out.returncode} (0 or 1 expected; negative = killed by a signal)")
+    if "Traceback (most recent call last)" in out.stderr:
+        problems.append("(f) a Python traceback on stderr")
+    if len(out.stdout) > MAX_OUTPUT or len(out.stderr) > MAX_OUTPUT:
+        problems.append(f"(f) {len(out.stdout)} + {len(out.stderr)} bytes of output")
+    if out.returncode == 1 and case.cli == "validate" and len(out.stdout.strip().splitlines()) != 1:
+        problems.append("(f) the rejection is not one line on stdout")
+    if case.cli == "validate":
+        valid = VALID.search(out.stdout)
+        if valid:
+            params, flops = (int(g.replace(",", "")) for g in valid.groups())
+            if (params, flops) != (TRUE_PARAMS, TRUE_FLOPS["validate"]):
+                problems.append(f"(e) reported {params} params, {flops} FLOPs; the network has "
+                                f"{TRUE_PARAMS} params, {TRUE_FLOPS['validate']} FLOPs")
+    elif out.returncode == 0:
+        problems += train_problems(out.result)
+    seconds_allowed = (VALIDATE_WALL_S if case.cli == "validate" else TRAIN_WALL_S) + SLACK_S
+    if case.expect in ("invalid", "limits") and out.returncode != 1:
+        problems.append(f"expected a rejection (exit 1), got exit {out.returncode}")
+    if case.expect == "limits" and ("limits" not in out.output or out.seconds > seconds_allowed):
+        problems.append(f"expected a limits failure within {seconds_allowed} s, got {out.seconds:.0f} s")
+    return problems
+
+
+def train_problems(record: dict | None) -> list[str]:
+    if record is None:
+        return ["(e) nas train exited 0 without writing --out"]
+    if self_reported(record):  # the model's own claim, kept out of "best": nothing to compare
+        return []
+    problems = []
+    metrics = record.get("metrics") or {}
+    for name, value in [("accuracy", record.get("accuracy")), ("valid_accuracy", metrics.get("valid_accuracy")),
+                        ("test_accuracy", metrics.get("test_accuracy"))]:
+        if isinstance(value, (int, float)) and abs(value - FORGED_ACCURACY) < 0.01:
+            problems.append(f"(e) {name} {value} is the forged value, and the result is not marked self_reported")
+    measured = (record.get("params"), record.get("flops"))
+    if record.get("error") is None and measured != (TRUE_PARAMS, TRUE_FLOPS["train"]):
+        problems.append(f"(e) trained result says {measured[0]} params, {measured[1]} FLOPs; the network has "
+                        f"{TRUE_PARAMS}, {TRUE_FLOPS['train']}")
+    return problems
+
+
+def describe(out: Outcome) -> str:
+    return (f"exit {out.returncode} after {out.seconds:.1f} s\n--- stdout (tail)\n{out.stdout[-1500:]}"
+            f"\n--- stderr (tail)\n{out.stderr[-1500:]}")
+
+
+def test_hostile_files_are_well_formed() -> None:
+    """Every template has its header, ships the shared network and uses only known placeholders."""
+    assert len(CASES) >= 45
+    for case in CASES:
+        text = case.path.read_text(encoding="utf-8")
+        assert case.kind in KINDS and case.cli in CLIS and case.expect in EXPECTS, case.stem
+        assert "class Network(nn.Module):" in text and BASE_LINES in text, f"{case.stem}: not the shared network"
+        unknown = set(re.findall(r"__[A-Z][A-Z_]*__", text)) - set(PLACEHOLDERS) - {"__PLACEHOLDERS__"}
+        assert not unknown, f"{case.stem}: unknown placeholders {unknown}"
+        compile(case.render({p: "1" for p in PLACEHOLDERS}), case.path.name, "exec")  # parses only
+    assert {c.kind for c in CASES} == set(KINDS)
+
+
+CLEAN = ("import torch\nfrom torch import nn\n\n\nclass Network(nn.Module):\n"
+         "    def __init__(self, num_classes: int = 10):\n        super().__init__()\n" + BASE_LINES +
+         "\n    def forward(self, x: torch.Tensor) -> torch.Tensor:\n        return self.fc(self.features(x))\n")
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_clean_model_passes_in_the_same_scene(cli: str, scene: Scene, canary: Canary) -> None:
+    """The control: the shared network without an attack is accepted and measured honestly, so a
+    CLI that refuses everything (e.g. no isolation available) cannot pass the hostile cases."""
+    model = scene.models / "clean.py"
+    model.write_text(CLEAN)
+    before, first = scene.watched(), canary.count()
+    out = run_cli(scene, model, cli)
+    assert out.returncode == 0, describe(out)
+    case = Hostile(path=model, attack="none", kind="forge", cli=cli)
+    problems = verdict_problems(case, scene, out) + containment(scene, model, before, canary.since(first))
+    assert not problems, "\n".join(problems) + "\n" + describe(out)
+    if cli == "validate":
+        assert VALID.search(out.stdout), describe(out)
+    else:
+        assert not self_reported(out.result) and 0 < out.result["accuracy"] < 100, out.result
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
+def test_hostile_model_is_contained(case: Hostile, scene: Scene, canary: Canary) -> None:
+    model = scene.models / case.path.name
+    model.write_text(case.render(scene.subs(canary.port, canary.sock)))
+    before, first = scene.watched(), canary.count()
+    out = run_cli(scene, model, case.cli)
+    problems = verdict_problems(case, scene, out) + containment(scene, model, before, canary.since(first))
+    assert not problems, f"{case.stem} ({case.attack}):\n" + "\n".join(problems) + "\n" + describe(out)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_killing_nas_leaves_nothing_behind(sig: signal.Signals, scene: Scene, canary: Canary) -> None:
+    """(g) `nas` killed while the sandbox runs a model that sleeps forever (named with the
+    marker, with a marked child): the sandbox, its children and its temp dir go with it."""
+    sleeper = next(c for c in CASES if c.stem == "dos_sleep_forever")
+    model = scene.models / sleeper.path.name
+    model.write_text(sleeper.render(scene.subs(canary.port, canary.sock)))
+    proc = start(scene, model, "validate")
+    began, running = time.monotonic(), {}
+    try:
+        while time.monotonic() - began < VALIDATE_WALL_S - 10:
+            assert proc.poll() is None, f"nas ended before it could be killed: {proc.communicate()}"
+            running = descendants(proc.pid)
+            # ready: the model is sleeping (its marker shows), or the sandbox has run a while without one
+            if marked_processes([scene.marker]) or (running and time.monotonic() - began > 25):
+                break
+            time.sleep(0.2)
+        time.sleep(1)
+        running = descendants(proc.pid)
+        assert running, "the sandbox never started"
+        os.kill(proc.pid, sig)
+        proc.communicate(timeout=30)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            alive = {pid for pid, t in running.items() if start_time(pid) == t}
+            procs, dirs = scene.leftovers(), scene.leaked_dirs()
+            if not (alive or procs or dirs):
+                break
+            time.sleep(0.2)
+        problems = [f"process left: pid {pid}" for pid in alive if pid not in procs]
+        problems += [f"process left: {d}" for d in procs.values()] + [f"sandbox dir left: {d}" for d in dirs]
+        assert not problems, f"after {sig.name} to nas:\n" + "\n".join(problems)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

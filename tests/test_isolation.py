@@ -1,0 +1,111 @@
+"""OS isolation of sandbox children (nas.sandbox.isolation): what a child
+started under bubblewrap can see and do, checked from inside the child."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nas.sandbox import isolation as iso_mod
+from nas.sandbox.isolation import ALLOW_ENV, BWRAP_ENV, IsolationUnavailable, isolation, seccomp_filter
+
+SECRET = "sk-isolation-canary-0123456789"
+PROBE = r"""
+import ctypes, json, os, socket, sys
+out = {"uid": os.getuid(), "pid": os.getpid(), "env": dict(os.environ),
+       "environ1": open("/proc/1/environ").read(), "pids": sorted(p for p in os.listdir("/proc") if p.isdigit()),
+       "visible": {p: os.path.exists(p) for p in sys.argv[2:]}}
+try:
+    open("/usr/nasflow-escape", "w")
+    out["write_usr"] = "written"
+except OSError as err:
+    out["write_usr"] = err.errno
+s = socket.socket()
+s.settimeout(2)
+out["connect"] = s.connect_ex(("127.0.0.1", int(sys.argv[1])))
+libc = ctypes.CDLL(None, use_errno=True)
+out["ptrace"] = (libc.syscall(101, 16, 1, 0, 0), ctypes.get_errno())
+out["tmp_writable"] = bool(open("/tmp/x", "w").write("x"))
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture
+def listener():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    srv.settimeout(0.5)
+    yield srv
+    srv.close()
+
+
+def test_child_sees_a_bare_read_only_world(tmp_path: Path, listener: socket.socket,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    home = Path(os.environ.get("NASFLOW_HOME", tmp_path))
+    home.mkdir(parents=True, exist_ok=True)
+    secret_file = tmp_path / "secret.txt"
+    secret_file.write_text(SECRET)
+    iso = isolation()
+    (home / "canary").write_text(SECRET)
+    beside = [p for p in (Path.home() / ".bashrc", Path.home() / ".profile", Path.cwd() / "pyproject.toml",
+                          Path(iso_mod.package_root()) / "README.md") if p.exists()]  # mounted dirs' neighbours
+    proc = iso.popen([sys.executable, "-c", PROBE, str(listener.getsockname()[1]), str(secret_file),
+                      str(home / "canary"), *map(str, beside)], {"LANG": "C.UTF-8"}, stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    seen = json.loads(out)
+    assert seen["uid"] == 65534
+    seen["env"].pop("PWD", None)  # set by bwrap's --chdir
+    assert seen["env"] == {"LANG": "C.UTF-8"} and seen["environ1"] == ""  # the launcher's env is empty too
+    assert SECRET not in out.decode()
+    assert len(seen["pids"]) <= 3 and str(os.getpid()) not in seen["pids"]  # its own PID namespace
+    assert not any(seen["visible"].values()), seen["visible"]  # no home, NASFLOW_HOME, cwd or files beside
+    assert seen["write_usr"] != "written"
+    assert seen["connect"] != 0  # the host's loopback is another network namespace
+    with pytest.raises(socket.timeout):
+        listener.accept()
+    assert seen["ptrace"] == [-1, 1]  # seccomp: EPERM
+    assert seen["tmp_writable"]  # its private tmpfs
+
+
+def test_seccomp_program_shape() -> None:
+    program = seccomp_filter()
+    if program is None:
+        pytest.skip("seccomp filter is x86_64 only")
+    assert len(program) % 8 == 0 and len(program) // 8 == 5 + len(iso_mod._DENIED_SYSCALLS) + 2
+
+
+def test_no_isolation_refuses_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(BWRAP_ENV, "/nonexistent/bwrap")
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    isolation.cache_clear()
+    try:
+        with pytest.raises(IsolationUnavailable) as info:
+            isolation()
+        assert "\n" not in str(info.value) and ALLOW_ENV in str(info.value)
+        monkeypatch.setenv(ALLOW_ENV, "1")
+        isolation.cache_clear()
+        assert not isolation().isolated
+    finally:
+        isolation.cache_clear()
+
+
+def test_cli_refuses_model_source_without_isolation(tmp_path: Path) -> None:
+    model = tmp_path / "model.py"
+    model.write_text("raise SystemExit('must never run')\n")
+    env = {**os.environ, BWRAP_ENV: "/nonexistent/bwrap"}
+    env.pop(ALLOW_ENV, None)
+    done = subprocess.run([str(Path(sys.executable).with_name("nas")), "arch", "validate", str(model)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()]
+    assert "OS isolation is unavailable" in done.stderr and "must never run" not in done.stdout + done.stderr
