@@ -467,11 +467,11 @@ def _sandbox(tmp: Path, source: str, num_classes: int, x_or_shape, *, weights: P
         deadline = time.monotonic() + limits.wall_s
         gpu = bool(train and train["gpu"])
         env, iso = sv._child_env(work, gpu=gpu), isolation()
-        data_paths = tuple(p for p in ((train or {}).get("data", {}).get(k) for k in ("root", "split_file")) if p)
         argv = [sys.executable, "-s", "-P", "-m", "nas.export", work]
         with open(read_end, "rb", buffering=0) as pipe:
             try:
-                proc = iso.popen(argv, env, read_only=data_paths, writable=work, gpu=gpu, pass_fds=(write_end,),
+                proc = iso.popen(argv, env, read_only=sv.data_paths(train), writable=work, gpu=gpu,
+                                 pass_fds=(write_end,),
                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             finally:
                 os.close(write_end)

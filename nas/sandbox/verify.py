@@ -281,10 +281,9 @@ def _run_child(source: str, num_classes: int, input_shape: tuple[int, ...],
                    "limits": dataclasses.asdict(limits), "train": train}
         env = _child_env(tmp or SANDBOX_TMP, gpu)
         argv = [sys.executable, "-s", "-P", "-m", "nas.sandbox.worker"]
-        data_paths = tuple(p for p in ((train or {}).get("data", {}).get(k) for k in ("root", "split_file")) if p)
         deadline = time.monotonic() + limits.wall_s
         try:
-            proc = iso.popen(argv, env, read_only=data_paths, writable=tmp, gpu=gpu,
+            proc = iso.popen(argv, env, read_only=data_paths(train), writable=tmp, gpu=gpu,
                              pass_fds=(report_w, artifact_w), stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         finally:
@@ -299,6 +298,11 @@ def _run_child(source: str, num_classes: int, input_shape: tuple[int, ...],
                     _kill_group(proc)
         run.returncode = exit_status(proc, iso)
         return run
+
+
+def data_paths(train: dict | None) -> tuple[str, ...]:
+    """The dataset files a training request reads: mounted read-only in the sandbox."""
+    return tuple(p for p in ((train or {}).get("data", {}).get(k) for k in ("root", "split_file")) if p)
 
 
 def exit_status(proc: subprocess.Popen, iso) -> int | None:
