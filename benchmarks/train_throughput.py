@@ -21,10 +21,16 @@
    network; whether torch.compile's reduce-overhead mode trains the skeleton;
    and accuracy parity, graphed vs eager, 3 seeds on Fashion-MNIST (digits
    when it is missing).  Synthetic CIFAR-shaped uint8 data on the GPU for the
-   timings (throughput does not depend on the pixels).
+   timings (throughput does not depend on the pixels).  Packing: N = 1, 2,
+   4, 8 candidates per GPU as CUDA streams in one process
+   (`engine.concurrent=N`) and as N processes started together.
+6. CPU: the same parity check on Fashion-MNIST (the static-shape step with
+   its padded, masked last batch, run eagerly, vs the eager step; 3 seeds)
+   and the packing measurement at N = 1, 2 (a smoke test of the GPU code).
 Writes benchmarks/results/train_throughput.json (--quick: tiny sizes, to
 results/train_throughput_quick.json; a smoke test of every section);
---gpu-only runs section 5 alone, to results/train_throughput_gpu.json (+ .md).
+--skip-baseline leaves out section 4 (about 11 minutes); --gpu-only runs
+section 5 alone, to results/train_throughput_gpu.json (+ .md).
 
     python benchmarks/train_throughput.py [--quick] [--gpu-only] [--skip-baseline] [--out PATH]
         [--fashion-root DIR]
@@ -36,6 +42,7 @@ import argparse
 import platform
 import sys
 import time
+from queue import Empty
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,16 +238,22 @@ def reduce_overhead_probe(data: ImageData, width: int, steps: int) -> dict:
             "images_per_second": round(256 / ms * 1000, 1)}
 
 
-def parity(data: ImageData, epochs: int, seeds: tuple[int, ...], train_subset: int | None) -> dict:
-    """Graphed vs eager fast engine on the same candidates and seeds: same accuracy within seed noise?"""
+def parity(data: ImageData, epochs: int, seeds: tuple[int, ...], train_subset: int | None,
+           base: dict | None = None, depth: int = 5, width: int | None = None,
+           eval_subset: int | None = None) -> dict:
+    """Static-shape (graphed on CUDA; on CPU the same padded, masked step run eagerly) vs eager
+    fast engine on the same candidates and seeds: same accuracy within seed noise?"""
     c, h, _ = data.shape
-    recipe = Recipe(epochs=epochs, batch_size=256, train_subset=train_subset)
-    width = resnet_width(8, c, h)
-    out = {"dataset": data.name, "recipe": recipe.to_dict(), "seeds": list(seeds), "width": width}
+    recipe = Recipe(epochs=epochs, batch_size=256, train_subset=train_subset, valid_subset=eval_subset,
+                    test_subset=eval_subset)
+    width = width or resnet_width(8, c, h)
+    base = GPU_FAST if base is None else base
+    out = {"dataset": data.name, "recipe": recipe.to_dict(), "seeds": list(seeds), "cells_per_stage": depth,
+           "width": width, "engine": base}
     for name, graphs in (("eager", "off"), ("graphed", "on")):
-        engine = Engine(**GPU_FAST, cuda_graphs=graphs)
-        runs = [train_many([model(c, h, data.num_classes, seed=s, width=width)[0]], data, recipe, s, engine)[0]
-                for s in seeds]
+        engine = Engine(**base, cuda_graphs=graphs)
+        runs = [train_many([model(c, h, data.num_classes, seed=s, depth=depth, width=width)[0]], data, recipe, s,
+                           engine)[0] for s in seeds]
         acc = [r.valid_accuracy for r in runs]
         out[name] = {"valid_accuracy": acc, "test_accuracy": [r.test_accuracy for r in runs],
                      "final_loss": [round(r.loss_curve[-1], 4) for r in runs], "cuda_graphs": runs[0].cuda_graphs,
@@ -253,6 +266,87 @@ def parity(data: ImageData, epochs: int, seeds: tuple[int, ...], train_subset: i
     out["noise_2se"] = round(2 * ((e["std"] ** 2 + g["std"] ** 2) / len(seeds)) ** 0.5, 2)
     out["within_seed_noise"] = abs(out["mean_difference"]) <= max(out["noise_2se"], 0.01)
     return out
+
+
+def _packed_child(spec: dict, barrier, results) -> None:
+    """One of N processes packed on one device: build the data and a candidate, warm up,
+    then train together with the others (started at the barrier)."""
+    torch.set_num_threads(spec["threads"])
+    data = synthetic(spec["images"], (3, 32, 32))
+    engine = Engine(**spec["engine"])
+    recipe = Recipe(epochs=spec["epochs"], batch_size=spec["batch"], valid_subset=256, test_subset=256)
+    warm = Recipe(epochs=1, batch_size=spec["batch"], train_subset=2 * spec["batch"], valid_subset=256,
+                  test_subset=256)
+    train_many([model(3, 32, 10, seed=spec["index"], depth=spec["depth"], width=spec["width"])[0]], data, warm, 0,
+               engine)
+    net = model(3, 32, 10, seed=spec["index"], depth=spec["depth"], width=spec["width"])[0]
+    barrier.wait()
+    start = time.time()
+    r = train_many([net], data, recipe, 0, engine)[0]
+    results.put({"start": start, "end": time.time(), "compile_seconds": r.compile_seconds, "device": r.device,
+                 "cuda_graphs": r.cuda_graphs})
+
+
+def packing(accelerator: str, images: int, epochs: int, batch: int, depth: int, width: int,
+            ns: tuple[int, ...], threads: int = 1) -> dict:
+    """Several candidates on one device, per-candidate seconds of the 200-epoch, 50k-image recipe:
+    (a) streams: one process, `engine.concurrent=N` with CUDA graphs (each candidate one graph
+    replay per step on its own stream); (b) processes: N spawned processes, each training one
+    candidate, started together; the slowest one's end is the group's wall time."""
+    import multiprocessing as mp
+
+    engine = {**GPU_FAST, "accelerator": accelerator, "cuda_graphs": "on"}
+    if accelerator == "cpu":
+        engine.update(bf16=False, channels_last=False)
+    data = synthetic(images, (3, 32, 32))
+    recipe = Recipe(epochs=epochs, batch_size=batch, valid_subset=256, test_subset=256)
+    warm = Recipe(epochs=1, batch_size=batch, train_subset=2 * batch, valid_subset=256, test_subset=256)
+    scale = 200 * 50_000 / images / epochs  # measured epochs -> the 200-epoch, 50k-image recipe
+
+    def nets(n: int) -> list:
+        return [model(3, 32, 10, seed=i, depth=depth, width=width)[0] for i in range(n)]
+
+    streams, processes = [], []
+    for n in ns:
+        e = Engine(**{**engine, "concurrent": n})
+        train_many(nets(n), data, warm, 0, e)
+        group = nets(n)
+        start = time.perf_counter()
+        rs = train_many(group, data, recipe, 0, e)
+        wall = time.perf_counter() - start
+        setup = sum(r.compile_seconds for r in rs)  # captured one after the other
+        streams.append({"n": n, "wall_seconds": round(wall, 3), "compile_seconds": round(setup, 3),
+                        "cuda_graphs": rs[0].cuda_graphs,
+                        "projected_seconds_per_candidate": round(((wall - setup) * scale + setup) / n, 1)})
+        ctx = mp.get_context("spawn")
+        barrier, queue = ctx.Barrier(n), ctx.Queue()
+        spec = {"images": images, "engine": engine, "epochs": epochs, "batch": batch, "depth": depth,
+                "width": width, "threads": threads}
+        procs = [ctx.Process(target=_packed_child, args=({**spec, "index": i}, barrier, queue)) for i in range(n)]
+        for p in procs:
+            p.start()
+        got = []
+        while len(got) < n:
+            try:
+                got.append(queue.get(timeout=5))
+            except Empty:
+                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if dead:
+                    for p in procs:
+                        p.kill()
+                    raise RuntimeError(f"a packed training process exited with status {dead[0]}") from None
+        for p in procs:
+            p.join()
+        wall = max(g["end"] for g in got) - min(g["start"] for g in got)
+        setup = max(g["compile_seconds"] for g in got)  # captured at the same time
+        processes.append({"n": n, "wall_seconds": round(wall, 3), "compile_seconds": round(setup, 3),
+                          "cuda_graphs": got[0]["cuda_graphs"],
+                          "projected_seconds_per_candidate": round(((wall - setup) * scale + setup) / n, 1)})
+    return {"measured": True, "device": torch.cuda.get_device_name(0) if accelerator == "gpu" else platform.processor()
+            or "cpu", "engine": engine, "images": images, "epochs": epochs, "batch": batch, "cells_per_stage": depth,
+            "width": width, "threads_per_process": threads, "streams": streams, "processes": processes,
+            "note": "per-candidate seconds = (group wall time - graph capture) scaled to 200 epochs x 50k "
+                    "images, plus the capture once, divided by N"}
 
 
 def gpu_section(quick: bool, fashion_root: Path) -> dict:
@@ -293,12 +387,26 @@ def gpu_section(quick: bool, fashion_root: Path) -> dict:
     out["best_resnet_projected_seconds"], out["meets_target"] = best, best <= TARGET_SECONDS
     if not quick:
         out["reduce_overhead"] = reduce_overhead_probe(data, w8, 20)
+    out["packing"] = packing("gpu", n, epochs, batch, depth=5, width=w8, ns=(1, 2) if quick else (1, 2, 4, 8))
     if (fashion_root / "train-images-idx3-ubyte.gz").exists() or (fashion_root / "train-images-idx3-ubyte").exists():
         out["parity"] = parity(fashion_mnist(str(fashion_root)), 1 if quick else 5, NB201_SEEDS,
                                5000 if quick else None)
     else:
         out["parity"] = parity(digits(), 3 if quick else 30, NB201_SEEDS, None)
     return out
+
+
+def packing_markdown(p: dict | None) -> list[str]:
+    if p is None:
+        return []
+    if not p.get("measured"):
+        return [f"Packing (N = 1, 2, 4, 8 candidates per GPU, streams vs processes): not measured ({p['reason']}).",
+                ""]
+    lines = [f"## Packing on {p['device']} (width {p['width']}, {p['epochs']} epochs of {p['images']:,} images)", "",
+             "| N | streams: projected s / candidate | processes: projected s / candidate |", "| --- | --- | --- |"]
+    for s, q in zip(p["streams"], p["processes"]):
+        lines.append(f"| {s['n']} | {s['projected_seconds_per_candidate']:,} | {q['projected_seconds_per_candidate']:,} |")
+    return lines + ["", p["note"] + ".", ""]
 
 
 def gpu_markdown(g: dict, machine: dict) -> str:
@@ -316,6 +424,7 @@ def gpu_markdown(g: dict, machine: dict) -> str:
               f"best ResNet row: {g['best_resnet_projected_seconds']:,.0f} s.", ""]
     if "reduce_overhead" in g:
         lines += [f"torch.compile reduce-overhead on the skeleton: {g['reduce_overhead']}", ""]
+    lines += packing_markdown(g.get("packing"))
     p = g["parity"]
     lines += [f"## Parity on {p['dataset']} ({p['recipe']['epochs']} epochs, width {p['width']}, seeds {p['seeds']})",
               "", "| engine | valid accuracy per seed | mean | std |", "| --- | --- | --- | --- |"]
@@ -342,7 +451,8 @@ def main() -> None:
     steps = 2 if quick else args.steps
     result = {"machine": {"python": platform.python_version(), "torch": torch.__version__,
                           "threads": torch.get_num_threads(),
-                          "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}}
+                          "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
+              "settings": {"quick": quick, "skip_baseline": args.skip_baseline, "steps": steps}}
     if args.gpu_only:
         if not torch.cuda.is_available():
             sys.exit("--gpu-only needs a CUDA device")
@@ -364,6 +474,15 @@ def main() -> None:
     else:
         result["engines_gpu"] = {"skipped": "no CUDA device on this machine"}
         result["gpu"] = {"skipped": "no CUDA device on this machine: GPU numbers not measured"}
+    fashion = args.fashion_root
+    if (fashion / "train-images-idx3-ubyte.gz").exists() or (fashion / "train-images-idx3-ubyte").exists():
+        # the static-shape step (padded, masked last batch) that graphs capture, run eagerly on CPU, vs eager
+        result["parity_cpu"] = parity(fashion_mnist(str(fashion)), 1 if quick else 3, NB201_SEEDS,
+                                      1000 if quick else 10_000, base={"kind": "fast", "accelerator": "cpu"},
+                                      depth=1, width=16, eval_subset=1000 if quick else 5000)
+    else:
+        result["parity_cpu"] = {"skipped": f"{fashion} missing"}
+    result["packing_cpu"] = packing("cpu", 512 if quick else 2048, 1, 128, depth=1, width=8, ns=(1, 2))
     result["agreement"] = agreement(2 if quick else 15, NB201_SEEDS[:1] if quick else NB201_SEEDS)
     if not (args.skip_baseline or quick):
         if Path(FASHION_MNIST_ROOT).exists():
@@ -374,6 +493,9 @@ def main() -> None:
                 baseline(Recipe(epochs=4, batch_size=128), depth=1, width=16)]
         else:
             result["fashion_mnist_baseline"] = {"skipped": f"{FASHION_MNIST_ROOT} missing"}
+    elif args.skip_baseline:
+        result["fashion_mnist_baseline"] = {"skipped": "--skip-baseline (about 11 min of a single-user 2-core "
+                                                       "CPU; see git history for the last one)"}
     atomic_write_json(out, result)
     for row in result["cpu"]:
         print(f"cpu {row['input']}: width {row['width']}, {row['images_per_second']} img/s, "
@@ -387,6 +509,13 @@ def main() -> None:
     a = result["agreement"]
     print(f"agreement on digits: plain {a['plain']['mean']}±{a['plain']['std']}, "
           f"fast {a['fast']['mean']}±{a['fast']['std']}")
+    p = result["parity_cpu"]
+    if "eager" in p:
+        print(f"parity on {p['dataset']} (CPU, static-shape vs eager): {p['graphed']['mean']} vs "
+              f"{p['eager']['mean']}, difference {p['mean_difference']} (2 s.e. {p['noise_2se']})")
+    for kind in ("streams", "processes"):
+        print(f"packing on CPU, {kind}: " + ", ".join(f"N={r['n']} {r['projected_seconds_per_candidate']} s"
+                                                      for r in result["packing_cpu"][kind]))
     for base in result.get("fashion_mnist_baseline", []):
         if "test_accuracy" in base:
             print(f"fashion_mnist N={base['cells_per_stage']} width {base['width']}: valid {base['valid_accuracy']:.2f}%,"

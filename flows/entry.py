@@ -24,16 +24,43 @@ def compose(overrides: list[str]) -> dict[str, Any]:
 @flow(name="nas-search-overrides", persist_result=False)
 def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs") -> dict[str, Any]:
     """Any `nas search` (table, supernet, open-ended design) under the chosen runner;
-    writes to `hydra.run.dir=DIR` when given (resuming a run there), else ROOT/<flow run name>."""
+    writes to `hydra.run.dir=DIR` when given (resuming a run there), else to a new
+    ROOT/<strategy>-<space>-s<seed>[-N], and the flow run takes that directory's name."""
+    from flows.search import run_name
     from nas.cli import execute
     from nas.search.spec import SearchSpec
 
     overrides = list(overrides or [])
     dirs = [o[len(RUN_DIR):] for o in overrides if o.startswith(RUN_DIR)]
     cfg = compose([o for o in overrides if not o.startswith(RUN_DIR)])
-    run_dir = Path(dirs[-1] if dirs else Path(root) / flow_run.get_name()).resolve()
-    summary = execute(SearchSpec.from_config(cfg), run_dir, cfg.get("runner") or {}, progress=False)
+    spec = SearchSpec.from_config(cfg)
+    run_dir = Path(dirs[-1]).resolve() if dirs else new_run_dir(Path(root).resolve(), run_name(spec))
+    _rename_flow_run(run_dir.name if not dirs else run_name(spec))
+    summary = execute(spec, run_dir, cfg.get("runner") or {}, progress=False)
     return {"run_dir": str(run_dir), **summary}
+
+
+def new_run_dir(root: Path, name: str) -> Path:
+    """ROOT/NAME, or NAME-2, NAME-3, ... when taken: created here (mkdir is atomic), so two
+    runs started at once never share a directory and no earlier run is overwritten."""
+    root.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        path = root / (name if n == 1 else f"{name}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            n += 1
+
+
+def _rename_flow_run(name: str) -> None:
+    """A deployment run starts under a random name (`jasmine-penguin`); the search's own
+    name is known only once its overrides are composed."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_name(flow_run.get_id(), name)
 
 
 @flow(name="nas-ingest-overrides", persist_result=False)

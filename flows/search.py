@@ -1,4 +1,5 @@
-"""The search flow: drives ask → evaluate (cached tasks) → tell."""
+"""The search flow: drives ask → evaluate (cached tasks) → tell, and publishes the
+search's report, top trials and progress as artifacts (flows/artifacts.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from typing import Any
 
 from prefect import flow
 
+from flows.artifacts import SearchArtifacts
 from flows.runners import build_task_runner, shared_api
-from nas.search.loop import SearchLoop
+from nas.search.loop import SearchLoop, trusts_self_reported
 from nas.search.spec import SearchSpec
 from tasks.evaluate import PrefectExecutor
 from tasks.llm import prefect_calls
@@ -20,9 +22,18 @@ def search_flow(spec: dict[str, Any], run_dir: str, retries: int = 1,
     search = SearchSpec.from_dict(spec)
     space = search.build_space()
     executor = PrefectExecutor(search, search.build_evaluator(space), retries)
+    artifacts = SearchArtifacts(run_name(search), search.trials, trusts_self_reported(search))
+    artifacts.start()
     loop = SearchLoop(search, Path(run_dir), executor, progress=progress, runner=runner,
-                      llm_calls=prefect_calls)
-    return loop.run_search()
+                      llm_calls=prefect_calls, on_batch=artifacts.on_batch)
+    summary = loop.run_search()
+    artifacts.finish(Path(run_dir), summary)
+    return summary
+
+
+def run_name(spec: SearchSpec) -> str:
+    """`<strategy>-<space>-s<seed>`: the flow run's name in the UI, and a deployment run's dir."""
+    return f"{spec.strategy.name}-{spec.space.name}-s{spec.seed}"
 
 
 def run_search_flow(spec: SearchSpec, run_dir: Path, *, progress: bool, retries: int = 1, workers: int = 4,
@@ -32,7 +43,7 @@ def run_search_flow(spec: SearchSpec, run_dir: Path, *, progress: bool, retries:
     runner = runner or {"name": "prefect", "workers": workers}
     named = search_flow.with_options(
         task_runner=build_task_runner(runner),
-        flow_run_name=f"{spec.strategy.name}-{spec.space.name}-{spec.evaluator.name}-s{spec.seed}",
+        flow_run_name=run_name(spec),
     )
     with shared_api(runner):
         return named(spec.to_dict(), str(run_dir), retries, progress, runner.get("name", "prefect"))

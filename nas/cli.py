@@ -77,7 +77,26 @@ def compose_config(overrides: list[str]) -> dict[str, Any]:
             cfg = compose("config", overrides=overrides)
         return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
     except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(str(err).splitlines()[0]) from None
+        raise ConfigError(one_line(err)) from None
+
+
+def one_line(err: BaseException) -> str:
+    """Hydra's and OmegaConf's multi-line messages in one line, without their
+    `+key` hint (a key the config lacks is a typo, not something to append)."""
+    skip = ("To append to your", "Set the environment variable HYDRA_FULL_ERROR", "See https://", "full_key:",
+            "object_type=", "reference_type=", "Did you mean to override")
+    parts: list[str] = []
+    listing = False  # "Available options in 'g':" is followed by one option per line
+    for line in str(err).split("Config search path:")[0].splitlines():
+        line = line.strip().rstrip(".")
+        if not line or line.startswith(skip):
+            continue
+        if listing:
+            parts[-1] += (" " if parts[-1].endswith(":") else ", ") + line
+        else:
+            parts.append(line)
+            listing = line.endswith(":")
+    return "; ".join(parts) or type(err).__name__
 
 
 def execute(spec, run_dir: Path, runner: dict[str, Any], progress: bool) -> dict[str, Any]:
@@ -91,7 +110,9 @@ def execute(spec, run_dir: Path, runner: dict[str, Any], progress: bool) -> dict
     for noisy in ("httpx", "httpx2", "sentence_transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
+    spec.check_pairing()
     space = spec.build_space()
+    spec.check_budget(space)
     spec.build_strategy(space)  # validate before any work starts
     evaluator = spec.build_evaluator(space)
     run = RunDir(run_dir)
@@ -105,27 +126,6 @@ def execute(spec, run_dir: Path, runner: dict[str, Any], progress: bool) -> dict
 
         return run_search_flow(spec, run_dir, runner=runner, retries=int(runner.get("retries", 1)),
                                progress=progress)
-
-
-def _search_entry() -> None:
-    import hydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import DictConfig, OmegaConf
-
-    @hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
-    def search(cfg: DictConfig) -> None:
-        from nas.search.spec import SearchSpec
-
-        try:
-            container = OmegaConf.to_container(cfg, resolve=True)
-            spec = SearchSpec.from_config(container)
-            run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
-            summary = execute(spec, run_dir, container.get("runner") or {}, bool(container.get("progress", True)))
-        except NasError as err:
-            fail(str(err))
-        print_summary(run_dir, summary)
-
-    search()
 
 
 def print_summary(run_dir: Path, summary: dict[str, Any]) -> None:
@@ -144,20 +144,26 @@ def _compare(argv: list[str]) -> None:
 
     parser = argparse.ArgumentParser(prog="nas compare", description="Aggregate search runs into a statistics report.")
     parser.add_argument("dirs", nargs="+", type=Path, help="run or multirun directories")
-    parser.add_argument("--at", nargs="+", type=int, default=[25, 50, 100],
-                        help="trial counts to report (default: 25 50 100)")
+    parser.add_argument("--at", nargs="+", type=int, default=None,
+                        help="trial counts to report (default: quartiles of the shortest run's length)")
     parser.add_argument("--baseline", default=None,
                         help="group label or strategy name to test every other group against (paired by seed)")
     parser.add_argument("--band", choices=BANDS, default="std",
                         help="curve band: mean ± 1 std, or median and interquartile range (default: std)")
     parser.add_argument("--out", type=Path, default=None,
                         help="output directory (default: the first DIR)")
+    parser.add_argument("--allow-mixed", action="store_true",
+                        help="compare runs that differ in dataset, space, evaluator, budget or constraint "
+                             "(one group per setting) instead of refusing")
     args = parser.parse_args(argv)
     out = args.out or args.dirs[0]
     try:
-        report = compare(args.dirs, out, args.at, baseline=args.baseline, band=args.band)
+        report = compare(args.dirs, out, args.at, baseline=args.baseline, band=args.band,
+                         allow_mixed=args.allow_mixed)
     except NasError as err:
         fail(str(err))
+    for warning in report["warnings"]:
+        print(f"nas: warning: compare: {warning}", file=sys.stderr)
     print(render_report(report), end="")
     written = ["compare.json", "compare.md", *(f for f in report["figures"].values() if f)]
     print("wrote " + ", ".join(str(out / f) for f in written))
@@ -171,9 +177,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(0 if argv else 2)
     command, rest = argv[0], argv[1:]
     if command == "search":
-        check_group_overrides(rest)
-        sys.argv = ["nas search", *rest]
-        _search_entry()
+        # every job's config is checked before Hydra writes anything
+        from nas.cli_search import main as search
+
+        search(rest)
     elif command == "compare":
         _compare(rest)
     elif command in SUBCOMMANDS:

@@ -15,20 +15,20 @@ from typing import Any
 from nas.errors import EncodingError, NasError
 
 SKELETONS = ("nb201", "imagenet")
+DESCRIPTIONS = {
+    "validate": "Check a block file (structure, arguments, shapes at every position, budget) or "
+                "a model .py in the sandbox. Exit 0 if valid, 1 if not; errors on stdout.",
+    "show": "Key, width, params, FLOPs and PyTorch source of an architecture file: a '#' summary line, "
+            "then the self-contained source (a runnable model file); --json for every field.",
+    "draw": "Draw a valid block file's graphs as a PNG (an invalid file: validate's errors, exit 1, no PNG).",
+}
 
 
 def _parser(command: str) -> argparse.ArgumentParser:
-    descriptions = {
-        "validate": "Check a block file (structure, arguments, shapes at every position, budget) or "
-                    "a model .py in the sandbox. Exit 0 if valid, 1 if not; errors on stdout.",
-        "show": "Key, width, params, FLOPs and PyTorch source of an architecture file.",
-        "draw": "Draw a block file's graphs as a PNG.",
-    }
-    p = argparse.ArgumentParser(prog=f"nas arch {command}", description=descriptions[command])
+    p = argparse.ArgumentParser(prog=f"nas arch {command}", description=DESCRIPTIONS[command])
     p.add_argument("file", type=Path)
     if command == "draw":
         p.add_argument("-o", "--out", type=Path, required=True, help="PNG to write")
-        return p
     p.add_argument("--skeleton", choices=SKELETONS, default="nb201",
                    help="nb201: 3 stages of N blocks (default); imagenet: NADER's 4 stages 2-3-5-2")
     p.add_argument("--depth", type=int, default=5, help="blocks per stage for nb201 (default 5)")
@@ -39,8 +39,8 @@ def _parser(command: str) -> argparse.ArgumentParser:
     p.add_argument("--max-flops", type=float, default=None,
                    help="budget in FLOPs per image (default 0.2e9 at 32x32, 0.05e9 at 16x16)")
     if command == "show":
-        p.add_argument("--json", action="store_true", help="print JSON (default: a short summary)")
-    else:
+        p.add_argument("--json", action="store_true", help="print JSON (default: a summary line and the source)")
+    elif command == "validate":
         p.add_argument("--parent", type=Path, default=None, help="parent model .py for the structural check")
     return p
 
@@ -171,26 +171,40 @@ def _show(args: argparse.Namespace) -> int:
     info = show_model(text, args) if args.file.suffix == ".py" else show_block(text, str(args.file), args)
     if args.json:
         print(json.dumps(info, indent=2))
-    else:
+    else:  # the summary as a comment, so `nas arch show F > net.py` is a runnable model file
         width = f" width {info['width']} (widths {info['widths']})" if info["width"] else ""
-        print(f"{info['file']}: key {info['key']}{width}, {info['params']:,} params, {info['flops'] / 1e6:.1f} MFLOPs")
+        print(f"# {info['file']}: key {info['key']}{width}, {info['params']:,} params, {info['flops'] / 1e6:.1f} MFLOPs")
+        print(info["source"], end="" if info["source"].endswith("\n") else "\n")
     return 0
 
 
 def _draw(args: argparse.Namespace) -> int:
-    from nas.arch.dag.draw import draw_blocks
     from nas.arch.dag.parse import parse_block_file
 
     if args.file.suffix == ".py":
         raise NasError(f"{args.file}: drawing needs a block file, not model source")
-    blocks = parse_block_file(_read(args.file), str(args.file))
-    out = draw_blocks(blocks.sections, args.out, title=args.file.name)
+    text = _read(args.file)
+    errors = block_errors(text, str(args.file), args)  # a picture of an invalid file would mislead
+    for line in errors:
+        print(line)
+    if errors:
+        return 1
+    from nas.arch.dag.draw import draw_blocks
+
+    out = draw_blocks(parse_block_file(text, str(args.file)).sections, args.out, title=args.file.name)
     print(f"wrote {out}")
     return 0
 
 
 def main(argv: list[str]) -> None:
     commands = {"validate": _validate, "show": _show, "draw": _draw}
+    if argv and argv[0] in ("-h", "--help"):
+        import textwrap
+
+        print("usage: nas arch {validate,show,draw} FILE [options]   (nas arch COMMAND --help for options)\n")
+        for name, text in DESCRIPTIONS.items():
+            print(textwrap.fill(text, 100, initial_indent=f"  {name:9s} ", subsequent_indent=" " * 12))
+        raise SystemExit(0)
     if not argv or argv[0] not in commands:
         got = f" '{argv[0]}'" if argv else ""
         print(f"nas: error: unknown arch command{got} (valid: {', '.join(commands)})", file=sys.stderr)

@@ -84,7 +84,9 @@ def _ingest(args, settings: dict[str, Any]) -> None:
         summary = ingest_flow(settings, [str(p) for p in args.paths], str(args.out) if args.out else None)
         out = Path(summary["record"])
     else:
-        job, summary = run_ingest(settings, args.paths, args.out, progress=sys.stderr.isatty())
+        tty = sys.stderr.isatty()
+        job, summary = run_ingest(settings, args.paths, args.out, progress=tty,
+                                  echo=None if tty else lambda line: print(line, file=sys.stderr, flush=True))
         out = job.out
     report = IngestReport(**summary["report"])
     for bad in report.bad_files:

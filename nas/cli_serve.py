@@ -7,6 +7,9 @@ at PREFECT_API_URL, until Ctrl-C or SIGTERM.
   nas serve                                        # then start runs from the UI or `prefect deployment run`
   nas serve --list                                 # what would be served; no server needed
   nas serve deployments.table-search.cron='0 * * * *' deployments.nightly-regression=null
+
+On another port, tell the server's UI where its API is (else it calls port 4200):
+  PREFECT_UI_API_URL=http://127.0.0.1:4300/api prefect server start --host 127.0.0.1 --port 4300
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import asyncio
 import os
 import signal
+import sys
 
 from nas.errors import NasError
 
@@ -49,6 +53,21 @@ def check_server() -> str:
     return url
 
 
+def ui_warning(url: str) -> str | None:
+    """A line when the server's UI calls another API address than `url` (a server started with
+    --port but no PREFECT_UI_API_URL: its UI calls port 4200 and shows nothing)."""
+    import httpx
+
+    try:
+        ui_api = httpx.get(f"{url.rstrip('/').removesuffix('/api')}/ui-settings", timeout=5).json().get("api_url")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None  # UI disabled or not answering: nothing to check
+    if not ui_api or ui_api.rstrip("/") == url.rstrip("/"):
+        return None
+    return (f"nas serve: warning: the server's UI calls the API at {ui_api}, not {url}; restart it with "
+            f"PREFECT_UI_API_URL={url} prefect server start ...")
+
+
 def _list(config) -> None:
     from flows.deployments import load_flow
 
@@ -80,6 +99,8 @@ def main(argv: list[str]) -> None:
     except NasError as err:
         fail(str(err))
     print(f"nas serve: serving on {url} (UI: {url.removesuffix('/api')}/deployments); Ctrl-C to stop", flush=True)
+    if (warning := ui_warning(url)) is not None:
+        print(warning, file=sys.stderr, flush=True)
     for entry, deployment in zip(config.entries, deployments):
         print(f"  {deployment.flow_name}/{entry.name}  [{entry.cron or 'on demand'}]", flush=True)
     from prefect.runner import Runner

@@ -63,9 +63,11 @@ def main(argv: list[str]) -> None:
         from nas.spaces.nb201 import NB201Space
 
         evaluator = EVALUATORS.create("train", params, space=NB201Space())  # the space is not used to train
-        from rich.console import Console
+        from nas.train.progress import EpochDisplay
 
-        with Console(stderr=True).status(f"training {argv[0][:60]} ({arch.space}, key {arch.key()})"):
+        # a model .py trains in the sandbox, which reports no epochs: the title alone then
+        with EpochDisplay(f"training {argv[0][:60]} ({arch.space}, key {arch.key()})") as display:
+            evaluator.on_epoch = display
             result = evaluator.evaluate(arch, seed=seed)
     except ConfigError as err:
         fail(str(err))

@@ -1,10 +1,15 @@
 """Aggregate many runs (e.g. a Hydra multirun) into a statistics report: per
 strategy and space, mean ± std of best accuracy at chosen trial counts, curves
 with bands, paired Wilcoxon tests against a baseline group, and Pareto fronts
-of accuracy against params and FLOPs."""
+of accuracy against params and FLOPs.
+
+Numbers on one axis must mean the same thing, so runs that differ in dataset,
+space, evaluator settings, budget or constraint are refused unless asked
+(`allow_mixed`, then each setting is its own group)."""
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from collections import defaultdict
@@ -18,11 +23,18 @@ from nas.io import atomic_write_json, atomic_write_text, read_json, read_jsonl
 from nas.report import _pyplot, save_figure
 from nas.search.loop import best_so_far, counts_for_best, trusts_self_reported
 from nas.search.pareto import Objective, non_dominated_sort
+from nas.strategies.base import random_only_note
 
 MIN_PAIRS = 5  # below this the exact two-sided test cannot reach p < 0.0625, so no p-value is given
 PARETO_METRICS = ("params", "flops")
 ACCURACY = Objective("accuracy", maximize=True)
 BANDS = ("std", "iqr")  # curve bands: mean ± 1 std, or median with the interquartile range
+AUTO_AT = (0.25, 0.5, 0.75, 1.0)  # default trial counts: these fractions of the shortest run
+# Evaluator settings that change no result (a sleep, sandbox limits, where the data lives, the device):
+# runs may differ in them and still share an axis.
+IGNORED_SETTINGS = ("evaluator.simulated_cost_seconds", "evaluator.sandbox", "evaluator.data.root",
+                    "evaluator.device")
+LABEL_FIELDS = ("space", "evaluator")  # settings the group label already shows
 
 
 def find_runs(paths: list[Path]) -> list[Path]:
@@ -37,21 +49,132 @@ def find_runs(paths: list[Path]) -> list[Path]:
     return sorted(set(runs))
 
 
-def load_curves(runs: list[Path]) -> dict[str, list[dict[str, Any]]]:
-    """Group label ('strategy @ space/evaluator') → [{seed, curve, points, run, strategy, space, evaluator}];
-    `points` are the trials that count for best (`counts_for_best`), kept for the Pareto fronts."""
+def run_setting(summary: dict[str, Any]) -> dict[str, Any]:
+    """What runs must share to be compared on one axis, as flat dotted fields: dataset, space
+    and evaluator settings, budget.trials, constraint (from summary.json's spec; a summary
+    without one, from an older version, gives only the space and evaluator names)."""
+    spec = summary.get("spec") or {}
+    space = spec.get("space") or {"name": summary["space"]}
+    evaluator = spec.get("evaluator") or {"name": summary["evaluator"]}
+    fields: dict[str, Any] = {}
+    data = (evaluator.get("params") or {}).get("data")
+    if isinstance(data, dict) and "name" in data:
+        fields["dataset"] = data["name"]
+    fields["space"] = space["name"]
+    _flatten("space", space.get("params") or {}, fields)
+    fields["evaluator"] = evaluator["name"]
+    _flatten("evaluator", evaluator.get("params") or {}, fields)
+    fields.pop("evaluator.data.name", None)  # it is `dataset`
+    if "trials" in spec:
+        fields["budget.trials"] = spec["trials"]
+    _flatten("constraint", spec.get("constraint") or {}, fields)
+    return fields
+
+
+def _flatten(prefix: str, node: dict[str, Any], out: dict[str, Any]) -> None:
+    for key, value in node.items():
+        name = f"{prefix}.{key}"
+        if any(name == i or name.startswith(i + ".") for i in IGNORED_SETTINGS):
+            continue
+        if isinstance(value, dict):
+            _flatten(name, value, out)
+        else:
+            out[name] = value
+
+
+def _show(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def mixed_fields(settings: dict[Path, dict[str, Any]]) -> list[str]:
+    """Fields in which some runs differ (a field a run lacks is unknown there, not different)."""
+    fields = dict.fromkeys(f for s in settings.values() for f in s)
+    return [f for f in fields if len({_show(s[f]) for s in settings.values() if f in s}) > 1]
+
+
+def check_compatible(settings: dict[Path, dict[str, Any]]) -> None:
+    """One line naming two runs and the first field they differ in (ConfigError)."""
+    mixed = mixed_fields(settings)
+    if not mixed:
+        return
+    field = mixed[0]
+    having = [(run, _show(s[field])) for run, s in settings.items() if field in s]
+    (run_a, a), (run_b, b) = having[0], next(h for h in having if h[1] != having[0][1])
+    more = f" (and {len(mixed) - 1} more field{'s' * (len(mixed) > 2)})" if len(mixed) > 1 else ""
+    raise ConfigError(f"compare: {run_a} has {field}={a} but {run_b} has {field}={b}{more}: refusing to put "
+                      f"them on one axis (pass --allow-mixed to compare them anyway, one group per setting)")
+
+
+def load_curves(runs: list[Path], allow_mixed: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """Group label ('strategy @ space/evaluator', plus '[field=value, …]' for the settings that
+    differ when `allow_mixed`) → [{seed, curve, points, run, strategy, space, evaluator, setting,
+    fields, random_only}]; `points` are the trials that count for best (`counts_for_best`), kept for
+    the Pareto fronts. Runs that differ in a setting raise ConfigError unless `allow_mixed`."""
+    summaries = {run: read_json(run / "summary.json") for run in runs}
+    settings = {run: run_setting(s) for run, s in summaries.items()}
+    if not allow_mixed:
+        check_compatible(settings)
+    shown = [f for f in mixed_fields(settings) if f not in LABEL_FIELDS]
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for run in runs:
-        summary = read_json(run / "summary.json")
+    for run, summary in summaries.items():
         history = read_jsonl(run / "history.jsonl")
-        label = f"{summary['strategy']} @ {summary['space']}/{summary['evaluator']}"
-        trust = trusts_self_reported(summary.get("spec") or {})
+        extra = ", ".join(f"{f}={_show(settings[run].get(f, '?'))}" for f in shown)
+        setting = f"{summary['space']}/{summary['evaluator']}" + (f" [{extra}]" if extra else "")
+        label = f"{summary['strategy']} @ {setting}"
+        spec = summary.get("spec") or {}
+        trust = trusts_self_reported(spec)
         points = [{k: r.get(k) for k in ("trial", "key", "encoding", "accuracy", "params", "flops")}
                   for r in history if counts_for_best(r, trust)]
+        strategy = spec.get("strategy") or {}
+        random_only = random_only_note(summary["strategy"], strategy.get("params") or {}, spec["trials"]) \
+            if "trials" in spec else None
         groups[label].append({"seed": summary["seed"], "curve": best_so_far(history, trust), "points": points,
                               "run": str(run), "strategy": summary["strategy"], "space": summary["space"],
-                              "evaluator": summary["evaluator"]})
+                              "evaluator": summary["evaluator"], "setting": setting, "fields": settings[run],
+                              "random_only": random_only})
     return dict(groups)
+
+
+def auto_at(groups: dict[str, list[dict[str, Any]]]) -> list[int]:
+    """Quartiles of the shortest run's length, so that every cell has every run."""
+    shortest = min(len(r["curve"]) for runs in groups.values() for r in runs)
+    return sorted({max(1, int(q * shortest + 0.5)) for q in AUTO_AT})
+
+
+def beyond_warning(groups: dict[str, list[dict[str, Any]]], at: list[int]) -> str | None:
+    """One line for the asked trial counts that some runs never reached."""
+    lengths = [len(r["curve"]) for runs in groups.values() for r in runs]
+    beyond = [n for n in at if n > min(lengths)]
+    if not beyond:
+        return None
+    short = sum(1 for n in lengths if n < max(beyond))
+    return (f"--at {' '.join(map(str, beyond))}: beyond the length of {short} of {len(lengths)} runs "
+            f"(shortest: {min(lengths)} trials); those runs are left out of these cells ('-' where none is left)")
+
+
+def duplicate_seed_warnings(groups: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """A seed with several runs in a group is counted several times in its mean and std
+    (e.g. the same runs passed twice under different paths, or a sweep's settings merged)."""
+    out = []
+    for label, runs in sorted(groups.items()):
+        dups = {seed: rs for seed, rs in _by_seed(runs).items() if len(rs) > 1}
+        if dups:
+            seeds = ", ".join(f"{seed} ({len(rs)} runs)" for seed, rs in sorted(dups.items()))
+            first = next(iter(dups.values()))
+            out.append(f"{label}: duplicate seeds {seeds}, e.g. {first[0]['run']} and {first[1]['run']}: "
+                       f"each run counts in the mean and std, so these seeds weigh more")
+    return out
+
+
+def random_only_notes(groups: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
+    """Groups whose budget never leaves the strategy's random start: label → note."""
+    out = {}
+    for label, runs in sorted(groups.items()):
+        notes = [r["random_only"] for r in runs if r["random_only"]]
+        if notes:
+            count = "" if len(notes) == len(runs) else f"{len(notes)} of {len(runs)} runs: "
+            out[label] = count + notes[0]
+    return out
 
 
 def aggregate(groups: dict[str, list[dict[str, Any]]], at: list[int]) -> dict[str, Any]:
@@ -123,7 +246,7 @@ def paired_tests(groups: dict[str, list[dict[str, Any]]], baseline: str, at: lis
 
 
 def _setting(runs: list[dict[str, Any]]) -> str:
-    return f"{runs[0]['space']}/{runs[0]['evaluator']}"
+    return runs[0]["setting"]
 
 
 def _by_seed(runs: list[dict[str, Any]]) -> dict[Any, list[dict[str, Any]]]:
@@ -195,25 +318,74 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+# --- reference lines ------------------------------------------------------------------------
+
+def expected_best(values: Any, n_max: int) -> list[float]:
+    """Expected best of n distinct uniform draws from `values`, for n = 1..n_max: random search
+    without repeats. With a_1 ≤ … ≤ a_N sorted, P(best ≤ a_k) = C(k, n) / C(N, n)."""
+    a = np.sort(np.asarray(values, dtype=float))
+    k = np.arange(1, len(a) + 1, dtype=float)
+    cdf = k / len(a)
+    out = []
+    for n in range(1, min(n_max, len(a)) + 1):
+        if n > 1:  # C(k, n) / C(k, n-1) over C(N, n) / C(N, n-1)
+            cdf = cdf * np.maximum(k - n + 1, 0.0) / (len(a) - n + 1)
+        out.append(float(np.diff(cdf, prepend=0.0) @ a))
+    return out
+
+
+def table_reference(settings: list[dict[str, Any]], length: int) -> tuple[dict[str, Any] | None, str | None]:
+    """For NB201 table runs without a constraint, the table's optimum and random search's expected
+    best curve over `length` trials: (reference, None), or (None, why not) when the runs are table
+    runs but the table cannot be read; (None, None) for other runs (no distribution is known)."""
+    from nas.evaluators.table import default_table_path, load_table
+
+    first = settings[0]
+    keys = ("space", "evaluator", "evaluator.path", "evaluator.metric")
+    if first.get("space") != "nb201" or first.get("evaluator") != "table" \
+            or any(s.get(k) != first.get(k) for s in settings for k in keys) \
+            or any(v is not None for s in settings for f, v in s.items() if f.startswith("constraint.")):
+        return None, None
+    metric = first.get("evaluator.metric") or "baseline_accuracy"
+    try:
+        path = first.get("evaluator.path") or default_table_path()
+        values = list(load_table(str(Path(path).expanduser().resolve()), metric).values())
+    except NasError as err:
+        return None, f"no reference lines: {err}"
+    source = "NB201 table" + ("" if metric == "baseline_accuracy" else f", {metric}")
+    return {"source": source, "optimum": max(values),
+            "random_expected": expected_best(values, length)}, None
+
+
 # --- the report -----------------------------------------------------------------------------
 
-def compare(paths: list[Path], out_dir: Path, at: list[int], baseline: str | None = None,
-            band: str = "std") -> dict[str, Any]:
+def compare(paths: list[Path], out_dir: Path, at: list[int] | None = None, baseline: str | None = None,
+            band: str = "std", allow_mixed: bool = False) -> dict[str, Any]:
     """Write compare.json, compare.md, compare.png and pareto.png (if any trial has params or
-    FLOPs) to `out_dir`; returns what compare.json holds."""
-    if not at or any(n <= 0 for n in at):
+    FLOPs) to `out_dir`; returns what compare.json holds. `at` None: quartiles of the shortest run."""
+    if at is not None and (not at or any(n <= 0 for n in at)):
         raise NasError(f"compare: trial counts must be positive integers, got {at}")
     if band not in BANDS:
         raise ConfigError(f"compare: unknown band '{band}' (valid: {', '.join(BANDS)})")
-    groups = load_curves(find_runs(paths))
+    groups = load_curves(find_runs(paths), allow_mixed)
+    warned = []
+    if at is None:
+        at = auto_at(groups)
+    else:
+        warned.append(beyond_warning(groups, at))
+    warned += duplicate_seed_warnings(groups)
+    length = max(len(r["curve"]) for g in groups.values() for r in g)
+    reference, why_not = table_reference([r["fields"] for g in groups.values() for r in g], length)
+    warned.append(why_not)
     tests = None if baseline is None else paired_tests(groups, baseline, at)
     pareto = pareto_fronts(groups)
     report = {"at": at, "groups": aggregate(groups, at), "band": band, "baseline": baseline,
-              "tests": tests, "pareto": pareto,
+              "notes": random_only_notes(groups), "warnings": [w for w in warned if w],
+              "reference": reference, "tests": tests, "pareto": pareto,
               "figures": {"curves": "compare.png",
                           "pareto": "pareto.png" if any(pareto[m]["groups"] for m in pareto) else None}}
     out_dir = Path(out_dir)
-    plot_curves(groups, out_dir / "compare.png", band)
+    plot_curves(groups, out_dir / "compare.png", band, reference)
     if report["figures"]["pareto"]:
         plot_pareto(groups, pareto, out_dir / "pareto.png")
     atomic_write_json(out_dir / "compare.json", report)
@@ -221,7 +393,11 @@ def compare(paths: list[Path], out_dir: Path, at: list[int], baseline: str | Non
     return report
 
 
-def render_table(table: dict[str, Any], at: list[int]) -> str:
+def render_table(table: dict[str, Any], at: list[int], notes: dict[str, str] | None = None,
+                 reference: dict[str, Any] | None = None) -> str:
+    """Groups with a note (random search in disguise) are marked †; a known random-search
+    expectation is a last row."""
+    notes = notes or {}
     head = "| strategy @ space/evaluator | runs | " + " | ".join(f"best @ {n}" for n in at) + " |"
     lines = [head, "| --- | --- | " + " | ".join("---" for _ in at) + " |"]
     for label, row in table.items():
@@ -229,8 +405,17 @@ def render_table(table: dict[str, Any], at: list[int]) -> str:
         for n in at:
             s = row["at"][str(n)]
             cells.append("-" if s is None else f"{s['mean']:.2f} ± {s['std']:.2f} (n={s['n']})")
-        lines.append(f"| {label} | {row['runs']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        mark = " †" if label in notes else ""
+        lines.append(f"| {label}{mark} | {row['runs']} | " + " | ".join(cells) + " |")
+    if reference is not None:
+        expected = reference["random_expected"]
+        cells = [f"{expected[n - 1]:.2f}" if n <= len(expected) else "-" for n in at]
+        lines.append(f"| random search, expected ({reference['source']}) | - | " + " | ".join(cells) + " |")
+    lines.append("")
+    if reference is not None:
+        lines.append(f"Optimum of the {reference['source']}: {reference['optimum']:.2f}.")
+    lines += [f"- † {label}: {note}" for label, note in notes.items()]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def render_tests(tests: dict[str, Any], baseline: str) -> str:
@@ -282,9 +467,12 @@ def _fmt_int(v: float) -> str:
 def render_report(report: dict[str, Any]) -> str:
     runs = sum(row["runs"] for row in report["groups"].values())
     band = "±1 std" if report["band"] == "std" else "interquartile range"
-    parts = [f"# Comparison of {runs} runs", "",
-             "## Best accuracy so far (mean ± std (n))", "", render_table(report["groups"], report["at"]),
-             f"![best-so-far curves, mean with {band}](compare.png)", ""]
+    parts = [f"# Comparison of {runs} runs", ""]
+    if report["warnings"]:
+        parts += ["## Warnings", "", *(f"- {w}" for w in report["warnings"]), ""]
+    parts += ["## Best accuracy so far (mean ± std (n))", "",
+              render_table(report["groups"], report["at"], report["notes"], report["reference"]),
+              f"![best-so-far curves, mean with {band}](compare.png)", ""]
     if report["tests"] is not None:
         parts += ["## Paired tests against the baseline", "", render_tests(report["tests"], report["baseline"])]
     parts += ["## Pareto fronts", "", render_pareto(report["pareto"])]
@@ -296,13 +484,34 @@ def render_report(report: dict[str, Any]) -> str:
 # --- figures --------------------------------------------------------------------------------
 
 
-def plot_curves(groups: dict[str, list[dict[str, Any]]], path: Path, band: str = "std") -> None:
+LINESTYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")  # 7 and 4 are coprime: 28 groups before a pair repeats
+
+
+def curve_styles(labels: list[str]) -> dict[str, dict[str, Any]]:
+    """Colour, line style and marker per group: groups with identical curves (REA and random
+    search during REA's random start) must not hide each other, nor need colour to be told apart."""
+    return {label: {"color": f"C{i % 10}", "linestyle": LINESTYLES[i % len(LINESTYLES)],
+                    "marker": MARKERS[i % len(MARKERS)]} for i, label in enumerate(labels)}
+
+
+def plot_curves(groups: dict[str, list[dict[str, Any]]], path: Path, band: str = "std",
+                reference: dict[str, Any] | None = None) -> list[str]:
     """Mean ± 1 std (band='std') or median and interquartile range (band='iqr', robust to one
-    lucky seed) of the best-so-far curves."""
+    lucky seed) of the best-so-far curves, with the table's optimum and random search's
+    expected curve when known; returns the legend's entries."""
+    from matplotlib.ticker import MaxNLocator
+
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, runs in sorted(groups.items()):
+    labels = sorted(groups)
+    styles = curve_styles(labels)
+    notes = random_only_notes(groups)
+    longest = 1
+    for i, label in enumerate(labels):
+        runs = groups[label]
         length = min(len(r["curve"]) for r in runs)
+        longest = max(longest, length)
         mat = np.array([[np.nan if v is None else v for v in r["curve"][:length]] for r in runs], dtype=float)
         xs = np.arange(1, length + 1)
         with warnings.catch_warnings():  # columns where every run has only failures
@@ -313,14 +522,26 @@ def plot_curves(groups: dict[str, list[dict[str, Any]]], path: Path, band: str =
                 lo, hi = mid - std, mid + std
             else:
                 lo, mid, hi = np.nanpercentile(mat, [25, 50, 75], axis=0)
-        ax.plot(xs, mid, label=f"{label} (n={len(runs)})")
-        ax.fill_between(xs, lo, hi, alpha=0.2)
-    ax.set_xlabel("trials")
+        every = max(1, length // 8)  # markers staggered per group: identical curves show each one's
+        mark = " †" if label in notes else ""
+        ax.plot(xs, mid, label=f"{label}{mark} (n={len(runs)})", ms=4,
+                markevery=(i * every // len(labels), every), **styles[label])
+        ax.fill_between(xs, lo, hi, alpha=0.2, color=styles[label]["color"])
+    if reference is not None:
+        expected = reference["random_expected"][:longest]
+        ax.plot(np.arange(1, len(expected) + 1), expected, color="gray", linestyle=(0, (1, 1)),
+                label=f"random search, expected ({reference['source']})")
+        ax.axhline(reference["optimum"], color="black", linewidth=0.8, linestyle=(0, (5, 2)),
+                   label=f"optimum {reference['optimum']:.2f}")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("trials" + ("  († random search in disguise: see compare.md)" if notes else ""))
     ax.set_ylabel("best accuracy so far (%)")
     ax.set_title("best-so-far accuracy, " + ("mean ± std" if band == "std" else "median and IQR") + " over seeds")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    legend = ax.legend(loc="lower right", fontsize=8)
+    entries = [t.get_text() for t in legend.get_texts()]
     save_figure(fig, path)
+    return entries
 
 
 def plot_pareto(groups: dict[str, list[dict[str, Any]]], pareto: dict[str, Any], path: Path) -> None:

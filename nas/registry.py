@@ -1,11 +1,15 @@
 """Name → class registries (timm-style decorators) with one factory each.
 
 Adding a space, strategy or evaluator is one `@REGISTRY.register("name")`
-class plus one YAML file in `conf/<group>/name.yaml`.
+class, its module in the registry's `modules` table, plus one YAML file in
+`conf/<group>/name.yaml`. The table lets a registry list every name while
+importing only the module of the name asked for: naming a strategy must not
+pay for every other strategy's torch, LLM or Prefect imports.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any, Callable, Generic, TypeVar
 
@@ -17,9 +21,10 @@ _SCALARS = (bool, int, float, str)
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, modules: dict[str, str] | None = None) -> None:
         self.kind = kind
         self._entries: dict[str, type[T]] = {}
+        self._modules = dict(modules or {})  # name -> module that registers it, imported by `get`
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
         def deco(cls: type[T]) -> type[T]:
@@ -32,9 +37,11 @@ class Registry(Generic[T]):
         return deco
 
     def names(self) -> list[str]:
-        return sorted(self._entries)
+        return sorted({*self._entries, *self._modules})
 
     def get(self, name: str) -> type[T]:
+        if name not in self._entries and name in self._modules:
+            importlib.import_module(self._modules[name])
         try:
             return self._entries[name]
         except KeyError:

@@ -22,7 +22,8 @@ def run_bench(script: str, out: Path, *args: str) -> dict:
 @pytest.mark.slow
 def test_train_throughput_quick_writes_every_section(tmp_path):
     result = run_bench("train_throughput.py", tmp_path / "t.json")
-    assert {"cpu", "engines_cpu", "engines_gpu", "agreement"} <= set(result)
+    assert {"cpu", "engines_cpu", "engines_gpu", "agreement", "parity_cpu", "packing_cpu"} <= set(result)
+    assert [r["n"] for r in result["packing_cpu"]["processes"]] == [1, 2]
     rows = result["engines_cpu"]["rows"]
     assert [row["engine"]["kind"] for row in rows] == ["plain", "fast", "fast"] and rows[2]["candidates"] == 2
     assert all(row["seconds_per_epoch_per_candidate"] > 0 for row in rows)

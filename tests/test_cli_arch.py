@@ -81,11 +81,25 @@ def test_show_json(nas_env):
     assert json.loads(r2.stdout)["width"] == 64
 
 
+def test_show_prints_a_summary_comment_then_the_source(nas_env):
+    path = BLOCKS / "residual.txt"
+    r = run_nas(["arch", "show", str(path)], nas_env)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(run_nas(["arch", "show", str(path), "--json"], nas_env).stdout)
+    summary, source = r.stdout.split("\n", 1)
+    assert summary == (f"# {path}: key {info['key']} width {info['width']} (widths {info['widths']}), "
+                       f"{info['params']:,} params, {info['flops'] / 1e6:.1f} MFLOPs")
+    assert source.rstrip("\n") == info["source"].rstrip("\n") and "class Network(MacroNetwork):" in source
+    compile(r.stdout, "net.py", "exec")  # `nas arch show F > net.py` is a valid Python file
+
+
 def test_draw_writes_png(nas_env, tmp_path):
     out = tmp_path / "g.png"
     r = run_nas(["arch", "draw", str(BLOCKS / "two_input_cell.txt"), "-o", str(out)], nas_env)
     assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"wrote {out}"
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".tmp"] == []  # written atomically
 
 
 def test_validate_model_source_in_sandbox(nas_env, tmp_path):

@@ -119,6 +119,29 @@ def test_generator_memory_and_no_navigator_memory(tmp_path, table):
     assert gen[1]["messages"][2]["content"].startswith("[\n[")
 
 
+def test_navigator_memory_is_trimmed_to_fit_the_context_oldest_first(tmp_path, table):
+    """Memory kept whole (memory_turns: null) would overflow a 4,096-token context within a few
+    iterations; the oldest exchanges are left out so that prompt + max_tokens always fits."""
+    from nas.llm.tokens import estimate_tokens
+
+    context, reply = 4096, 384
+    with ScriptedServer(scripted) as srv:
+        strategy = CoLLMStrategy(SPACE, 0, llm=llm(srv, tmp_path, context=context,
+                                                  roles={"navigator": {"max_tokens": reply}}), memory_turns=None)
+        strategy.attach(tmp_path / "run")
+        for i in range(7):
+            iterate(strategy, table, 5, start=5 * i)
+    nav = [r for r in srv.requests if kind(r) == "navigator"]
+    assert len(nav) == 7
+    for i, request in enumerate(nav):
+        assert estimate_tokens(request["messages"], 2.0) + reply + 64 <= context
+        history = request["messages"][1:-1]
+        assert history == strategy.nav_log[2 * i - len(history): 2 * i]     # what is kept is the newest
+    kept = [len(r["messages"]) - 2 for r in nav]
+    assert kept[1] == 2 and max(kept) < 2 * (len(nav) - 1) and strategy.counts.trimmed_turns > 0
+    assert strategy.report([])["collm"]["trimmed_turns"] == strategy.counts.trimmed_turns
+
+
 def test_memory_window_bounds_the_context(tmp_path, table):
     with ScriptedServer(scripted) as srv:
         strategy = make(srv, tmp_path, memory_turns=1)

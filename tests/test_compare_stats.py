@@ -116,7 +116,7 @@ def test_baseline_per_space_and_by_label(tmp_path):
         for space in ("nb201", "other"):
             make_run(root, "random", seed, [80.0 + seed], space=space)
             make_run(root, "rea", seed, [81.0 + seed * 1.5], space=space)
-    groups = load_curves(find_runs([root]))
+    groups = load_curves(find_runs([root]), allow_mixed=True)  # two spaces: refused unless asked
     by_name = paired_tests(groups, "random", [1])
     assert by_name["rea @ other/table"]["baseline"] == "random @ other/table"
     assert by_name["rea @ nb201/table"]["baseline"] == "random @ nb201/table"

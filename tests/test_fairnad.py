@@ -135,3 +135,26 @@ def test_model_reply_parsing():
         parse_model_reply("```python\nclass Network(:\n```")
     design = parse_design_reply("<idea>Use  a 5x5 kernel.</idea>\n" + good)
     assert design.idea == "Use a 5x5 kernel." and "class Network" in design.source
+
+
+def test_downscale_asks_for_channel_multiples_and_records_those_not_kept(tmp_path, monkeypatch):
+    from nas.agents.fairnad import DOWNSCALE_SHRINK, downscale, off_multiple
+    from nas.llm import LLMClient
+    from nas.llm.scripted import ScriptedServer
+
+    smaller = ("```python\nfrom torch import nn\nclass Network(nn.Module):\n    def __init__(self):\n"
+               "        super().__init__()\n        self.a = nn.Conv2d(3, 20, 3)\n"
+               "        self.b = nn.BatchNorm2d(num_features=20)\n"
+               "        self.c = nn.Conv2d(in_channels=20, out_channels=32, kernel_size=3)\n```")
+    monkeypatch.setenv("NASFLOW_TEST_KEY", "k")
+    with ScriptedServer([smaller]) as srv:
+        client = LLMClient({"backend": "openai", "base_url": srv.base_url, "model": "m", "api_key_env":
+                            "NASFLOW_TEST_KEY", "cache_dir": str(tmp_path / "cache"), "structured": "none"})
+        answer = downscale(client, base_source("resnet32"), base_source("resnet32"), "add attention",
+                           "params 2.1e6 > 1.5e6", DOWNSCALE_SHRINK[2], multiple=16)
+    assert "Keep every channel count a multiple of 16" in srv.requests[0]["messages"][-1]["content"]
+    assert off_multiple(answer.value, 8) == ["line 5: Conv2d out_channels=20", "line 6: BatchNorm2d num_features=20",
+                                             "line 7: Conv2d in_channels=20"]
+    assert off_multiple(base_source("resnet32"), 8) == []  # the base model's widths are multiples of 8
+    with pytest.raises(ConfigError, match="strategy.width_multiple must be an integer >= 1, got 0"):
+        make(width_multiple=0)

@@ -137,8 +137,10 @@ def test_reader_screens_extracts_tags_and_caches(tmp_path, store, embedder):
     with ScriptedServer(scripted) as srv:
         client = make_client(srv, tmp_path, run=tmp_path / "run")
         reader = Reader(store, TREE, EmbeddingTagger(TREE, embedder), client)
-        report = reader.ingest([tmp_path / "papers"])
+        lines: list[str] = []                     # without a TTY: periodic lines, the last at the end
+        report = reader.ingest([tmp_path / "papers"], echo=lines.append)
         assert (report.papers, report.accepted, report.rejected, report.failed) == (2, 1, 1, 0)
+        assert lines[-1].startswith("ingest: 2/2 items, 2 papers read, 2 ideas added, 0 failed, ")
         assert report.added == 2 and report.tagged == {"embed": 2}
         calls = len(srv.requests)
         assert calls == 3  # two screenings, one extraction

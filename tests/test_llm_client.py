@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import pytest
 
@@ -68,6 +69,52 @@ def test_timeout_then_success(tmp_path):
         client, sleeps = make_client(srv, tmp_path, timeout_s=0.5)
         assert client.complete("reader", "x").text == "on time"
     assert len(sleeps) == 1
+
+
+def test_timeout_closes_the_stream_so_the_server_stops_generating(tmp_path):
+    """The call is streamed: giving up at timeout_s closes the connection mid-reply (llama.cpp's server
+    then stops generating), so the retry does not queue behind an abandoned generation."""
+    words = " ".join(f"w{i}" for i in range(60))
+    with ScriptedServer([Step(words, fault="slow", delay_s=6.0), "on time now"]) as srv:
+        client, sleeps = make_client(srv, tmp_path, timeout_s=0.6, run_dir=tmp_path / "run")
+        statuses: list[str] = []
+        client.on_status = statuses.append                                  # e.g. the search's progress bar
+        reply = client.complete("reader", "x y")
+        deadline = time.monotonic() + 5
+        while not srv.abandoned and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert reply.text == "on time now" and len(sleeps) == 1
+    assert len(srv.abandoned) == 1 and srv.abandoned[0]["request"] == 0 and srv.abandoned[0]["sent"] < 60
+    assert all(r["stream"] for r in srv.requests)
+    assert (reply.prompt_tokens, reply.completion_tokens) == (2, 3)      # the usage chunk
+    record = json.loads((tmp_path / "run/llm/transcripts.jsonl").read_text().splitlines()[0])
+    assert record["retries"] == 1 and record["latency_s"] > 0
+    assert client.usage.to_dict()["roles"]["reader"]["retries"] == 1
+    assert statuses == ["reader call 1...", "", "reader call 1, try 2...", ""]
+
+
+def test_model_path_must_be_a_gguf_and_names_the_cache_key(tmp_path):
+    with pytest.raises(ConfigError, match=r"llm.model_path: .*nope.gguf does not exist"):
+        LLMConfig.from_dict({"model_path": str(tmp_path / "nope.gguf")})
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"PK\x03\x04 not a model")
+    with pytest.raises(ConfigError, match=r"is not a GGUF file \(starts with b'PK\\x03\\x04'"):
+        LLMConfig.from_dict({"model_path": str(fake)})
+    fake.write_bytes(b"GGUF" + bytes(60))
+    cfg = LLMConfig.from_dict({"model_path": str(fake)})
+    assert cfg.model_id("m") == "m@model.gguf:64" and LLMConfig().model_id("m") == "m"
+    assert LLMConfig.from_dict({"backend": "openai", "model_path": str(fake)}).model_id("m") == "m"
+
+
+def test_prompt_budget_leaves_room_for_the_reply(tmp_path):
+    client, _ = make_client(None, tmp_path, base_url="http://127.0.0.1:9/v1", context=1000, context_margin=50,
+                            chars_per_token=2.0, roles={"navigator": {"max_tokens": 300}})
+    assert client.prompt_budget("navigator") == 650 and client.prompt_budget("navigator", 100) == 850
+    assert client.prompt_tokens([{"role": "user", "content": "x" * 101}]) == 51 + 6
+    assert make_client(None, tmp_path, base_url="http://127.0.0.1:9/v1")[0].prompt_budget("reader") is None
+    assert LLMConfig().context_window() == 4096
+    with pytest.raises(ConfigError, match="llm.context must be > 0"):
+        LLMConfig.from_dict({"context": 0})
 
 
 def test_gives_up_with_one_line_and_records_failure(tmp_path, caplog):

@@ -84,6 +84,24 @@ def test_plain_chat_completion(server, client):
 
 
 @pytest.mark.slow
+def test_closing_a_stream_stops_the_generation(server, client):
+    """What the client's timeout relies on: llama.cpp's server stops generating for a client that
+    closed its stream (a non-streamed request it would finish, delaying every retry behind it)."""
+    stream = client.chat.completions.create(
+        model=server.alias, temperature=0.8, max_tokens=1500, stream=True,
+        messages=[{"role": "user", "content": "Write a very long story about a dragon."}])
+    next(iter(stream))
+    stream.close()
+    deadline = time.monotonic() + 60
+    while "Disconnected from client" not in server.log_path.read_text(errors="replace"):
+        assert time.monotonic() < deadline, "the server kept generating for a closed stream"
+        time.sleep(0.2)
+    resp = client.chat.completions.create(model=server.alias, temperature=0, max_tokens=4,
+                                          messages=[{"role": "user", "content": "Say hi."}])
+    assert resp.choices[0].message.content is not None
+
+
+@pytest.mark.slow
 def test_gbnf_grammar_constrains_reply(server, client):
     resp = client.chat.completions.create(
         model=server.alias, temperature=0, max_tokens=8,

@@ -4,6 +4,7 @@ over raw HTTP (urllib) and through the openai SDK."""
 from __future__ import annotations
 
 import json
+import time
 import threading
 import urllib.error
 import urllib.request
@@ -126,13 +127,27 @@ def test_models_endpoint():
     assert body["data"][0]["id"] == "tiny" and body["data"][0]["object"] == "model"
 
 
-def test_stream_and_malformed_are_400_and_consume_no_step():
+def test_malformed_is_400_and_consumes_no_step():
     with ScriptedServer(["kept"]) as srv:
-        status, body = chat(srv, stream=True)
-        assert status == 400 and "streaming not supported" in body["error"]["message"]
         status, _, raw = post(srv, b"{not json")
         assert status == 400 and "error" in json.loads(raw)
         assert srv.remaining == 1
+
+
+def test_stream_sends_one_word_per_chunk_and_usage_when_asked():
+    with ScriptedServer(["  two words \n", "one two three"]) as srv:
+        status, headers, raw = post(srv, {"model": "m", "messages": MESSAGES, "stream": True,
+                                          "stream_options": {"include_usage": True}})
+        events = [json.loads(line[6:]) for line in raw.decode().split("\n\n") if line.startswith("data: {")]
+        assert status == 200 and headers["content-type"] == "text/event-stream"
+        assert raw.decode().rstrip().endswith("data: [DONE]")
+        deltas = [c["choices"][0]["delta"].get("content") for c in events if c["choices"]]
+        assert "".join(d for d in deltas if d) == "  two words \n" and len([d for d in deltas if d]) == 2
+        assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 2
+        _, _, raw = post(srv, {"model": "m", "messages": MESSAGES, "stream": True, "max_tokens": 2})
+        events = [json.loads(line[6:]) for line in raw.decode().split("\n\n") if line.startswith("data: {")]
+        assert events[-1]["choices"][0]["finish_reason"] == "length"         # no usage chunk unasked
+        assert srv.abandoned == []
 
 
 def test_raw_faults():
@@ -261,7 +276,16 @@ def test_sdk_retries_429():
         assert len(srv.requests) == 2
 
 
-def test_sdk_stream_rejected():
-    with ScriptedServer(["x"]) as srv:
-        with pytest.raises(openai.BadRequestError, match="streaming not supported"):
-            create(client(srv), stream=True)
+def test_sdk_stream_and_a_stream_closed_early_is_abandoned():
+    words = " ".join(f"w{i}" for i in range(40))
+    with ScriptedServer(["a b c", Step(words, fault="slow", delay_s=4.0)]) as srv:
+        parts = [c.choices[0].delta.content for c in create(client(srv), stream=True) if c.choices]
+        assert "".join(p for p in parts if p) == "a b c"
+        stream = create(client(srv), stream=True)
+        next(iter(stream)), next(iter(stream))
+        stream.close()
+        deadline = time.monotonic() + 5
+        while not srv.abandoned and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert len(srv.abandoned) == 1 and srv.abandoned[0]["request"] == 1
+    assert srv.abandoned[0]["sent"] < 40 and srv.abandoned[0]["words"] == 40

@@ -138,7 +138,8 @@ def test_serve_runs_a_deployment_against_a_real_server(nas_env, tmp_path):
         procs["nas serve"] = (serve, tmp_path / "serve.log")
         _wait_for(lambda: ok("/deployments/name/nas-search-overrides/table-search"), "the deployment", 120, procs)
 
-        # The README's command: the run's overrides replace the deployment's default ones.
+        # The README's command: the run's overrides replace the deployment's default ones; the
+        # run and its dir are then named after the search, whatever name the run started with.
         run = subprocess.run(
             [PREFECT, "deployment", "run", "nas-search-overrides/table-search",
              "--param", f"overrides={json.dumps(OVERRIDES)}", "--flow-run-name", "served-1",
@@ -147,8 +148,11 @@ def test_serve_runs_a_deployment_against_a_real_server(nas_env, tmp_path):
             capture_output=True, text=True, timeout=200)
         assert run.returncode == 0 and "Completed" in run.stdout, \
             run.stdout[-2000:] + run.stderr[-2000:] + (tmp_path / "serve.log").read_text()[-3000:]
-        summary = json.loads((tmp_path / "runs" / "served-1" / "summary.json").read_text())
+        summary = json.loads((tmp_path / "runs" / "random-nb201-s0" / "summary.json").read_text())
         assert summary["trials"] == 5 and summary["strategy"] == "random" and summary["runner"] == "prefect"
+        named = httpx.post(f"{api}/flow_runs/filter", json={"flow_runs": {"name": {"any_": ["random-nb201-s0"]}}},
+                           timeout=10).json()
+        assert sorted(r["deployment_id"] is None for r in named) == [False, True]  # the deployment's run, its search
 
         serve.send_signal(signal.SIGTERM)  # the clean path: runs cancelled, schedules paused, exit 0
         assert serve.wait(30) == 0

@@ -140,3 +140,16 @@ def test_ddp_trains_with_two_processes_through_the_worker():
     assert r.world_size == 2 and r.epochs == 2 and r.terminated is None and len(r.loss_curve) == 2
     whole = ev.evaluate(arch, seed=0)
     assert whole.ok and whole.curve == pytest.approx(r.loss_curve)
+
+
+def test_metrics_say_how_the_numbers_were_computed():
+    """compile/capture seconds and the share of seeds trained as CUDA graphs, numeric (as the
+    evaluation cache's record check wants): on CPU no graph is captured, even when asked for."""
+    from tasks.evaluate import RESULT_FIELDS
+    from tasks.records import check_fields
+
+    arch = evaluator().space.sample(np.random.default_rng(3))
+    for engine in ({"kind": "fast"}, {"kind": "fast", "cuda_graphs": "on"}):
+        r = evaluator(seeds=[777, 888], engine=engine).evaluate(arch)
+        assert r.metrics["cuda_graphs"] == 0.0 and r.metrics["compile_seconds"] >= 0.0
+        assert check_fields(r.to_dict(), RESULT_FIELDS, exact=True) is None

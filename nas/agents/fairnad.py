@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from nas.arch.dag.macro import WIDTH_MULTIPLE
 from nas.llm.client import Answer, LLMClient, Reply
 from nas.llm.parse import ParseError, extract_code, find_tagged, snippet
 from nas.llm.prompts import load_prompt
@@ -135,8 +136,32 @@ def debug(client: LLMClient, source: str, parent: str, request: str, error: str,
 
 
 def downscale(client: LLMClient, source: str, parent: str, request: str, over: str, how: str, *,
-              attempt: int = 0) -> Answer[str]:
-    """Model downscaling: `source` made smaller `how`, keeping the added module."""
-    values = {"request": " ".join(request.split()), "over": over, "how": how,
+              attempt: int = 0, multiple: int = WIDTH_MULTIPLE) -> Answer[str]:
+    """Model downscaling: `source` made smaller `how`, keeping the added module, with
+    channel counts kept to multiples of `multiple` (as the block-file width search)."""
+    values = {"request": " ".join(request.split()), "over": over, "how": how, "multiple": str(multiple),
               "source": source.strip("\n"), "parent": parent.strip("\n")}
     return client.ask("mutator", load_prompt("fairnad_downscale"), values, _model, first_attempt=attempt)
+
+
+# layer -> its channel arguments, in positional order: the literal counts `off_multiple` checks
+_CHANNEL_ARGS = {"Conv2d": ("in_channels", "out_channels"), "BatchNorm2d": ("num_features",)}
+
+
+def off_multiple(source: str, multiple: int = WIDTH_MULTIPLE) -> list[str]:
+    """Literal channel counts in `source` that are not multiples of `multiple` ("line 12:
+    Conv2d out_channels=20"), read from the syntax tree (nothing runs): whether a downscaled
+    model kept the prompt's width constraint. Counts computed at run time are not seen; the
+    image's channels (1 or 3) are allowed."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        names = _CHANNEL_ARGS.get(name, ())
+        given = dict(zip(names, node.args)) | {k.arg: k.value for k in node.keywords if k.arg in names}
+        for arg, value in given.items():
+            if (isinstance(value, ast.Constant) and type(value.value) is int and value.value % multiple
+                    and value.value not in (1, 3)):
+                found.append(f"line {node.lineno}: {name} {arg}={value.value}")
+    return found

@@ -1,6 +1,5 @@
 """Evaluators turn an architecture into metrics (tabular, supernet, training)."""
 
-from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
-from nas.evaluators import supernet, table, train  # noqa: F401  (registers)
+from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator  # modules imported on first use
 
 __all__ = ["EVALUATORS", "EvalResult", "Evaluator"]

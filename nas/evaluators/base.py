@@ -79,4 +79,6 @@ def evaluate_safely(evaluator: Evaluator, arch: Architecture, seed: int | None) 
         return EvalResult.failure(str(err), time.perf_counter() - start)
 
 
-EVALUATORS: Registry[Evaluator] = Registry("evaluator")
+EVALUATORS: Registry[Evaluator] = Registry("evaluator", modules={
+    "supernet": "nas.evaluators.supernet", "table": "nas.evaluators.table", "train": "nas.evaluators.train",
+})

@@ -14,7 +14,6 @@ from pathlib import Path
 from nas.arch.nb201 import EDGES, OPS, NB201Cell
 from nas.errors import ConfigError, EvaluationError, MissingDependencyError
 from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
-from nas.measure import count_flops, count_params
 from nas.spaces.nb201 import NB201Space
 
 INSTALL_HINT = "pip install analog-nasbench==0.1.3"
@@ -75,6 +74,8 @@ def nb201_cost_model(channels: int, cells_per_stage: int, num_classes: int,
     cost per edge op, so 1 + |OPS| measured networks give all 15,625 exactly."""
 
     def measure(ops: tuple[str, ...]) -> tuple[int, int]:
+        from nas.measure import count_flops, count_params  # torch: only when the table is first costed
+
         net = NB201Cell(ops).to_module(channels=channels, cells_per_stage=cells_per_stage,
                                        num_classes=num_classes)
         return count_params(net), count_flops(net, (1, 3, resolution, resolution))

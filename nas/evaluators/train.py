@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import statistics
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from nas.arch.base import Architecture, stable_hash
 from nas.arch.dag.macro import WIDTH_MULTIPLE
 from nas.arch.source import SourceArch
-from nas.data.sources import SOURCES, load_data
 from nas.errors import ConfigError, EvaluationError, NasError
 from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
 from nas.registry import check_keys
@@ -31,8 +28,12 @@ from nas.sandbox.limits import Limits
 from nas.spaces.base import SearchSpace
 from nas.train.build import BuildOptions, build_model
 from nas.train.engine import Engine
+from nas.train.progress import OnEpoch, combine, prefect_progress
 from nas.train.recipe import Recipe
 from nas.train.result import TrainResult
+
+if TYPE_CHECKING:  # torch and the data loaders load with the evaluator, not with its module:
+    import torch  # a config error found before the evaluator is built need not pay for them
 
 # A training run needs far more than a verification: the defaults allow an
 # hour of wall time on all cores and 8 GB on top of the data.
@@ -48,10 +49,15 @@ class TrainEvaluator(Evaluator):
                  skeleton: str = "nb201", budget: dict[str, float] | None = None,
                  seeds: list[int] | None = None, sandbox: dict[str, float] | None = None,
                  width_multiple: int = WIDTH_MULTIPLE, trust_self_reported: bool = False) -> None:
+        from nas.data.sources import SOURCES, load_data
+
         super().__init__(space)
         # May numbers a model reported from inside the sandbox be a run's best (nas.search.loop.counts_for_best)?
         # Not in the fingerprint: it changes no result.
         self.trust_self_reported = trust_self_reported
+        # Who hears of each trained epoch (`nas train`'s display); inside a Prefect run each
+        # training also gets a progress artifact. Not in the fingerprint: it changes no result.
+        self.on_epoch: OnEpoch | None = None
         if not isinstance(data, dict) or data.get("name") not in SOURCES:
             got = data.get("name") if isinstance(data, dict) else data
             raise ConfigError(f"data: unknown dataset '{got}' (valid: {', '.join(SOURCES)})")
@@ -128,12 +134,16 @@ class TrainEvaluator(Evaluator):
                 built[i] = build_model(archs[i], self.data.shape, self.data.num_classes, self.build, seed)
             except NasError as err:
                 runs[i] = str(err)
-        results = train_many(list(built.values()), self.data, self.recipe, seed, self.engine)
+        labels = [f"{archs[i].space} {archs[i].key()}" + (f" seed {seed}" if self.seeds else "") for i in built]
+        results = train_many(list(built.values()), self.data, self.recipe, seed, self.engine,
+                             combine(self.on_epoch, prefect_progress()), labels)
         for i, result in zip(built, results):
             runs[i].append(result)  # type: ignore[union-attr]
 
     def _train_source(self, arch: SourceArch, seeds: list[int]) -> tuple[list[TrainResult] | str, bool]:
         """(results or the error, whether the sandbox trained it and reported the numbers itself)."""
+        import torch
+
         from nas.sandbox.verify import train_model_source
 
         gpu = self.engine.accelerator == "gpu" or (self.engine.accelerator == "auto" and torch.cuda.is_available())
@@ -152,7 +162,11 @@ def _combine(runs: list[TrainResult] | str, seeds: list[int], self_reported: boo
     metrics = {"valid_accuracy": round(statistics.fmean(valid), 4),
                "test_accuracy": round(statistics.fmean(r.test_accuracy for r in runs), 4),
                "epochs": float(statistics.fmean(r.epochs for r in runs)),
-               "device_seconds": round(sum(r.device_seconds * r.world_size for r in runs), 3)}
+               "device_seconds": round(sum(r.device_seconds * r.world_size for r in runs), 3),
+               # how the numbers were computed: compile/capture time, and the share of seeds whose
+               # training step ran as a captured CUDA graph (1.0 all, 0.0 eager: off, or failed)
+               "compile_seconds": round(sum(r.compile_seconds for r in runs), 3),
+               "cuda_graphs": round(statistics.fmean(r.cuda_graphs == "on" for r in runs), 4)}
     if len(runs) > 1:
         metrics["valid_accuracy_std"] = round(statistics.pstdev(valid), 4)
         metrics.update({f"valid_accuracy_seed{s}": r.valid_accuracy for s, r in zip(seeds, runs)})

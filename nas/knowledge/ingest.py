@@ -62,9 +62,10 @@ def prepare(settings: dict[str, Any], paths: list[Path], out: Path | None) -> In
 
 
 def run_ingest(settings: dict[str, Any], paths: list[Path], out: Path | None = None, *,
-               progress: bool = False, read: Callable[[Ingest], IngestReport] | None = None
-               ) -> tuple[Ingest, dict[str, Any]]:
-    """Read `paths` (the built-in corpus if empty); `read` lets the flow fan out per file."""
+               progress: bool = False, echo: Callable[[str], None] | None = None,
+               read: Callable[[Ingest], IngestReport] | None = None) -> tuple[Ingest, dict[str, Any]]:
+    """Read `paths` (the built-in corpus if empty); `read` lets the flow fan out per file;
+    `progress` (a bar) and `echo` (periodic lines) as `Reader.ingest`."""
     job = prepare(settings, paths, out)
-    report = read(job) if read else job.reader.ingest(job.paths, progress=progress)
+    report = read(job) if read else job.reader.ingest(job.paths, progress=progress, echo=echo)
     return job, job.summary(report)

@@ -12,7 +12,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from nas.knowledge.idea import IDEA_MAX_WORDS, Idea
 from nas.errors import NasError
@@ -22,6 +22,7 @@ from nas.knowledge.tree import AttributeTree
 from nas.llm.gbnf import gbnf_choice
 from nas.llm.parse import ParseError, extract_list, extract_tagged
 
+ECHO_EVERY, ECHO_S = 10, 10.0   # without a TTY: a progress line every 10 items or 10 s
 _SEC = r"^\s*(?:#+\s*|\d+(?:\.\d+)*\.?\s+|[IVX]+\.\s+)?"
 _METHOD = re.compile(_SEC + r"(?:proposed\s+|our\s+)?(?:methods?|methodology|approach|architecture|model)\b[^\n]{0,60}$",
                      re.IGNORECASE | re.MULTILINE)
@@ -115,15 +116,22 @@ class Reader:
         self.extract_grammar = (f"root ::= item{{1,{max_ideas}}}\n"
                                 'item ::= "- " [^\\n*:]{12,320} "\\n"\n')
 
-    def ingest(self, paths: Iterable[Path], *, progress: bool = False) -> IngestReport:
+    def ingest(self, paths: Iterable[Path], *, progress: bool = False,
+               echo: Callable[[str], None] | None = None) -> IngestReport:
+        """`progress`: a bar per paper with the LLM call under way (a TTY); `echo`: otherwise a short
+        line every `ECHO_EVERY` items or `ECHO_S` seconds (minutes of reading are never silent)."""
         report = IngestReport()
         start = time.perf_counter()
         items = [item for path in paths for item in read_path(Path(path))]
-        from rich.progress import Progress
+        from rich.progress import Progress, TextColumn
 
-        with Progress(transient=True, disable=not progress) as bar:
-            task = bar.add_task("reading", total=len(items))
-            for item in items:
+        with Progress(*Progress.get_default_columns(), TextColumn("{task.fields[llm]}"), transient=True,
+                      disable=not progress) as bar:
+            task = bar.add_task("reading", total=len(items), llm="")
+            if progress and self.client is not None:
+                self.client.on_status = lambda text: bar.update(task, llm=text)
+            shown = start
+            for done, item in enumerate(items, 1):
                 if isinstance(item, BadFile):
                     report.bad_files.append({"path": item.path, "reason": item.reason})
                 elif isinstance(item, IdeaList):
@@ -134,6 +142,13 @@ class Reader:
                     bar.update(task, description=f"reading {item.title[:40]}")
                     self._ingest_paper(item, report)
                 bar.advance(task)
+                now = time.perf_counter()
+                if echo is not None and (done % ECHO_EVERY == 0 or now - shown >= ECHO_S or done == len(items)):
+                    shown = now
+                    echo(f"ingest: {done}/{len(items)} items, {report.papers} papers read, "
+                         f"{report.added} ideas added, {report.failed} failed, {now - start:.0f} s")
+            if self.client is not None:
+                self.client.on_status = None
         report.seconds = time.perf_counter() - start
         return report
 

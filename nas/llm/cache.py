@@ -105,8 +105,9 @@ class ReplayBook:
                 self.records[key] = record
             params = record.get("params") or {}
             self.settings.setdefault(str(record.get("role")), {
-                "model": record.get("model"), "temperature": params.get("temperature"),
-                "max_tokens": params.get("max_tokens")})
+                "model": record.get("model"), "model_id": record.get("model_id") or record.get("model"),
+                "temperature": params.get("temperature"),
+                "max_tokens": params.get("max_tokens"), "context": record.get("context")})
 
     def get(self, key: str) -> dict[str, Any] | None:
         return self.records.get(key)

@@ -1,7 +1,8 @@
 """One client for every agent: the `openai` SDK against an OpenAI-compatible
 endpoint (OpenAI, vLLM, Ollama, llama.cpp, or the embedded SmolLM2 server),
 with retries, constrained decoding, a reply cache, transcripts, replay and
-per-role accounting. Failures come back as `LLMError`/`ParseError`, never as
+per-role accounting. Replies are streamed, so a call given up at its timeout
+closes the connection and the server stops generating it. Failures come back as `LLMError`/`ParseError`, never as
 crashes, so a bad reply costs one candidate, not a search."""
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from nas.llm.cache import ReplayBook, ReplyCache, Transcript, call_key
 from nas.llm.config import LLMConfig
 from nas.llm.parse import ParseError
 from nas.llm.prompts import Prompt
+from nas.llm.tokens import PER_MESSAGE, estimate_tokens
 from nas.secrets import register, scrub, scrub_data
 
 log = logging.getLogger("nas.llm")
+progress_log = logging.getLogger("nas.progress")  # one line per live call in a search's search.log
 T = TypeVar("T")
 Fetched = tuple[dict[str, Any], int, str]          # (result, retries, source)
 Calls = Callable[[str, str, Callable[[], Fetched]], Fetched]
@@ -66,6 +69,10 @@ class _Garbage(Exception):
     """The endpoint answered 200 with something that is not a chat completion."""
 
 
+class _Abandoned(Exception):
+    """The call ran past `timeout_s` while the reply was streaming in."""
+
+
 class LLMClient:
     def __init__(self, config: LLMConfig | dict[str, Any] | None = None, run_dir: Path | None = None, *,
                  sleep: Callable[[float], None] = time.sleep, calls: Calls | None = None) -> None:
@@ -87,7 +94,10 @@ class LLMClient:
         self._sleep = sleep
         self._sdk: Any = None
         self._key = ""
+        self._base_url = ""      # the local server's, for its tokenizer
         self._lock = threading.Lock()
+        # Where a live call's progress goes ("navigator call 3, 12 s, 140 tokens"): e.g. the search's bar.
+        self.on_status: Callable[[str], None] | None = None
 
     # -- public -------------------------------------------------------------------------------------------
 
@@ -100,18 +110,21 @@ class LLMClient:
         messages = scrub_data(messages)  # a prompt built from a verdict or an error never sends a key on
         settings = self.config.role(role)
         model = settings.model
+        model_id = self.config.model_id(str(model))
         if self.book is not None and role in self.book.settings:
             # Replay asks with the recorded settings, whatever the replaying config says.
             recorded = self.book.settings[role]
-            model = recorded["model"]
+            model, model_id = recorded["model"], recorded["model_id"]
             temperature = recorded["temperature"] if temperature is None else temperature
             max_tokens = recorded["max_tokens"] if max_tokens is None else max_tokens
         params = {"temperature": settings.temperature if temperature is None else float(temperature),
                   "max_tokens": settings.max_tokens if max_tokens is None else int(max_tokens),
                   "grammar": grammar, "schema": schema}
-        key = call_key(str(model), messages, params, template, attempt)
-        base = {"key": key, "role": role, "model": model, "template": template, "attempt": attempt,
-                "messages": messages, "params": params}
+        key = call_key(str(model_id), messages, params, template, attempt)
+        context = self.book.settings[role].get("context") if self.book is not None and role in self.book.settings \
+            else self.config.context_window()
+        base = {"key": key, "role": role, "model": model, "model_id": model_id, "template": template,
+                "attempt": attempt, "messages": messages, "params": params, "context": context}
         if self.book is not None:
             hit = self.book.get(key)
             if hit is None:
@@ -125,7 +138,7 @@ class LLMClient:
         def fetch() -> Fetched:
             if self.cache is not None and (hit := self.cache.get(key)) is not None:
                 return hit, 0, "cache"
-            result, retries = self._live(model, messages, params)
+            result, retries = self._live(role, model, messages, params)
             if self.cache is not None:
                 self.cache.put({**base, **result})
             return result, retries, "live"
@@ -170,6 +183,20 @@ class LLMClient:
                 return answer
         return answer
 
+    def prompt_budget(self, role: str, max_tokens: int | None = None) -> int | None:
+        """Tokens a prompt may take so that it and the role's reply fit the context; None: no known limit."""
+        recorded = self.book.settings.get(role, {}) if self.book is not None else None
+        # A replay fits prompts to the recorded run's context, so that it rebuilds the same prompts.
+        window = self.config.context_window() if recorded is None else recorded.get("context")
+        if window is None:
+            return None
+        if max_tokens is None:
+            max_tokens = (recorded or {}).get("max_tokens") or self.config.role(role).max_tokens
+        return int(window) - int(max_tokens) - self.config.context_margin
+
+    def prompt_tokens(self, messages: list[dict[str, str]]) -> int:
+        return estimate_tokens(messages, self.config.chars_per_token)
+
     # -- internals ----------------------------------------------------------------------------------------
 
     def _finish(self, base: dict[str, Any], result: dict[str, Any] | None, *, retries: int,
@@ -208,8 +235,9 @@ class LLMClient:
             if cfg.backend == "local":
                 from nas.llm.local import shared_server
 
-                base_url = shared_server(alias=cfg.model, **cfg.local).start()
+                base_url = shared_server(alias=cfg.model, model=cfg.model_path, **cfg.local).start()
                 self._key = "local"
+                self._base_url = base_url
             else:
                 base_url = cfg.base_url
                 self._key = os.environ.get(cfg.api_key_env, "")
@@ -234,31 +262,26 @@ class LLMClient:
                                         "json_schema": {"name": "reply", "schema": schema}}}
         return {}
 
-    def _live(self, model: str, messages: list[dict[str, str]], params: dict[str, Any]
+    def _live(self, role: str, model: str, messages: list[dict[str, str]], params: dict[str, Any]
               ) -> tuple[dict[str, Any], int]:
+        import httpx
         import openai
 
         sdk = self._endpoint()
         cfg = self.config
         extra = self._structured(params["grammar"], params["schema"])
         retries = 0
+        u = self.usage.roles.get(role)
+        label = f"{role} call {1 + (u.calls + u.failures if u else 0)}"
         while True:
             start = time.perf_counter()
             wait = None
             try:
-                resp = sdk.chat.completions.create(model=model, messages=messages,
-                                                   temperature=params["temperature"],
-                                                   max_tokens=params["max_tokens"], **extra)
-                choices = getattr(resp, "choices", None)
-                if not choices or choices[0].message is None or choices[0].message.content is None:
-                    raise _Garbage(f"not a chat completion ({type(resp).__name__})")
-                usage = getattr(resp, "usage", None)
-                # Scrubbed before it is cached, recorded or quoted in the next prompt.
-                return {"reply": scrub(choices[0].message.content),
-                        "finish_reason": choices[0].finish_reason or "stop",
-                        "prompt_tokens": getattr(usage, "prompt_tokens", 0) or 0,
-                        "completion_tokens": getattr(usage, "completion_tokens", 0) or 0,
-                        "latency_s": time.perf_counter() - start}, retries
+                result = self._stream(sdk, model, messages, params, extra, start,
+                                      f"{label}, try {retries + 1}" if retries else label)
+                progress_log.info("llm: %s: %.1f s, %d+%d tokens", label, result["latency_s"],
+                                  result["prompt_tokens"], result["completion_tokens"])
+                return result, retries
             except openai.RateLimitError as err:
                 problem, wait = "rate limited (429)", _retry_after(err)
                 wait = None if wait is None else min(wait, cfg.backoff_max_s)
@@ -267,12 +290,14 @@ class LLMClient:
                     raise self._error(f"endpoint refused the request (HTTP {err.status_code}): {err.message}",
                                       retries) from None
                 problem = f"server error (HTTP {err.status_code})"
-            except openai.APITimeoutError:
-                problem = f"timed out after {cfg.timeout_s:g} s"
-            except openai.APIConnectionError as err:
-                problem = f"connection failed ({err.__cause__ or err})"
+            except (openai.APITimeoutError, httpx.TimeoutException, _Abandoned):
+                problem = f"timed out after {cfg.timeout_s:g} s (generation cancelled)"
+            except (openai.APIConnectionError, httpx.TransportError) as err:
+                problem = f"connection failed ({getattr(err, '__cause__', None) or err})"
             except (_Garbage, openai.APIResponseValidationError, ValueError) as err:
                 problem = f"garbage reply: {err}"
+            except openai.APIError as err:  # an error event inside the stream
+                problem = f"stream error: {err.message}"
             if retries >= cfg.max_retries:
                 raise self._error(f"{problem}; gave up after {retries + 1} tries", retries)
             delay = wait if wait is not None else min(cfg.backoff_max_s, cfg.backoff_s * 2 ** retries)
@@ -280,6 +305,74 @@ class LLMClient:
             log.warning("llm: %s; retry %d/%d in %.1f s", scrub(problem), retries + 1, cfg.max_retries, delay)
             self._sleep(delay)
             retries += 1
+
+    def _stream(self, sdk: Any, model: str, messages: list[dict[str, str]], params: dict[str, Any],
+                extra: dict[str, Any], start: float, label: str) -> dict[str, Any]:
+        """One streamed completion. Streamed so that giving up closes the connection: llama.cpp's
+        server stops generating for a client that left (a non-streamed request it would finish,
+        and the retry would queue behind it). `timeout_s` bounds the whole call, not each chunk."""
+        deadline = start + self.config.timeout_s
+        parts: list[str] = []
+        finish, usage, chunks, seen = None, None, 0, False
+        shown = start
+        self._status(f"{label}...")
+        try:
+            stream = sdk.chat.completions.create(model=model, messages=messages,
+                                                 temperature=params["temperature"],
+                                                 max_tokens=params["max_tokens"], stream=True,
+                                                 stream_options={"include_usage": True}, **extra)
+            try:
+                for chunk in stream:
+                    now = time.perf_counter()
+                    if now > deadline:
+                        raise _Abandoned()
+                    if now - shown >= 1.0:
+                        shown = now
+                        self._status(f"{label}, {now - start:.0f} s, {chunks} tokens")
+                    usage = getattr(chunk, "usage", None) or usage
+                    for choice in getattr(chunk, "choices", None) or []:
+                        seen = True
+                        text = getattr(choice.delta, "content", None) if choice.delta is not None else None
+                        if text:
+                            parts.append(text)
+                            chunks += 1
+                        finish = choice.finish_reason or finish
+            finally:
+                stream.close()
+        finally:
+            self._status("")
+        if not seen:
+            raise _Garbage("no chat completion chunk in the stream")
+        # Servers that send no usage chunk (llama.cpp): one chunk per token, the prompt estimated.
+        prompt = getattr(usage, "prompt_tokens", None)
+        completion = getattr(usage, "completion_tokens", None)
+        return {"reply": scrub("".join(parts)),  # scrubbed before it is cached, recorded or quoted again
+                "finish_reason": finish or "stop",
+                "prompt_tokens": prompt if prompt is not None else self._counted(model, messages),
+                "completion_tokens": completion if completion is not None else chunks,
+                "latency_s": time.perf_counter() - start}
+
+    def _counted(self, model: str, messages: list[dict[str, str]]) -> int:
+        """Prompt tokens for accounting where the stream had no usage: llama.cpp's tokenizer
+        (its /extras/tokenize/count, plus the template's tokens per message), else the estimate."""
+        if self.config.backend == "local" and self._base_url:
+            import json
+            import urllib.request
+
+            text = "".join(str(m.get("content") or "") for m in messages)
+            req = urllib.request.Request(self._base_url.removesuffix("/v1") + "/extras/tokenize/count",
+                                         data=json.dumps({"input": text, "model": model}).encode(),
+                                         headers={"content-type": "application/json"}, method="POST")
+            try:
+                with urllib.request.urlopen(req, timeout=5) as resp:
+                    return int(json.loads(resp.read())["count"]) + PER_MESSAGE * len(messages)
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+        return self.prompt_tokens(messages)
+
+    def _status(self, text: str) -> None:
+        if self.on_status is not None:
+            self.on_status(text)
 
     def _error(self, message: str, retries: int) -> LLMError:
         err = LLMError(f"llm: {scrub(message)}".splitlines()[0])

@@ -37,6 +37,10 @@ class LLMConfig:
     cache: bool = True
     cache_dir: str | None = None           # default: $NASFLOW_HOME/llm/cache
     replay_from: str | None = None         # replay: a run dir (or its transcripts.jsonl)
+    model_path: str | None = None          # local: any GGUF file; None: the embedded SmolLM2-135M
+    context: int | None = None             # context window in tokens; None: local.n_ctx (local), unbounded
+    chars_per_token: float = 2.0           # for fitting prompts into `context`; SmolLM2 on CoLLM's prompts: >= 2.2
+    context_margin: int = 64               # tokens kept free besides prompt + max_tokens (chat template)
     local: dict[str, Any] = field(default_factory=lambda: {"n_ctx": 4096, "n_threads": None,
                                                            "startup_timeout_s": 120.0})
     roles: dict[str, RoleSettings] = field(default_factory=dict)
@@ -68,6 +72,12 @@ class LLMConfig:
         if self.timeout_s <= 0 or self.max_retries < 0 or self.backoff_s < 0:
             raise ConfigError("llm.timeout_s must be > 0 and llm.max_retries, llm.backoff_s >= 0")
         check_keys("llm.local", self.local, list(LOCAL_KEYS))
+        if self.context is not None and int(self.context) <= 0:
+            raise ConfigError(f"llm.context must be > 0 tokens (or null), got {self.context}")
+        if float(self.chars_per_token) <= 0 or int(self.context_margin) < 0:
+            raise ConfigError("llm.chars_per_token must be > 0 and llm.context_margin >= 0")
+        if self.model_path is not None and self.backend == "local":
+            check_gguf(self.model_path)
         for role, rs in self.roles.items():
             if not 0.0 <= float(rs.temperature) <= 2.0:
                 raise ConfigError(f"llm.roles.{role}.temperature must be in [0, 2], got {rs.temperature}")
@@ -81,6 +91,22 @@ class LLMConfig:
         return RoleSettings(model=rs.model or self.model, temperature=float(rs.temperature),
                             max_tokens=int(rs.max_tokens))
 
+    def context_window(self) -> int | None:
+        """Tokens a request may use in all (prompt + reply); None where unknown."""
+        if self.context is not None:
+            return int(self.context)
+        if self.backend == "openai":
+            return None
+        return int(self.local.get("n_ctx") or 0) or None
+
+    def model_id(self, model: str) -> str:
+        """What cache keys name: the model, and for a chosen GGUF file its name and size (the alias
+        alone would let two files share replies)."""
+        if self.model_path is None or self.backend != "local":
+            return model
+        path = Path(self.model_path).expanduser()
+        return f"{model}@{path.name}:{path.stat().st_size}"
+
     def structured_mode(self) -> str:
         """What the endpoint is asked for: llama.cpp takes GBNF grammars, OpenAI JSON schemas."""
         if self.structured != "auto":
@@ -91,3 +117,21 @@ class LLMConfig:
         from nas.workspace import home
 
         return Path(self.cache_dir).expanduser().resolve() if self.cache_dir else home() / "llm" / "cache"
+
+
+GGUF_MAGIC = b"GGUF"
+
+
+def check_gguf(path: str) -> None:
+    """A one-line error unless `path` is a readable GGUF file (its first four bytes)."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError(f"llm.model_path: {file} does not exist or is not a file (give a .gguf model file)")
+    try:
+        with file.open("rb") as fh:
+            magic = fh.read(4)
+    except OSError as err:
+        raise ConfigError(f"llm.model_path: cannot read {file}: {err.strerror or err}") from None
+    if magic != GGUF_MAGIC:
+        raise ConfigError(f"llm.model_path: {file} is not a GGUF file (starts with {magic!r}, "
+                          f"expected {GGUF_MAGIC!r})")

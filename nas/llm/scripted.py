@@ -16,6 +16,11 @@ answers normally or injects a fault:
 ``"disconnect"`` close the socket without sending any response
 =============  ==============================================================
 
+A request with ``"stream": true`` gets server-sent events, one word per chunk
+(a "slow" step spreads its delay over the words, like a model generating; a
+usage chunk when ``stream_options.include_usage``); a client that closes the
+stream early is recorded in ``abandoned`` and the rest is never sent.
+
 Usage is counted in whitespace-separated words: prompt_tokens over the content
 of all request messages, completion_tokens over the reply. A reply longer than
 the request's ``max_tokens`` is cut to that many words (finish_reason "length").
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import socket
 import threading
 import time
@@ -66,6 +72,15 @@ def _as_step(item: Step | str) -> Step:
 
 def _words(text: str) -> int:
     return len(text.split())
+
+
+def _pieces(text: str) -> list[str]:
+    """`text` as one piece per word (with the whitespace after it); joined they give `text` back."""
+    lead = text[: len(text) - len(text.lstrip())]
+    pieces = re.findall(r"\S+\s*", text[len(lead):])
+    if pieces:
+        pieces[0] = lead + pieces[0]
+    return pieces or ([lead] if lead else [])
 
 
 def _content_text(content: Any) -> str:
@@ -154,9 +169,6 @@ class _Handler(BaseHTTPRequestHandler):
             return
         owner = self.server.owner
         owner._record_request(body)
-        if body.get("stream"):
-            self._send_json(400, _error_body("streaming not supported", "invalid_request_error"))
-            return
         try:
             step = owner._next_step(body)
         except Exception as err:  # a callable script that raises
@@ -173,6 +185,9 @@ class _Handler(BaseHTTPRequestHandler):
         delay = step.delay_s
         if step.fault == "slow" and delay <= 0:
             delay = SLOW_DEFAULT_S
+        if body.get("stream") and step.fault in (None, "slow", "truncated"):
+            self._stream(body, *self._content(body, step), delay)
+            return
         if delay > 0 and owner._stopping.wait(delay):
             self.close_connection = True  # server stopping: give up quietly
             return
@@ -199,14 +214,50 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "badjson":
             self._send_raw(200, b'{"choices": [', "application/json")
             return
+        self._send_json(200, owner._completion(body, *self._content(body, step)))
+
+    @staticmethod
+    def _content(body: dict, step: Step) -> tuple[str, str]:
+        """The reply and its finish_reason: cut in half ("truncated") or to max_tokens words."""
         content, finish = step.reply, "stop"
-        if fault == "truncated":
+        if step.fault == "truncated":
             content, finish = content[: len(content) // 2], "length"
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) \
                 and _words(content) > max_tokens:
             content, finish = " ".join(content.split()[:max(max_tokens, 0)]), "length"
-        self._send_json(200, owner._completion(body, content, finish))
+        return content, finish
+
+    def _stream(self, body: dict, content: str, finish: str, delay: float) -> None:
+        """Server-sent events, one word per chunk, `delay` spread over the words (like a model
+        generating); a client that leaves mid-stream is recorded in `owner.abandoned` and the
+        rest of the reply is never produced."""
+        owner = self.server.owner
+        self.close_connection = True    # the body ends when the connection closes
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        self.end_headers()
+        pieces = _pieces(content)
+        chunks = [owner._chunk(body, {"role": "assistant", "content": ""}, None)]
+        chunks += [owner._chunk(body, {"content": piece}, None) for piece in pieces]
+        chunks.append(owner._chunk(body, {}, finish))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            usage = owner._completion(body, content, finish)["usage"]
+            chunks.append({**owner._chunk(body, {}, None), "choices": [], "usage": usage})
+        pause = delay / max(1, len(pieces))
+        sent = 0
+        try:
+            for i, chunk in enumerate(chunks):
+                if 0 < i <= len(pieces) and pause > 0 and owner._stopping.wait(pause):
+                    return
+                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                self.wfile.flush()
+                sent += 0 < i <= len(pieces)
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except OSError:     # broken pipe / reset: the client closed the stream
+            owner._record_abandoned(body, sent, len(pieces))
 
 
 class ScriptedServer:
@@ -218,6 +269,7 @@ class ScriptedServer:
         self.default = default
         self.requests: list[dict] = []
         self.auth_headers: list[str] = []
+        self.abandoned: list[dict] = []   # streamed replies the client closed early: request no., words sent
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._ids = itertools.count(1)
@@ -296,6 +348,16 @@ class ScriptedServer:
     def _record_request(self, body: dict) -> None:
         with self._lock:
             self.requests.append(body)
+
+    def _record_abandoned(self, body: dict, sent: int, total: int) -> None:
+        with self._lock:
+            index = next(i for i, r in enumerate(self.requests) if r is body)
+            self.abandoned.append({"request": index, "sent": sent, "words": total})
+
+    def _chunk(self, body: dict, delta: dict, finish: str | None) -> dict:
+        return {"id": f"chatcmpl-scripted-{next(self._ids)}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": body.get("model") or self.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
 
     def _record_auth(self, value: str) -> None:
         with self._lock:

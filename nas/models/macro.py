@@ -14,7 +14,7 @@ from torch import nn
 from nas.arch.dag.compile import BlockModule, block_source, class_name
 from nas.arch.dag.expr import to_python
 from nas.arch.dag.macro import Plan
-from nas.arch.dag.ops import DropPath
+from nas.arch.dag.modules import DropPath
 
 
 class ReLUConvBN(nn.Module):

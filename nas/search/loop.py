@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,9 +18,10 @@ from nas.errors import RunDirError
 from nas.evaluators.base import EvalResult, Evaluator, evaluate_safely
 from nas.search.rundir import RunDir
 from nas.search.spec import SearchSpec
-from nas.strategies.base import Candidate, SearchExhausted, Trial
+from nas.strategies.base import Candidate, SearchExhausted, Trial, random_only_note
 
 log = logging.getLogger(__name__)
+progress_log = logging.getLogger("nas.progress")  # search.log only under `nas search` (conf/config.yaml)
 
 
 class Executor(Protocol):
@@ -58,13 +60,15 @@ class LocalExecutor:
 
 class SearchLoop:
     def __init__(self, spec: SearchSpec, run_dir: Path, executor: Executor, *,
-                 progress: bool = True, runner: str = "local", llm_calls=None) -> None:
+                 progress: bool = True, runner: str = "local", llm_calls=None,
+                 on_batch: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
         self.spec = spec
         self.run = RunDir(run_dir)
         self.executor = executor
         self.progress = progress
         self.runner = runner
         self.llm_calls = llm_calls  # how LLM strategies' calls run (Prefect tasks under the flow)
+        self.on_batch = on_batch  # sees the history after each batch is saved (the flow's progress artifact)
         self.space = spec.build_space()
         self.strategy = spec.build_strategy(self.space)
 
@@ -85,13 +89,20 @@ class SearchLoop:
             history = resume.history
             elapsed_before = resume.elapsed_seconds
         resumed = len(history)
+        note = random_only_note(self.spec.strategy.name, self.spec.strategy.params, self.spec.trials)
+        if note is not None:
+            log.warning(note)
         self.strategy.attach(self.run.path, self.llm_calls)
         if resume is None:  # before the first history line: a crash never leaves history without state
             self.run.save_state(identity, 0, self.strategy.state_dict(), 0.0)
         trust = trusts_self_reported(self.spec)
         start = time.perf_counter()
         exhausted = None
+        progress_log.info("%s on %s: %d trials%s", self.spec.strategy.name, self.spec.space.name, self.spec.trials,
+                          f", resuming after {resumed}" if resumed else "")
         with self._progress(resumed) as (bar, task):
+            if bar is not None and getattr(self.strategy, "client", None) is not None:  # LLM calls on the bar
+                self.strategy.client.on_status = lambda text: bar.update(task, llm=text)
             while len(history) < self.spec.trials:
                 n = min(self.spec.batch_size, self.spec.trials - len(history))
                 try:
@@ -110,8 +121,12 @@ class SearchLoop:
                 self.strategy.tell(trials)
                 elapsed = elapsed_before + time.perf_counter() - start
                 self.run.save_state(identity, len(history), self.strategy.state_dict(), elapsed)
+                best = best_record(history, trust)
+                progress_log.info("trial %d/%d, best %s, elapsed %.1fs", len(history), self.spec.trials,
+                                  "-" if best is None else f"{best['accuracy']:.2f}", elapsed)
+                if self.on_batch is not None:
+                    self.on_batch(history)
                 if bar is not None:
-                    best = best_record(history, trust)
                     bar.update(task, completed=len(history),
                                best="-" if best is None else f"{best['accuracy']:.2f}")
         summary = summarise(self.spec, history, elapsed_before + time.perf_counter() - start,
@@ -136,7 +151,8 @@ class SearchLoop:
         progress = Progress(
             TextColumn(f"[bold]{self.spec.strategy.name}[/] on {self.spec.space.name}"),
             BarColumn(), MofNCompleteColumn(), TextColumn("best {task.fields[best]}"),
-            TimeElapsedColumn(), console=Console(file=sys.stderr), transient=False,
+            TimeElapsedColumn(), TextColumn("{task.fields[llm]}"), console=Console(file=sys.stderr),
+            transient=False,
         )
         return _ProgressCtx(progress, self.spec.trials, done)
 
@@ -147,7 +163,7 @@ class _ProgressCtx:
 
     def __enter__(self):
         self.progress.__enter__()
-        task = self.progress.add_task("search", total=self.total, completed=self.done, best="-")
+        task = self.progress.add_task("search", total=self.total, completed=self.done, best="-", llm="")
         return self.progress, task
 
     def __exit__(self, *exc):

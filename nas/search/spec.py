@@ -12,6 +12,11 @@ from nas.evaluators import EVALUATORS, Evaluator
 from nas.spaces import SPACES, SearchSpace
 from nas.strategies import STRATEGIES, Strategy
 
+# Sanity bounds: a value above one is a typo (an extra zero or two), not a plan.
+MAX_TRIALS = 1_000_000
+MAX_BATCH_SIZE = 10_000
+MAX_EPOCHS = 10_000
+
 
 @dataclass(frozen=True)
 class Component:
@@ -47,6 +52,11 @@ class SearchSpec:
             raise ConfigError(f"budget.trials must be > 0, got {self.trials}")
         if self.batch_size <= 0:
             raise ConfigError(f"budget.batch_size must be > 0, got {self.batch_size}")
+        for where, value, bound in (("budget.trials", self.trials, MAX_TRIALS),
+                                    ("budget.batch_size", self.batch_size, MAX_BATCH_SIZE),
+                                    ("recipe.epochs", _epochs(self.evaluator), MAX_EPOCHS)):
+            if isinstance(value, int) and value > bound:
+                raise ConfigError(f"{where}={value} is above the sanity bound of {bound:,}")
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> "SearchSpec":
@@ -82,6 +92,40 @@ class SearchSpec:
             d.pop("constraint")
         return stable_hash(d)
 
+    # --- checks before anything is built or written ------------------------
+    def check_pairing(self, space_label: str | None = None) -> None:
+        """A strategy or evaluator that cannot take the space stops here, with the
+        fix in the message: the right space for it, or the right one for the space."""
+        label = space_label or self.space.name
+        natural = space_defaults(label)
+        space_cls = SPACES.get(self.space.name)
+        strategy_cls = STRATEGIES.get(self.strategy.name)
+        if not _searches(strategy_cls, self.space.name, space_cls.open_ended):
+            spaces = [n for n in SPACES.names() if _searches(strategy_cls, n, SPACES.get(n).open_ended)]
+            fits = [n for n in STRATEGIES.names()
+                    if _searches(STRATEGIES.get(n), self.space.name, space_cls.open_ended)]
+            kind = "the open-ended" if space_cls.open_ended else "the categorical"
+            raise ConfigError(
+                f"strategy={self.strategy.name} searches space={'|'.join(spaces)}, not {kind} space={label}: "
+                f"use space={'|'.join(spaces)}, or for space={label} use "
+                f"strategy={'|'.join(_first(natural.get('strategy'), fits))}")
+        evaluator_cls = EVALUATORS.get(self.evaluator.name)
+        if self.space.name not in evaluator_cls.spaces:
+            fits = [n for n in EVALUATORS.names() if self.space.name in EVALUATORS.get(n).spaces]
+            raise ConfigError(
+                f"evaluator={self.evaluator.name} scores space={'|'.join(evaluator_cls.spaces)}, not "
+                f"space={label}: use space={'|'.join(evaluator_cls.spaces)}, or for space={label} use "
+                f"evaluator={'|'.join(_first(natural.get('evaluator'), fits))}")
+
+    def check_budget(self, space: SearchSpace) -> None:
+        """More trials than a finite space has members, with a strategy that never repeats one."""
+        size = space.size()
+        unique = self.strategy.params.get("unique", True) is not False
+        if size is not None and unique and self.trials > size:
+            raise ConfigError(
+                f"budget.trials={self.trials} is more than space {space.name} has members ({size:,}) and "
+                f"strategy {self.strategy.name} never repeats one: use budget.trials<={size}")
+
     # --- factories --------------------------------------------------------
     def build_space(self) -> SearchSpace:
         return SPACES.create(self.space.name, self.space.params)
@@ -108,3 +152,31 @@ def build_evaluator(component: Component, space: SearchSpace) -> Evaluator:
 
 def _where(name: str) -> str:
     return name if name == "seed" else f"budget.{name}"
+
+
+def _epochs(evaluator: Component) -> Any:
+    recipe = evaluator.params.get("recipe")
+    return recipe.get("epochs") if isinstance(recipe, dict) else None
+
+
+def _searches(strategy_cls: type[Strategy], space: str, open_ended: bool) -> bool:
+    """Strategies naming their spaces search those; the others need a categorical space."""
+    return space in strategy_cls.spaces if strategy_cls.spaces else not open_ended
+
+
+def _first(natural: str | None, names: list[str]) -> list[str]:
+    """The space's natural choice (a preset name, e.g. quick) first."""
+    return [natural, *(n for n in names if n != natural)] if natural else names
+
+
+def space_defaults(label: str) -> dict[str, str]:
+    """The natural strategy and evaluator of a space preset (conf/space_defaults/<label>.yaml)."""
+    from importlib import resources
+
+    import yaml
+
+    path = resources.files("conf") / "space_defaults" / f"{label}.yaml"
+    if not path.is_file():
+        return {}
+    entries = yaml.safe_load(path.read_text()).get("defaults") or []
+    return {k.lstrip("/"): v for entry in entries if isinstance(entry, dict) for k, v in entry.items()}

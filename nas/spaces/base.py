@@ -106,4 +106,7 @@ class CategoricalSpace(SearchSpace):
         return math.prod(len(d.choices) for d in self.decisions())
 
 
-SPACES: Registry[SearchSpace] = Registry("space")
+SPACES: Registry[SearchSpace] = Registry("space", modules={
+    "nb201": "nas.spaces.nb201", "nader": "nas.spaces.open_ended", "source": "nas.spaces.open_ended",
+    "spos": "nas.spaces.spos", "autoformer": "nas.spaces.autoformer", "ofa_mbv3": "nas.spaces.ofa_mbv3",
+})

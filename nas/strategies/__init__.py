@@ -1,6 +1,5 @@
 """Search strategies as ask/tell objects with `state_dict()` for resume."""
 
-from nas.strategies.base import STRATEGIES, Candidate, Strategy, Trial
-from nas.strategies import collm, evolution, fairnad, nader, random_search, rea, reinforce  # noqa: F401  (registers)
+from nas.strategies.base import STRATEGIES, Candidate, Strategy, Trial  # modules imported on first use
 
 __all__ = ["STRATEGIES", "Candidate", "Strategy", "Trial"]

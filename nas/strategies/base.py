@@ -82,6 +82,12 @@ class Strategy(ABC):
     def feasible(self, arch: Architecture) -> bool:
         return self.constraint.violation(self.space, arch) is None
 
+    @classmethod
+    def random_start(cls, params: dict[str, Any]) -> int:
+        """How many first trials it draws at random whatever the results (an initial
+        population); a budget no larger is random search under another name."""
+        return 0
+
     @abstractmethod
     def ask(self, n: int) -> list[Candidate]:
         """Propose `n` candidates (fewer only by raising `SearchExhausted` when none)."""
@@ -127,4 +133,21 @@ class VisitedMixin:
         return None
 
 
-STRATEGIES: Registry[Strategy] = Registry("strategy")
+STRATEGIES: Registry[Strategy] = Registry("strategy", modules={
+    "collm": "nas.strategies.collm", "evolution": "nas.strategies.evolution", "fairnad": "nas.strategies.fairnad",
+    "nader": "nas.strategies.nader", "random": "nas.strategies.random_search", "rea": "nas.strategies.rea",
+    "reinforce": "nas.strategies.reinforce",
+})
+
+
+def random_only_note(name: str, params: dict[str, Any], trials: int) -> str | None:
+    """Why `trials` never get past the strategy's random start (None if they do): said when
+    the search starts and in `nas compare`, since such a run is random search in disguise."""
+    if name not in STRATEGIES.names():  # a run of a strategy this version does not have
+        return None
+    start = STRATEGIES.get(name).random_start(params)
+    if trials > start or start == 0:
+        return None
+    return (f"strategy '{name}': budget.trials={trials} <= population_size={start}, so every trial comes "
+            f"from its random initial population: random search in disguise (raise budget.trials or lower "
+            f"strategy.population_size)")

@@ -16,6 +16,7 @@ them); they are counted in `report()` and shown to the Navigator.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from nas.errors import ConfigError, RunDirError
 from nas.spaces.base import CategoricalSpace, SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy, Trial, VisitedMixin
 
+log = logging.getLogger("nas.strategies.collm")
 OPENING = "No strategy yet: explore architectures that differ from each other in every decision."
 
 
@@ -68,6 +70,10 @@ class Counts:
     random_fill: int = 0
     navigator_failures: int = 0
     generator_failures: int = 0
+    trimmed_turns: int = 0        # remembered exchanges left out so that a prompt fits the context
+
+
+LATER_COUNTS = ("trimmed_turns",)   # counts newer than some saved states: 0 when a resumed state lacks them
 
 
 @STRATEGIES.register("collm")
@@ -234,7 +240,8 @@ class CoLLMStrategy(VisitedMixin, Strategy):
             return Turn(first, first[1], self._template(opening))
         user = _render(refine, **values)[0]
         history = self._window(self.nav_log) if self.navigator_memory else []
-        return Turn([first[0], *history, user], user, self._template(refine))
+        tokens = self._single_tokens() if opening == "collm_single" else None
+        return Turn(self._fit("navigator", first[0], history, user, tokens), user, self._template(refine))
 
     def _generator_turn(self, k: int, retry: bool) -> Turn:
         lines = [f"- {r.text}: {r.kind}, {r.reason}" for r in self.rejections if r.iteration == self.iteration]
@@ -243,12 +250,26 @@ class CoLLMStrategy(VisitedMixin, Strategy):
         system, user = _render("collm_generator", **self._space_values(), strategy=self.strategy_text or OPENING,
                                visited=self._visited_text(), feedback=feedback, k=k)
         history = self._window(self.gen_log) if self.generator_memory else []
-        return Turn([system, *history, user], user, self._template("collm_generator"))
+        return Turn(self._fit("generator", system, history, user), user, self._template("collm_generator"))
 
     def _window(self, log: list[dict[str, str]]) -> list[dict[str, str]]:
         if self.memory_turns is None:
             return list(log)
         return log[len(log) - 2 * self.memory_turns:] if self.memory_turns else []
+
+    def _fit(self, role: str, system: dict[str, str], history: list[dict[str, str]], user: dict[str, str],
+             max_tokens: int | None = None) -> list[dict[str, str]]:
+        """System + history + user, without the oldest remembered exchanges that would push prompt and
+        reply past the context (`llm.context`): a remembered turn is worth less than an answered call."""
+        budget = self.client.prompt_budget(role, max_tokens)
+        while budget is not None and history and self.client.prompt_tokens([system, *history, user]) > budget:
+            history = history[2:]        # one exchange: the user turn and the reply to it
+            self.counts.trimmed_turns += 1
+        return [system, *history, user]
+
+    def _single_tokens(self) -> int:
+        """SiLLM's reply budget: both roles' replies in one (as `nas.agents.collm.single` asks)."""
+        return self.client.config.role("navigator").max_tokens + self.client.config.role("generator").max_tokens
 
     @staticmethod
     def _remember(log: list[dict[str, str]], turn: Turn, answer, keep: bool) -> None:
@@ -262,8 +283,10 @@ class CoLLMStrategy(VisitedMixin, Strategy):
         return f"{load_prompt(prompt).template_id}#seed={self.seed}"
 
     def _error(self, role: str, answer) -> None:
-        self.errors.append({"iteration": self.iteration, "role": role,
-                            "error": answer.errors[-1] if answer.errors else "no reply"})
+        """A failed call costs its turn (counted, one log line); the search goes on."""
+        error = answer.errors[-1] if answer.errors else "no reply"
+        self.errors.append({"iteration": self.iteration, "role": role, "error": error})
+        log.warning("collm: %s failed at iteration %d: %s", role, self.iteration, error)
 
     # -- what the LLMs are shown --------------------------------------------------------------------------
 
@@ -358,11 +381,12 @@ class CoLLMStrategy(VisitedMixin, Strategy):
             logs = [[{"role": str(m["role"]), "content": str(m["content"])} for m in state[k]]
                     for k in ("nav_log", "gen_log")]
             errors = [dict(e) for e in state["errors"]]
-            counts = Counts(**{f.name: int(state["counts"][f.name]) for f in fields(Counts)})
+            counts = Counts(**{f.name: int(state["counts"][f.name] if f.name not in LATER_COUNTS
+                                            else state["counts"].get(f.name, 0)) for f in fields(Counts)})
             visited = set(state["visited"])
             if len(reported) != 2 or not (strategy_text is None or isinstance(strategy_text, str)):
                 raise ValueError("reported must be two counts and strategy_text a string or null")
-        except (KeyError, TypeError, ValueError) as err:
+        except (AttributeError, KeyError, TypeError, ValueError) as err:
             raise RunDirError(f"strategy 'collm' state: {err}") from None
         self.seed, self.iteration, self.queue = seed, iteration, queue
         self.records, self.rejections = records, rejections

@@ -23,12 +23,14 @@ from nas.errors import ConfigError, RunDirError
 from nas.spaces.base import CategoricalSpace, SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy, Trial, VisitedMixin
 
+POPULATION_SIZE = 20
+
 
 @STRATEGIES.register("evolution")
 class Evolution(VisitedMixin, Strategy):
-    def __init__(self, space: SearchSpace, seed: int, population_size: int = 20, parent_ratio: float = 0.25,
-                 mutation_ratio: float = 0.5, mutate_prob: float = 0.1, unique: bool = True,
-                 max_attempts: int = 100) -> None:
+    def __init__(self, space: SearchSpace, seed: int, population_size: int = POPULATION_SIZE,
+                 parent_ratio: float = 0.25, mutation_ratio: float = 0.5, mutate_prob: float = 0.1,
+                 unique: bool = True, max_attempts: int = 100) -> None:
         super().__init__(space, seed)
         if not isinstance(space, CategoricalSpace):
             raise ConfigError(f"strategy 'evolution' needs a categorical space (one choice per decision), "
@@ -48,6 +50,10 @@ class Evolution(VisitedMixin, Strategy):
         self.queue: list[tuple[Any, dict[str, Any]]] = []     # (encoding, info) of this generation's children
         self.generation = -1
         self._init_visited()
+
+    @classmethod
+    def random_start(cls, params: dict[str, Any]) -> int:
+        return int(params.get("population_size", POPULATION_SIZE))  # the first generation has no parents
 
     # -- ask ----------------------------------------------------------------------------------------------
 

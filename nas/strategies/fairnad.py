@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from nas.arch.dag.macro import Budget
+from nas.arch.dag.macro import WIDTH_MULTIPLE, Budget
 from nas.errors import ConfigError, RunDirError
 from nas.spaces.base import SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, Draft, SearchExhausted, Strategy, Trial
@@ -77,7 +77,8 @@ class FairNADStrategy(Strategy):
                  iterative_steps: int = 2, sampling: str = "main", use_knowledge: bool = True,
                  max_debug: int = 2, max_downscale: int = 4, structure: bool = True, underused: float = 0.9,
                  input_size: int = 32, num_classes: int = 10, max_params: float = 1.5e6,
-                 max_flops: float = 0.2e9, sandbox: dict[str, Any] | None = None) -> None:
+                 max_flops: float = 0.2e9, sandbox: dict[str, Any] | None = None,
+                 width_multiple: int = WIDTH_MULTIPLE) -> None:
         super().__init__(space, seed)
         stages = {s: True for s in STAGES} | dict(stages or {})
         unknown = sorted(set(stages) - set(STAGES))
@@ -95,6 +96,9 @@ class FairNADStrategy(Strategy):
         self.stage_order = [s for s in STAGES if stages[s]]
         if not self.stage_order:
             raise ConfigError("strategy 'fairnad': every stage is switched off (strategy.stages)")
+        if type(width_multiple) is not int or width_multiple < 1:
+            raise ConfigError(f"strategy.width_multiple must be an integer >= 1, got {width_multiple!r}")
+        self.width_multiple = width_multiple
         if not 0 < underused <= 1:
             raise ConfigError(f"strategy.underused must be in (0, 1], got {underused}")
         self.llm_settings, self.knowledge_settings = llm or {}, knowledge or {}
@@ -300,7 +304,7 @@ class FairNADStrategy(Strategy):
                   attempts: list[dict[str, Any]]) -> tuple[Any, str]:
         """Algorithm 1's loop: check; debug after parse/execution errors (≤ max_debug),
         downscale over budget (≤ max_downscale); anything else ends the loop."""
-        from nas.agents.fairnad import DOWNSCALE_ONCE, DOWNSCALE_SHRINK, debug, downscale
+        from nas.agents.fairnad import DOWNSCALE_ONCE, DOWNSCALE_SHRINK, debug, downscale, off_multiple
         from nas.sandbox.limits import Limits
         from nas.verify import source_chain
 
@@ -311,6 +315,8 @@ class FairNADStrategy(Strategy):
         while True:
             outcome = chain.run(code)
             attempts.append({"action": action, **outcome.to_dict()})
+            if action == "downscale" and (off := off_multiple(code, self.width_multiple)):
+                attempts[-1]["off_multiple"] = off[:8]  # the prompt's width rule, not kept
             failure = outcome.failure
             if failure is None:
                 return outcome, code
@@ -323,7 +329,7 @@ class FairNADStrategy(Strategy):
                 oversize = d["params"] > OVERSIZE * self.budget.params or d["flops"] > OVERSIZE * self.budget.flops
                 how = DOWNSCALE_ONCE if oversize else DOWNSCALE_SHRINK[int(self.rng.integers(len(DOWNSCALE_SHRINK)))]
                 answer = downscale(self.client, code, parent.source, request, failure.error.split(": ", 1)[-1],
-                                   how, attempt=downs)
+                                   how, attempt=downs, multiple=self.width_multiple)
                 action, downs = "downscale", downs + 1
             else:
                 return outcome, code

@@ -5,7 +5,9 @@ for it from the knowledge store, let the Proposer rank them, let the Modifier
 write the new block — retried with the verifier's node-level error (LIF, up
 to `lif_tries`) and given the top experiences (LDE) — and return the design;
 a draft that never verifies, or a duplicate, comes back as a rejected
-candidate (a failed trial, never trained). After failed attempts the
+candidate (a failed trial, never trained). A design that drops the parent's
+structure (`KeepsParent`) or gives the parent back unchanged (`Changed`) is
+sent back to the Modifier with that error, within the same `lif_tries`. After failed attempts the
 Reflector writes a tip; tell: record scores in the tree, and after a
 degradation the Reflector writes a suggestion. Tips and suggestions go to the
 experience store.
@@ -22,7 +24,8 @@ from nas.spaces.base import SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, Draft, SearchExhausted, Strategy, Trial
 from nas.strategies.design import design_metrics
 from nas.strategies.modtree import ModificationTree
-from nas.verify import block_chain
+from nas.verify import FIX, Check, Verifier, block_chain
+from nas.verify import Draft as VerifyDraft
 
 GENERIC_IDEA = "Improve the block's accuracy with one architectural change of your choice."
 
@@ -94,6 +97,8 @@ class NaderStrategy(Strategy):
         parent_blocks = BlockSet.from_text(node.text, f"node {node.id}")
         seen = {self.tree.node(i).key: f"node {i}" for i in range(len(self.tree))}
         chain = block_chain(parent_blocks, self.skeleton, self.budget, seen)
+        chain.verifiers.insert(1, KeepsParent(parent_blocks))     # after parse: needs the parsed blocks
+        chain.verifiers.insert(-1, Changed(node.key, node.id))    # before dedup: the parent is retried
         attempts: list[dict[str, Any]] = []
         previous = error = None
         outcome, text = None, ""
@@ -124,7 +129,7 @@ class NaderStrategy(Strategy):
             return Candidate(outcome.arch, {**info, "node": child.id})
         reason = (outcome.failure.error if outcome is not None else attempts[-1].get("error")) or "no valid design"
         draft = Draft(text or f"(no reply) {idea}", "nader")
-        if outcome is not None and outcome.failure.name == "dedup":
+        if outcome is not None and outcome.failure.name in ("dedup", "unchanged"):
             return Candidate(draft, {**info, "duplicate": True}, rejected=reason)
         if self.tree.has_key(draft.key()) is not None:  # the same broken draft again
             return Candidate(draft, info, rejected=reason)
@@ -215,6 +220,58 @@ class NaderStrategy(Strategy):
         if self.client is not None:
             out["llm"] = self.client.usage.to_dict()
         return out
+
+
+class KeepsParent(Verifier):
+    """A design must be a modification of its parent, not a rewrite: every section it changes keeps
+    at least half of the parent section's operations (`MIN_KEPT`) and at least one of their kinds.
+    NADER's ideas are edits (swap a kernel, add a gate or a branch); a weak Modifier instead collapses
+    the block to a convolution or two, which passes every shape check yet ignores parent and idea.
+    The error goes back to the Modifier (FIX) like a verifier failure."""
+
+    name = "keeps_parent"
+    MIN_KEPT = 0.5
+
+    def __init__(self, parent: BlockSet) -> None:
+        self.parent = parent
+
+    def check(self, draft: VerifyDraft) -> Check:
+        for role, block in draft.arch.blocks.sections().items():  # type: ignore[union-attr]
+            before = getattr(self.parent, role)
+            if block == before:
+                continue
+            old, new = _ops(before), _ops(block)
+            lost_kinds = not set(old) & set(new)
+            if len(new) < max(1, int(len(old) * self.MIN_KEPT)) or (old and lost_kinds):
+                return self.failed(
+                    f"dropped the parent's structure: {role} block '{block.name}' has {len(new)} operation(s) "
+                    f"({_kinds(new)}), the parent's {len(old)} ({_kinds(old)}); keep the parent's operations "
+                    f"and apply the idea as a change to them", FIX, role=role, ops=len(new), parent_ops=len(old))
+        return self.passed()
+
+
+class Changed(Verifier):
+    """The parent block given back unchanged: retried (FIX) with that as the error, unlike a
+    duplicate of another node, which is skipped."""
+
+    name = "unchanged"
+
+    def __init__(self, parent_key: str, parent_id: int) -> None:
+        self.parent_key, self.parent_id = parent_key, parent_id
+
+    def check(self, draft: VerifyDraft) -> Check:
+        if draft.arch.key() == self.parent_key:  # type: ignore[union-attr]
+            return self.failed(f"duplicate of the parent (node {self.parent_id}): the block is unchanged; "
+                               f"apply the idea", FIX)
+        return self.passed()
+
+
+def _ops(block) -> list[str]:
+    return [n.op for n in block.nodes.values() if not n.is_io]
+
+
+def _kinds(ops: list[str]) -> str:
+    return ", ".join(dict.fromkeys(ops)) or "none"
 
 
 def _first_error(attempt: dict[str, Any]) -> str:

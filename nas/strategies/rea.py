@@ -11,10 +11,12 @@ from nas.errors import ConfigError, RunDirError
 from nas.spaces.base import SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy, Trial, VisitedMixin
 
+POPULATION_SIZE = 20
+
 
 @STRATEGIES.register("rea")
 class RegularizedEvolution(VisitedMixin, Strategy):
-    def __init__(self, space: SearchSpace, seed: int, population_size: int = 20,
+    def __init__(self, space: SearchSpace, seed: int, population_size: int = POPULATION_SIZE,
                  sample_size: int = 5, unique: bool = True, max_attempts: int = 100) -> None:
         super().__init__(space, seed)
         if population_size < 1 or sample_size < 1:
@@ -29,6 +31,10 @@ class RegularizedEvolution(VisitedMixin, Strategy):
         self.population: deque[tuple[Any, str, float]] = deque()  # (encoding, key, accuracy), oldest first
         self.pending_init = 0
         self._init_visited()
+
+    @classmethod
+    def random_start(cls, params: dict[str, Any]) -> int:
+        return int(params.get("population_size", POPULATION_SIZE))  # children only once it is full
 
     def ask(self, n: int) -> list[Candidate]:
         out = []

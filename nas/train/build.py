@@ -10,10 +10,7 @@ the sandbox.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from nas.arch.base import Architecture
 from nas.arch.block import BlockArch
@@ -21,6 +18,9 @@ from nas.arch.dag.macro import WIDTH_MULTIPLE, Budget, Plan, Skeleton, search_wi
 from nas.arch.nb201 import NB201Cell
 from nas.errors import ConfigError, EvaluationError, NasError
 from nas.registry import check_keys
+
+if TYPE_CHECKING:
+    from torch import nn
 
 SKELETONS = ("nb201", "imagenet")
 
@@ -66,6 +66,8 @@ class BuildOptions:
 def build_model(arch: Architecture, shape: tuple[int, int, int], num_classes: int, options: BuildOptions,
                 seed: int) -> nn.Module:
     """Seeded, so the initial weights are part of what the seed fixes."""
+    import torch  # here, not at import: `BuildOptions` is config, checked before anything trains
+
     torch.manual_seed(seed)
     try:
         if isinstance(arch, NB201Cell):

@@ -38,6 +38,7 @@ from nas.measure import count_flops, count_params
 from nas.train.early_stop import failing
 from nas.train.engine import Engine
 from nas.train.graphs import StaticEval, StaticStep, padded_rows
+from nas.train.progress import EpochProgress, OnEpoch
 from nas.train.recipe import Recipe
 from nas.train.result import TrainResult
 
@@ -81,6 +82,7 @@ class _Run:
     and scheduler for eager steps of any batch size."""
 
     model: nn.Module
+    label: str  # who it is in progress reports
     stream: torch.cuda.Stream | None
     total: torch.Tensor  # on the device: the epoch's loss sum, then the correct predictions
     static: StaticStep | None = None
@@ -111,8 +113,9 @@ class _Group:
     """Models trained in lockstep on the same batches."""
 
     def __init__(self, models: list[nn.Module], data: ImageData, recipe: Recipe, seed: int, engine: Engine,
-                 device: torch.device) -> None:
+                 device: torch.device, labels: list[str], on_epoch: OnEpoch | None = None) -> None:
         self.data, self.recipe, self.seed, self.engine, self.device = data, recipe, seed, engine, device
+        self.on_epoch = on_epoch
         splits = _resident(data, device)
         self.splits = {name: splits[name].subset(getattr(recipe, f"{name}_subset")) for name in splits}
         self.mean = torch.tensor(data.mean, device=device).view(1, -1, 1, 1)
@@ -122,13 +125,13 @@ class _Group:
         self.static = self.graphs or engine.compile  # a graph, or one compilation, needs one batch shape
         self.batch_shape = (recipe.batch_size, *data.shape)
         self.real = torch.ones(recipe.batch_size, device=device)  # the loss mask of a full batch
-        self.runs = [self._run(m) for m in models]
+        self.runs = [self._run(m, label) for m, label in zip(models, labels)]
 
-    def _run(self, model: nn.Module) -> _Run:
+    def _run(self, model: nn.Module, label: str) -> _Run:
         r, e, cuda = self.recipe, self.engine, self.device.type == "cuda"
         fmt = torch.channels_last if e.channels_last else torch.contiguous_format
         model.to(self.device, memory_format=fmt).train()
-        run = _Run(model, torch.cuda.Stream(self.device) if cuda else None,
+        run = _Run(model, label, torch.cuda.Stream(self.device) if cuda else None,
                    torch.zeros((), dtype=torch.float64, device=self.device))
         if self.static:
             forward = torch.compile(model, dynamic=False) if e.compile else model
@@ -195,6 +198,7 @@ class _Group:
         shuffle = torch.Generator().manual_seed(self.seed)
         aug = torch.Generator(device=self.device).manual_seed(self.seed)
         torch.manual_seed(self.seed)  # whatever the models draw (dropout), as the plain path's seed_everything
+        start = time.perf_counter()
         for _ in range(self.recipe.epochs):
             live = [run for run in self.runs if run.terminated is None]
             if not live:
@@ -217,6 +221,9 @@ class _Group:
                 mean = float(run.total) / len(train)
                 run.losses.append(mean if math.isfinite(mean) else float("nan"))
                 run.terminated = failing(run.losses, self.recipe)
+                if self.on_epoch is not None:
+                    self.on_epoch(EpochProgress(run.label, len(run.losses), self.recipe.epochs, run.losses[-1],
+                                                time.perf_counter() - start, run.terminated))
 
     def _count(self, run: _Run, x: torch.Tensor, y: torch.Tensor) -> None:
         with self._autocast():
@@ -256,9 +263,10 @@ class _Group:
                 run.accuracy[name] = round(100 * float(run.total) / max(len(split), 1), 4)
 
 
-def train_fast(models: list[nn.Module], data: ImageData, recipe: Recipe, seed: int,
-               engine: Engine) -> list[TrainResult]:
-    """Train `models` (moved to the device, trained in place) in groups of `engine.concurrent`.
+def train_fast(models: list[nn.Module], data: ImageData, recipe: Recipe, seed: int, engine: Engine,
+               on_epoch: OnEpoch | None = None, labels: list[str] | None = None) -> list[TrainResult]:
+    """Train `models` (moved to the device, trained in place) in groups of `engine.concurrent`,
+    calling `on_epoch` after each model's epoch (`labels` name the models in it).
 
     A model's results do not depend on its group unless it draws from the
     global RNG (dropout).  Each result's `wall_seconds` is its group's (the
@@ -270,12 +278,13 @@ def train_fast(models: list[nn.Module], data: ImageData, recipe: Recipe, seed: i
     device = _device(engine.accelerator)
     c, h, w = data.shape
     results: list[TrainResult] = []
+    labels = labels or [f"candidate {i + 1}" for i in range(len(models))]
     start = time.perf_counter()
     for first in range(0, len(models), engine.concurrent):
         chunk = models[first:first + engine.concurrent]
         counts = [(count_params(m), count_flops(m, (1, c, h, w))) for m in chunk]
         try:
-            group = _Group(chunk, data, recipe, seed, engine, device)
+            group = _Group(chunk, data, recipe, seed, engine, device, labels[first:first + len(chunk)], on_epoch)
             _sync(device)
             device_start = time.perf_counter()
             group.prepare()

@@ -15,6 +15,7 @@ from nas.measure import count_flops, count_params
 from nas.train.early_stop import FailingRunStop
 from nas.train.engine import Engine
 from nas.train.module import Classifier
+from nas.train.progress import EpochProgress, OnEpoch
 from nas.train.recipe import Recipe
 from nas.train.result import TrainResult
 
@@ -28,8 +29,27 @@ def _quiet() -> None:
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
 
 
-def train(model: nn.Module, data: ImageData, recipe: Recipe, seed: int, engine: Engine = Engine()) -> TrainResult:
-    """Fit on train, pick nothing on valid (fixed epochs, as NB201), report valid and test accuracy.
+class EpochReport(pl.Callback):
+    """`on_epoch` after each epoch, on rank 0; after FailingRunStop in the callback list, so
+    the epoch's loss and any termination are known."""
+
+    def __init__(self, on_epoch: OnEpoch, label: str) -> None:
+        self.on_epoch, self.label, self.start = on_epoch, label, 0.0
+
+    def on_train_start(self, trainer: pl.Trainer, module: Classifier) -> None:
+        self.start = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, module: Classifier) -> None:
+        module.finish_epoch()
+        if trainer.is_global_zero and module.epoch_losses:
+            self.on_epoch(EpochProgress(self.label, len(module.epoch_losses), module.recipe.epochs,
+                                        module.epoch_losses[-1], time.perf_counter() - self.start, module.stopped))
+
+
+def train(model: nn.Module, data: ImageData, recipe: Recipe, seed: int, engine: Engine = Engine(),
+          on_epoch: OnEpoch | None = None, label: str = "candidate 1") -> TrainResult:
+    """Fit on train, pick nothing on valid (fixed epochs, as NB201), report valid and test accuracy;
+    `on_epoch` hears of each finished epoch.
 
     With `engine.devices > 1` Lightning trains with DDP, relaunching this
     process's command line once per extra rank: call it from a process whose
@@ -46,7 +66,8 @@ def train(model: nn.Module, data: ImageData, recipe: Recipe, seed: int, engine: 
         max_epochs=recipe.epochs, accelerator=engine.accelerator, devices=engine.devices,
         strategy="ddp" if engine.devices > 1 else "auto", deterministic=True,
         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=0, callbacks=[FailingRunStop()], check_val_every_n_epoch=recipe.epochs,
+        num_sanity_val_steps=0, callbacks=[FailingRunStop(), *([EpochReport(on_epoch, label)] if on_epoch else [])],
+        check_val_every_n_epoch=recipe.epochs,
     )
     device_start = time.perf_counter()
     trainer.fit(module, datamodule=dm)

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, ClassVar, NamedTuple, Sequence
-
-import torch
-from torch import nn
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable, ClassVar, NamedTuple, Sequence
 
 from nas.arch.dag.expr import ExprError, eval_int, evaluate, parse_expr, to_python, variables_of
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class Dim(NamedTuple):
@@ -189,6 +190,20 @@ class OpSpec:
         return f"{ref}({', '.join(args)})"
 
 
+def _nn() -> ModuleType:
+    """torch.nn, imported when the first module is built: parsing and shape checks never need torch."""
+    from torch import nn
+
+    return nn
+
+
+def _modules() -> ModuleType:
+    """This language's own modules (`nas.arch.dag.modules`), imported with torch on first use."""
+    from nas.arch.dag import modules
+
+    return modules
+
+
 OPS: dict[str, OpSpec] = {}
 
 
@@ -267,7 +282,7 @@ class Conv2dSpec(OpSpec):
 
     def module(self, a: Bound, ins: list[Shape], env: dict[str, int]) -> nn.Module:
         v = a.values
-        return nn.Conv2d(
+        return _nn().Conv2d(
             ins[0][1].value, int(v["out_channels"]), int(v["kernel_size"]), stride=int(v["stride"]),
             padding=self._padding(a), dilation=int(v["dilation"]), groups=int(v["groups"]),
         )
@@ -298,7 +313,7 @@ class LinearSpec(OpSpec):
         return fin * fout + fout, numel(ins[0]) * fout
 
     def module(self, a: Bound, ins: list[Shape], env: dict[str, int]) -> nn.Module:
-        return nn.Linear(ins[0][-1].value, int(a.values["out_channels"]))
+        return _nn().Linear(ins[0][-1].value, int(a.values["out_channels"]))
 
     def ctor_source(self, a: Bound, ins: list[Shape]) -> str:
         return f"nn.Linear({py(ins[0][-1].expr)}, {py(a.exprs['out_channels'])})"
@@ -327,7 +342,7 @@ class _PoolSpec(OpSpec):
         return (x[0], x[1], h, w)
 
     def module(self, a: Bound, ins: list[Shape], env: dict[str, int]) -> nn.Module:
-        return getattr(nn, self.torch_name)(int(a.values["kernel_size"]), int(a.values["stride"]), self._padding(a))
+        return getattr(_nn(), self.torch_name)(int(a.values["kernel_size"]), int(a.values["stride"]), self._padding(a))
 
     def ctor_source(self, a: Bound, ins: list[Shape]) -> str:
         return f"nn.{self.torch_name}({py(a.exprs['kernel_size'])}, {py(a.exprs['stride'])}, padding={self._padding(a)})"
@@ -358,7 +373,7 @@ class _AdaptiveSpec(OpSpec):
         return 0, numel(ins[0]) if self.counts_input else 0
 
     def module(self, a: Bound, ins: list[Shape], env: dict[str, int]) -> nn.Module:
-        return getattr(nn, self.torch_name)(int(a.values["output_size"]))
+        return getattr(_nn(), self.torch_name)(int(a.values["output_size"]))
 
     def ctor_source(self, a: Bound, ins: list[Shape]) -> str:
         return f"nn.{self.torch_name}({py(a.exprs['output_size'])})"
@@ -393,21 +408,6 @@ def broadcast(name: str, shapes: list[Shape]) -> Shape:
     return tuple(out)
 
 
-class Elementwise(nn.Module):
-    def __init__(self, op: str):
-        super().__init__()
-        self.op = op
-
-    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
-        out = xs[0]
-        for x in xs[1:]:
-            out = out + x if self.op == "add" else out * x
-        return out
-
-    def extra_repr(self) -> str:
-        return self.op
-
-
 @register("Add")
 class AddSpec(OpSpec):
     min_inputs, max_inputs, commutative = 2, None, True
@@ -417,7 +417,7 @@ class AddSpec(OpSpec):
         return broadcast(self.name, ins)
 
     def module(self, a: Bound, ins: list[Shape], env: dict[str, int]) -> nn.Module:
-        return Elementwise("add" if self.symbol == "+" else "mul")
+        return _modules().Elementwise("add" if self.symbol == "+" else "mul")
 
     def call_source(self, a: Bound, args: list[str], ref: str) -> str:
         return f" {self.symbol} ".join(args)
@@ -426,11 +426,6 @@ class AddSpec(OpSpec):
 @register("Mul")
 class MulSpec(AddSpec):
     symbol = "*"
-
-
-class MatMul(nn.Module):
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.matmul(x, y)
 
 
 @register("Multiply")
@@ -452,22 +447,10 @@ class MultiplySpec(OpSpec):
         return 0, numel(out) * ins[0][-1].value
 
     def module(self, a: Bound, ins: list[Shape], env: dict[str, int]) -> nn.Module:
-        return MatMul()
+        return _modules().MatMul()
 
     def call_source(self, a: Bound, args: list[str], ref: str) -> str:
         return f"torch.matmul({args[0]}, {args[1]})"
-
-
-class Concat(nn.Module):
-    def __init__(self, dim: int):
-        super().__init__()
-        self.dim = dim
-
-    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
-        return torch.cat(xs, dim=self.dim)
-
-    def extra_repr(self) -> str:
-        return f"dim={self.dim}"
 
 
 @register("concat", "Concat")
@@ -490,31 +473,13 @@ class ConcatSpec(OpSpec):
         return ins[0][:axis] + (total,) + ins[0][axis + 1 :]
 
     def module(self, a: Bound, ins: list[Shape], env: dict[str, int]) -> nn.Module:
-        return Concat(int(a.values["dim"]))
+        return _modules().Concat(int(a.values["dim"]))
 
     def call_source(self, a: Bound, args: list[str], ref: str) -> str:
         return f"torch.cat([{', '.join(args)}], dim={int(a.values['dim'])})"
 
 
 # ------------------------------------------------------- reductions, softmax
-
-
-class Reduce(nn.Module):
-    def __init__(self, how: str, dim: int):
-        super().__init__()
-        self.how, self.dim = how, dim
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.how == "max":
-            return x.amax(dim=self.dim, keepdim=True)
-        if self.how == "sum":
-            return x.sum(dim=self.dim, keepdim=True)
-        if self.how == "mean":
-            return x.mean(dim=self.dim, keepdim=True)
-        return x.softmax(dim=self.dim)
-
-    def extra_repr(self) -> str:
-        return f"{self.how}, dim={self.dim}"
 
 
 class _ReduceSpec(OpSpec):
@@ -528,7 +493,7 @@ class _ReduceSpec(OpSpec):
         return x[:axis] + (const(1),) + x[axis + 1 :]
 
     def module(self, a: Bound, ins: list[Shape], env: dict[str, int]) -> nn.Module:
-        return Reduce(self.name, int(a.values["dim"]))
+        return _modules().Reduce(self.name, int(a.values["dim"]))
 
     def call_source(self, a: Bound, args: list[str], ref: str) -> str:
         d = int(a.values["dim"])
@@ -549,7 +514,7 @@ class _ActivationSpec(OpSpec):
     torch_name: ClassVar[str] = ""
 
     def module(self, a: Bound, ins: list[Shape], env: dict[str, int]) -> nn.Module:
-        return getattr(nn, self.torch_name)()
+        return getattr(_nn(), self.torch_name)()
 
     def ctor_source(self, a: Bound, ins: list[Shape]) -> str:
         return f"nn.{self.torch_name}()"
@@ -557,24 +522,6 @@ class _ActivationSpec(OpSpec):
 
 for _name in ("ReLU", "GELU", "Sigmoid"):
     register(_name)(type(f"{_name}Spec", (_ActivationSpec,), {"torch_name": _name}))
-
-
-class DropPath(nn.Module):
-    """Stochastic depth: drop the whole branch per sample while training."""
-
-    def __init__(self, drop_prob: float = 0.0):
-        super().__init__()
-        self.drop_prob = drop_prob
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.drop_prob == 0.0:
-            return x
-        keep = 1.0 - self.drop_prob
-        mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
-        return x * mask / keep
-
-    def extra_repr(self) -> str:
-        return f"drop_prob={self.drop_prob}"
 
 
 @register("DropPath")
@@ -588,7 +535,7 @@ class DropPathSpec(OpSpec):
         return bound
 
     def module(self, a: Bound, ins: list[Shape], env: dict[str, int]) -> nn.Module:
-        return DropPath(float(a.values["drop_prob"]))
+        return _modules().DropPath(float(a.values["drop_prob"]))
 
     def ctor_source(self, a: Bound, ins: list[Shape]) -> str:
         return f"DropPath({float(a.values['drop_prob'])!r})"
@@ -607,7 +554,7 @@ class BNSpec(OpSpec):
         return "BatchNorm2d" if len(ins[0]) == 4 else "BatchNorm1d"
 
     def module(self, a: Bound, ins: list[Shape], env: dict[str, int]) -> nn.Module:
-        return getattr(nn, self._cls(ins))(ins[0][1].value)
+        return getattr(_nn(), self._cls(ins))(ins[0][1].value)
 
     def ctor_source(self, a: Bound, ins: list[Shape]) -> str:
         return f"nn.{self._cls(ins)}({py(ins[0][1].expr)})"
@@ -630,25 +577,13 @@ class LNSpec(OpSpec):
         return 2 * ins[0][-1].value, 5 * numel(ins[0])
 
     def module(self, a: Bound, ins: list[Shape], env: dict[str, int]) -> nn.Module:
-        return nn.LayerNorm(ins[0][-1].value)
+        return _nn().LayerNorm(ins[0][-1].value)
 
     def ctor_source(self, a: Bound, ins: list[Shape]) -> str:
         return f"nn.LayerNorm({py(ins[0][-1].expr)})"
 
 
 # ------------------------------------------------------------ tensor layout
-
-
-class Permute(nn.Module):
-    def __init__(self, dims: list[int]):
-        super().__init__()
-        self.dims = tuple(dims)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.permute(*self.dims)
-
-    def extra_repr(self) -> str:
-        return str(self.dims)
 
 
 @register("permute")
@@ -662,30 +597,10 @@ class PermuteSpec(OpSpec):
         return tuple(x[i] for i in a.items)
 
     def module(self, a: Bound, ins: list[Shape], env: dict[str, int]) -> nn.Module:
-        return Permute(a.items)
+        return _modules().Permute(a.items)
 
     def call_source(self, a: Bound, args: list[str], ref: str) -> str:
         return f"{args[0]}.permute({', '.join(map(str, a.items))})"
-
-
-class Shaped(nn.Module):
-    """reshape/repeat whose sizes may use the batch size B, known only at run time."""
-
-    def __init__(self, how: str, exprs: list[str], env: dict[str, int], exact: bool = True):
-        super().__init__()
-        self.how, self.exprs, self.exact = how, list(exprs), exact
-        self.env = {k: v for k, v in env.items() if k != "B"}
-        self.static = None if any("B" in variables_of(e) for e in exprs) else [eval_int(e, env, exact) for e in exprs]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        sizes = self.static
-        if sizes is None:
-            env = dict(self.env, B=int(x.shape[0]))
-            sizes = [eval_int(e, env, self.exact) for e in self.exprs]
-        return x.reshape(*sizes) if self.how == "reshape" else x.repeat(*sizes)
-
-    def extra_repr(self) -> str:
-        return f"{self.how}({', '.join(self.exprs)})"
 
 
 class _SizesSpec(OpSpec):
@@ -694,7 +609,7 @@ class _SizesSpec(OpSpec):
     variadic = True
 
     def module(self, a: Bound, ins: list[Shape], env: dict[str, int]) -> nn.Module:
-        return Shaped(self.name, a.item_exprs, env, a.exact)
+        return _modules().Shaped(self.name, a.item_exprs, env, a.exact)
 
     def call_source(self, a: Bound, args: list[str], ref: str) -> str:
         return f"{args[0]}.{self.name}({', '.join(py(e) for e in a.item_exprs)})"

@@ -1,0 +1,143 @@
+"""`nas search` config handling: space-aware defaults, one-line override errors,
+no run dir before the config is valid, the lock before `.hydra/`, budget bounds
+and search.log progress. In-process except where a second process is the point."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from conftest import NAS, ROOT
+
+from nas.cli import available, main
+from nas.cli_search import check_build, check_job, compose, job_overrides
+from nas.errors import ConfigError
+from nas.search.rundir import RunDir
+from nas.search.spec import Component, SearchSpec, space_defaults
+
+NATURAL = {"nader": ("nader", "train"), "source": ("fairnad", "train"), "nb201": ("rea", "table"),
+           **{s: ("evolution", "supernet") for s in ("ofa_mbv3", "ofa_mbv3_small", "spos", "spos_small",
+                                                     "autoformer", "autoformer_small")}}
+
+
+def test_every_space_preset_has_natural_defaults():
+    assert set(available("space")) == set(NATURAL) == set(available("space_defaults"))
+
+
+@pytest.mark.parametrize("space", sorted(NATURAL))
+def test_a_space_alone_gets_its_natural_strategy_and_evaluator(space):
+    cfg = compose([f"space={space}"])
+    assert (cfg.strategy.name, cfg.evaluator.name) == NATURAL[space]
+    spec = SearchSpec(space=Component(cfg.space.name), strategy=Component(cfg.strategy.name),
+                      evaluator=Component(cfg.evaluator.name))
+    spec.check_pairing(space)  # the natural pair is a valid one
+
+
+def test_the_default_job_is_still_nader_on_the_quick_evaluator():
+    cfg = compose([])
+    assert (cfg.space.name, cfg.strategy.name, cfg.evaluator.name, cfg.evaluator.cells_per_stage) == \
+        ("nader", "nader", "train", 2)
+    assert space_defaults("nader") == {"strategy": "nader", "evaluator": "quick"}
+
+
+def test_explicit_choices_replace_the_natural_ones_and_sweeps_pick_per_job():
+    cfg = compose(["space=nb201", "strategy=random", "evaluator=train"])
+    assert (cfg.strategy.name, cfg.evaluator.name) == ("random", "train")
+    jobs = job_overrides(["space=nb201,spos_small", "seed=0,1"], multirun=True)
+    assert len(jobs) == 4
+    assert [compose(job).strategy.name for job in jobs] == ["rea", "rea", "evolution", "evolution"]
+    # the ablation preset sweeps strategy x seed from its config; a command-line value replaces a swept one
+    jobs = job_overrides(["+experiment=ablation", "seed=3"], multirun=True)
+    assert sorted(sorted(job) for job in jobs) == sorted(
+        sorted(["+experiment=ablation", f"strategy={s}", "seed=3"]) for s in ("random", "rea", "reinforce", "evolution"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["space=nb201", "strategy=nader"], "strategy=nader searches space=nader, not the categorical space=nb201: "
+                                        "use space=nader, or for space=nb201 use strategy=rea|"),
+    (["strategy=rea"], "or for space=nader use strategy=nader"),
+    (["space=source", "strategy=nader"], "use space=nader, or for space=source use strategy=fairnad"),
+    (["space=spos_small", "evaluator=table"], "evaluator=table scores space=nb201, not space=spos_small: use "
+                                              "space=nb201, or for space=spos_small use evaluator=supernet"),
+    (["space=nader", "evaluator=supernet"], "or for space=nader use evaluator=quick|train"),
+])
+def test_incompatible_pairs_name_the_right_fix(args, message):
+    with pytest.raises(ConfigError) as info:
+        check_job(args)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["budget.trial=5"], "unknown key 'budget.trial' (valid keys of budget: trials, batch_size)"),
+    (["+budget.trial=5"], "unknown key 'budget.trial' (valid keys of budget: trials, batch_size)"),
+    (["++budget.trial=5"], "unknown key 'budget.trial' (valid keys of budget: trials, batch_size)"),
+    (["+foo=1"], "unknown key 'foo' (valid keys at the top level: "),
+    (["space=nb201", "strategy.populaton_size=3"], "unknown key 'strategy.populaton_size' (valid keys of "
+                                                   "strategy: name, population_size, sample_size, unique"),
+    (["+seed=1"], "'seed' is already in the config: write seed=1 (+ adds only keys the config does not have)"),
+    (["+runner=local"], "runner already has a choice: write runner=local"),
+    (["budget.trials"], "override 'budget.trials' has no value: write budget.trials=VALUE"),
+    (["budget=5"], "'budget' is a section, not a value: set its keys (trials, batch_size), e.g. budget.trials=5"),
+    (["seed.x=1"], "unknown key 'seed.x': 'seed' is a value, not a section"),
+    (["space=nb201", "seed=abc"], "seed must be an integer, got 'abc'"),
+    (["space=nb201", "hydra/launcher=nope"], "Could not find 'hydra/launcher/nope'; "
+                                             "Available options in 'hydra/launcher': basic"),
+    (["space=nb201", "+strategy.bogus=1"], "strategy 'rea': unknown parameter 'bogus' (accepted: max_attempts, "),
+    (["space=nb201", "budget.trials=2000000"], "budget.trials=2000000 is above the sanity bound of 1,000,000"),
+    (["space=nb201", "budget.batch_size=20000"], "budget.batch_size=20000 is above the sanity bound of 10,000"),
+    (["recipe.epochs=100000"], "recipe.epochs=100000 is above the sanity bound of 10,000"),
+    (["space=nb201", "budget.trials=20000"], "budget.trials=20000 is more than space nb201 has members (15,625) "
+                                             "and strategy rea never repeats one: use budget.trials<=15625"),
+])
+def test_bad_overrides_stop_in_one_line_before_any_file(args, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(["search", *args, "runner=local"])
+    assert info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("nas: error: ") and message in err[0], err
+    assert list(tmp_path.iterdir()) == []  # no runs/<time>.../.hydra, no search.log
+
+
+def test_a_bad_job_stops_a_sweep_before_its_first_job():
+    jobs = job_overrides(["space=nb201", "strategy=random,nader"], multirun=True)
+    check_job(jobs[0])
+    with pytest.raises(ConfigError, match="strategy=nader searches space=nader"):
+        check_job(jobs[1])
+
+
+def test_a_space_with_repeats_allowed_may_exceed_its_size():
+    spec = check_job(["space=nb201", "strategy=random", "strategy.unique=false", "budget.trials=16000"])
+    check_build(spec)
+    with pytest.raises(ConfigError, match="use budget.trials<=15625"):
+        check_build(check_job(["space=nb201", "strategy=random", "budget.trials=16000"]))
+
+
+def _env(tmp_path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
+    env["NASFLOW_HOME"] = str(tmp_path / "home")
+    return env
+
+
+@pytest.mark.slow
+def test_a_run_dir_in_use_gets_no_hydra_files_and_a_free_one_gets_progress_in_search_log(tmp_path):
+    """The second process stops at the lock before Hydra's files; then, free, the run writes
+    `.hydra/` and one search.log line per batch (table evaluator, no console output in it)."""
+    run_dir = tmp_path / "run"
+    args = [*NAS, "search", "space=nb201", "strategy=random", "budget.trials=4", "budget.batch_size=2",
+            "runner=local", "progress=false", f"hydra.run.dir={run_dir}"]
+    with RunDir(run_dir).lock():
+        out = subprocess.run(args, env=_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 2 and f"{run_dir} is in use by another search (pid {os.getpid()})" in out.stderr
+    assert sorted(p.name for p in run_dir.iterdir()) == [".lock"]
+
+    out = subprocess.run(args, env=_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert {"config.yaml", "hydra.yaml", "overrides.yaml"} <= {p.name for p in (run_dir / ".hydra").iterdir()}
+    assert "budget.trials=4" in (run_dir / ".hydra" / "overrides.yaml").read_text()
+    log = [line for line in (run_dir / "search.log").read_text().splitlines() if "[nas.progress]" in line]
+    assert [line.split(" - ", 1)[1].split(", best")[0] for line in log] == [
+        "random on nb201: 4 trials", "trial 2/4", "trial 4/4"]
+    assert "elapsed" in log[-1] and "best -" not in log[-1]
+    assert "[nas.progress]" not in out.stderr and ROOT.exists()

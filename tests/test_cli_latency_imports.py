@@ -1,0 +1,92 @@
+"""Fast CLI start: help, block-file validation and config errors never import torch or Prefect.
+
+The check runs the real `nas.cli.main` in a fresh interpreter and reads `sys.modules`
+after each command (cumulatively: a later command may not load them either), so a
+new eager import anywhere on those paths fails here. Timings are not asserted;
+benchmarks/cli_latency.py measures them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESIDUAL = ROOT / "tests" / "data" / "blocks" / "residual.txt"
+HEAVY = ("torch", "prefect", "lightning", "pytorch_lightning", "qdrant_client", "fvcore", "timm", "matplotlib")
+
+PROBE = r"""
+import contextlib, io, json, sys
+from nas.cli import main
+heavy, commands = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+results = []
+for argv in commands:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    loaded = sorted(m for m in heavy if m in sys.modules)
+    results.append({"argv": argv, "code": code, "out": out.getvalue(), "err": err.getvalue(), "loaded": loaded})
+from nas.evaluators import EVALUATORS
+from nas.spaces import SPACES
+from nas.strategies import STRATEGIES
+names = {"space": SPACES.names(), "strategy": STRATEGIES.names(), "evaluator": EVALUATORS.names()}
+results.append({"argv": ["registry names"], "names": names, "loaded": sorted(m for m in heavy if m in sys.modules)})
+print(json.dumps(results))
+"""
+
+
+def test_help_validate_and_config_errors_import_neither_torch_nor_prefect(tmp_path):
+    broken = tmp_path / "broken.txt"
+    broken.write_text(RESIDUAL.read_text().replace("8->1\n", "", 1))
+    commands = [
+        ["--help"],
+        ["arch", "--help"],
+        ["arch", "validate", str(RESIDUAL)],
+        ["arch", "validate", str(broken)],
+        ["search", "strategy=nosuch"],
+        ["search", "budget.trials=-1"],  # composed by Hydra, rejected by SearchSpec
+        ["search", "space=nb201", "evaluator=table", "strategy=rea", "strategy.population_size=x"],  # by the strategy
+    ]
+    env = {"NASFLOW_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(HEAVY), json.dumps(commands)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    # each command did its job (else "nothing imported" would prove nothing)
+    help_, arch_help, valid, invalid, unknown, budget, param, registry = results
+    assert help_["code"] == 0 and "nas arch validate FILE" in help_["out"]
+    assert arch_help["code"] == 0 and "draw" in arch_help["out"]
+    assert valid["code"] == 0 and valid["out"].strip() == f"{RESIDUAL}: valid"
+    assert invalid["code"] == 1 and invalid["out"].strip() == f"{broken}:3: block 'Residual': node 1: output has no incoming edge"
+    assert unknown["code"] == 2 and "unknown strategy 'nosuch'" in unknown["err"]
+    assert budget["code"] == 2 and "budget.trials must be > 0, got -1" in budget["err"]
+    assert param["code"] == 2 and "strategy 'rea': parameter 'population_size' must be int, got 'x'" in param["err"]
+    assert {"nb201", "nader", "source"} <= set(registry["names"]["space"])
+    assert {"random", "rea", "nader", "collm"} <= set(registry["names"]["strategy"])
+    for r in results:
+        assert r["loaded"] == [], f"{' '.join(r['argv'])} imported {r['loaded']}"
+
+
+@pytest.mark.parametrize("package", ["nas.spaces", "nas.strategies", "nas.evaluators"])
+def test_lazy_registry_tables_match_what_the_modules_register(package):
+    """Each table entry names the module that registers it, and no registered name is missing."""
+    registry = {"nas.spaces": "SPACES", "nas.strategies": "STRATEGIES", "nas.evaluators": "EVALUATORS"}[package]
+    reg = getattr(importlib.import_module(package), registry)
+    for name, module in reg._modules.items():
+        cls = reg.get(name)
+        assert cls.__module__ == module and cls.name == name
+    pkg = importlib.import_module(package)
+    for info in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"{package}.{info.name}")
+    registered = {n for n, cls in reg._entries.items() if cls.__module__.startswith(package + ".")}
+    assert registered == set(reg._modules)

@@ -1,0 +1,63 @@
+"""NADER's strategy against scripted Modifier replies: a design that drops the parent's
+structure, or gives the parent back unchanged, goes back to the Modifier with a named error
+(within lif_tries); one that never recovers is a rejected candidate, never trained."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nas.evaluators.base import EvalResult
+from nas.llm.scripted import ScriptedServer
+from nas.spaces.open_ended import BlockSpace
+from nas.strategies.base import Trial
+from nas.strategies.nader import NaderStrategy
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = (ROOT / "nas/arch/dag/bases/resnet_basic.txt").read_text().split("##Residual_stem##")[0]
+KERNEL5 = BASE.replace("5:Conv2d(out_channels=C,kernel_size=3,stride=1)", "5:Conv2d(out_channels=C,kernel_size=5,stride=1)")
+ONE_CONV = "##Residual##\n0:input\n1:output\n2:Conv2d(out_channels=C,kernel_size=3)\n0->2\n2->1\n"
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    monkeypatch.setenv("NASFLOW_TEST_KEY", "sk-test-nader")
+
+
+def design(tmp_path, replies: list[str], lif_tries: int = 5) -> tuple:
+    """The root, scored; then one design from the scripted Modifier replies."""
+    with ScriptedServer([f"```block\n{r}```" for r in replies]) as srv:
+        strategy = NaderStrategy(BlockSpace(), 0, use_knowledge=False, lde=False, lif_tries=lif_tries,
+                                 cells_per_stage=1, llm={"backend": "openai", "base_url": srv.base_url,
+                                                         "model": "m", "api_key_env": "NASFLOW_TEST_KEY",
+                                                         "max_retries": 0, "structured": "none", "cache": False})
+        strategy.attach(tmp_path / "run")
+        [root] = strategy.ask(1)
+        strategy.tell([Trial(0, root, EvalResult(accuracy=50.0))])
+        [cand] = strategy.ask(1)
+    return cand, [r["messages"][-1]["content"] for r in srv.requests]
+
+
+def test_collapsed_and_unchanged_designs_are_sent_back_with_their_error(tmp_path):
+    cand, prompts = design(tmp_path, [ONE_CONV, BASE, KERNEL5])
+    assert cand.rejected is None and cand.info["valid"] and cand.info["retries"] == 2
+    failed = [next(c for c in a["checks"] if not c["ok"]) for a in cand.info["attempts"][:2]]
+    assert [c["name"] for c in failed] == ["keeps_parent", "unchanged"]
+    assert failed[0]["error"].startswith("dropped the parent's structure: base block 'Residual' has 1 operation(s) "
+                                         "(Conv2d), the parent's 7 (Conv2d, BN, ReLU, Add)")
+    assert "dropped the parent's structure" in prompts[1]                  # back to the Modifier to fix
+    assert "duplicate of the parent (node 0): the block is unchanged" in prompts[2]
+    assert cand.arch.blocks.base.nodes["5"].args["kernel_size"] == "5"
+
+
+def test_a_design_that_never_keeps_the_parent_is_a_named_rejection(tmp_path):
+    cand, prompts = design(tmp_path, [ONE_CONV, ONE_CONV], lif_tries=2)
+    assert cand.rejected.startswith("dropped the parent's structure") and not cand.info["valid"]
+    assert len(prompts) == 2
+
+
+def test_an_unchanged_parent_to_the_end_is_a_duplicate_not_a_tree_node(tmp_path):
+    cand, _ = design(tmp_path, [BASE, BASE], lif_tries=2)
+    assert cand.info["duplicate"] and cand.rejected.startswith("duplicate of the parent")
+    assert "node" not in cand.info

@@ -1,0 +1,148 @@
+"""What a search publishes in the Prefect UI (flows/artifacts.py), read back through the
+API of a real `prefect server`: the report, the top trials, the progress, and the
+flow run's name; and the deployment run dirs that take that name."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import NAS, ROOT
+from test_serve import _free_port, _start, _stop, _wait_for
+
+PREFECT = str(Path(sys.executable).parent / "prefect")
+SEARCH = ["space=nb201", "strategy=random", "evaluator=table", "budget.trials=4", "runner=prefect"]
+
+
+@pytest.fixture(scope="module")
+def served_search(tmp_path_factory):
+    """A real server on a free port, one 4-trial table search against it: (api url, run dir)."""
+    import httpx
+
+    tmp = tmp_path_factory.mktemp("artifacts")
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
+    env |= {"NASFLOW_HOME": str(tmp / "home"), "PYTHONUNBUFFERED": "1"}
+    server_env = {**env, "PREFECT_HOME": str(tmp / "server-home"), "PREFECT_UI_API_URL": api,  # README's way
+                  "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                  **{f"PREFECT_SERVER_SERVICES_{s}_ENABLED": "false" for s in ("SCHEDULER", "LATE_RUNS", "FOREMAN")}}
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{api}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    server = _start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)], server_env,
+                    tmp / "server.log")
+    try:
+        _wait_for(healthy, "the server's /api/health", 150, {"prefect server": (server, tmp / "server.log")})
+        run_dir = tmp / "run"
+        out = subprocess.run([*NAS, "search", *SEARCH, f"hydra.run.dir={run_dir}", "progress=false"],
+                             env={**env, "PREFECT_API_URL": api}, cwd=ROOT, capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        yield api, run_dir
+    finally:
+        _stop(server)
+
+
+def _read(api: str):
+    """The search's flow runs and, by key, the artifacts of the first."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, FlowFilter, FlowFilterName
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: api}), get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["nas-search"])))
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[runs[0].id]))) if runs else []
+    return runs, {a.key: a for a in artifacts}
+
+
+@pytest.mark.slow
+def test_search_publishes_report_top_trials_and_progress(served_search):
+    api, run_dir = served_search
+    summary = json.loads((run_dir / "summary.json").read_text())
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    runs, artifacts = _read(api)
+    assert [r.name for r in runs] == ["random-nb201-s0"]
+    assert sorted(artifacts) == ["random-nb201-s0-progress", "random-nb201-s0-report", "random-nb201-s0-top-trials"]
+
+    report = artifacts["random-nb201-s0-report"]
+    assert report.type == "markdown"
+    assert f"| best accuracy | {summary['best']['accuracy']:.2f} |" in report.data
+    assert str(run_dir.resolve() / "best_so_far.png") in report.data and "](best_so_far.png)" not in report.data
+
+    table = artifacts["random-nb201-s0-top-trials"]
+    rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+    ranked = sorted(history, key=lambda r: r["accuracy"], reverse=True)
+    assert [(r["key"], r["accuracy"], r["cost_seconds"]) for r in rows] == \
+        [(r["key"], r["accuracy"], r["cost_seconds"]) for r in ranked]
+    assert rows[0]["key"] == summary["best"]["key"] and [r["rank"] for r in rows] == [1, 2, 3, 4]
+
+    progress = artifacts["random-nb201-s0-progress"]
+    assert progress.type == "progress" and float(progress.data) == 100.0
+    assert "4/4 trials" in progress.description
+
+
+@pytest.mark.slow
+def test_progress_follows_each_batch(served_search):
+    """`on_batch` is what the loop calls after each saved batch: the bar shows the share of the budget done."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.artifacts import SearchArtifacts
+
+    api, run_dir = served_search
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    @flow(name="check-batches", persist_result=False)
+    def two_of_eight() -> None:
+        artifacts = SearchArtifacts("check-batches", trials=8)
+        artifacts.start()
+        artifacts.on_batch(history[:2])
+
+    with temporary_settings(updates={PREFECT_API_URL: api}):
+        two_of_eight()
+        with get_client(sync_client=True) as client:
+            after_two = client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["check-batches-progress"])))
+    assert len(after_two) == 1 and float(after_two[0].data) == 25.0
+    best = max(r["accuracy"] for r in history[:2])
+    assert after_two[0].description == f"check-batches: 2/8 trials, best {best:.2f}%"
+
+
+@pytest.mark.slow
+def test_serve_warns_when_the_ui_calls_another_api(served_search):
+    from nas.cli_serve import ui_warning
+
+    api, _ = served_search
+    assert ui_warning(api) is None  # the server was started with PREFECT_UI_API_URL=api
+    elsewhere = api.replace("127.0.0.1", "localhost")
+    assert ui_warning(elsewhere) == (f"nas serve: warning: the server's UI calls the API at {api}, not {elsewhere}; "
+                                     f"restart it with PREFECT_UI_API_URL={elsewhere} prefect server start ...")
+
+
+def test_deployment_run_dirs_are_named_and_never_shared(tmp_path):
+    from flows.entry import new_run_dir
+
+    first, second = new_run_dir(tmp_path / "runs", "rea-nb201-s0"), new_run_dir(tmp_path / "runs", "rea-nb201-s0")
+    (first / "summary.json").write_text("{}")
+    third = new_run_dir(tmp_path / "runs", "rea-nb201-s0")
+    assert [p.name for p in (first, second, third)] == ["rea-nb201-s0", "rea-nb201-s0-2", "rea-nb201-s0-3"]
+    assert (first / "summary.json").read_text() == "{}" and not any(second.iterdir())
+
+
+def test_artifact_keys_are_valid():
+    from flows.artifacts import artifact_key
+
+    assert artifact_key("evolution-ofa_mbv3-s3", "top-trials") == "evolution-ofa-mbv3-s3-top-trials"
+    assert artifact_key("REA-NB201-s0", "report") == "rea-nb201-s0-report"
