@@ -94,9 +94,14 @@ def test_batch_isolates_a_candidate_that_cannot_be_built():
 
 def test_model_source_trains_in_the_sandbox_per_seed():
     ev = evaluator(seeds=[777, 888], sandbox={"wall_s": 300})
-    r = ev.evaluate(SourceArch(SOURCE), seed=None)
+    heard = []
+    ev.on_epoch = heard.append  # trained here on the exported graph: each epoch is heard, as for trusted models
+    arch = SourceArch(SOURCE)
+    r = ev.evaluate(arch, seed=None)
     assert r.ok and r.params == 186 and set(r.metrics) >= {"valid_accuracy_seed777", "valid_accuracy_seed888"}
     assert r.metrics["epochs"] == 2.0 and len(r.curve) == 2 and "valid_accuracy_std" in r.metrics
+    assert [(p.label, p.epoch) for p in heard] == [(f"source {arch.key()} seed {s}", e) for s in (777, 888)
+                                                   for e in (1, 2)]
 
 
 @pytest.mark.parametrize("body, error", [

@@ -150,7 +150,8 @@ class TrainEvaluator(Evaluator):
         verdict, results = train_model_source(
             arch.source, data=self.data_cfg, recipe=self.recipe.to_dict(), engine=self.engine.to_dict(),
             seeds=seeds, num_classes=self.data.num_classes, input_shape=(2, *self.data.shape), gpu=gpu,
-            threads=torch.get_num_threads(), limits=self.limits, filename=arch.filename, loaded=self.data)
+            threads=torch.get_num_threads(), limits=self.limits, filename=arch.filename, loaded=self.data,
+            on_epoch=combine(self.on_epoch, prefect_progress()), label=f"{arch.space} {arch.key()}")
         return (results if verdict.ok else verdict.error or verdict.stage), verdict.self_reported
 
 

@@ -130,13 +130,16 @@ def verify_model_source(source: str, *, num_classes: int = 10,
 
 def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, seeds: list[int],
                        num_classes: int, input_shape: tuple[int, ...], gpu: bool = False, threads: int = 1,
-                       limits: Limits = Limits(), filename: str = "model.py", loaded=None) -> tuple[Verdict, list]:
+                       limits: Limits = Limits(), filename: str = "model.py", loaded=None,
+                       on_epoch=None, label: str | None = None) -> tuple[Verdict, list]:
     """Verify `source` as `verify_model_source` does, then train a fresh
     instance per seed: here, on the exported graph with the seed's initial
     weights from the child; or, for a model that cannot be exported, in the
     same sandboxed child (`verdict.self_reported`). `data`, `recipe` and
     `engine` are the settings dicts of `nas.data`, `Recipe` and `Engine`;
-    `loaded` is the `ImageData` of `data` if the caller has it. Returns the
+    `loaded` is the `ImageData` of `data` if the caller has it; `on_epoch`
+    (nas.train.progress) hears each epoch of the graphs trained here, under
+    `label` (default: the file name). Returns the
     verdict (stage "train" if training raised) and one checked `TrainResult`
     per seed that finished."""
     from nas.train.result import TrainResult
@@ -154,7 +157,7 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
         if verdict.ok and not verdict.self_reported:
             verdict, nets = _graph_verdict(run.artifact, num_classes, input_shape, limits, False, seeds)
             if verdict.ok:
-                verdict, trained = _train_graphs(verdict, nets, data, recipe, engine, loaded)
+                verdict, trained = _train_graphs(verdict, nets, data, recipe, engine, loaded, on_epoch, label or filename)
         elif verdict.ok:
             try:
                 trained = [TrainResult.from_untrusted(r, max_epochs=recipe.get("epochs", 0)) for r in run.trained]
@@ -211,7 +214,7 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
 
 
 def _train_graphs(verdict: Verdict, nets: dict, data: dict, recipe: dict, engine: dict,
-                  loaded) -> tuple[Verdict, list]:
+                  loaded, on_epoch=None, label: str = "model.py") -> tuple[Verdict, list]:
     """Train each seed's graph network here, as a trusted model would be."""
     from nas.data.sources import load_data
     from nas.errors import NasError
@@ -225,7 +228,8 @@ def _train_graphs(verdict: Verdict, nets: dict, data: dict, recipe: dict, engine
         rgb = net.input_shape[0] == 3 and images.shape[0] == 1  # an RGB model on grey data
         try:
             trained.append(train_one(net, images.rgb() if rgb else images, Recipe.from_dict(recipe), seed,
-                                     Engine.from_dict(engine)))
+                                     Engine.from_dict(engine), on_epoch,
+                                     f"{label} seed {seed}" if len(nets) > 1 else label))
         except NasError:
             raise
         except Exception as err:

@@ -25,5 +25,6 @@ def train_many(models: list[nn.Module], data: ImageData, recipe: Recipe, seed: i
     return [train(m, data, recipe, seed, engine, on_epoch, label) for m, label in zip(models, labels)]
 
 
-def train_one(model: nn.Module, data: ImageData, recipe: Recipe, seed: int, engine: Engine) -> TrainResult:
-    return train_many([model], data, recipe, seed, engine)[0]
+def train_one(model: nn.Module, data: ImageData, recipe: Recipe, seed: int, engine: Engine,
+              on_epoch: OnEpoch | None = None, label: str = "candidate 1") -> TrainResult:
+    return train_many([model], data, recipe, seed, engine, on_epoch, [label])[0]
