@@ -6,7 +6,6 @@ the UI's Artifacts page then keeps the latest of each search configuration."""
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,14 +16,14 @@ from prefect.artifacts import (create_markdown_artifact, create_progress_artifac
 
 from nas.report import render_markdown
 from nas.search.loop import best_record, counts_for_best
+from nas.train.progress import prefect_key
 
 PLOT_LINE = "![best so far](best_so_far.png)"  # nas/report.py's relative link, dead in the UI
 TOP = 10
 
 
 def artifact_key(name: str, kind: str) -> str:
-    """Prefect accepts lowercase letters, digits and dashes only (`ofa_mbv3` -> `ofa-mbv3`)."""
-    return re.sub(r"[^a-z0-9]+", "-", f"{name}-{kind}".lower()).strip("-")
+    return prefect_key(f"{name}-{kind}")
 
 
 @dataclass

@@ -65,18 +65,7 @@ def prefect_calls(role: str, key: str, fetch: Callable[[], Fetched]) -> Fetched:
     The call's record is checked first (tasks/records.py): a refused one is asked again."""
     _, rejected = read_record(cache_key(key), call_shape, f"the {role} call {key}", "asking the model again")
     call = llm_call.with_options(refresh_cache=True) if rejected else llm_call
-    failed: list[LLMError] = []
-
-    def guarded() -> Fetched:
-        try:
-            return fetch()
-        except LLMError as err:
-            failed.append(err)   # the task's state carries only the message; the error keeps its retries
-            raise
-
-    state = call(role, key, guarded, return_state=True)
-    if failed:
-        raise failed[0]
+    state = call(role, key, fetch, return_state=True)
     if not state.is_completed():
         err = state.result(raise_on_failure=False)
         raise err if isinstance(err, LLMError) else LLMError(f"{role} call failed in its task: {err}")

@@ -7,42 +7,23 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from conftest import NAS, ROOT
-from test_serve import _free_port, _start, _stop, _wait_for
+from test_serve import _start_server, _stop
 
-PREFECT = str(Path(sys.executable).parent / "prefect")
 SEARCH = ["space=nb201", "strategy=random", "evaluator=table", "budget.trials=4", "runner=prefect"]
 
 
 @pytest.fixture(scope="module")
 def served_search(tmp_path_factory):
     """A real server on a free port, one 4-trial table search against it: (api url, run dir)."""
-    import httpx
-
     tmp = tmp_path_factory.mktemp("artifacts")
-    port = _free_port()
-    api = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
     env |= {"NASFLOW_HOME": str(tmp / "home"), "PYTHONUNBUFFERED": "1"}
-    server_env = {**env, "PREFECT_HOME": str(tmp / "server-home"), "PREFECT_UI_API_URL": api,  # README's way
-                  "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                  **{f"PREFECT_SERVER_SERVICES_{s}_ENABLED": "false" for s in ("SCHEDULER", "LATE_RUNS", "FOREMAN")}}
-
-    def healthy() -> bool:
-        try:
-            return httpx.get(f"{api}/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    server = _start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)], server_env,
-                    tmp / "server.log")
+    server, api = _start_server(tmp, env, PREFECT_UI_API_URL="{api}")  # the README's way
     try:
-        _wait_for(healthy, "the server's /api/health", 150, {"prefect server": (server, tmp / "server.log")})
         run_dir = tmp / "run"
         out = subprocess.run([*NAS, "search", *SEARCH, f"hydra.run.dir={run_dir}", "progress=false"],
                              env={**env, "PREFECT_API_URL": api}, cwd=ROOT, capture_output=True, text=True,

@@ -97,6 +97,33 @@ def _stop(proc: subprocess.Popen, grace: float = 20) -> None:
         time.sleep(0.1)
 
 
+def _start_server(home: Path, env: dict[str, str], **extra: str) -> tuple[subprocess.Popen, str]:
+    """A real `prefect server` on a free port, healthy (its scheduler services off): (process, api url).
+    Its home and log live under `home`; `extra` adds environment (e.g. PREFECT_UI_API_URL)."""
+    import httpx
+
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    server_env = {**env, "PREFECT_HOME": str(home / "server-home"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                  **{f"PREFECT_SERVER_SERVICES_{s}_ENABLED": "false" for s in ("SCHEDULER", "LATE_RUNS", "FOREMAN")},
+                  **{k: v.format(api=api) for k, v in extra.items()}}
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{api}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    server = _start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)], server_env,
+                    home / "server.log")
+    try:
+        _wait_for(healthy, "the server's /api/health", 150, {"prefect server": (server, home / "server.log")})
+    except BaseException:
+        _stop(server)
+        raise
+    return server, api
+
+
 def _wait_for(check, what: str, timeout: float, procs: dict[str, tuple[subprocess.Popen, Path]]) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -113,11 +140,7 @@ def _wait_for(check, what: str, timeout: float, procs: dict[str, tuple[subproces
 def test_serve_runs_a_deployment_against_a_real_server(nas_env, tmp_path):
     import httpx
 
-    port = _free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    server_env = {**nas_env, "PREFECT_HOME": str(tmp_path / "server-home"), "PREFECT_UI_ENABLED": "false",
-                  "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-                  **{f"PREFECT_SERVER_SERVICES_{s}_ENABLED": "false" for s in ("SCHEDULER", "LATE_RUNS", "FOREMAN")}}
+    server, api = _start_server(tmp_path, nas_env, PREFECT_UI_ENABLED="false")
     client_env = {**nas_env, "PREFECT_API_URL": api, "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
     config = tmp_path / "serve.yaml"
     config.write_text(SERVE_YAML.format(root=tmp_path / "runs"))
@@ -128,12 +151,9 @@ def test_serve_runs_a_deployment_against_a_real_server(nas_env, tmp_path):
         except httpx.HTTPError:
             return False
 
-    server = _start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)], server_env,
-                    tmp_path / "server.log")
     serve = None
     try:
         procs = {"prefect server": (server, tmp_path / "server.log")}
-        _wait_for(lambda: ok("/health"), "the server's /api/health", 150, procs)
         serve = _start([*NAS, "serve", "--config", str(config)], client_env, tmp_path / "serve.log")
         procs["nas serve"] = (serve, tmp_path / "serve.log")
         _wait_for(lambda: ok("/deployments/name/nas-search-overrides/table-search"), "the deployment", 120, procs)

@@ -107,9 +107,14 @@ class EpochDisplay:
                         state=f"epoch {p.epoch}/{p.epochs}  loss {p.loss:.4f}  {rest}")
 
 
+def prefect_key(text: str) -> str:
+    """`text` as a Prefect artifact key: lowercase letters, digits and dashes only (`ofa_mbv3` -> `ofa-mbv3`)."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
 def artifact_key(label: str) -> str:
-    """A Prefect artifact key (lowercase letters, digits, dashes) naming the training."""
-    return "train-" + re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")[:80]
+    """The key of the progress artifact naming the training."""
+    return "train-" + prefect_key(label)[:80]
 
 
 class PrefectProgress:
