@@ -14,16 +14,10 @@ WORKDIR /app
 # Dependencies first, so code edits do not re-install torch.
 COPY pyproject.toml README.md ./
 COPY nas/__init__.py nas/__init__.py
-RUN mkdir -p flows tasks conf supernets \
-    && touch flows/__init__.py tasks/__init__.py conf/__init__.py supernets/__init__.py \
-    && pip install --upgrade pip \
+RUN pip install --upgrade pip \
     && pip install .
 
 COPY nas nas
-COPY flows flows
-COPY tasks tasks
-COPY conf conf
-COPY supernets supernets
 COPY benchmarks benchmarks
 RUN pip install --no-deps --force-reinstall . && nas --help >/dev/null
 

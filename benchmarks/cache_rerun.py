@@ -29,7 +29,7 @@ from nas.io import atomic_write_json  # noqa: E402
 
 def nas_search(args: list[str], env: dict[str, str], run_dir: Path) -> dict:
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "nas.cli", "search", *args, "progress=false",
+    subprocess.run([sys.executable, "-m", "nas.cli.main", "search", *args, "progress=false",
                     f"hydra.run.dir={run_dir}"], env=env, cwd=ROOT, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     process = time.perf_counter() - start

@@ -72,7 +72,7 @@ def main() -> None:
     args = parser.parse_args()
     tree = args.tree.resolve()
     if not (tree / "nas" / "cli.py").is_file():
-        raise SystemExit(f"--tree {args.tree}: no nas/cli.py there")
+        raise SystemExit(f"--tree {args.tree}: no nas/cli/main.py there")
     with tempfile.TemporaryDirectory(prefix="nas-cli-latency-") as tmp:
         work = Path(tmp)
         valid = (tree / VALID).read_text(encoding="utf-8")

@@ -52,7 +52,7 @@ PAPER = {"collm": {"100": {"mean": 94.37, "std": 0.01}}, "note": "CoLLM-NAS Tabl
 def local_llm(cache: Path) -> dict[str, Any]:
     import yaml
 
-    cfg = yaml.safe_load((ROOT / "conf" / "llm" / "local.yaml").read_text())
+    cfg = yaml.safe_load((ROOT / "nas" / "conf" / "llm" / "local.yaml").read_text())
     # One llama.cpp thread: on oversubscribed cores its thread barriers stall (measured ~1.5 tokens/s with 2).
     return {**cfg, "cache_dir": str(cache), "timeout_s": 600, "local": {**cfg["local"], "n_threads": 1}}
 

@@ -78,7 +78,7 @@ def run_arm(label: str, lif: bool, lde: bool, proposals: int, work: Path, extra:
                  f"knowledge.path={store}", f"hydra.run.dir={run}", *extra]
     env = {**os.environ, "NASFLOW_HOME": str(work / "home"), "PYTHONUNBUFFERED": "1"}
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "nas.cli", "search", *overrides], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-m", "nas.cli.main", "search", *overrides], cwd=ROOT, env=env,
                           capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -91,7 +91,7 @@ def run_arm(label: str, lif: bool, lde: bool, proposals: int, work: Path, extra:
 
 
 def model_info() -> dict[str, Any]:
-    from nas.cli import compose_config
+    from nas.cli.main import compose_config
     from nas.llm.local import GGUF_NAME
 
     llm = compose_config(["llm=local"])["llm"]

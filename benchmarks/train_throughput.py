@@ -52,9 +52,9 @@ import torch  # noqa: E402
 
 import statistics  # noqa: E402
 
-from nas.arch.block import BlockArch  # noqa: E402
-from nas.arch.dag.macro import Skeleton, search_width  # noqa: E402
-from nas.arch.nb201 import NB201Cell  # noqa: E402
+from nas.spaces.nader.arch import BlockArch  # noqa: E402
+from nas.spaces.nader.dag.macro import Skeleton, search_width  # noqa: E402
+from nas.spaces.nb201.arch import NB201Cell  # noqa: E402
 from nas.data.sources import FASHION_MNIST_ROOT, ImageData, Split, digits, fashion_mnist  # noqa: E402
 from nas.io import atomic_write_json, atomic_write_text  # noqa: E402
 from nas.train.engine import Engine  # noqa: E402

@@ -1,4 +1,4 @@
-"""A screenshot of the Prefect UI showing what a search publishes there (flows/artifacts.py):
+"""A screenshot of the Prefect UI showing what a search publishes there (nas/orchestration/flows/artifacts.py):
 its report, its top trials and its progress, on the flow run's Artifacts tab.
 
 Starts `prefect server start` on a free loopback port (with PREFECT_UI_API_URL set, as the
@@ -32,7 +32,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 OVERRIDES = ["space=nb201", "strategy=random", "evaluator=table", "budget.trials=20", "runner=prefect"]
-RUN_NAME = "random-nb201-s0"  # flows/search.py's run_name for these overrides
+RUN_NAME = "random-nb201-s0"  # nas/orchestration/flows/search.py's run_name for these overrides
 
 
 def free_port() -> int:
@@ -86,7 +86,7 @@ def main() -> None:
     try:
         wait_healthy(api, server, log)
         run_dir = work / "run"
-        subprocess.run([sys.executable, "-m", "nas.cli", "search", *OVERRIDES, f"hydra.run.dir={run_dir}",
+        subprocess.run([sys.executable, "-m", "nas.cli.main", "search", *OVERRIDES, f"hydra.run.dir={run_dir}",
                         "progress=false"], env={**env, "PREFECT_API_URL": api}, cwd=work, check=True, timeout=300)
         runs = httpx.post(f"{api}/flow_runs/filter", timeout=10,
                           json={"flow_runs": {"name": {"any_": [RUN_NAME]}}}).json()

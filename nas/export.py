@@ -162,10 +162,10 @@ def _one_line(err: BaseException) -> str:
 def nb201_source(ops: tuple[str, ...], channels: int, cells_per_stage: int, num_classes: int,
                  in_channels: int) -> str:
     """NB201's network module (ours, torch only) with the cell fixed: a standalone file."""
-    import nas.models.nb201 as module
-    from nas.arch.nb201 import EDGES
+    import nas.spaces.nb201.network as module
+    from nas.spaces.nb201.arch import EDGES
 
-    text = inspect.getsource(module).replace("from nas.arch.nb201 import EDGES", f"EDGES = {EDGES!r}")
+    text = inspect.getsource(module).replace("from nas.spaces.nb201.arch import EDGES", f"EDGES = {EDGES!r}")
     return (f"# Exported by nasflow: NAS-Bench-201 network, cell {'+'.join(ops)}; needs only torch.\n{text}\n\n"
             f"OPS = {tuple(ops)!r}\n\n\n"
             "class Network(NB201Network):\n"
@@ -187,7 +187,7 @@ def rebuild_source(space: dict[str, Any], supernet: dict[str, Any], encoding: An
 def rebuild(space: dict[str, Any], supernet: dict[str, Any], encoding: Any) -> nn.Module:
     """The standalone subnet `encoding` of a freshly initialised supernet (its weights are loaded after)."""
     from nas.spaces import SPACES
-    from supernets import SUPERNETS
+    from nas.supernets import SUPERNETS
 
     built = SPACES.create(space["name"], {k: v for k, v in space.items() if k != "name"})
     return SUPERNETS.create(built.name, dict(supernet), space=built).extract(built.decode(encoding))
@@ -322,8 +322,8 @@ def _from_supernet(spec, space, arch, record, train, say) -> Built:
 
 
 def _from_training(spec, space, arch, record, train, say) -> Built:
-    from nas.arch.block import BlockArch
-    from nas.models.macro import network_source
+    from nas.spaces.nader.arch import BlockArch
+    from nas.spaces.nader.network import network_source
     from nas.train.build import build_model
     from nas.train.run import train_one
 

@@ -2,7 +2,7 @@
 metrics, compared with a baseline stored in the repository, so a change that
 makes searches worse or the code slower is caught the night it lands.
 
-Plain Python (`nas regress`); `flows/regression.py` runs the same probes as
+Plain Python (`nas regress`); `nas/orchestration/flows/regression.py` runs the same probes as
 Prefect tasks. A baseline holds, per metric, the value, the direction and a
 tolerance (`{"abs": x}` or `{"rel": x}`, or null: recorded, never compared).
 Timings are compared as ratios only where the suite says so (`nightly`): a
@@ -124,7 +124,7 @@ def throughput_probe(workdir: Path, overrides: Sequence[str], lookups: int,
     import numpy as np
 
     from nas.evaluators.table import TableEvaluator
-    from nas.spaces.nb201 import NB201Space
+    from nas.spaces.nb201.space import NB201Space
 
     space = NB201Space()
     evaluator = TableEvaluator(space)
@@ -139,7 +139,7 @@ def throughput_probe(workdir: Path, overrides: Sequence[str], lookups: int,
     if forward_repeats:
         import torch
 
-        from nas.arch.nb201 import NB201Cell
+        from nas.spaces.nb201.arch import NB201Cell
 
         net = NB201Cell.from_string(FORWARD_CELL).to_module(channels=16, cells_per_stage=5, num_classes=10).eval()
         x = torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(0))
@@ -157,7 +157,7 @@ def throughput_probe(workdir: Path, overrides: Sequence[str], lookups: int,
 
 def llm_probe(workdir: Path, overrides: Sequence[str], calls: int, max_tokens: int) -> dict[str, Metric]:
     """Completion tokens/s of the embedded model (the `llm=local` path), temperature 0."""
-    from nas.cli import compose_config
+    from nas.cli.main import compose_config
     from nas.llm.local import LocalServer
 
     llm = compose_config(list(overrides)).get("llm") or {}
@@ -196,7 +196,7 @@ def design_probe(workdir: Path, overrides: Sequence[str], trials: int, lif_tries
     """A tiny open-ended design run (the default job: NADER, the configured LLM, digits, evaluator=quick):
     the root block trains and the LLM path proposes, with few Modifier retries to bound the LLM time;
     an LLM's output varies, so tolerances are loose."""
-    from nas.cli import compose_config, execute
+    from nas.cli.main import compose_config, execute
     from nas.llm.local import stop_shared
     from nas.search.spec import SearchSpec
 

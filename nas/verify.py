@@ -11,8 +11,8 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from nas.arch.base import Architecture
-from nas.arch.dag.macro import BlockSet, Budget, Skeleton, search_width, section_errors
+from nas.core.arch import Architecture
+from nas.spaces.nader.dag.macro import BlockSet, Budget, Skeleton, search_width, section_errors
 from nas.errors import EncodingError
 
 FIX, DOWNSCALE = "fix", "downscale"
@@ -107,7 +107,7 @@ class ParseBlock(Verifier):
         self.parent, self.skeleton = parent, skeleton
 
     def check(self, draft: Draft) -> Check:
-        from nas.arch.block import BlockArch
+        from nas.spaces.nader.arch import BlockArch
 
         try:
             blocks = BlockSet.from_text(draft.text, "block", self.parent)
@@ -150,7 +150,7 @@ class ParseSource(Verifier):
     name = "parse"
 
     def check(self, draft: Draft) -> Check:
-        from nas.arch.source import SourceArch
+        from nas.spaces.source.arch import SourceArch
 
         arch = SourceArch(draft.text)
         try:

@@ -32,7 +32,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(var, "1")
 
-NAS = [sys.executable, "-m", "nas.cli"]
+NAS = [sys.executable, "-m", "nas.cli.main"]
 
 
 @pytest.fixture

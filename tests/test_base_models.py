@@ -1,4 +1,4 @@
-"""The base models FairNAD's source search starts from (nas.models.sources).
+"""The base models FairNAD's source search starts from (nas.spaces.source.bases).
 
 Each model is verified in the sandbox at 10 classes (against itself as the
 parent, which must count as unchanged) and at 100 classes, where its size is
@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from nas.arch.source import SourceArch
+from nas.spaces.source.arch import SourceArch
 from nas.errors import ConfigError
-from nas.models.sources import BASE_MODELS, base_source
+from nas.spaces.source.bases import BASE_MODELS, base_source
 from nas.sandbox import Verdict, verify_model_source
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ROOT / "nas" / "models" / "sources"
+SOURCES = ROOT / "nas" / "spaces" / "source" / "bases"
 # (params, FLOPs) at 100 classes: FairNAD Table 8 for the two mobile models;
 # ResNet-32 is ~0.47M params and ~0.07 GFLOPs (He et al. 2016, CIFAR).
 EXPECTED_100 = {"resnet32": (0.47e6, 0.07e9), "mobilenetv2_050": (0.82e6, 0.01e9),
@@ -102,10 +102,10 @@ def test_keys_are_distinct_and_stable_across_processes():
     assert edited != base_source(BASE_MODELS[0]) and SourceArch(edited).key() == keys[0]
     # another interpreter (other hash seed) gets the same keys, and reading a
     # source does not import its module
-    code = ("import sys\nfrom nas.arch.source import SourceArch\n"
-            "from nas.models.sources import BASE_MODELS, base_source\n"
+    code = ("import sys\nfrom nas.spaces.source.arch import SourceArch\n"
+            "from nas.spaces.source.bases import BASE_MODELS, base_source\n"
             "print(' '.join(SourceArch(base_source(n)).key() for n in BASE_MODELS))\n"
-            "assert not [m for m in sys.modules if m.startswith('nas.models.sources.')]\n")
+            "assert not [m for m in sys.modules if m.startswith('nas.spaces.source.bases.')]\n")
     child = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                            env={"PYTHONHASHSEED": "12345", "PATH": ""}, timeout=60)
     assert child.returncode == 0, child.stderr

@@ -13,9 +13,9 @@ import pytest
 from nas.errors import ConfigError
 from nas.evaluators import EvalResult
 from nas.evaluators.table import TableEvaluator
-from nas.search.constraint import Constraint
+from nas.core.constraint import Constraint
 from nas.spaces import SearchSpace
-from nas.spaces.nb201 import NB201Space
+from nas.spaces.nb201.space import NB201Space
 from nas.strategies import STRATEGIES, Candidate, Trial
 from nas.strategies.evolution import Evolution
 from nas.strategies.reinforce import Reinforce
@@ -155,7 +155,7 @@ def test_evolution_resume_mid_generation(table):
 
 def categorical_spaces() -> list[str]:
     from nas.spaces import SPACES
-    from nas.spaces.base import CategoricalSpace
+    from nas.core.space import CategoricalSpace
 
     return [n for n in SPACES.names() if issubclass(SPACES.get(n), CategoricalSpace)]
 

@@ -19,8 +19,8 @@ from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_setti
 
 from conftest import run_nas
 from nas.evaluators.base import EvalResult
-from tasks.evaluate import RESULT_FIELDS  # (imports Prefect's task engine, which configures logging)
-from tasks.records import SERIALIZER, PlainJSONSerializer, check_fields, read_record, record_path
+from nas.orchestration.tasks.evaluate import RESULT_FIELDS  # (imports Prefect's task engine, which configures logging)
+from nas.orchestration.tasks.records import SERIALIZER, PlainJSONSerializer, check_fields, read_record, record_path
 
 KEYLIKE = "sk-proj-AbCdEf0123456789"
 
@@ -95,7 +95,7 @@ def eval_shape(data) -> str | None:
 ])
 def test_refused_records_are_reported_in_one_line_and_removed(tmp_path, caplog, content, why):
     (tmp_path / "k1").write_bytes(content)
-    with caplog.at_level(logging.WARNING, logger="tasks.records"), \
+    with caplog.at_level(logging.WARNING, logger="nas.orchestration.tasks.records"), \
             temporary_settings(updates={PREFECT_RESULTS_LOCAL_STORAGE_PATH: tmp_path}):
         assert record_path("k1") == tmp_path / "k1"
         assert read_record("k1", eval_shape, "candidate c1", "re-evaluating it") == (None, True)
@@ -172,7 +172,7 @@ def test_poisoned_llm_call_record_is_refused_and_the_call_made_again(prefect_hom
 
     from nas.llm import LLMClient
     from nas.llm.scripted import ScriptedServer
-    from tasks.llm import prefect_calls
+    from nas.orchestration.tasks.llm import prefect_calls
 
     @flow(persist_result=False)
     def ask(base_url: str, text: str) -> tuple[str, str]:
@@ -193,7 +193,7 @@ def test_poisoned_llm_call_record_is_refused_and_the_call_made_again(prefect_hom
         assert ask(srv.base_url, text) == ("first", "cache")  # the record is read as it is
 
         record.write_bytes(pickle_record(record, marker))
-        with caplog.at_level(logging.WARNING, logger="tasks.records"):
+        with caplog.at_level(logging.WARNING, logger="nas.orchestration.tasks.records"):
             assert ask(srv.base_url, text) == ("second", "live")
         assert not marker.exists(), "an LLM call record was unpickled"
         [warning] = [r.getMessage() for r in caplog.records]
@@ -202,7 +202,7 @@ def test_poisoned_llm_call_record_is_refused_and_the_call_made_again(prefect_hom
 
         caplog.clear()
         record.write_bytes(json_record([{"reply": 42}, 0, "live"]))
-        with caplog.at_level(logging.WARNING, logger="tasks.records"):
+        with caplog.at_level(logging.WARNING, logger="nas.orchestration.tasks.records"):
             assert ask(srv.base_url, text) == ("third", "live")
         [warning] = [r.getMessage() for r in caplog.records]
         assert "unexpected payload: missing completion_tokens" in warning
@@ -212,9 +212,9 @@ def test_poisoned_llm_call_record_is_refused_and_the_call_made_again(prefect_hom
 
 @pytest.mark.slow
 def test_poisoned_supernet_record_is_refused_and_the_supernet_trained_again(prefect_home, monkeypatch, caplog):
-    import supernets.train
-    from flows.supernet import train_supernet_flow
-    from supernets.train import TrainedSupernet
+    import nas.supernets.train
+    from nas.orchestration.flows.supernet import train_supernet_flow
+    from nas.supernets.train import TrainedSupernet
 
     trained = []
 
@@ -225,7 +225,7 @@ def test_poisoned_supernet_record_is_refused_and_the_supernet_trained_again(pref
         path.write_bytes(b"weights")
         return TrainedSupernet(path, hashlib.sha256(b"weights").hexdigest(), 50.0, 10.0, 1, 0.1)
 
-    monkeypatch.setattr(supernets.train, "train_supernet", fake_train)
+    monkeypatch.setattr(nas.supernets.train, "train_supernet", fake_train)
     overrides = ["space=nb201", "data=digits", "supernet.epochs=1", f"out={prefect_home / 'sn'}"]
     cache = record_path("x").parent
     before = set(cache.iterdir())
@@ -234,7 +234,7 @@ def test_poisoned_supernet_record_is_refused_and_the_supernet_trained_again(pref
     [record] = set(cache.iterdir()) - before
     marker = prefect_home / "pwned"
     record.write_bytes(pickle_record(record, marker))
-    with caplog.at_level(logging.WARNING, logger="tasks.records"):
+    with caplog.at_level(logging.WARNING, logger="nas.orchestration.tasks.records"):
         assert not train_supernet_flow(overrides)["cached"]
     assert not marker.exists() and trained == [1, 1]
     [warning] = [r.getMessage() for r in caplog.records]

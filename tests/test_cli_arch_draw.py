@@ -12,8 +12,8 @@ from matplotlib.path import Path as MplPath
 from matplotlib.transforms import Bbox
 
 from conftest import run_nas
-from nas.arch.dag.draw import figure, layout_block, wrap_label
-from nas.arch.dag.parse import parse_block_file
+from nas.spaces.nader.dag.draw import figure, layout_block, wrap_label
+from nas.spaces.nader.dag.parse import parse_block_file
 
 BLOCKS = Path(__file__).resolve().parent / "data" / "blocks"
 FILES = sorted(BLOCKS.glob("*.txt"))

@@ -1,6 +1,6 @@
 """Fast CLI start: help, block-file validation and config errors never import torch or Prefect.
 
-The check runs the real `nas.cli.main` in a fresh interpreter and reads `sys.modules`
+The check runs the real `nas.cli.main.main` in a fresh interpreter and reads `sys.modules`
 after each command (cumulatively: a later command may not load them either), so a
 new eager import anywhere on those paths fails here. Timings are not asserted;
 benchmarks/cli_latency.py measures them.
@@ -23,7 +23,7 @@ HEAVY = ("torch", "prefect", "lightning", "pytorch_lightning", "qdrant_client", 
 
 PROBE = r"""
 import contextlib, io, json, sys
-from nas.cli import main
+from nas.cli.main import main
 heavy, commands = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 results = []
 for argv in commands:

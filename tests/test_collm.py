@@ -14,14 +14,14 @@ import pytest
 
 from nas.agents.collm import (candidates_grammar, decision_table, parse_candidates, single_grammar,
                               strategy_grammar, values_text)
-from nas.arch.nb201 import OPS, NB201Cell
+from nas.spaces.nb201.arch import OPS, NB201Cell
 from nas.errors import ConfigError, RunDirError
 from nas.evaluators.table import TableEvaluator
 from nas.llm.parse import ParseError
 from nas.llm.scripted import ScriptedServer, Step
-from nas.search.constraint import Constraint
-from nas.spaces.base import CategoricalSpace, Decision
-from nas.spaces.nb201 import NB201Space
+from nas.core.constraint import Constraint
+from nas.core.space import CategoricalSpace, Decision
+from nas.spaces.nb201.space import NB201Space
 from nas.strategies import STRATEGIES, Trial
 from nas.strategies.base import SearchExhausted
 from nas.strategies.collm import CoLLMStrategy
@@ -386,7 +386,7 @@ def test_local_model_writes_legal_candidates(tmp_path, monkeypatch, table):
     from nas.strategies.collm import CoLLMStrategy as C
 
     monkeypatch.setenv("NASFLOW_HOME", str(tmp_path / "home"))
-    cfg = yaml.safe_load(open("conf/llm/local.yaml"))
+    cfg = yaml.safe_load(open("nas/conf/llm/local.yaml"))
     cfg = {**cfg, "cache": False, "timeout_s": 600, "local": {**cfg["local"], "n_threads": 1}}  # 1 thread: shared cores
     strategy = C(SPACE, 0, llm=cfg, max_retries=0, navigator_memory=False)
     strategy.attach(tmp_path / "run")

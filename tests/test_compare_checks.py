@@ -19,10 +19,10 @@ from nas.compare import compare, curve_styles, expected_best, find_runs, load_cu
 from nas.errors import ConfigError
 from nas.evaluators.table import TableEvaluator, default_table_path, load_table
 from nas.io import atomic_write_json
-from nas.search.constraint import Constraint
+from nas.core.constraint import Constraint
 from nas.search.loop import LocalExecutor, SearchLoop
 from nas.search.spec import Component, SearchSpec
-from nas.spaces.nb201 import NB201Space
+from nas.spaces.nb201.space import NB201Space
 from nas.strategies.base import random_only_note
 
 TRAIN = {"data": {"name": "digits", "root": None}, "channels": 16, "recipe": {"epochs": 2}}

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nas.arch.nb201 import NB201Cell
+from nas.spaces.nb201.arch import NB201Cell
 from nas.errors import ConfigError
-from nas.search.constraint import Constraint
+from nas.core.constraint import Constraint
 from nas.search.spec import SearchSpec
-from nas.spaces.nb201 import NB201Space
+from nas.spaces.nb201.space import NB201Space
 from nas.spaces.open_ended import SourceSpace
 
 CONV = NB201Cell(("nor_conv_3x3",) * 6)

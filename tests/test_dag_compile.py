@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from nas.arch.block import BlockArch
-from nas.arch.dag.compile import BlockModule, block_source
-from nas.arch.dag.macro import BlockSet, Skeleton, plan, search_width
-from nas.arch.dag.shapes import Position, analyse
+from nas.spaces.nader.arch import BlockArch
+from nas.spaces.nader.dag.compile import BlockModule, block_source
+from nas.spaces.nader.dag.macro import BlockSet, Skeleton, plan, search_width
+from nas.spaces.nader.dag.shapes import Position, analyse
 from nas.measure import count_flops, count_params
-from nas.models.macro import build_network, network_source
+from nas.spaces.nader.network import build_network, network_source
 
 HERE = Path(__file__).resolve().parent
 OURS = sorted((HERE / "data" / "blocks").glob("*.txt"))
@@ -131,8 +131,8 @@ def test_exported_source_passes_the_sandbox():
 
 
 def test_seen_index_confirms_hits_by_canonical_form():
-    from nas.arch.base import SeenIndex
-    from nas.arch.dag.canon import relabel
+    from nas.core.arch import SeenIndex
+    from nas.spaces.nader.dag.canon import relabel
 
     arch = BlockArch.from_text((HERE / "data" / "blocks" / "residual.txt").read_text())
     seen = SeenIndex()

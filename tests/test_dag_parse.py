@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nas.arch.dag import OPS, Block, Node, parse_block_file, validate_structure
+from nas.spaces.nader.dag import OPS, Block, Node, parse_block_file, validate_structure
 from nas.errors import EncodingError
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "nader"

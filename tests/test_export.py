@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from nas.arch.block import BlockArch
-from nas.arch.source import SourceArch
-from nas.cli import main as nas_main
+from nas.spaces.nader.arch import BlockArch
+from nas.spaces.source.arch import SourceArch
+from nas.cli.main import main as nas_main
 from nas.search.loop import LocalExecutor, SearchLoop
 from nas.search.spec import Component, SearchSpec
 
@@ -182,7 +182,7 @@ def test_onnx_failure_falls_back_to_torchscript_with_the_reason(monkeypatch, tmp
 
 @pytest.fixture(scope="module")
 def supernet_run(tmp_path_factory):
-    from supernets.train import SupernetSettings, train_supernet
+    from nas.supernets.train import SupernetSettings, train_supernet
 
     root = tmp_path_factory.mktemp("supernet")
     space = {"channels": 4, "cells_per_stage": 1}
@@ -196,8 +196,8 @@ def supernet_run(tmp_path_factory):
 
 
 def test_supernet_run_exports_the_subnet_with_inherited_weights(supernet_run, capsys, tmp_path):
-    from supernets import SUPERNETS
-    from nas.spaces.nb201 import NB201Space
+    from nas.supernets import SUPERNETS
+    from nas.spaces.nb201.space import NB201Space
 
     run, summary, trained = supernet_run
     manifest = export(capsys, str(run), "--out", str(tmp_path / "e"))

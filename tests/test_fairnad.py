@@ -13,7 +13,7 @@ from nas.agents.fairnad import HYPER_IDEAS, UPSCALE_IDEAS, parse_design_reply, p
 from nas.errors import ConfigError
 from nas.evaluators.base import EvalResult
 from nas.llm.parse import ParseError
-from nas.models.sources import base_source
+from nas.spaces.source.bases import base_source
 from nas.spaces import SPACES
 from nas.strategies import STRATEGIES, Candidate, Trial
 from nas.strategies.fairnad import Model, PoolIdea

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from nas.llm.scripted import ScriptedServer
-from nas.models.sources import base_source
+from nas.spaces.source.bases import base_source
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +82,7 @@ def search(tmp_path: Path, run: Path, runner: str, *llm: str) -> subprocess.Comp
     env.update(NASFLOW_HOME=str(tmp_path / "home"), NASFLOW_NO_KEY="",
                PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="180")
     return subprocess.run(
-        [sys.executable, "-m", "nas.cli", "search", "space=source", "strategy=fairnad", "evaluator=train",
+        [sys.executable, "-m", "nas.cli.main", "search", "space=source", "strategy=fairnad", "evaluator=train",
          "data=digits", "recipe.epochs=1", "strategy.input_size=8", "strategy.init=4",
          "strategy.fair_parents=1", "strategy.pareto_parents=1", "strategy.iterative_parents=1",
          "strategy.iterative_steps=1", "budget.trials=8", f"runner={runner}", "progress=false", *llm,

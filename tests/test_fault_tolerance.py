@@ -22,9 +22,9 @@ import pytest
 
 from conftest import NAS, ROOT, run_nas
 from nas.agents.collm import values_text
-from nas.arch.nb201 import OPS, NB201Cell
+from nas.spaces.nb201.arch import OPS, NB201Cell
 from nas.llm.scripted import ScriptedServer, Step
-from nas.spaces.nb201 import NB201Space
+from nas.spaces.nb201.space import NB201Space
 
 SPACE = NB201Space()
 CELLS = [NB201Cell(ops) for ops in itertools.product(OPS, repeat=6)]
@@ -85,7 +85,7 @@ def assert_nothing_left(home: str) -> None:
 
 def reference_requests(srv: ScriptedServer, tmp_path: Path, args: list[str]) -> tuple[int, list[str]]:
     """An uninterrupted run of the same search, in process: its LLM requests and trial keys."""
-    from nas.cli import compose_config
+    from nas.cli.main import compose_config
     from nas.search.loop import LocalExecutor, SearchLoop
     from nas.search.spec import SearchSpec
 
@@ -104,7 +104,7 @@ def evaluation_records(cache: Path) -> dict[str, dict]:
     out = {}
     for path in cache.iterdir() if cache.exists() else []:
         try:
-            value = json.loads(json.loads(path.read_text())["result"])  # plain JSON (tasks/records.py)
+            value = json.loads(json.loads(path.read_text())["result"])  # plain JSON (nas/orchestration/tasks/records.py)
         except (ValueError, KeyError, TypeError):
             continue  # being written
         if isinstance(value, dict) and "accuracy" in value:
@@ -262,7 +262,7 @@ def test_llm_faults_mid_search_are_retried_counted_and_survived(tmp_path, caplog
 
 def finished_run(tmp_path: Path, trials: int = 6) -> tuple[Path, list[str]]:
     """A finished `random` search on the table, made in process with the CLI's config."""
-    from nas.cli import compose_config
+    from nas.cli.main import compose_config
     from nas.search.loop import LocalExecutor, SearchLoop
     from nas.search.spec import SearchSpec
 

@@ -46,7 +46,7 @@ def run_flow(tmp_path_factory):
 
     configure_prefect_env()
     EVALUATORS.register("flaky_test")(FlakyEvaluator)
-    from flows.search import run_search_flow
+    from nas.orchestration.flows.search import run_search_flow
 
     yield run_search_flow
     EVALUATORS._entries.pop("flaky_test")
@@ -87,7 +87,7 @@ def test_llm_calls_are_cached_prefect_tasks(run_flow, tmp_path):
     from nas.llm import LLMClient
     from nas.llm.client import LLMError
     from nas.llm.scripted import ScriptedServer, Step
-    from tasks.llm import prefect_calls
+    from nas.orchestration.tasks.llm import prefect_calls
 
     @flow(persist_result=False)
     def ask(base_url: str, text: str) -> tuple[str, str]:

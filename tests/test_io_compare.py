@@ -16,7 +16,7 @@ from nas.search.loop import LocalExecutor, SearchLoop
 from nas.search.spec import SearchSpec
 from nas.search.loop import best_so_far
 from nas.search.spec import Component
-from nas.spaces.nb201 import NB201Space
+from nas.spaces.nb201.space import NB201Space
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

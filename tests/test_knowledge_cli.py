@@ -31,7 +31,7 @@ with a bottleneck and a sigmoid, and multiplies the channels by the result.
 
 def nas(home: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "NASFLOW_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "nas.cli", "knowledge", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "nas.cli.main", "knowledge", *args], capture_output=True, text=True,
                           env=env, timeout=300)
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from nas.arch.dag.crosscheck import crosscheck
-from nas.arch.dag.macro import BlockSet, Budget, Skeleton, plan, role_of, search_width, section_errors
+from nas.spaces.nader.dag.crosscheck import crosscheck
+from nas.spaces.nader.dag.macro import BlockSet, Budget, Skeleton, plan, role_of, search_width, section_errors
 from nas.errors import ConfigError, EncodingError
 
 HERE = Path(__file__).resolve().parent

@@ -15,10 +15,10 @@ import pytest
 
 from nas.agents.nader import (block_language, modify, parse_block_reply, parse_ranking, parse_short, propose,
                               reflect_suggestion, reflect_tip)
-from nas.arch.dag.canon import block_key
-from nas.arch.dag.grammar import block_grammar, tight_text
-from nas.arch.dag.ops import OPS
-from nas.arch.dag.parse import parse_block_file
+from nas.spaces.nader.dag.canon import block_key
+from nas.spaces.nader.dag.grammar import block_grammar, tight_text
+from nas.spaces.nader.dag.ops import OPS
+from nas.spaces.nader.dag.parse import parse_block_file
 from nas.errors import EncodingError
 from nas.llm import LLMClient, ParseError
 from nas.llm.scripted import ScriptedServer
@@ -594,12 +594,12 @@ def test_constrained_modifier_reply_always_parses(tmp_path, monkeypatch):
     """SmolLM2-135M under the block grammar: whatever it writes is a block file
     (the verifier then judges it); a few ideas, no cache."""
     pytest.importorskip("llama_cpp")
-    from nas.arch.dag.macro import BlockSet
+    from nas.spaces.nader.dag.macro import BlockSet
     from nas.llm import local
 
     monkeypatch.setenv("NASFLOW_HOME", str(tmp_path / "home"))
     parent = BlockSet.from_text(RESIDUAL, "parent")
-    # conf/llm/local.yaml's modifier settings; the grammar's size bound (parent + 16 nodes,
+    # nas/conf/llm/local.yaml's modifier settings; the grammar's size bound (parent + 16 nodes,
     # at most 4 edges into each) keeps even a looping reply inside max_tokens.
     cfg = {"backend": "local", "cache": False, "local": {"n_ctx": 4096, "n_threads": None,
                                                           "startup_timeout_s": 180},

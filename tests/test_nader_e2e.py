@@ -20,7 +20,7 @@ from nas.llm.scripted import ScriptedServer
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = (ROOT / "nas/arch/dag/bases/resnet_basic.txt").read_text().split("##Residual_stem##")[0]
+BASE = (ROOT / "nas/spaces/nader/dag/bases/resnet_basic.txt").read_text().split("##Residual_stem##")[0]
 EXTRA_BN = BASE.replace("8->1", "8->9\n9->1").replace("8:ReLU", "8:ReLU\n9:BN")
 KERNEL5 = BASE.replace("5:Conv2d(out_channels=C,kernel_size=3,stride=1)", "5:Conv2d(out_channels=C,kernel_size=5,stride=1)")
 NO_SHORTCUT = BASE.replace("0->7\n", "")
@@ -55,7 +55,7 @@ class Designer:
 def search(tmp_path: Path, run: Path, store_dir: Path, *llm: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "NASFLOW_HOME": str(tmp_path / "home"), "NASFLOW_NO_KEY": ""}
     return subprocess.run(
-        [sys.executable, "-m", "nas.cli", "search", "space=nader", "strategy=nader", "evaluator=train",
+        [sys.executable, "-m", "nas.cli.main", "search", "space=nader", "strategy=nader", "evaluator=train",
          "data=digits", "recipe.epochs=1", "evaluator.cells_per_stage=1", "budget.trials=4", "runner=local",
          "progress=false", *llm, f"knowledge.path={store_dir}", f"hydra.run.dir={run}"],
         capture_output=True, text=True, env=env, timeout=600)

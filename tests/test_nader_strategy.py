@@ -15,7 +15,7 @@ from nas.strategies.base import Trial
 from nas.strategies.nader import NaderStrategy
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = (ROOT / "nas/arch/dag/bases/resnet_basic.txt").read_text().split("##Residual_stem##")[0]
+BASE = (ROOT / "nas/spaces/nader/dag/bases/resnet_basic.txt").read_text().split("##Residual_stem##")[0]
 KERNEL5 = BASE.replace("5:Conv2d(out_channels=C,kernel_size=3,stride=1)", "5:Conv2d(out_channels=C,kernel_size=5,stride=1)")
 ONE_CONV = "##Residual##\n0:input\n1:output\n2:Conv2d(out_channels=C,kernel_size=3)\n0->2\n2->1\n"
 

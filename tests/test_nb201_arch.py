@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from nas.arch.nb201 import ANB_CODES, ANB_EDGES, EDGES, OPS, NB201Cell
+from nas.spaces.nb201.arch import ANB_CODES, ANB_EDGES, EDGES, OPS, NB201Cell
 from nas.errors import EncodingError
 
 BEST_TUPLE = (2, 2, 0, 2, 3, 2)
@@ -214,7 +214,7 @@ def test_to_module_forward_gives_logits(ops):
 def test_to_module_respects_num_classes_and_cells_per_stage():
     net = NB201Cell.from_anb_tuple(BEST_TUPLE).to_module(channels=4, cells_per_stage=2, num_classes=7)
     assert net(torch.randn(1, 3, 32, 32)).shape == (1, 7)
-    from nas.models.nb201 import NB201Cell as CellModule
+    from nas.spaces.nb201.network import NB201Cell as CellModule
 
     assert sum(isinstance(m, CellModule) for m in net.modules()) == 6
     assert net.classifier.in_features == 16  # 4 -> 8 -> 16

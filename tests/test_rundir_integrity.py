@@ -28,7 +28,7 @@ from nas.search.loop import (LocalExecutor, SearchLoop, best_record, best_so_far
                              summarise, trusts_self_reported)
 from nas.search.rundir import RunDir
 from nas.search.spec import Component, SearchSpec
-from nas.spaces.nb201 import NB201Space
+from nas.spaces.nb201.space import NB201Space
 
 NEW_DIR = "use a new hydra.run.dir"
 # Holds the run dir's lock in a process of its own until killed.
@@ -186,7 +186,7 @@ def test_two_nas_searches_on_one_run_dir(tmp_path, nas_env):
     lines = [json.loads(line) for line in history.read_text().splitlines()]
     assert [r["trial"] for r in lines] == list(range(len(lines)))
     assert len({r["key"] for r in lines}) == len(lines)  # one random search, no second trajectory mixed in
-    from nas.cli import compose_config
+    from nas.cli.main import compose_config
 
     spec = dataclasses.replace(SearchSpec.from_config(compose_config(overrides)), trials=len(lines) + 2)
     summary = search(spec, run_dir, spec.build_evaluator(spec.build_space()))
@@ -398,7 +398,7 @@ def test_summarise_counts_self_reported():
 
 
 def test_train_evaluator_accepts_trust_as_a_bool_outside_its_fingerprint():
-    from nas.cli import compose_config
+    from nas.cli.main import compose_config
 
     def evaluator(*overrides: str):
         spec = SearchSpec.from_config(compose_config(["evaluator=quick", "data=digits", *overrides]))

@@ -17,14 +17,14 @@ from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 from prefect_dask import DaskTaskRunner
 
 from conftest import run_nas
-from flows.runners import build_task_runner
+from nas.orchestration.flows.runners import build_task_runner
 from nas.errors import ConfigError, MissingDependencyError
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def runner_conf(name: str) -> dict:
-    return yaml.safe_load((ROOT / "conf" / "runner" / f"{name}.yaml").read_text())
+    return yaml.safe_load((ROOT / "nas" / "conf" / "runner" / f"{name}.yaml").read_text())
 
 
 def test_each_runner_config_builds_its_task_runner():
@@ -72,8 +72,8 @@ def navigator_and_generator(request: dict) -> str:
     """CoLLM's two LLMs, scripted as a pure function of the request (so every runner sees the
     same replies): a fixed strategy, and K NB201 cells picked by a hash of the conversation."""
     from nas.agents.collm import values_text
-    from nas.arch.nb201 import OPS, NB201Cell
-    from nas.spaces.nb201 import NB201Space
+    from nas.spaces.nb201.arch import OPS, NB201Cell
+    from nas.spaces.nb201.space import NB201Space
 
     system, user = request["messages"][0]["content"], request["messages"][-1]["content"]
     if "You are the Navigator" in system:
@@ -119,7 +119,7 @@ def test_dask_search_matches_the_other_runners_and_fills_the_cache(tmp_path, nas
     ({}, ("auto", 1, "auto")),
 ])
 def test_supernet_training_hands_devices_and_strategy_to_lightning(settings, expected, monkeypatch, tmp_path):
-    import supernets.train as st
+    import nas.supernets.train as st
 
     class Launched(Exception):
         pass
@@ -139,7 +139,7 @@ def test_supernet_training_hands_devices_and_strategy_to_lightning(settings, exp
 
 
 def test_bad_supernet_device_settings_are_one_line():
-    from supernets.train import SupernetSettings
+    from nas.supernets.train import SupernetSettings
 
     with pytest.raises(ConfigError, match=r"^supernet.devices must be an integer >= 1, got 0$"):
         SupernetSettings(devices=0)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from nas.arch.nb201 import NB201Cell
+from nas.spaces.nb201.arch import NB201Cell
 from nas.errors import ConfigError, EvaluationError, RunDirError
 from nas.evaluators.table import TableEvaluator
 from nas.search.loop import LocalExecutor, SearchLoop
@@ -17,7 +17,7 @@ from nas.search.loop import best_so_far
 from nas.search.rundir import RunDir
 from nas.search.spec import Component
 from nas.spaces import SPACES
-from nas.spaces.nb201 import NB201Space
+from nas.spaces.nb201.space import NB201Space
 from nas.strategies import STRATEGIES
 from nas.strategies.random_search import RandomSearch
 
@@ -189,7 +189,7 @@ def test_all_failures_give_summary_without_best(tmp_path, evaluator):
 
 @pytest.fixture
 def tiny_space():
-    from nas.spaces.base import SearchSpace
+    from nas.core.space import SearchSpace
 
     class TinySpace(SearchSpace):
         name = "nb201"  # its cells are NB201 cells, so the table evaluator accepts them

@@ -25,7 +25,7 @@ SERVE_YAML = """\
 limit: 1
 deployments:
   table-search:
-    flow: flows.entry:search_overrides_flow
+    flow: nas.orchestration.flows.entry:search_overrides_flow
     parameters:
       overrides: [space=nb201, strategy=rea, evaluator=table, budget.trials=50]
       root: {root}
@@ -186,9 +186,9 @@ def test_serve_runs_a_deployment_against_a_real_server(nas_env, tmp_path):
 
 @pytest.mark.slow
 def test_supernet_flow_is_cached_while_its_checkpoint_exists(prefect_home, monkeypatch):
-    import supernets.train
-    from flows.supernet import train_supernet_flow
-    from supernets.train import TrainedSupernet
+    import nas.supernets.train
+    from nas.orchestration.flows.supernet import train_supernet_flow
+    from nas.supernets.train import TrainedSupernet
 
     trained = []
 
@@ -199,7 +199,7 @@ def test_supernet_flow_is_cached_while_its_checkpoint_exists(prefect_home, monke
         path.write_bytes(b"weights")
         return TrainedSupernet(path, hashlib.sha256(b"weights").hexdigest(), 50.0, 10.0, 1, 0.1)
 
-    monkeypatch.setattr(supernets.train, "train_supernet", fake_train)
+    monkeypatch.setattr(nas.supernets.train, "train_supernet", fake_train)
     out = prefect_home / "sn"
     overrides = ["space=nb201", "data=digits", "supernet.epochs=1", f"out={out}"]
     first = train_supernet_flow(overrides)

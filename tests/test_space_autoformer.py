@@ -10,15 +10,15 @@ import pytest
 import torch
 import yaml
 
-from nas.arch.autoformer import AutoFormerArch
+from nas.spaces.autoformer.arch import AutoFormerArch
 from nas.errors import ConfigError, EncodingError
 from nas.measure import count_flops, count_params
 from nas.spaces import SPACES
-from nas.spaces.autoformer import AutoFormerSpace
-from supernets import SUPERNETS
-from supernets.autoformer import AutoFormerSupernet
+from nas.spaces.autoformer.space import AutoFormerSpace
+from nas.supernets import SUPERNETS
+from nas.spaces.autoformer.supernet import AutoFormerSupernet
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "space"
+CONF = Path(__file__).resolve().parents[1] / "nas" / "conf" / "space"
 
 
 def preset(name: str) -> AutoFormerSpace:

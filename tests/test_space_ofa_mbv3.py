@@ -11,16 +11,16 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from nas.arch.ofa_mbv3 import OFAMbv3Arch
+from nas.spaces.ofa_mbv3.arch import OFAMbv3Arch
 from nas.errors import ConfigError, EncodingError
 from nas.measure import count_flops, count_params
 from nas.spaces import SPACES
-from nas.spaces.base import Cost
-from nas.spaces.ofa_mbv3 import OFAMbv3Space
-from supernets import SUPERNETS
-from supernets.ofa_mbv3 import OFAMbv3Supernet
+from nas.core.space import Cost
+from nas.spaces.ofa_mbv3.space import OFAMbv3Space
+from nas.supernets import SUPERNETS
+from nas.spaces.ofa_mbv3.supernet import OFAMbv3Supernet
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "space"
+CONF = Path(__file__).resolve().parents[1] / "nas" / "conf" / "space"
 
 # In the format of CoLLM-NAS's MobileNet-space table (values ours).
 PAPER = {"r": [208], "d": [3, 3, 3, 3, 4],

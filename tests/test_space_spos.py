@@ -10,15 +10,15 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from nas.arch.spos import CHOICE_NAMES, SPOSArch
+from nas.spaces.spos.arch import CHOICE_NAMES, SPOSArch
 from nas.errors import ConfigError, EncodingError
 from nas.measure import count_flops, count_params
 from nas.spaces import SPACES
-from nas.spaces.spos import SPOSSpace
-from supernets import SUPERNETS
-from supernets.spos import SPOSSupernet
+from nas.spaces.spos.space import SPOSSpace
+from nas.supernets import SUPERNETS
+from nas.spaces.spos.supernet import SPOSSupernet
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "space"
+CONF = Path(__file__).resolve().parents[1] / "nas" / "conf" / "space"
 
 
 def preset(name: str) -> SPOSSpace:

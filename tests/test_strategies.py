@@ -8,14 +8,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from nas.arch.base import Architecture
-from nas.arch.nb201 import EDGES, OPS, NB201Cell
+from nas.core.arch import Architecture
+from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
 from nas.errors import ConfigError, RunDirError
 from nas.evaluators import EvalResult
 from nas.evaluators.table import TableEvaluator
 from nas.spaces import SPACES, SearchSpace
-from nas.spaces.base import CategoricalSpace, Decision
-from nas.spaces.nb201 import NB201Space
+from nas.core.space import CategoricalSpace, Decision
+from nas.spaces.nb201.space import NB201Space
 from nas.strategies import STRATEGIES, Candidate, Strategy, Trial
 from nas.strategies.base import SearchExhausted
 from nas.strategies.random_search import RandomSearch

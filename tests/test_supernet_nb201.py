@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from nas.arch.nb201 import EDGES, OPS, NB201Cell
+from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
 from nas.errors import EncodingError
-from nas.models.nb201 import NB201Network
-from nas.spaces.nb201 import NB201Space
-from supernets import SUPERNETS
-from supernets.nb201 import NB201Supernet
+from nas.spaces.nb201.network import NB201Network
+from nas.spaces.nb201.space import NB201Space
+from nas.supernets import SUPERNETS
+from nas.spaces.nb201.supernet import NB201Supernet
 
 
 @pytest.fixture(scope="module")

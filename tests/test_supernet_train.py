@@ -11,14 +11,14 @@ import pytest
 import torch
 
 from conftest import run_nas
-from nas.arch.base import Architecture
-from nas.arch.nb201 import NB201Cell
+from nas.core.arch import Architecture
+from nas.spaces.nb201.arch import NB201Cell
 from nas.errors import ConfigError, MissingDependencyError
 from nas.evaluators import EVALUATORS
 from nas.evaluators import supernet as supernet_evaluator
-from nas.spaces.base import CategoricalSpace, Decision
-from nas.spaces.nb201 import NB201Space
-from supernets.train import SubnetSampler, SupernetSettings, train_supernet
+from nas.core.space import CategoricalSpace, Decision
+from nas.spaces.nb201.space import NB201Space
+from nas.supernets.train import SubnetSampler, SupernetSettings, train_supernet
 
 SPACE = {"name": "nb201", "channels": 4, "cells_per_stage": 1}
 DIGITS = {"name": "digits", "root": None, "split_file": None}
@@ -70,7 +70,7 @@ def test_a_space_with_a_fixed_input_size_scores_resized_data_at_its_own_cost(tmp
     params/FLOPs are the space's cost model (what constraints were checked against)."""
     import numpy as np
 
-    from nas.spaces.spos import SPOSSpace
+    from nas.spaces.spos.space import SPOSSpace
 
     monkeypatch.setattr(supernet_evaluator, "SCORES", {})
     small = {"stage_channels": [16, 32, 64, 128], "stem_channels": 8, "last_channels": 256, "stem_stride": 1,
@@ -182,7 +182,7 @@ def test_uniform_sampling_draws_one_free_subnet_per_step():
 
 
 def test_real_supernets_declare_phases_over_their_decision_groups():
-    from supernets import SUPERNETS
+    from nas.supernets import SUPERNETS
     from nas.spaces import SPACES
 
     for name in SUPERNETS.names():

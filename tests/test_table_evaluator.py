@@ -10,14 +10,14 @@ import types
 import numpy as np
 import pytest
 
-from nas.arch.nb201 import OPS, NB201Cell
+from nas.spaces.nb201.arch import OPS, NB201Cell
 from nas.errors import ConfigError, EvaluationError, MissingDependencyError
 from nas.evaluators import EVALUATORS, EvalResult
 from nas.evaluators.table import (SCALAR_METRICS, TableEvaluator, default_table_path, load_table,
                                   nb201_cost_model)
 from nas.measure import count_flops, count_params
 from nas.spaces import SPACES
-from nas.spaces.nb201 import NB201Space
+from nas.spaces.nb201.space import NB201Space
 
 BEST_TUPLE = (2, 2, 0, 2, 3, 2)
 BEST_ACC = 94.0664

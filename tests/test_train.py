@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from nas.arch.block import BlockArch
-from nas.arch.dag.macro import Skeleton
+from nas.spaces.nader.arch import BlockArch
+from nas.spaces.nader.dag.macro import Skeleton
 from nas.data.sources import FASHION_MNIST_ROOT, cifar10, cifar100, digits, fashion_mnist, imagenet16_120
 from nas.data.module import random_crop, random_flip
 from nas.errors import ConfigError, MissingDependencyError
@@ -175,7 +175,7 @@ def test_loss_not_improving_stops_after_patience():
 
 def _evaluator(**recipe):
     from nas.evaluators.train import TrainEvaluator
-    from nas.spaces.nb201 import NB201Space
+    from nas.spaces.nb201.space import NB201Space
 
     base = {"epochs": 1, "batch_size": 64, "train_subset": 256, **recipe}
     return TrainEvaluator(NB201Space(), {"name": "digits"}, base, channels=4, cells_per_stage=1)
@@ -202,9 +202,9 @@ def test_train_evaluator_cache_identity_and_failures():
 
 
 def test_block_width_rounds_to_the_width_multiple_and_enters_the_fingerprint():
-    from nas.arch.block import BlockArch
+    from nas.spaces.nader.arch import BlockArch
     from nas.evaluators.train import TrainEvaluator
-    from nas.spaces.nb201 import NB201Space
+    from nas.spaces.nb201.space import NB201Space
     from nas.train.build import BuildOptions, build_model
 
     arch = BlockArch.from_text((Path(__file__).parent / "data" / "blocks" / "residual.txt").read_text())

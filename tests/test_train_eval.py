@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nas.arch.block import BlockArch
-from nas.arch.source import SourceArch
+from nas.spaces.nader.arch import BlockArch
+from nas.spaces.source.arch import SourceArch
 from nas.errors import ConfigError, EncodingError, EvaluationError
 from nas.evaluators.train import TrainEvaluator
-from nas.spaces.nb201 import NB201Space
+from nas.spaces.nb201.space import NB201Space
 from nas.train.build import BuildOptions, build_model
 
 BLOCKS = Path(__file__).resolve().parent / "data" / "blocks"
@@ -150,8 +150,8 @@ def test_ddp_trains_with_two_processes_through_the_worker():
 def test_metrics_say_how_the_numbers_were_computed():
     """compile/capture seconds and the share of seeds trained as CUDA graphs, numeric (as the
     evaluation cache's record check wants): on CPU no graph is captured, even when asked for."""
-    from tasks.evaluate import RESULT_FIELDS
-    from tasks.records import check_fields
+    from nas.orchestration.tasks.evaluate import RESULT_FIELDS
+    from nas.orchestration.tasks.records import check_fields
 
     arch = evaluator().space.sample(np.random.default_rng(3))
     for engine in ({"kind": "fast"}, {"kind": "fast", "cuda_graphs": "on"}):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from nas.arch.block import BlockArch
-from nas.arch.dag.macro import Skeleton
+from nas.spaces.nader.arch import BlockArch
+from nas.spaces.nader.dag.macro import Skeleton
 from nas.data.module import random_crop, random_flip
 from nas.data.sources import digits
 from nas.errors import ConfigError, EvaluationError

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from nas.arch.block import BlockArch
-from nas.arch.dag.macro import Skeleton
+from nas.spaces.nader.arch import BlockArch
+from nas.spaces.nader.dag.macro import Skeleton
 from nas.data.sources import digits
 from nas.train.engine import Engine
 from nas.train.progress import EpochDisplay, EpochProgress, PrefectProgress, artifact_key, clock, prefect_progress
@@ -104,7 +104,7 @@ def test_training_in_a_flow_publishes_one_progress_artifact_per_candidate(prefec
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     from nas.evaluators import EVALUATORS
-    from nas.spaces.nb201 import NB201Space
+    from nas.spaces.nb201.space import NB201Space
 
     ev = EVALUATORS.create("train", {"data": {"name": "digits"}, "recipe": {"epochs": 2, "batch_size": 64},
                                      "channels": 4, "cells_per_stage": 1, "seeds": [777]}, space=NB201Space())

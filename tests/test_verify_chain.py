@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nas.arch.dag.macro import BlockSet, Budget, Skeleton
+from nas.spaces.nader.dag.macro import BlockSet, Budget, Skeleton
 from nas.sandbox.limits import Limits
 from nas.verify import DOWNSCALE, FIX, block_chain, source_chain
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from nas.arch.dag.macro import WIDTH_MULTIPLE
+from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE
 from nas.llm.client import Answer, LLMClient, Reply
 from nas.llm.parse import ParseError, extract_code, find_tagged, snippet
 from nas.llm.prompts import load_prompt

@@ -10,7 +10,7 @@ Each is a prompt file (`nas/prompts/nader_*.md`), a tolerant parser and one
 `LLMClient.ask`; LLM and parse failures come back in `Answer.errors`, never as
 exceptions. Where the endpoint takes GBNF (llama.cpp), replies are constrained:
 the Proposer to valid idea numbers, the Modifier to the block-file syntax
-(`nas.arch.dag.grammar`; single-input blocks in its tight layout, which rules
+(`nas.spaces.nader.dag.grammar`; single-input blocks in its tight layout, which rules
 out most structural errors), the Reflector to one tagged sentence of ≤ 50 words.
 """
 
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import re
 
-from nas.arch.dag.grammar import MAX_EDGES, MAX_NODES, block_grammar, tight_text
-from nas.arch.dag.macro import role_of
-from nas.arch.dag.ops import OPS
-from nas.arch.dag.parse import parse_block_file
+from nas.spaces.nader.dag.grammar import MAX_EDGES, MAX_NODES, block_grammar, tight_text
+from nas.spaces.nader.dag.macro import role_of
+from nas.spaces.nader.dag.ops import OPS
+from nas.spaces.nader.dag.parse import parse_block_file
 from nas.errors import EncodingError
 from nas.llm.client import Answer, LLMClient, Reply
 from nas.llm.gbnf import gbnf_choice, gbnf_literal

@@ -7,10 +7,10 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from nas.arch.base import Architecture
+from nas.core.arch import Architecture
 from nas.errors import NasError
-from nas.registry import Registry
-from nas.spaces.base import SearchSpace
+from nas.core.registry import Registry
+from nas.core.space import SearchSpace
 
 
 @dataclass

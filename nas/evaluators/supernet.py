@@ -25,13 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nas.arch.base import Architecture, stable_hash
+from nas.core.arch import Architecture, stable_hash
 from nas.data.sources import SOURCES, ImageData, Split, load_data
 from nas.errors import ConfigError, MissingDependencyError
 from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
 from nas.measure import count_flops, count_params
-from nas.registry import check_keys
-from nas.spaces.base import Cost, SearchSpace
+from nas.core.registry import check_keys
+from nas.core.space import Cost, SearchSpace
 
 # (evaluator fingerprint, subnet key) → result: a repeated subnet costs nothing in this process.
 SCORES: dict[tuple[str, str], EvalResult] = {}
@@ -176,7 +176,7 @@ class SupernetEvaluator(Evaluator):
         """The supernet and the data, once per evaluator."""
         with self._lock:
             if self._supernet is None:
-                from supernets import SUPERNETS
+                from nas.supernets import SUPERNETS
 
                 net = SUPERNETS.create(self.space.name, dict(self.checkpoint["supernet"]), space=self.space)
                 net.load_state_dict(self.checkpoint["state_dict"])

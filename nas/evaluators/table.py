@@ -11,10 +11,10 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from nas.arch.nb201 import EDGES, OPS, NB201Cell
+from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
 from nas.errors import ConfigError, EvaluationError, MissingDependencyError
 from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
-from nas.spaces.nb201 import NB201Space
+from nas.spaces.nb201.space import NB201Space
 
 INSTALL_HINT = "pip install analog-nasbench==0.1.3"
 SCALAR_METRICS = ("baseline_accuracy", "ptq_accuracy", "qat_accuracy", "noisy_accuracy",

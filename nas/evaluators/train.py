@@ -18,14 +18,14 @@ import statistics
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from nas.arch.base import Architecture, stable_hash
-from nas.arch.dag.macro import WIDTH_MULTIPLE
-from nas.arch.source import SourceArch
+from nas.core.arch import Architecture, stable_hash
+from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE
+from nas.spaces.source.arch import SourceArch
 from nas.errors import ConfigError, EvaluationError, NasError
 from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
-from nas.registry import check_keys
+from nas.core.registry import check_keys
 from nas.sandbox.limits import Limits
-from nas.spaces.base import SearchSpace
+from nas.core.space import SearchSpace
 from nas.train.build import BuildOptions, build_model
 from nas.train.engine import Engine
 from nas.train.progress import OnEpoch, combine, prefect_progress

@@ -1,4 +1,4 @@
-"""Knowledge settings (`conf/knowledge/*.yaml`) and the objects they build."""
+"""Knowledge settings (`nas/conf/knowledge/*.yaml`) and the objects they build."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.errors import ConfigError
-from nas.registry import check_keys
+from nas.core.registry import check_keys
 
 TAGGERS = ("embed", "llm")
 SCREENS = ("auto", "llm", "embed", "off")

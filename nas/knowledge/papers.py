@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator
 
-from nas.arch.base import stable_hash
+from nas.core.arch import stable_hash
 from nas.knowledge.idea import Idea, Tag
 
 SUFFIXES = (".pdf", ".md", ".markdown", ".txt", ".jsonl", ".json")

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from nas.arch.base import stable_hash
+from nas.core.arch import stable_hash
 from nas.errors import ConfigError
 from nas.io import append_jsonl, atomic_write_json, read_jsonl
 

@@ -1,4 +1,4 @@
-"""LLM settings (`conf/llm/*.yaml`): one endpoint, per-role sampling settings."""
+"""LLM settings (`nas/conf/llm/*.yaml`): one endpoint, per-role sampling settings."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.errors import ConfigError
-from nas.registry import check_keys
+from nas.core.registry import check_keys
 
 BACKENDS = ("local", "openai", "replay")
 STRUCTURED = ("auto", "grammar", "json_schema", "none")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from nas.arch.base import stable_hash
+from nas.core.arch import stable_hash
 from nas.errors import ConfigError
-from nas.search.constraint import Constraint
+from nas.core.constraint import Constraint
 from nas.evaluators import EVALUATORS, Evaluator
 from nas.spaces import SPACES, SearchSpace
 from nas.strategies import STRATEGIES, Strategy
@@ -170,12 +170,12 @@ def _first(natural: str | None, names: list[str]) -> list[str]:
 
 
 def space_defaults(label: str) -> dict[str, str]:
-    """The natural strategy and evaluator of a space preset (conf/space_defaults/<label>.yaml)."""
+    """The natural strategy and evaluator of a space preset (nas/conf/space_defaults/<label>.yaml)."""
     from importlib import resources
 
     import yaml
 
-    path = resources.files("conf") / "space_defaults" / f"{label}.yaml"
+    path = resources.files("nas.conf") / "space_defaults" / f"{label}.yaml"
     if not path.is_file():
         return {}
     entries = yaml.safe_load(path.read_text()).get("defaults") or []

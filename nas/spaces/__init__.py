@@ -1,5 +1,5 @@
 """Search spaces: sampling, mutation and decoding of one representation."""
 
-from nas.spaces.base import SPACES, SearchSpace  # each space's module is imported on first use (SPACES.get)
+from nas.core.space import SPACES, SearchSpace  # each space's module is imported on first use (SPACES.get)
 
 __all__ = ["SPACES", "SearchSpace"]

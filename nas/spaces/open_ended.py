@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from nas.arch.block import BlockArch
-from nas.arch.source import SourceArch
+from nas.spaces.nader.arch import BlockArch
+from nas.spaces.source.arch import SourceArch
 from nas.errors import ConfigError
-from nas.spaces.base import SPACES, SearchSpace
+from nas.core.space import SPACES, SearchSpace
 
 BASE_BLOCKS = ("resnet_basic",)
 
@@ -44,7 +44,7 @@ class BlockSpace(_OpenEnded):
 
     def __init__(self, base: str = "resnet_basic") -> None:
         text = _read_base(base, BASE_BLOCKS,
-                          lambda n: (resources.files("nas.arch.dag") / "bases" / f"{n}.txt").read_text("utf-8"),
+                          lambda n: (resources.files("nas.spaces.nader.dag") / "bases" / f"{n}.txt").read_text("utf-8"),
                           "block")
         self.base = BlockArch.from_text(text, source=base)
 
@@ -57,7 +57,7 @@ class SourceSpace(_OpenEnded):
     """Model source files; the root is `base` (default: CIFAR ResNet-32, FairNAD's)."""
 
     def __init__(self, base: str = "resnet32") -> None:
-        from nas.models.sources import BASE_MODELS, base_source
+        from nas.spaces.source.bases import BASE_MODELS, base_source
 
         self.base = SourceArch(_read_base(base, BASE_MODELS, base_source, "model"), filename=f"{Path(base).stem}.py")
         self.base.key()  # a base that does not parse fails here, with its line

@@ -10,13 +10,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from nas.arch.base import Architecture
+from nas.core.arch import Architecture
 from nas.errors import ConfigError, EncodingError, RunDirError
 from nas.evaluators.base import EvalResult
 from nas.llm.client import Calls
-from nas.search.constraint import Constraint
-from nas.registry import Registry
-from nas.spaces.base import SearchSpace
+from nas.core.constraint import Constraint
+from nas.core.registry import Registry
+from nas.core.space import SearchSpace
 
 
 @dataclass

@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from nas.arch.base import Architecture
+from nas.core.arch import Architecture
 from nas.errors import ConfigError, RunDirError
-from nas.spaces.base import CategoricalSpace, SearchSpace
+from nas.core.space import CategoricalSpace, SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy, Trial, VisitedMixin
 
 log = logging.getLogger("nas.strategies.collm")

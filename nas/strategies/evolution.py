@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from nas.arch.base import Architecture
+from nas.core.arch import Architecture
 from nas.errors import ConfigError, RunDirError
-from nas.spaces.base import CategoricalSpace, SearchSpace
+from nas.core.space import CategoricalSpace, SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy, Trial, VisitedMixin
 
 POPULATION_SIZE = 20

@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from nas.arch.dag.macro import WIDTH_MULTIPLE, Budget
+from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE, Budget
 from nas.errors import ConfigError, RunDirError
-from nas.spaces.base import SearchSpace
+from nas.core.space import SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, Draft, SearchExhausted, Strategy, Trial
 from nas.strategies.design import design_metrics
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from nas.arch.dag.macro import BlockSet, Budget, Skeleton
+from nas.spaces.nader.dag.macro import BlockSet, Budget, Skeleton
 from nas.errors import ConfigError, RunDirError
-from nas.spaces.base import SearchSpace
+from nas.core.space import SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, Draft, SearchExhausted, Strategy, Trial
 from nas.strategies.design import design_metrics
 from nas.strategies.modtree import ModificationTree

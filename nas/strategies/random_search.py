@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from nas.errors import RunDirError
-from nas.spaces.base import SearchSpace
+from nas.core.space import SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy, Trial, VisitedMixin
 
 

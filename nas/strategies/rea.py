@@ -8,7 +8,7 @@ from collections import deque
 from typing import Any
 
 from nas.errors import ConfigError, RunDirError
-from nas.spaces.base import SearchSpace
+from nas.core.space import SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy, Trial, VisitedMixin
 
 POPULATION_SIZE = 20

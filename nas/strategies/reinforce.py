@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from nas.errors import ConfigError, RunDirError
-from nas.spaces.base import CategoricalSpace, SearchSpace
+from nas.core.space import CategoricalSpace, SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy, Trial, VisitedMixin
 
 

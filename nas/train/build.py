@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from nas.arch.base import Architecture
-from nas.arch.block import BlockArch
-from nas.arch.dag.macro import WIDTH_MULTIPLE, Budget, Plan, Skeleton, search_width
-from nas.arch.nb201 import NB201Cell
+from nas.core.arch import Architecture
+from nas.spaces.nader.arch import BlockArch
+from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE, Budget, Plan, Skeleton, search_width
+from nas.spaces.nb201.arch import NB201Cell
 from nas.errors import ConfigError, EvaluationError, NasError
-from nas.registry import check_keys
+from nas.core.registry import check_keys
 
 if TYPE_CHECKING:
     from torch import nn
@@ -74,7 +74,7 @@ def build_model(arch: Architecture, shape: tuple[int, int, int], num_classes: in
             return arch.to_module(channels=options.channels, cells_per_stage=options.cells_per_stage,
                                   num_classes=num_classes, in_channels=shape[0])
         if isinstance(arch, BlockArch):
-            from nas.models.macro import build_network
+            from nas.spaces.nader.network import build_network
 
             return build_network(options.block_plan(arch, shape, num_classes))
     except (NasError, ValueError, RuntimeError) as exc:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from nas.errors import ConfigError
-from nas.registry import check_keys
+from nas.core.registry import check_keys
 
 KINDS = ("plain", "fast")
 ACCELERATORS = ("cpu", "gpu", "auto")

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from nas.arch.base import Architecture
+from nas.core.arch import Architecture
 from nas.errors import EvaluationError
 from nas.io import atomic_write_json
 from nas.train.result import TrainResult

@@ -1,0 +1,1 @@
+"""The `nas` command: `main` parses and dispatches; one module per subcommand."""

@@ -1,0 +1,5 @@
+"""`python -m nas.cli.main`."""
+
+from nas.cli.main.main import main
+
+main()

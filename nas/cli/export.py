@@ -1,0 +1,58 @@
+"""`nas export RUN_DIR [--out DIR] [--trial N] [--no-train] [--force]`: a run's best model as files.
+
+Writes model.py (PyTorch source defining `Network`), model.pt (its state dict),
+model.onnx (or model.torchscript.pt when ONNX export fails) and export.json (the
+manifest: trial, key, encoding, accuracy, params, FLOPs, input shape, weight
+origin, sha256 of every file, and the exported graph's output check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from nas.errors import NasError
+
+
+def main(argv: list[str]) -> None:
+    from nas.cli.main import fail
+
+    parser = argparse.ArgumentParser(
+        prog="nas export", description="Export a run's best (or a chosen) trial: PyTorch source, state dict, "
+                                       "ONNX (TorchScript when ONNX fails) and export.json.")
+    parser.add_argument("run_dir", type=Path, help="a search run directory (holds summary.json)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output directory (default RUN_DIR/export, or RUN_DIR/export-trialN)")
+    parser.add_argument("--trial", type=int, default=None, help="export this trial instead of the best")
+    parser.add_argument("--no-train", action="store_true",
+                        help="train/quick runs: keep the initial weights instead of retraining")
+    parser.add_argument("--force", action="store_true", help="replace an existing output directory")
+    args = parser.parse_args(argv)
+    from nas.export import export_run
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    try:
+        manifest = export_run(args.run_dir, args.out, args.trial, train=not args.no_train, force=args.force,
+                              say=say)
+    except NasError as err:
+        fail(str(err))
+    graph = manifest["graph"]
+    if graph["format"] is None:
+        kind = "no graph (ONNX and TorchScript export failed; see export.json)"
+    else:
+        check = graph["check"]
+        diff = "not run" if check["max_abs_diff"] is None else f"max abs diff {check['max_abs_diff']:.2e}"
+        kind = f"{graph['file']} ({check['method']}: {diff}, {'ok' if check['passed'] else 'MISMATCH'})"
+        if graph["format"] == "torchscript":
+            kind += f"; ONNX failed: {graph['onnx_error']}"
+    print(f"exported trial {manifest['trial']} ({manifest['accuracy']:.2f}%, {manifest['params']:,} params, "
+          f"weights: {manifest['weights']['origin']}) to {manifest['out']}: model.py, model.pt, {kind}")
+    failed = [name for name, check in (("graph", graph["check"]), ("source", manifest["source_check"]))
+              if check is not None and not check["passed"]]
+    if failed or graph["format"] is None:
+        what = f"the {' and '.join(failed)} output check failed" if failed else "no ONNX or TorchScript graph"
+        print(f"nas: error: {what} (files kept in {manifest['out']}; see export.json)", file=sys.stderr)
+        raise SystemExit(1)

@@ -1,0 +1,93 @@
+"""Name → class registries (timm-style decorators) with one factory each.
+
+Adding a space, strategy or evaluator is one `@REGISTRY.register("name")`
+class, its module in the registry's `modules` table, plus one YAML file in
+`nas/conf/<group>/name.yaml`. The table lets a registry list every name while
+importing only the module of the name asked for: naming a strategy must not
+pay for every other strategy's torch, LLM or Prefect imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any, Callable, Generic, TypeVar
+
+from nas.errors import ConfigError
+
+T = TypeVar("T")
+
+_SCALARS = (bool, int, float, str)
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str, modules: dict[str, str] | None = None) -> None:
+        self.kind = kind
+        self._entries: dict[str, type[T]] = {}
+        self._modules = dict(modules or {})  # name -> module that registers it, imported by `get`
+
+    def register(self, name: str) -> Callable[[type[T]], type[T]]:
+        def deco(cls: type[T]) -> type[T]:
+            if name in self._entries:
+                raise ValueError(f"{self.kind} '{name}' registered twice")
+            cls.name = name  # type: ignore[attr-defined]
+            self._entries[name] = cls
+            return cls
+
+        return deco
+
+    def names(self) -> list[str]:
+        return sorted({*self._entries, *self._modules})
+
+    def get(self, name: str) -> type[T]:
+        if name not in self._entries and name in self._modules:
+            importlib.import_module(self._modules[name])
+        try:
+            return self._entries[name]
+        except KeyError:
+            valid = ", ".join(self.names()) or "none registered"
+            raise ConfigError(f"unknown {self.kind} '{name}' (valid: {valid})") from None
+
+    def create(self, name: str, params: dict[str, Any], **context: Any) -> T:
+        """Instantiate `name` with config `params` checked against its signature."""
+        cls = self.get(name)
+        check_params(f"{self.kind} '{name}'", cls.__init__, params, skip=set(context))
+        return cls(**context, **params)
+
+
+def check_params(where: str, fn: Callable, params: dict[str, Any], skip: set[str]) -> None:
+    """Reject unknown keys and scalar type mismatches with a one-line error."""
+    sig = inspect.signature(fn)
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    accepted = {
+        n: p for n, p in sig.parameters.items()
+        if n != "self" and n not in skip and p.kind in kinds
+    }
+    for key, value in params.items():
+        if key not in accepted:
+            names = ", ".join(sorted(accepted)) or "none"
+            raise ConfigError(f"{where}: unknown parameter '{key}' (accepted: {names})")
+        ann = accepted[key].annotation
+        expected = _scalar_type(ann)
+        if expected is None or value is None:
+            continue
+        ok = isinstance(value, expected) and not (expected is not bool and isinstance(value, bool))
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        if not ok:
+            raise ConfigError(
+                f"{where}: parameter '{key}' must be {expected.__name__}, got {value!r}"
+            )
+
+
+def check_keys(where: str, data: dict[str, Any], valid: list[str]) -> None:
+    """For settings mappings that are not constructor calls (recipe, engine, data)."""
+    unknown = sorted(set(data) - set(valid))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key '{unknown[0]}' (valid: {', '.join(valid)})")
+
+
+def _scalar_type(annotation: Any) -> type | None:
+    if isinstance(annotation, str):
+        annotation = {"int": int, "float": float, "bool": bool, "str": str}.get(annotation)
+    return annotation if annotation in _SCALARS else None

@@ -1,1 +1,0 @@
-"""Plain `nn.Module` definitions (no training logic lives here)."""

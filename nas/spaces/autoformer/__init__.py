@@ -1,0 +1,1 @@
+"""AutoFormer: ViT encoding (arch), space, supernet."""

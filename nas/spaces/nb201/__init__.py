@@ -1,0 +1,1 @@
+"""NAS-Bench-201: the cell encoding (arch), space, network, supernet."""

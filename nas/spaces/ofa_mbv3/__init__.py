@@ -1,0 +1,1 @@
+"""OFA MobileNetV3: subnet encoding (arch), space, supernet (the `ofa` package)."""

@@ -1,0 +1,1 @@
+"""Model source (FairNAD): PyTorch files as architectures (arch) and the packaged base models (bases/)."""

@@ -1,0 +1,1 @@
+"""SPOS ShuffleNetV2: choice encoding (arch), space, supernet."""

@@ -1,0 +1,59 @@
+"""The supernet protocol: one weight-sharing network per categorical space,
+from which any architecture of the space runs (`set_active`) or is copied out
+as a standalone network (`extract`). Training (`nas/supernets/train.py`) and
+subnet scoring (`nas/evaluators/supernet.py`) use only this protocol."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from torch import nn
+
+from nas.core.arch import Architecture
+from nas.core.registry import Registry
+from nas.core.space import CategoricalSpace
+
+
+class Supernet(nn.Module, ABC):
+    name: str  # set by the registry: the name of the space it serves
+
+    # How training samples subnets: "uniform" (SPOS single path, AutoFormer), "sandwich" (OFA: largest,
+    # smallest and random subnets each step, shrinking stages in order).
+    default_sampling: ClassVar[str] = "uniform"
+    # Progressive shrinking (OFA): decision groups released in order, by the part of a decision's
+    # name before "[" (e.g. ("ks",), ("d",), ("e",)); decisions not yet released stay at their largest.
+    phases: ClassVar[tuple[tuple[str, ...], ...]] = ()
+
+    def __init__(self, space: CategoricalSpace, num_classes: int, in_channels: int = 3) -> None:
+        super().__init__()
+        self.space = space
+        self.num_classes = num_classes
+        self.in_channels = in_channels
+
+    @abstractmethod
+    def set_active(self, arch: Architecture) -> None:
+        """Route `forward` through the subnet `arch` until the next call."""
+
+    @abstractmethod
+    def extract(self, arch: Architecture) -> nn.Module:
+        """A standalone network holding copies of the subnet's weights; in eval
+        mode it gives the same outputs as this supernet after `set_active(arch)`."""
+
+    def largest(self) -> Architecture:
+        """The biggest subnet (sandwich rule); choices are listed small to large by default."""
+        return self.space.from_values([d.choices[-1] for d in self.space.decisions()])
+
+    def smallest(self) -> Architecture:
+        return self.space.from_values([d.choices[0] for d in self.space.decisions()])
+
+    def input_size(self, arch: Architecture) -> int | None:
+        """The input resolution `arch` runs at (OFA's r); None: the data's own size."""
+        return None
+
+    def config(self) -> dict[str, Any]:
+        """Constructor settings besides the space, stored in checkpoints to rebuild the network."""
+        return {"num_classes": self.num_classes, "in_channels": self.in_channels}
+
+
+SUPERNETS: Registry[Supernet] = Registry("supernet")
