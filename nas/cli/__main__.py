@@ -1,5 +1,5 @@
 """`python -m nas.cli.main`."""
 
-from nas.cli.main.main import main
+from nas.cli.main import main
 
 main()
