@@ -1,4 +1,4 @@
-"""`python -m nas.cli.main`."""
+"""`python -m nas.cli`."""
 
 from nas.cli.main import main
 
