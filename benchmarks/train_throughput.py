@@ -55,6 +55,8 @@ import statistics  # noqa: E402
 from nas.spaces.nader.arch import BlockArch  # noqa: E402
 from nas.spaces.nader.dag.macro import Skeleton, search_width  # noqa: E402
 from nas.spaces.nb201.arch import NB201Cell  # noqa: E402
+from nas.spaces.nader.network import build_network  # noqa: E402
+from nas.spaces.nb201.space import NB201Space  # noqa: E402
 from nas.data.sources import FASHION_MNIST_ROOT, ImageData, Split, digits, fashion_mnist  # noqa: E402
 from nas.io import atomic_write_json, atomic_write_text  # noqa: E402
 from nas.train.engine import Engine  # noqa: E402
@@ -73,7 +75,7 @@ def model(channels: int, size: int, classes: int, seed: int = 0, depth: int = 5,
     arch = BlockArch.from_text(BLOCK.read_text())
     sk = Skeleton(depths=(depth,) * 3, input_size=size, in_channels=channels, num_classes=classes)
     p = arch.plan(sk, width=width)
-    return arch.to_module(sk, width=p.width), p
+    return build_network(p), p
 
 
 def step_rate(channels: int, size: int, device: str, batch: int, steps: int) -> dict:
@@ -361,7 +363,7 @@ def gpu_section(quick: bool, fashion_root: Path) -> dict:
 
     def cells():
         torch.manual_seed(0)
-        return nb201.to_module(channels=16, cells_per_stage=5, num_classes=10, in_channels=3)
+        return NB201Space(channels=16, cells_per_stage=5).build(nb201, num_classes=10, in_channels=3)
 
     warm = Recipe(epochs=1, batch_size=batch, train_subset=4 * batch, valid_subset=256, test_subset=256)
     train_many([resnet(w8)()], data, warm, 0, Engine(**GPU_FAST, cuda_graphs="off"))  # CUDA/cuDNN start-up

@@ -6,9 +6,10 @@ training run stores no weights, so the architecture is retrained with the
 run's own data, recipe, engine and seed (or, with `train=False`, left at its
 seeded initial weights); a table run has none, so the weights are initial.
 
-Built-in spaces (nb201, ofa_mbv3, spos, autoformer) and NADER block files are
-built in-process from our own modules. Model source (space `source`) and the
-PyTorch code compiled from a block file are untrusted: they only ever run in
+Networks and their PyTorch source come from the space (`SearchSpace.build`,
+`SearchSpace.source`), built in-process from our own modules. Model source
+(spaces that are not `trusted`) and generated source that is not
+`source_trusted` (the code compiled from a block file) are untrusted: they only ever run in
 a sandboxed child (`python -m nas.export WORKDIR`, the same rlimits, audit
 policy, stripped environment and process-group kill as `nas.sandbox`), which
 writes its files into its private directory for this process to collect.
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import inspect
 import json
 import math
 import os
@@ -157,42 +157,6 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
-# --- PyTorch source for the built-in spaces ------------------------------------
-
-def nb201_source(ops: tuple[str, ...], channels: int, cells_per_stage: int, num_classes: int,
-                 in_channels: int) -> str:
-    """NB201's network module (ours, torch only) with the cell fixed: a standalone file."""
-    import nas.spaces.nb201.network as module
-    from nas.spaces.nb201.arch import EDGES
-
-    text = inspect.getsource(module).replace("from nas.spaces.nb201.arch import EDGES", f"EDGES = {EDGES!r}")
-    return (f"# Exported by nasflow: NAS-Bench-201 network, cell {'+'.join(ops)}; needs only torch.\n{text}\n\n"
-            f"OPS = {tuple(ops)!r}\n\n\n"
-            "class Network(NB201Network):\n"
-            f"    def __init__(self, num_classes={num_classes}, channels={channels}, "
-            f"cells_per_stage={cells_per_stage}, in_channels={in_channels}):\n"
-            "        super().__init__(OPS, channels=channels, cells_per_stage=cells_per_stage,\n"
-            "                         num_classes=num_classes, in_channels=in_channels)\n")
-
-
-def rebuild_source(space: dict[str, Any], supernet: dict[str, Any], encoding: Any) -> str:
-    """A module that rebuilds a supernet subnet with nasflow's classes (no standalone generator for them)."""
-    return ("# Exported by nasflow: rebuilds the subnet with nasflow's supernet classes (needs nasflow).\n"
-            "from nas.export import rebuild\n\n"
-            f"SPACE = {space!r}\nSUPERNET = {supernet!r}\nENCODING = {encoding!r}\n\n\n"
-            f"def Network(num_classes={supernet['num_classes']}):\n"
-            "    return rebuild(SPACE, dict(SUPERNET, num_classes=num_classes), ENCODING)\n")
-
-
-def rebuild(space: dict[str, Any], supernet: dict[str, Any], encoding: Any) -> nn.Module:
-    """The standalone subnet `encoding` of a freshly initialised supernet (its weights are loaded after)."""
-    from nas.spaces import SPACES
-    from nas.supernets import SUPERNETS
-
-    built = SPACES.create(space["name"], {k: v for k, v in space.items() if k != "name"})
-    return SUPERNETS.create(built.name, dict(supernet), space=built).extract(built.decode(encoding))
-
-
 def _import_file(path: Path) -> Any:
     """Import one of our generated files (trusted: built-in spaces only)."""
     spec = importlib.util.spec_from_file_location(f"nasflow_export_{os.getpid()}", path)
@@ -249,7 +213,7 @@ def _export(spec, space, arch, record: dict[str, Any], tmp: Path, train: bool,
     from nas.measure import count_flops, count_params
 
     evaluator = spec.evaluator.name
-    if spec.space.name == "source":
+    if not space.trusted:
         built, graph, check, measured = _export_untrusted(spec, space, arch, record, tmp, train, say)
     else:
         builder = {"supernet": _from_supernet, "train": _from_training, "table": _from_table}.get(evaluator)
@@ -263,7 +227,7 @@ def _export(spec, space, arch, record: dict[str, Any], tmp: Path, train: bool,
         x = torch.randn(built.shape)
         say(f"writing ONNX (TorchScript if that fails) for input {list(built.shape)}")
         graph = export_graph(net, x, tmp)
-        check = _source_check(built, net, x, tmp, spec)
+        check = _source_check(built, net, x, tmp, spec, space)
         measured = {"params": count_params(net), "flops": count_flops(net, built.shape)}
     return {
         "trial": record["trial"], "key": record["key"], "encoding": record["encoding"],
@@ -308,36 +272,22 @@ def _from_supernet(spec, space, arch, record, train, say) -> Built:
     say(f"subnet rescored: valid {valid:.2f}% (the search recorded {recorded}), test {test:.2f}%")
     shape = (1, supernet.in_channels, *((size, size) if size else feeder.data.shape[1:]))
     config = supernet.config()
-    if spec.space.name == "nb201":
-        source = nb201_source(arch.ops, space.channels, space.cells_per_stage, config["num_classes"],
-                              config["in_channels"])
-        kind = "standalone PyTorch (NB201 network, torch only)"
-    else:
-        source = rebuild_source({"name": spec.space.name, **spec.space.params}, config, arch.encode())
-        kind = "nasflow rebuild (no standalone generator for this space: imports nas.export.rebuild)"
+    source = space.source(arch, config["num_classes"], config["in_channels"], shape[-1])
     weights = {"origin": "supernet", "checkpoint": str(ev.path), "checkpoint_sha256": ev.sha256,
                "recal_batches": ev.recal_batches, "valid_accuracy": round(valid, 4),
                "test_accuracy": round(test, 4)}
-    return Built(sub, shape, source, kind, weights, config["num_classes"])
+    return Built(sub, shape, source, space.source_kind, weights, config["num_classes"])
 
 
 def _from_training(spec, space, arch, record, train, say) -> Built:
-    from nas.spaces.nader.arch import BlockArch
-    from nas.spaces.nader.network import network_source
     from nas.train.build import build_model
     from nas.train.run import train_one
 
     ev = spec.build_evaluator(space)
     seed = ev.seeds[0] if ev.seeds else spec.seed
     data = ev.data
-    net = build_model(arch, data.shape, data.num_classes, ev.build, seed)
-    if isinstance(arch, BlockArch):
-        source = network_source(ev.build.block_plan(arch, data.shape, data.num_classes))
-        kind = "compiled from the NADER block file (untrusted: checked in the sandbox)"
-    else:
-        source = nb201_source(arch.ops, ev.build.channels, ev.build.cells_per_stage, data.num_classes,
-                              data.shape[0])
-        kind = "standalone PyTorch (NB201 network, torch only)"
+    net = build_model(space, arch, data.shape, data.num_classes, ev.build, seed)
+    source = space.source(arch, data.num_classes, data.shape[0], data.shape[1], ev.build.to_dict())
     weights: dict[str, Any] = {"seed": seed, "data": ev.data_cfg}
     if train:
         r = ev.recipe
@@ -349,28 +299,26 @@ def _from_training(spec, space, arch, record, train, say) -> Built:
         _retrained(weights, result, ev, say)
     else:
         weights.update(origin="initial", note="--no-train: seeded initial weights, not trained")
-    return Built(net, (1, *data.shape), source, kind, weights, data.num_classes)
+    return Built(net, (1, *data.shape), source, space.source_kind, weights, data.num_classes)
 
 
 def _from_table(spec, space, arch, record, train, say) -> Built:
     ev = spec.build_evaluator(space)
     torch.manual_seed(spec.seed)
-    net = arch.to_module(channels=space.channels, cells_per_stage=space.cells_per_stage,
-                         num_classes=ev.num_classes)
-    source = nb201_source(arch.ops, space.channels, space.cells_per_stage, ev.num_classes, 3)
+    net = space.build(arch, ev.num_classes, 3, ev.resolution)
+    source = space.source(arch, ev.num_classes, 3, ev.resolution)
     weights = {"origin": "initial", "seed": spec.seed,
                "note": "the table evaluator stores no weights: seeded initial weights; train the cell "
-                       f"with `nas train '{arch.to_string()}' data=cifar10 ...`"}
-    return Built(net, (1, 3, ev.resolution, ev.resolution), source,
-                 "standalone PyTorch (NB201 network, torch only)", weights, ev.num_classes)
+                       f"with `nas train '{arch.encode()}' data=cifar10 ...`"}
+    return Built(net, (1, 3, ev.resolution, ev.resolution), source, space.source_kind, weights, ev.num_classes)
 
 
-def _source_check(built: Built, net: nn.Module, x: torch.Tensor, tmp: Path, spec) -> dict[str, Any]:
+def _source_check(built: Built, net: nn.Module, x: torch.Tensor, tmp: Path, spec, space) -> dict[str, Any]:
     """Does model.py's `Network` take model.pt strictly and give `net`'s output? Our own
     generated files run here; code compiled from a block file runs in the sandbox."""
     with torch.no_grad():
         ref = net(x)
-    if spec.space.name == "nader":
+    if not space.source_trusted:
         report = _sandbox(tmp, built.source, built.num_classes, x, weights=tmp / "model.pt", reference=ref,
                           limits=_limits(spec, sum(p.numel() for p in net.parameters())))[2]
         return report["reference"]
@@ -427,10 +375,9 @@ def _export_untrusted(spec, space, arch, record: dict[str, Any], tmp: Path, trai
     else:
         weights.update(origin="initial", note="--no-train: initial weights (torch.manual_seed(0), as the "
                                               "sandbox instantiates), not trained")
-    (tmp / "model.py").write_text(arch.source, encoding="utf-8")
-    built = Built(None, tuple(report["input_shape"]), arch.source,
-                  "the model source itself (untrusted: built, trained and exported only in the sandbox)",
-                  weights, data.num_classes)
+    source = space.source(arch, data.num_classes, data.shape[0], data.shape[1])
+    (tmp / "model.py").write_text(source, encoding="utf-8")
+    built = Built(None, tuple(report["input_shape"]), source, space.source_kind, weights, data.num_classes)
     say("checking model.py + model.pt in a fresh sandbox")
     x, out = report.pop("io")
     check = _sandbox(tmp, arch.source, data.num_classes, x, weights=tmp / "model.pt", reference=out,

@@ -141,7 +141,7 @@ def throughput_probe(workdir: Path, overrides: Sequence[str], lookups: int,
 
         from nas.spaces.nb201.arch import NB201Cell
 
-        net = NB201Cell.from_string(FORWARD_CELL).to_module(channels=16, cells_per_stage=5, num_classes=10).eval()
+        net = space.build(NB201Cell.from_string(FORWARD_CELL), num_classes=10).eval()
         x = torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(0))
         times = []
         with torch.no_grad():

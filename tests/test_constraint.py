@@ -10,7 +10,7 @@ from nas.errors import ConfigError
 from nas.core.constraint import Constraint
 from nas.search.spec import SearchSpec
 from nas.spaces.nb201.space import NB201Space
-from nas.spaces.open_ended import SourceSpace
+from nas.spaces.source.space import SourceSpace
 
 CONV = NB201Cell(("nor_conv_3x3",) * 6)
 NONE = NB201Cell(("none",) * 6)

@@ -19,6 +19,7 @@ from nas.spaces.nader.dag.macro import BlockSet, Skeleton, plan, search_width
 from nas.spaces.nader.dag.shapes import Position, analyse
 from nas.measure import count_flops, count_params
 from nas.spaces.nader.network import build_network, network_source
+from nas.spaces.nader.space import BlockSpace
 
 HERE = Path(__file__).resolve().parent
 OURS = sorted((HERE / "data" / "blocks").glob("*.txt"))
@@ -110,9 +111,9 @@ def test_block_source_is_parametrised_by_block_variables():
     assert "torch.cat([x17, x18], dim=1)" in src
 
 
-def test_arch_to_module_uses_width_search():
+def test_space_build_uses_width_search():
     arch = BlockArch.from_text((HERE / "data" / "blocks" / "residual.txt").read_text())
-    net = arch.to_module()
+    net = BlockSpace().build(arch, num_classes=10)
     assert count_params(net) == arch.plan().params <= 1.5e6
     assert arch.plan().width == 24  # the widest multiple of 8 within the budget (exact: 25)
 

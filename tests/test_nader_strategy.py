@@ -10,7 +10,7 @@ import pytest
 
 from nas.evaluators.base import EvalResult
 from nas.llm.scripted import ScriptedServer
-from nas.spaces.open_ended import BlockSpace
+from nas.spaces.nader.space import BlockSpace
 from nas.strategies.base import Trial
 from nas.strategies.nader import NaderStrategy
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from nas.spaces.nb201.arch import ANB_CODES, ANB_EDGES, EDGES, OPS, NB201Cell
+from nas.spaces.nb201.space import NB201Space
 from nas.errors import EncodingError
 
 BEST_TUPLE = (2, 2, 0, 2, 3, 2)
@@ -200,9 +201,9 @@ def test_cells_differing_in_one_edge_are_not_equal():
 # --- trainable network ------------------------------------------------------------
 
 @pytest.mark.parametrize("ops", [CELLS[0], CELLS[2], CELLS[3]], ids=["all-none", "best", "mixed"])
-def test_to_module_forward_gives_logits(ops):
+def test_built_network_is_trainable_end_to_end(ops):
     torch.manual_seed(0)
-    net = NB201Cell(ops).to_module(channels=4, cells_per_stage=1)
+    net = NB201Space(channels=4, cells_per_stage=1).build(NB201Cell(ops), num_classes=10)
     x = torch.randn(2, 3, 32, 32)
     out = net(x)
     assert out.shape == (2, 10)
@@ -211,10 +212,10 @@ def test_to_module_forward_gives_logits(ops):
     assert any(p.grad is not None for p in net.parameters())
 
 
-def test_to_module_respects_num_classes_and_cells_per_stage():
-    net = NB201Cell.from_anb_tuple(BEST_TUPLE).to_module(channels=4, cells_per_stage=2, num_classes=7)
+def test_build_respects_num_classes_and_cells_per_stage():
+    net = NB201Space(channels=4, cells_per_stage=2).build(NB201Cell.from_anb_tuple(BEST_TUPLE), num_classes=7)
     assert net(torch.randn(1, 3, 32, 32)).shape == (1, 7)
-    from nas.spaces.nb201.network import NB201Cell as CellModule
+    from nas.spaces.nb201.network import CellModule
 
     assert sum(isinstance(m, CellModule) for m in net.modules()) == 6
     assert net.classifier.in_features == 16  # 4 -> 8 -> 16
@@ -222,7 +223,7 @@ def test_to_module_respects_num_classes_and_cells_per_stage():
 
 def test_all_none_cell_output_ignores_input():
     # With every edge 'none' the cells zero the signal, so logits are input-independent.
-    net = NB201Cell(("none",) * 6).to_module(channels=4, cells_per_stage=1).eval()
+    net = NB201Space(channels=4, cells_per_stage=1).build(NB201Cell(("none",) * 6), num_classes=10).eval()
     with torch.no_grad():
         a = net(torch.randn(2, 3, 32, 32))
         b = net(torch.randn(2, 3, 32, 32))

@@ -137,18 +137,9 @@ def test_size_counts_distinct_networks(tiny, small):
 
 # --- costs --------------------------------------------------------------------
 
-def test_cost_is_fvcore_on_the_extracted_subnet(small, supernet):
-    rng = np.random.default_rng(2)
-    for arch in [small.sample(rng) for _ in range(3)]:
-        sub = SUPERNETS.get("autoformer")(small, num_classes=10).extract(arch)
-        cost = small.cost(arch)
-        assert cost.params == count_params(sub)
-        assert cost.flops == count_flops(sub, (1, 3, small.image_size, small.image_size))
-
-
 def test_cost_formula_matches_fvcore_at_tiny_scale(tiny):
     arch = tiny_arch()
-    net = arch.to_module()
+    net = tiny.build(arch, num_classes=1000)
     assert tiny.cost(arch).params == count_params(net) == 7_148_872  # worked by hand
     assert tiny.cost(arch).flops == count_flops(net, (1, 3, 224, 224))
 
@@ -166,15 +157,6 @@ def test_describe_names_the_choices(tiny):
 
 
 # --- supernet -----------------------------------------------------------------
-
-def test_supernet_runs_random_subnets(small, supernet):
-    rng = np.random.default_rng(3)
-    x = torch.randn(2, 1, 28, 28)
-    assert supernet.default_sampling == "uniform"
-    for _ in range(5):
-        supernet.set_active(small.sample(rng))
-        assert supernet(x).shape == (2, 10)
-
 
 def test_extracted_subnets_match_the_supernet(small, supernet):
     rng = np.random.default_rng(4)

@@ -124,14 +124,6 @@ def test_largest_and_smallest_bound_the_flops(small, supernet):
     assert small.cost(supernet.largest()).flops >= max(flops)
 
 
-def test_supernet_runs_random_subnets(small, supernet):
-    x = torch.randn(2, 3, small.resolution, small.resolution)
-    supernet.train()
-    for arch in random_archs(small, 3, seed=4):
-        supernet.set_active(arch)
-        assert supernet(x).shape == (2, small.num_classes)
-
-
 def test_extracted_subnet_matches_supernet_in_eval_mode(small, supernet):
     torch.manual_seed(1)
     archs = random_archs(small, 3, seed=5)

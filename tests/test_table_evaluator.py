@@ -13,10 +13,10 @@ import pytest
 from nas.spaces.nb201.arch import OPS, NB201Cell
 from nas.errors import ConfigError, EvaluationError, MissingDependencyError
 from nas.evaluators import EVALUATORS, EvalResult
-from nas.evaluators.table import (SCALAR_METRICS, TableEvaluator, default_table_path, load_table,
-                                  nb201_cost_model)
+from nas.evaluators.table import SCALAR_METRICS, TableEvaluator, default_table_path, load_table
 from nas.measure import count_flops, count_params
 from nas.spaces import SPACES
+from nas.spaces.nb201.cost import cost_model
 from nas.spaces.nb201.space import NB201Space
 
 BEST_TUPLE = (2, 2, 0, 2, 3, 2)
@@ -31,7 +31,7 @@ def evaluator() -> TableEvaluator:
 def test_registered_for_nb201():
     assert "table" in EVALUATORS.names()
     assert EVALUATORS.get("table") is TableEvaluator
-    assert TableEvaluator.spaces == ("nb201",)
+    assert TableEvaluator.spaces() == ["nb201"]
 
 
 def test_default_table_path_is_the_installed_package_file():
@@ -106,13 +106,13 @@ def test_cost_model_equals_direct_count(channels, cells, n_random):
     cells_to_check = [space.sample(rng) for _ in range(n_random)] + [NB201Cell.from_anb_tuple(BEST_TUPLE)]
     for cell in cells_to_check:
         r = ev.evaluate(cell)
-        net = cell.to_module(channels=channels, cells_per_stage=cells)
+        net = space.build(cell, num_classes=10)
         assert r.params == count_params(net), cell
         assert r.flops == count_flops(net, (1, 3, 32, 32)), cell
 
 
 def test_cost_model_structure():
-    per_op, (base_p, base_f) = nb201_cost_model(16, 5, 10, 32)
+    per_op, (base_p, base_f) = cost_model(16, 5, 10, 32)
     assert set(per_op) == set(OPS)
     assert per_op["none"] == (0, 0)
     assert per_op["skip_connect"][0] == 0 and per_op["avg_pool_3x3"][0] == 0

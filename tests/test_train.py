@@ -13,6 +13,7 @@ import torch
 
 from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.dag.macro import Skeleton
+from nas.spaces.nader.network import build_network
 from nas.data.sources import FASHION_MNIST_ROOT, cifar10, cifar100, digits, fashion_mnist, imagenet16_120
 from nas.data.module import random_crop, random_flip
 from nas.errors import ConfigError, MissingDependencyError
@@ -25,7 +26,7 @@ RESIDUAL = (Path(__file__).resolve().parent / "data" / "blocks" / "residual.txt"
 def tiny_net(channels: int, size: int, seed: int = 0):
     torch.manual_seed(seed)
     sk = Skeleton(depths=(1, 1, 1), input_size=size, in_channels=channels, num_classes=10)
-    return BlockArch.from_text(RESIDUAL).to_module(sk, width=8)
+    return build_network(BlockArch.from_text(RESIDUAL).plan(sk, width=8))
 
 
 def test_nb201_recipe_defaults():
@@ -204,14 +205,16 @@ def test_train_evaluator_cache_identity_and_failures():
 def test_block_width_rounds_to_the_width_multiple_and_enters_the_fingerprint():
     from nas.spaces.nader.arch import BlockArch
     from nas.evaluators.train import TrainEvaluator
+    from nas.spaces.nader.space import BlockSpace
     from nas.spaces.nb201.space import NB201Space
     from nas.train.build import BuildOptions, build_model
 
     arch = BlockArch.from_text((Path(__file__).parent / "data" / "blocks" / "residual.txt").read_text())
+    space = BlockSpace()
     shape = (3, 32, 32)
-    assert BuildOptions().block_plan(arch, shape, 10).width == 24  # NB201's budget allows 25
-    assert BuildOptions(width_multiple=1).block_plan(arch, shape, 10).width == 25
-    net = build_model(arch, shape, 10, BuildOptions(), seed=0)
+    assert space.plan(arch, 10, 3, 32, BuildOptions().to_dict()).width == 24  # NB201's budget allows 25
+    assert space.plan(arch, 10, 3, 32, BuildOptions(width_multiple=1).to_dict()).width == 25
+    net = build_model(space, arch, shape, 10, BuildOptions(), seed=0)
     assert net.classifier.in_features == 4 * 24
     recipe = {"epochs": 1, "batch_size": 64}
     default = TrainEvaluator(NB201Space(), {"name": "digits"}, recipe)

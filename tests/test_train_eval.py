@@ -8,11 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nas.spaces.nader.arch import BlockArch
-from nas.spaces.source.arch import SourceArch
+from nas.core.space import SearchSpace
 from nas.errors import ConfigError, EncodingError, EvaluationError
 from nas.evaluators.train import TrainEvaluator
+from nas.spaces.nader.arch import BlockArch
+from nas.spaces.nader.space import BlockSpace
 from nas.spaces.nb201.space import NB201Space
+from nas.spaces.source.arch import SourceArch
+from nas.spaces.source.space import SourceSpace
 from nas.train.build import BuildOptions, build_model
 
 BLOCKS = Path(__file__).resolve().parent / "data" / "blocks"
@@ -36,9 +39,9 @@ class Network(nn.Module):
 '''
 
 
-def evaluator(**kw) -> TrainEvaluator:
+def evaluator(space: SearchSpace | None = None, **kw) -> TrainEvaluator:
     recipe = {**TINY, **kw.pop("recipe", {})}
-    return TrainEvaluator(NB201Space(), {"name": "digits"}, recipe, channels=4, cells_per_stage=1, **kw)
+    return TrainEvaluator(space or NB201Space(), {"name": "digits"}, recipe, channels=4, cells_per_stage=1, **kw)
 
 
 def test_source_key_ignores_formatting_comments_and_docstrings():
@@ -52,17 +55,18 @@ def test_source_key_ignores_formatting_comments_and_docstrings():
 def test_block_file_builds_in_the_skeleton_within_the_budget():
     arch = BlockArch.from_text((BLOCKS / "residual.txt").read_text())
     small = BuildOptions(cells_per_stage=1, budget={"params": 20_000, "flops": 2e6})
-    net = build_model(arch, (1, 8, 8), 10, small, seed=0)
+    net = build_model(BlockSpace(), arch, (1, 8, 8), 10, small, seed=0)
     assert sum(p.numel() for p in net.parameters()) <= 20_000
     with pytest.raises(EvaluationError, match="cannot build the network"):
-        build_model(arch, (1, 8, 8), 10, BuildOptions(budget={"params": 10}), seed=0)
+        build_model(BlockSpace(), arch, (1, 8, 8), 10, BuildOptions(budget={"params": 10}), seed=0)
     with pytest.raises(ConfigError, match="evaluator.skeleton must be one of nb201, imagenet"):
         BuildOptions(skeleton="vit")
 
 
 def test_block_file_and_nb201_cell_train():
     ev = evaluator(budget={"params": 20_000, "flops": 2e6})
-    block = ev.evaluate(BlockArch.from_text((BLOCKS / "residual.txt").read_text()), seed=1)
+    block = evaluator(BlockSpace(), budget={"params": 20_000, "flops": 2e6}).evaluate(
+        BlockArch.from_text((BLOCKS / "residual.txt").read_text()), seed=1)
     cell = ev.evaluate(ev.space.sample(np.random.default_rng(0)), seed=1)
     for r in (block, cell):
         assert r.ok and 0 < r.accuracy <= 100 and len(r.curve) == 2 and r.params > 0
@@ -85,15 +89,15 @@ def test_seeds_are_averaged_and_replace_the_run_seed():
 
 
 def test_batch_isolates_a_candidate_that_cannot_be_built():
-    ev = evaluator(budget={"params": 50})
+    ev = evaluator()
     good = ev.space.sample(np.random.default_rng(2))
-    bad = BlockArch.from_text((BLOCKS / "residual.txt").read_text())
+    bad = BlockArch.from_text((BLOCKS / "residual.txt").read_text())  # not an NB201 cell: the space cannot build it
     results = ev.evaluate_batch([good, bad], seed=0)
-    assert results[0].ok and not results[1].ok and "cannot build the network" in results[1].error
+    assert results[0].ok and not results[1].ok and "cannot be built in-process" in results[1].error
 
 
 def test_model_source_trains_in_the_sandbox_per_seed():
-    ev = evaluator(seeds=[777, 888], sandbox={"wall_s": 300})
+    ev = evaluator(SourceSpace(), seeds=[777, 888], sandbox={"wall_s": 300})
     heard = []
     ev.on_epoch = heard.append  # trained here on the exported graph: each epoch is heard, as for trusted models
     arch = SourceArch(SOURCE)
@@ -111,7 +115,7 @@ def test_model_source_trains_in_the_sandbox_per_seed():
 def test_model_source_failing_only_in_training_is_reported_where(body, error):
     source = SOURCE.replace("    def forward(self, x):\n", f"    def forward(self, x):\n        {body}\n")
     with pytest.raises(EvaluationError) as info:
-        evaluator(sandbox={"wall_s": 300}).evaluate(SourceArch(source), seed=0)
+        evaluator(SourceSpace(), sandbox={"wall_s": 300}).evaluate(SourceArch(source), seed=0)
     assert str(info.value).startswith(error), str(info.value)
     assert not Path("/tmp/escaped.txt").exists()
 
@@ -122,7 +126,7 @@ def test_model_source_writing_while_training_stays_contained():
     body = "if self.training and x.shape[0] > 2:\n            open('/tmp/escaped.txt', 'w')"
     source = SOURCE.replace("    def forward(self, x):\n", f"    def forward(self, x):\n        {body}\n")
     try:
-        evaluator(sandbox={"wall_s": 300}).evaluate(SourceArch(source), seed=0)
+        evaluator(SourceSpace(), sandbox={"wall_s": 300}).evaluate(SourceArch(source), seed=0)
     except EvaluationError as err:
         assert "escaped.txt" in str(err)
     assert not Path("/tmp/escaped.txt").exists()
@@ -140,7 +144,7 @@ def test_ddp_trains_with_two_processes_through_the_worker():
 
     ev = evaluator(engine={"devices": 2})
     arch = ev.space.sample(np.random.default_rng(0))
-    r = train_in_subprocess(arch, data=ev.data_cfg, recipe=ev.recipe.to_dict(), engine=ev.engine.to_dict(),
+    r = train_in_subprocess(ev.space, arch, data=ev.data_cfg, recipe=ev.recipe.to_dict(), engine=ev.engine.to_dict(),
                             build=ev.build.to_dict(), seed=0, timeout_s=300)
     assert r.world_size == 2 and r.epochs == 2 and r.terminated is None and len(r.loss_curve) == 2
     whole = ev.evaluate(arch, seed=0)

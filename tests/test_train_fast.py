@@ -11,6 +11,7 @@ import torch
 
 from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.dag.macro import Skeleton
+from nas.spaces.nader.network import build_network
 from nas.data.module import random_crop, random_flip
 from nas.data.sources import digits
 from nas.errors import ConfigError, EvaluationError
@@ -28,7 +29,7 @@ RECIPE = Recipe(epochs=3, batch_size=64)
 def tiny_net(seed: int = 0, width: int = 8):
     torch.manual_seed(seed)
     sk = Skeleton(depths=(1, 1, 1), input_size=8, in_channels=1, num_classes=10)
-    return BlockArch.from_text(RESIDUAL).to_module(sk, width=width)
+    return build_network(BlockArch.from_text(RESIDUAL).plan(sk, width=width))
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import torch
 
 from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.dag.macro import Skeleton
+from nas.spaces.nader.network import build_network
 from nas.data.sources import digits
 from nas.train.engine import Engine
 from nas.train.progress import EpochDisplay, EpochProgress, PrefectProgress, artifact_key, clock, prefect_progress
@@ -25,7 +26,7 @@ RECIPE = Recipe(epochs=3, batch_size=64)
 def tiny_net(seed: int = 0):
     torch.manual_seed(seed)
     sk = Skeleton(depths=(1, 1, 1), input_size=8, in_channels=1, num_classes=10)
-    return BlockArch.from_text(RESIDUAL).to_module(sk, width=8)
+    return build_network(BlockArch.from_text(RESIDUAL).plan(sk, width=8))
 
 
 @pytest.fixture(scope="module")

@@ -60,9 +60,9 @@ def main(argv: list[str]) -> None:
         params, seed = compose(rest)
         params.pop("name", None)
         from nas.evaluators import EVALUATORS
-        from nas.spaces.nb201.space import NB201Space
+        from nas.spaces import SPACES
 
-        evaluator = EVALUATORS.create("train", params, space=NB201Space())  # the space is not used to train
+        evaluator = EVALUATORS.create("train", params, space=SPACES.create(arch.space, {}))  # builds the network
         from nas.train.progress import EpochDisplay
 
         # a model .py trains in the sandbox, which reports no epochs: the title alone then

@@ -2,8 +2,8 @@
 
 A representation is a value object: `key()` is a canonical hash (equal for
 equivalent architectures), `encode()` gives a JSON-serialisable encoding that
-`decode()` turns back into an equal object, and `to_module()` builds a
-trainable `nn.Module` where the representation is trainable.
+`decode()` turns back into an equal object. Networks are the space's
+business (`SearchSpace.build`), so a representation stays torch-free.
 """
 
 from __future__ import annotations
@@ -38,9 +38,6 @@ class Architecture(ABC):
     @abstractmethod
     def decode(cls, data: Any) -> "Architecture":
         """Inverse of `encode`; raises `EncodingError` naming the bad part."""
-
-    def to_module(self, **kwargs: Any):
-        raise NotImplementedError(f"{type(self).__name__} is not trainable")
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Architecture) and self.space == other.space and (

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import numpy as np
 
 from nas.core.arch import Architecture
 from nas.core.registry import Registry
+from nas.errors import ConfigError, EvaluationError
+
+if TYPE_CHECKING:  # a space builds torch networks, but only inside `build`: the core imports no torch
+    from torch import nn
 
 
 @dataclass(frozen=True)
@@ -22,10 +30,27 @@ class Cost:
 
 
 class SearchSpace(ABC):
+    """What strategies may ask of a space, and the networks of its architectures.
+
+    `build` and `source` are the only way evaluators, training and export turn
+    an architecture into a network, so a new space is one folder: nothing else
+    switches on its name or type. Torch is imported inside the family's
+    network modules, never here."""
+
     name: str  # set by the registry
     # Open-ended spaces (block files, model source) have a base design but no
     # random moves: their moves come from LLM design strategies.
     open_ended: ClassVar[bool] = False
+    # False: the architectures are untrusted code (model source); they build, train and export only in
+    # the sandbox, never through `build`.
+    trusted: ClassVar[bool] = True
+    # False: `source` is generated code that export checks in the sandbox (block files compile to it).
+    source_trusted: ClassVar[bool] = True
+    # What `source` gives, as export's manifest says it.
+    source_kind: ClassVar[str] = "nasflow rebuild (no standalone generator for this space: imports nas.spaces)"
+    # Whether evaluator=train trains its networks: `build` sizes them to any dataset (or the sandbox
+    # trains them); supernet spaces' networks are fixed to their own input size and train as a supernet.
+    trainable: ClassVar[bool] = False
 
     @abstractmethod
     def sample(self, rng: np.random.Generator) -> Architecture:
@@ -51,6 +76,36 @@ class SearchSpace(ABC):
     def describe(self) -> str:
         """The space and its encoding format in words, for LLM prompts."""
         return f"search space '{self.name}'"
+
+    def input_size(self, arch: Architecture) -> int | None:
+        """The input resolution `arch`'s network runs at (OFA's r, a ViT's image size); None: any size
+        (the data's own). Data of another size is resized to it."""
+        return None
+
+    def params(self) -> dict[str, Any]:
+        """The constructor settings, kept in attributes of the same name (the spaces' convention):
+        what rebuilds this space elsewhere (checkpoints, exported rebuild modules)."""
+        names = [n for n in inspect.signature(type(self).__init__).parameters if n not in ("self", "args", "kwargs")]
+        return {n: getattr(self, n) for n in names if hasattr(self, n)}
+
+    def build(self, arch: Architecture, num_classes: int, in_channels: int = 3, input_size: int = 32,
+              options: Mapping[str, Any] | None = None) -> "nn.Module":
+        """The trainable network of `arch` for `num_classes` classes and `in_channels` x `input_size`^2
+        inputs, freshly initialised (seed torch first for reproducible weights). `options` are
+        evaluator=train's sizing settings (channels, cells_per_stage, skeleton, budget,
+        width_multiple); a space reads those it has and ignores the rest."""
+        raise EvaluationError(f"{type(arch).__name__} cannot be built in-process (space '{self.name}')")
+
+    def source(self, arch: Architecture, num_classes: int, in_channels: int = 3, input_size: int = 32,
+               options: Mapping[str, Any] | None = None) -> str:
+        """Python source defining `Network(num_classes=...)`, the network `build` gives (its state dict
+        loads into it). This default rebuilds it through nasflow for spaces with no standalone generator."""
+        return ("# Exported by nasflow: rebuilds the network with nasflow's classes (needs nasflow).\n"
+                "from nas.spaces import SPACES\n\n"
+                f"SPACE = {self.name!r}\nPARAMS = {self.params()!r}\nENCODING = {arch.encode()!r}\n\n\n"
+                f"def Network(num_classes={num_classes}, in_channels={in_channels}, input_size={input_size}):\n"
+                "    space = SPACES.create(SPACE, PARAMS)\n"
+                "    return space.build(space.decode(ENCODING), num_classes, in_channels, input_size)\n")
 
 
 @dataclass(frozen=True)
@@ -106,7 +161,38 @@ class CategoricalSpace(SearchSpace):
         return math.prod(len(d.choices) for d in self.decisions())
 
 
-SPACES: Registry[SearchSpace] = Registry("space", modules={
-    "nb201": "nas.spaces.nb201.space", "nader": "nas.spaces.open_ended", "source": "nas.spaces.open_ended",
-    "spos": "nas.spaces.spos.space", "autoformer": "nas.spaces.autoformer.space", "ofa_mbv3": "nas.spaces.ofa_mbv3.space",
-})
+class OpenEndedSpace(SearchSpace):
+    """A space with a base design (`base`, the root of the search) and decoding, but no uniform
+    sample or random neighbour: only LLM design strategies search it."""
+
+    open_ended = True
+    base: Architecture
+
+    def sample(self, rng: np.random.Generator) -> Architecture:
+        raise ConfigError(f"space '{self.name}' has no random samples; use an LLM design strategy")
+
+    def mutate(self, arch: Architecture, rng: np.random.Generator) -> Architecture:
+        raise ConfigError(f"space '{self.name}' has no random moves; use an LLM design strategy")
+
+    @staticmethod
+    def read_base(base: str, packaged: tuple[str, ...], loader: Callable[[str], str], kind: str) -> str:
+        """A packaged base by name, or a user's file by path."""
+        if base in packaged:
+            return loader(base)
+        path = Path(base).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"{kind} base {base!r}: not a packaged one ({', '.join(packaged)}) nor an existing file")
+        return path.read_text(encoding="utf-8")
+
+
+def family_modules(role: str) -> dict[str, str]:
+    """Name -> `nas.spaces.<family>.<role>` for every family folder holding a `<role>.py`, found
+    without importing any: a family registers its space (and supernet) under its folder's name,
+    so adding a space is adding its folder (and its yaml)."""
+    spec = importlib.util.find_spec("nas.spaces")
+    folders = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    return {d.name: f"nas.spaces.{d.name}.{role}" for f in folders for d in sorted(f.iterdir())
+            if (d / f"{role}.py").is_file()}
+
+
+SPACES: Registry[SearchSpace] = Registry("space", modules=family_modules("space"))

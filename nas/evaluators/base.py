@@ -44,11 +44,23 @@ class EvalResult:
 
 class Evaluator(ABC):
     name: str  # set by the registry
-    spaces: ClassVar[tuple[str, ...]]  # spaces whose architectures it accepts
     uses_seed: ClassVar[bool] = False  # whether results depend on the seed
 
     def __init__(self, space: SearchSpace) -> None:
         self.space = space
+
+    @classmethod
+    @abstractmethod
+    def accepts(cls, space: type[SearchSpace]) -> bool:
+        """Whether it scores `space`'s architectures, asked of the space's capabilities (what it
+        builds, whether it has a supernet), not of its name: a new space needs no evaluator edit."""
+
+    @classmethod
+    def spaces(cls) -> list[str]:
+        """The registered spaces it scores (for error messages: imports every space module)."""
+        from nas.core.space import SPACES
+
+        return [n for n in SPACES.names() if cls.accepts(SPACES.get(n))]
 
     @abstractmethod
     def fingerprint(self) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import inspect
 import io
 import threading
 import time
@@ -36,12 +35,6 @@ from nas.core.space import Cost, SearchSpace
 # (evaluator fingerprint, subnet key) → result: a repeated subnet costs nothing in this process.
 SCORES: dict[tuple[str, str], EvalResult] = {}
 RECAL_SEED = 0  # the same recalibration batches for every subnet: scores differ only by the subnet
-
-
-def space_params(space: SearchSpace) -> dict[str, Any]:
-    """The space's constructor settings, as kept in attributes of the same name (the spaces' convention)."""
-    names = [n for n in inspect.signature(type(space).__init__).parameters if n not in ("self", "args", "kwargs")]
-    return {n: getattr(space, n) for n in names if hasattr(space, n)}
 
 
 def resize(x: torch.Tensor, size: int | None) -> torch.Tensor:
@@ -120,7 +113,11 @@ def pick_device(name: str) -> torch.device:
 
 @EVALUATORS.register("supernet")
 class SupernetEvaluator(Evaluator):
-    spaces = ("nb201", "ofa_mbv3", "spos", "autoformer")
+    @classmethod
+    def accepts(cls, space: type[SearchSpace]) -> bool:
+        from nas.supernets import SUPERNETS
+
+        return space.name in SUPERNETS.names()
 
     def __init__(self, space: SearchSpace, checkpoint: str | None = None, data: dict[str, Any] | None = None,
                  recal_batches: int = 20, batch_size: int = 128, val_subset: int | None = None,
@@ -151,10 +148,10 @@ class SupernetEvaluator(Evaluator):
 
         ckpt = self.checkpoint
         trained = SPACES.create(ckpt["space"], dict(ckpt["space_params"])) if ckpt["space"] in SPACES.names() else None
-        if trained is None or ckpt["space"] != self.space.name or space_params(trained) != space_params(self.space):
+        if trained is None or ckpt["space"] != self.space.name or trained.params() != self.space.params():
             raise ConfigError(
                 f"supernet checkpoint {self.path} is for space {ckpt['space']} {ckpt['space_params']}, "
-                f"the run's space is {self.space.name} {space_params(self.space)}")
+                f"the run's space is {self.space.name} {self.space.params()}")
 
     def _data_cfg(self, data: dict[str, Any] | None) -> dict[str, Any]:
         trained = dict(self.checkpoint["data"])

@@ -1,6 +1,9 @@
 """Tabular evaluator: NB201 CIFAR-10 test accuracy of all 15,625 cells from
 the `analog-nasbench` package, read without importing that package (its
-loader needs `pkg_resources`, which current setuptools no longer ships)."""
+loader needs `pkg_resources`, which current setuptools no longer ships).
+
+The table is NB201's benchmark, so this evaluator takes the NB201 space (by
+type); params and FLOPs are the space's cost model at the table's settings."""
 
 from __future__ import annotations
 
@@ -11,9 +14,10 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
+from nas.core.space import SearchSpace
 from nas.errors import ConfigError, EvaluationError, MissingDependencyError
 from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
+from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
 from nas.spaces.nb201.space import NB201Space
 
 INSTALL_HINT = "pip install analog-nasbench==0.1.3"
@@ -67,30 +71,11 @@ def load_table(path: str, metric: str) -> dict[tuple[int, ...], float]:
     return table
 
 
-@lru_cache(maxsize=8)
-def nb201_cost_model(channels: int, cells_per_stage: int, num_classes: int,
-                     resolution: int) -> tuple[dict[str, tuple[int, int]], tuple[int, int]]:
-    """Params and FLOPs of an NB201 network are a base cost plus an independent
-    cost per edge op, so 1 + |OPS| measured networks give all 15,625 exactly."""
-
-    def measure(ops: tuple[str, ...]) -> tuple[int, int]:
-        from nas.measure import count_flops, count_params  # torch: only when the table is first costed
-
-        net = NB201Cell(ops).to_module(channels=channels, cells_per_stage=cells_per_stage,
-                                       num_classes=num_classes)
-        return count_params(net), count_flops(net, (1, 3, resolution, resolution))
-
-    base = measure(("none",) * len(EDGES))
-    per_op = {}
-    for op in OPS:
-        p, f = measure((op,) + ("none",) * (len(EDGES) - 1))
-        per_op[op] = (p - base[0], f - base[1])
-    return per_op, base
-
-
 @EVALUATORS.register("table")
 class TableEvaluator(Evaluator):
-    spaces = ("nb201",)
+    @classmethod
+    def accepts(cls, space: type[SearchSpace]) -> bool:
+        return space is NB201Space  # the table holds this network's cells: a subclass may change it
 
     def __init__(self, space: NB201Space, path: str | None = None,
                  metric: str = "baseline_accuracy", num_classes: int = 10,
@@ -106,7 +91,8 @@ class TableEvaluator(Evaluator):
         self.resolution = resolution
         self.simulated_cost_seconds = simulated_cost_seconds
         self.table = load_table(str(self.path), metric)
-        self.cost_model = nb201_cost_model(space.channels, space.cells_per_stage, num_classes, resolution)
+        self.space: NB201Space = space
+        space.cost_at(NB201Cell(("none",) * len(EDGES)), num_classes, resolution)  # measures the cost model now
 
     def fingerprint(self) -> str:
         return f"{_file_sha256(str(self.path))[:16]}:{self.metric}:{self.num_classes}:{self.resolution}"
@@ -119,15 +105,12 @@ class TableEvaluator(Evaluator):
             accuracy = self.table[arch.to_anb_tuple()]
         except KeyError:
             raise EvaluationError(f"cell {arch.to_string()} is not in the table") from None
-        per_op, (params, flops) = self.cost_model
-        for op in arch.ops:
-            params += per_op[op][0]
-            flops += per_op[op][1]
+        cost = self.space.cost_at(arch, self.num_classes, self.resolution)
         if self.simulated_cost_seconds > 0:
             # Emulates a training cost, to measure caching/resume/orchestration.
             time.sleep(self.simulated_cost_seconds)
-        return EvalResult(accuracy=accuracy, metrics={self.metric: accuracy}, params=params,
-                          flops=flops, cost_seconds=time.perf_counter() - start)
+        return EvalResult(accuracy=accuracy, metrics={self.metric: accuracy}, params=cost.params,
+                          flops=cost.flops, cost_seconds=time.perf_counter() - start)
 
 
 @lru_cache(maxsize=8)

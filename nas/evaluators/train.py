@@ -1,9 +1,9 @@
 """Evaluate by training: the candidate is built, trained with a recipe and scored.
 
 The objective is validation accuracy (test accuracy is recorded, never used
-to choose). Three representations train: NB201 cells and NADER block files
-are built in-process (trusted code of ours); model source files (FairNAD) are
-untrusted: the sandbox exports them as graph data, which trains here (see
+to choose). Spaces that are `trainable` train: trusted ones (NB201 cells, NADER
+block files) are built in-process by the space; untrusted ones (FairNAD's model
+source) are not: the sandbox exports them as graph data, which trains here (see
 `nas.sandbox.graph`); one that cannot be exported trains inside the sandbox
 and its metrics say `self_reported: 1.0`. With `seeds` (NB201 uses
 777, 888, 999) every candidate trains once per seed and the mean is the
@@ -19,8 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from nas.core.arch import Architecture, stable_hash
-from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE
-from nas.spaces.source.arch import SourceArch
 from nas.errors import ConfigError, EvaluationError, NasError
 from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
 from nas.core.registry import check_keys
@@ -35,6 +33,8 @@ from nas.train.result import TrainResult
 if TYPE_CHECKING:  # torch and the data loaders load with the evaluator, not with its module:
     import torch  # a config error found before the evaluator is built need not pay for them
 
+    from nas.spaces.source.arch import SourceArch  # the one untrusted space's architectures
+
 # A training run needs far more than a verification: the defaults allow an
 # hour of wall time on all cores and 8 GB on top of the data.
 SANDBOX_DEFAULTS = {"wall_s": 3600.0, "cpu_s": 4 * 3600, "memory_mb": 8192, "file_mb": 64}
@@ -42,13 +42,15 @@ SANDBOX_DEFAULTS = {"wall_s": 3600.0, "cpu_s": 4 * 3600, "memory_mb": 8192, "fil
 
 @EVALUATORS.register("train")
 class TrainEvaluator(Evaluator):
-    spaces = ("nb201", "nader", "source")
+    @classmethod
+    def accepts(cls, space: type[SearchSpace]) -> bool:
+        return space.trainable
 
     def __init__(self, space: SearchSpace, data: dict[str, Any], recipe: dict[str, Any],
                  engine: dict[str, Any] | None = None, channels: int = 16, cells_per_stage: int = 5,
                  skeleton: str = "nb201", budget: dict[str, float] | None = None,
                  seeds: list[int] | None = None, sandbox: dict[str, float] | None = None,
-                 width_multiple: int = WIDTH_MULTIPLE, trust_self_reported: bool = False) -> None:
+                 width_multiple: int = BuildOptions.width_multiple, trust_self_reported: bool = False) -> None:
         from nas.data.sources import SOURCES, load_data
 
         super().__init__(space)
@@ -75,7 +77,7 @@ class TrainEvaluator(Evaluator):
         check_keys("evaluator.sandbox", sandbox or {}, list(SANDBOX_DEFAULTS))
         self.limits = Limits(**{**SANDBOX_DEFAULTS, **(sandbox or {})})
         self.data = load_data(**self.data_cfg)  # a missing dataset fails here, before any trial
-        if space.name == "source":
+        if not space.trusted:
             from nas.sandbox.isolation import isolation
 
             isolation()  # no OS isolation and no opt-out: one line now, before any trial
@@ -100,7 +102,7 @@ class TrainEvaluator(Evaluator):
         build or verify get their error, the rest train together (`engine.concurrent`)."""
         seeds = self.seeds or [0 if seed is None else seed]
         runs: list[list[TrainResult] | str] = [[] for _ in archs]
-        sources = [i for i, a in enumerate(archs) if isinstance(a, SourceArch)]
+        sources = list(range(len(archs))) if not self.space.trusted else []
         with ThreadPoolExecutor(max_workers=self.engine.concurrent) as pool:  # sandbox children run in parallel
             futures = {i: pool.submit(self._train_source, archs[i], seeds) for i in sources}
             for s in seeds:
@@ -123,15 +125,16 @@ class TrainEvaluator(Evaluator):
             for i in todo:
                 try:
                     runs[i].append(train_in_subprocess(  # type: ignore[union-attr]
-                        archs[i], data=self.data_cfg, recipe=self.recipe.to_dict(), engine=self.engine.to_dict(),
-                        build=self.build.to_dict(), seed=seed, timeout_s=self.limits.wall_s))
+                        self.space, archs[i], data=self.data_cfg, recipe=self.recipe.to_dict(),
+                        engine=self.engine.to_dict(), build=self.build.to_dict(), seed=seed,
+                        timeout_s=self.limits.wall_s))
                 except NasError as err:
                     runs[i] = str(err)
             return
         built: dict[int, torch.nn.Module] = {}
         for i in todo:
             try:
-                built[i] = build_model(archs[i], self.data.shape, self.data.num_classes, self.build, seed)
+                built[i] = build_model(self.space, archs[i], self.data.shape, self.data.num_classes, self.build, seed)
             except NasError as err:
                 runs[i] = str(err)
         labels = [f"{archs[i].space} {archs[i].key()}" + (f" seed {seed}" if self.seeds else "") for i in built]

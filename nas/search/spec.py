@@ -110,11 +110,11 @@ class SearchSpec:
                 f"use space={'|'.join(spaces)}, or for space={label} use "
                 f"strategy={'|'.join(_first(natural.get('strategy'), fits))}")
         evaluator_cls = EVALUATORS.get(self.evaluator.name)
-        if self.space.name not in evaluator_cls.spaces:
-            fits = [n for n in EVALUATORS.names() if self.space.name in EVALUATORS.get(n).spaces]
+        if not evaluator_cls.accepts(space_cls):
+            fits = [n for n in EVALUATORS.names() if EVALUATORS.get(n).accepts(space_cls)]
             raise ConfigError(
-                f"evaluator={self.evaluator.name} scores space={'|'.join(evaluator_cls.spaces)}, not "
-                f"space={label}: use space={'|'.join(evaluator_cls.spaces)}, or for space={label} use "
+                f"evaluator={self.evaluator.name} scores space={'|'.join(evaluator_cls.spaces())}, not "
+                f"space={label}: use space={'|'.join(evaluator_cls.spaces())}, or for space={label} use "
                 f"evaluator={'|'.join(_first(natural.get('evaluator'), fits))}")
 
     def check_budget(self, space: SearchSpace) -> None:
@@ -142,10 +142,10 @@ class SearchSpec:
 def build_evaluator(component: Component, space: SearchSpace) -> Evaluator:
     """The configured evaluator, after checking that it accepts `space`."""
     cls = EVALUATORS.get(component.name)
-    if space.name not in cls.spaces:
+    if not cls.accepts(type(space)):
         raise ConfigError(
             f"evaluator '{cls.name}' does not support space '{space.name}' "
-            f"(supports: {', '.join(cls.spaces)})"
+            f"(supports: {', '.join(cls.spaces())})"
         )
     return EVALUATORS.create(component.name, component.params, space=space)
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from nas.core.arch import Architecture
 from nas.core.registry import Registry
-from nas.core.space import CategoricalSpace
+from nas.core.space import CategoricalSpace, family_modules
 
 
 class Supernet(nn.Module, ABC):
@@ -48,12 +48,14 @@ class Supernet(nn.Module, ABC):
         return self.space.from_values([d.choices[0] for d in self.space.decisions()])
 
     def input_size(self, arch: Architecture) -> int | None:
-        """The input resolution `arch` runs at (OFA's r); None: the data's own size."""
-        return None
+        """The input resolution `arch` runs at: the space's (`SearchSpace.input_size`)."""
+        return self.space.input_size(arch)
 
     def config(self) -> dict[str, Any]:
         """Constructor settings besides the space, stored in checkpoints to rebuild the network."""
         return {"num_classes": self.num_classes, "in_channels": self.in_channels}
 
 
-SUPERNETS: Registry[Supernet] = Registry("supernet")
+# A family's supernet is `nas/spaces/<family>/supernet.py`, registered under the space's name and
+# imported on first use: naming one supernet loads no other family (nor `ofa` for the others).
+SUPERNETS: Registry[Supernet] = Registry("supernet", modules=family_modules("supernet"))

@@ -1,10 +1,10 @@
-"""Turn a trusted representation into an `nn.Module` for a dataset.
+"""Turn a trusted representation into an `nn.Module` for a dataset: the space builds
+it (`SearchSpace.build`), sized by evaluator=train's options.
 
-NB201 cells go into NB201's network (width `channels`, `cells_per_stage`);
-NADER block files into a skeleton whose width is the widest multiple of
-`width_multiple` that fits the budget (default: NB201's limits at the data's
-resolution). Model source is not built here: it is untrusted and trains in
-the sandbox.
+NB201 cells take width `channels` and `cells_per_stage`; NADER block files a
+skeleton whose width is the widest multiple of `width_multiple` that fits the
+budget (default: NB201's limits at the data's resolution). Model source is not
+built here: it is untrusted and trains in the sandbox.
 """
 
 from __future__ import annotations
@@ -13,11 +13,10 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nas.core.arch import Architecture
-from nas.spaces.nader.arch import BlockArch
-from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE, Budget, Plan, Skeleton, search_width
-from nas.spaces.nb201.arch import NB201Cell
-from nas.errors import ConfigError, EvaluationError, NasError
 from nas.core.registry import check_keys
+from nas.core.space import SearchSpace
+from nas.errors import ConfigError, EvaluationError, NasError
+from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE
 
 if TYPE_CHECKING:
     from torch import nn
@@ -45,41 +44,16 @@ class BuildOptions:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def skeleton_for(self, shape: tuple[int, int, int], num_classes: int) -> Skeleton:
-        c, h, _ = shape
-        depths = (self.cells_per_stage,) * 3 if self.skeleton == "nb201" else (2, 3, 5, 2)
-        return Skeleton(depths=depths, input_size=h, in_channels=c, num_classes=num_classes)
 
-    def budget_for(self, input_size: int) -> Budget:
-        default = Budget.default(input_size)
-        return Budget(params=self.budget.get("params", default.params), flops=self.budget.get("flops", default.flops))
-
-    def block_plan(self, arch: BlockArch, shape: tuple[int, int, int], num_classes: int) -> Plan:
-        """The network a block file trains as: its skeleton at the searched width (what
-        export must rebuild, so both come from here)."""
-        skeleton = self.skeleton_for(shape, num_classes)
-        budget = self.budget_for(skeleton.input_size)
-        width = search_width(arch.blocks, skeleton, budget, multiple=self.width_multiple).width
-        return arch.plan(skeleton, width=width)
-
-
-def build_model(arch: Architecture, shape: tuple[int, int, int], num_classes: int, options: BuildOptions,
-                seed: int) -> nn.Module:
+def build_model(space: SearchSpace, arch: Architecture, shape: tuple[int, int, int], num_classes: int,
+                options: BuildOptions, seed: int) -> nn.Module:
     """Seeded, so the initial weights are part of what the seed fixes."""
     import torch  # here, not at import: `BuildOptions` is config, checked before anything trains
 
+    if not space.trusted or arch.space != space.name:
+        raise EvaluationError(f"{type(arch).__name__} cannot be built in-process (space '{space.name}')")
     torch.manual_seed(seed)
     try:
-        if isinstance(arch, NB201Cell):
-            return arch.to_module(channels=options.channels, cells_per_stage=options.cells_per_stage,
-                                  num_classes=num_classes, in_channels=shape[0])
-        if isinstance(arch, BlockArch):
-            from nas.spaces.nader.network import build_network
-
-            return build_network(options.block_plan(arch, shape, num_classes))
+        return space.build(arch, num_classes, shape[0], shape[1], options.to_dict())
     except (NasError, ValueError, RuntimeError) as exc:
         raise EvaluationError(f"{arch.space} {arch.key()}: cannot build the network ({exc})") from None
-    raise EvaluationError(f"{type(arch).__name__} cannot be built in-process (space '{arch.space}')")
-
-
-TRUSTED: dict[str, type[Architecture]] = {cls.space: cls for cls in (NB201Cell, BlockArch)}

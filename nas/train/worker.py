@@ -19,17 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from nas.core.arch import Architecture
+from nas.core.space import SearchSpace
 from nas.errors import EvaluationError
 from nas.io import atomic_write_json
 from nas.train.result import TrainResult
 
 
-def train_in_subprocess(arch: Architecture, *, data: dict[str, Any], recipe: dict[str, Any],
+def train_in_subprocess(space: SearchSpace, arch: Architecture, *, data: dict[str, Any], recipe: dict[str, Any],
                         engine: dict[str, Any], build: dict[str, Any], seed: int,
                         timeout_s: float | None = None) -> TrainResult:
     with tempfile.TemporaryDirectory(prefix="nas-train-") as tmp:
         request = Path(tmp, "request.json")
-        atomic_write_json(request, {"space": arch.space, "encoding": arch.encode(), "data": data,
+        atomic_write_json(request, {"space": space.name, "space_params": space.params(),
+                                    "encoding": arch.encode(), "data": data,
                                     "recipe": recipe, "engine": engine, "build": build, "seed": seed})
         try:
             proc = subprocess.run([sys.executable, "-m", "nas.train.worker", str(request)], cwd=tmp,
@@ -46,15 +48,17 @@ def train_in_subprocess(arch: Architecture, *, data: dict[str, Any], recipe: dic
 
 def main(request_path: str) -> None:
     from nas.data.sources import load_data
-    from nas.train.build import TRUSTED, BuildOptions, build_model
+    from nas.spaces import SPACES
+    from nas.train.build import BuildOptions, build_model
     from nas.train.engine import Engine
     from nas.train.recipe import Recipe
     from nas.train.run import train_one
 
     request = json.loads(Path(request_path).read_text(encoding="utf-8"))
     data = load_data(**request["data"])
-    arch = TRUSTED[request["space"]].decode(request["encoding"])
-    model = build_model(arch, data.shape, data.num_classes, BuildOptions(**request["build"]), request["seed"])
+    space = SPACES.create(request["space"], request["space_params"])
+    arch = space.decode(request["encoding"])
+    model = build_model(space, arch, data.shape, data.num_classes, BuildOptions(**request["build"]), request["seed"])
     result = train_one(model, data, Recipe.from_dict(request["recipe"]), request["seed"],
                        Engine.from_dict(request["engine"]))
     if int(os.environ.get("LOCAL_RANK", "0")) == 0 and int(os.environ.get("NODE_RANK", "0")) == 0:

@@ -1,1 +1,1 @@
-"""AutoFormer: ViT encoding (arch), space, supernet."""
+"""AutoFormer: ViT encoding (arch), space, supernet (and the ViT network)."""

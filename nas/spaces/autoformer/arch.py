@@ -72,10 +72,3 @@ class AutoFormerArch(Architecture):
         if unknown:
             raise EncodingError(f"autoformer: unknown field '{unknown[0]}' (valid: {', '.join(FIELDS)})")
         return cls(**{f: data[f] for f in FIELDS})
-
-    def to_module(self, *, head_dim: int = 64, patch_size: int = 16, image_size: int = 224,
-                  num_classes: int = 1000, in_channels: int = 3):
-        from nas.spaces.autoformer.supernet import ViT  # supernets imports nas: import on use
-
-        return ViT(self, head_dim=head_dim, patch_size=patch_size, image_size=image_size,
-                   num_classes=num_classes, in_channels=in_channels)

@@ -4,11 +4,15 @@ whole net, heads and MLP ratio per layer. Defaults are AutoFormer-Tiny."""
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Sequence
 
 from nas.spaces.autoformer.arch import AutoFormerArch
 from nas.errors import ConfigError, EncodingError
 from nas.core.space import SPACES, CategoricalSpace, Cost, Decision
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 def mlp_hidden(ratio: float, embed_dim: int) -> int:
@@ -85,6 +89,17 @@ class AutoFormerSpace(CategoricalSpace):
             _check(f"heads[{i}]", h, self.heads)
             _check(f"mlp_ratio[{i}]", r, self.mlp_ratios)
         return arch
+
+    def input_size(self, arch: AutoFormerArch) -> int:
+        """The space's image size (the position embedding fixes it): other data is resized to it."""
+        return self.image_size
+
+    def build(self, arch: AutoFormerArch, num_classes: int, in_channels: int = 3, input_size: int = 32,
+              options: Mapping[str, Any] | None = None) -> "nn.Module":
+        from nas.spaces.autoformer.supernet import ViT
+
+        return ViT(self.validate(arch), head_dim=self.head_dim, patch_size=self.patch_size,
+                   image_size=self.image_size, num_classes=num_classes, in_channels=in_channels)
 
     def decode(self, encoding: Any) -> AutoFormerArch:
         return self.validate(AutoFormerArch.decode(encoding))

@@ -131,10 +131,6 @@ class AutoFormerSupernet(Supernet):
         return {"head_dim": s.head_dim, "patch_size": s.patch_size, "image_size": s.image_size,
                 "num_classes": self.num_classes, "in_channels": self.in_channels}
 
-    def input_size(self, arch: AutoFormerArch) -> int:
-        """The space's image size (the position embedding fixes it): other data is resized to it."""
-        return self.space.image_size
-
     def set_active(self, arch: AutoFormerArch) -> None:
         self.space.validate(arch)
         net, e = self.net, arch.embed_dim

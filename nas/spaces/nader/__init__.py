@@ -1,1 +1,1 @@
-"""NADER block files: the DAG language (dag/), block-set encoding (arch), macro network."""
+"""NADER block files: the DAG language (dag/), block-set encoding (arch), space (sizing + build), macro network."""

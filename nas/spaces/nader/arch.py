@@ -60,8 +60,3 @@ class BlockArch(Architecture):
         if width is None:
             width = search_width(self.blocks, skeleton, budget).width
         return plan(self.blocks, skeleton, width)
-
-    def to_module(self, skeleton: Skeleton | None = None, budget: Budget | None = None, width: int | None = None):
-        from nas.spaces.nader.network import build_network
-
-        return build_network(self.plan(skeleton, budget, width))

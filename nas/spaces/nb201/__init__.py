@@ -1,1 +1,1 @@
-"""NAS-Bench-201: the cell encoding (arch), space, network, supernet."""
+"""NAS-Bench-201: the cell encoding (arch), space, network, cost model (cost), standalone source (source), supernet."""

@@ -93,11 +93,3 @@ class NB201Cell(Architecture):
             raise EncodingError(f"analog-nasbench tuple {codes!r}: expected 6 codes in 0..4")
         by_edge = {e: ANB_CODES[c] for e, c in zip(ANB_EDGES, codes)}
         return cls(tuple(by_edge[e] for e in EDGES))
-
-    # --- training -------------------------------------------------------
-    def to_module(self, *, channels: int = 16, cells_per_stage: int = 5, num_classes: int = 10,
-                  in_channels: int = 3):
-        from nas.spaces.nb201.network import NB201Network
-
-        return NB201Network(self.ops, channels=channels, cells_per_stage=cells_per_stage,
-                            num_classes=num_classes, in_channels=in_channels)

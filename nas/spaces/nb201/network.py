@@ -40,7 +40,9 @@ def make_op(name: str, channels: int) -> nn.Module:
     raise ValueError(f"unknown NB201 op '{name}'")
 
 
-class NB201Cell(nn.Module):
+class CellModule(nn.Module):
+    """One cell of the network: the module of an `NB201Cell` (the architecture) at one width."""
+
     def __init__(self, ops: Sequence[str], channels: int) -> None:
         super().__init__()
         self.edges = nn.ModuleList(make_op(op, channels) for op in ops)
@@ -82,7 +84,7 @@ class NB201Network(nn.Module):
             if stage > 0:
                 layers.append(ResNetReduction(c, c * 2))
                 c *= 2
-            layers.extend(NB201Cell(ops, c) for _ in range(cells_per_stage))
+            layers.extend(CellModule(ops, c) for _ in range(cells_per_stage))
         self.cells = nn.Sequential(*layers)
         self.head = nn.Sequential(nn.BatchNorm2d(c), nn.ReLU(inplace=True))
         self.pool = nn.AdaptiveAvgPool2d(1)

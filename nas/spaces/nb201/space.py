@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
 from nas.core.space import SPACES, CategoricalSpace, Cost, Decision
+from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
+from nas.spaces.nb201.cost import cell_cost, cost_model
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 @SPACES.register("nb201")
 class NB201Space(CategoricalSpace):
+    trainable = True
+    source_kind = "standalone PyTorch (NB201 network, torch only)"
     # Costs are those of NB201's CIFAR-10 network (32x32 inputs, 10 classes).
     COST_RESOLUTION, COST_CLASSES = 32, 10
 
@@ -43,14 +50,30 @@ class NB201Space(CategoricalSpace):
         return list(arch.ops)
 
     def cost(self, arch: NB201Cell) -> Cost:
-        from nas.evaluators.table import nb201_cost_model  # the table module imports this one
+        return self.cost_at(arch, self.COST_CLASSES, self.COST_RESOLUTION)
 
-        per_op, (params, flops) = nb201_cost_model(self.channels, self.cells_per_stage,
-                                                   self.COST_CLASSES, self.COST_RESOLUTION)
-        for op in arch.ops:
-            params += per_op[op][0]
-            flops += per_op[op][1]
-        return Cost(params, flops)
+    def cost_at(self, arch: NB201Cell, num_classes: int, resolution: int) -> Cost:
+        """Params and FLOPs of `arch`'s network for `num_classes` classes at `resolution`² RGB inputs."""
+        return Cost(*cell_cost(arch.ops, cost_model(self.channels, self.cells_per_stage, num_classes, resolution)))
+
+    def _sizes(self, options: Mapping[str, Any] | None) -> tuple[int, int]:
+        """(channels, cells_per_stage): evaluator=train's own when given, else the space's."""
+        options = options or {}
+        return options.get("channels", self.channels), options.get("cells_per_stage", self.cells_per_stage)
+
+    def build(self, arch: NB201Cell, num_classes: int, in_channels: int = 3, input_size: int = 32,
+              options: Mapping[str, Any] | None = None) -> "nn.Module":
+        from nas.spaces.nb201.network import NB201Network
+
+        channels, cells = self._sizes(options)
+        return NB201Network(arch.ops, channels=channels, cells_per_stage=cells, num_classes=num_classes,
+                            in_channels=in_channels)
+
+    def source(self, arch: NB201Cell, num_classes: int, in_channels: int = 3, input_size: int = 32,
+               options: Mapping[str, Any] | None = None) -> str:
+        from nas.spaces.nb201.source import network_source
+
+        return network_source(arch.ops, *self._sizes(options), num_classes, in_channels)
 
     def describe(self) -> str:
         edges = ", ".join(f"{s}->{d}" for s, d in EDGES)

@@ -3,7 +3,7 @@
 Single path (as SPOS and NB201's weight-sharing baselines): `set_active` picks
 one op per edge, the same cell everywhere, as NB201 repeats one genotype.
 The skeleton (stem, reduction blocks, head) is `nas.spaces.nb201.network`'s own, so
-`extract` is `NB201Cell.to_module` with the chosen ops' weights copied in.
+`extract` is the space's `build` with the chosen ops' weights copied in.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ import re
 import torch
 from torch import nn
 
-from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
 from nas.errors import EncodingError
-from nas.spaces.nb201.network import NB201Cell as CellModule
-from nas.spaces.nb201.network import NB201Network, make_op
+from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
+from nas.spaces.nb201.network import CellModule, NB201Network, make_op
 from nas.spaces.nb201.space import NB201Space
 from nas.supernets.base import SUPERNETS, Supernet
 
@@ -77,8 +76,7 @@ class NB201Supernet(Supernet):
 
     def extract(self, arch: NB201Cell) -> NB201Network:
         ops = self._check(arch).ops
-        sub = arch.to_module(channels=self.space.channels, cells_per_stage=self.space.cells_per_stage,
-                             num_classes=self.num_classes, in_channels=self.in_channels)
+        sub = self.space.build(arch, self.num_classes, self.in_channels)
         shared = self.net.state_dict()
 
         def source(key: str) -> str:

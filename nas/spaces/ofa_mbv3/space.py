@@ -4,12 +4,15 @@ resolution, depth, kernel size and expansion ratio over 5 stages."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from nas.spaces.ofa_mbv3.arch import NUM_STAGES, OFAMbv3Arch
 from nas.errors import ConfigError, EncodingError
 from nas.core.space import SPACES, CategoricalSpace, Cost, Decision
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 def _choice_set(name: str, values: Any) -> tuple[int, ...]:
@@ -69,6 +72,16 @@ class OFAMbv3Space(CategoricalSpace):
 
     def to_values(self, arch: OFAMbv3Arch) -> list[Any]:
         return [arch.r, *arch.d, *arch.ks, *arch.e]
+
+    def input_size(self, arch: OFAMbv3Arch) -> int:
+        return arch.r
+
+    def build(self, arch: OFAMbv3Arch, num_classes: int, in_channels: int = 3, input_size: int = 32,
+              options: Mapping[str, Any] | None = None) -> "nn.Module":
+        """OFA generates a subnet only from its elastic network: the subnet of a fresh supernet."""
+        from nas.spaces.ofa_mbv3.supernet import OFAMbv3Supernet
+
+        return OFAMbv3Supernet(self, num_classes, in_channels).extract(arch)
 
     def decode(self, encoding: Any) -> OFAMbv3Arch:
         return self.validate(OFAMbv3Arch.decode(encoding, self.num_blocks))

@@ -56,9 +56,6 @@ class OFAMbv3Supernet(Supernet):
         finally:
             self.set_active(previous)
 
-    def input_size(self, arch: OFAMbv3Arch) -> int:
-        return arch.r
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 

@@ -1,1 +1,1 @@
-"""Model source (FairNAD): PyTorch files as architectures (arch) and the packaged base models (bases/)."""
+"""Model source (FairNAD): PyTorch files as architectures (arch), their space, and the packaged base models (bases/)."""

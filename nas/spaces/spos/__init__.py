@@ -1,1 +1,1 @@
-"""SPOS ShuffleNetV2: choice encoding (arch), space, supernet."""
+"""SPOS ShuffleNetV2: choice encoding (arch), space, supernet (and the standalone subnet)."""

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable
 
 from nas.spaces.spos.arch import CHOICE_NAMES, SPOSArch
 from nas.errors import ConfigError, EncodingError
 from nas.core.space import SPACES, CategoricalSpace, Cost, Decision
+
+if TYPE_CHECKING:
+    from torch import nn
 
 CHOICES: tuple[int, ...] = tuple(range(len(CHOICE_NAMES)))
 
@@ -88,6 +92,16 @@ class SPOSSpace(CategoricalSpace):
             raise EncodingError(f"spos: expected an SPOS architecture with {self.num_blocks()} blocks, "
                                 f"got {arch!r}")
         return list(arch.choices)
+
+    def input_size(self, arch: SPOSArch) -> int:
+        """The space's resolution: images are resized to it, so measured and modelled costs agree."""
+        return self.resolution
+
+    def build(self, arch: SPOSArch, num_classes: int, in_channels: int = 3, input_size: int = 32,
+              options: Mapping[str, Any] | None = None) -> "nn.Module":
+        from nas.spaces.spos.supernet import subnet
+
+        return subnet(self, arch, num_classes, in_channels)
 
     def decode(self, encoding: Any) -> SPOSArch:
         return SPOSArch.decode(encoding, self.num_blocks())

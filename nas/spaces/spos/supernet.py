@@ -81,10 +81,6 @@ class SPOSSupernet(Supernet):
         self.head = head(space, num_classes)
         self.active: tuple[int, ...] | None = None
 
-    def input_size(self, arch: SPOSArch) -> int:
-        """The space's resolution: images are resized to it, so measured and modelled costs agree."""
-        return self.space.resolution
-
     def set_active(self, arch: SPOSArch) -> None:
         self.active = tuple(self.space.to_values(arch))
 
@@ -97,6 +93,7 @@ class SPOSSupernet(Supernet):
         return self.head(x)
 
     def extract(self, arch: SPOSArch) -> nn.Sequential:
+        """`subnet`'s layout with copies of the chosen units' weights."""
         path = [(f"block{i}", copy.deepcopy(units[c]))
                 for i, (units, c) in enumerate(zip(self.blocks, self.space.to_values(arch)))]
         return nn.Sequential(OrderedDict([("stem", copy.deepcopy(self.stem)), *path,
@@ -109,6 +106,13 @@ class SPOSSupernet(Supernet):
 
     def smallest(self) -> SPOSArch:
         return self.space.fewest_flops()
+
+
+def subnet(space: SPOSSpace, arch: SPOSArch, num_classes: int, in_channels: int = 3) -> nn.Sequential:
+    """The standalone network of `arch`, freshly initialised: stem, one unit per block, head."""
+    choices = zip(space.blocks(), space.to_values(arch))
+    path = [(f"block{i}", ChoiceUnit(shape, c)) for i, (shape, c) in enumerate(choices)]
+    return nn.Sequential(OrderedDict([("stem", stem(space, in_channels)), *path, ("head", head(space, num_classes))]))
 
 
 def measure_costs(space: SPOSSpace) -> tuple[Cost, tuple[tuple[Cost, ...], ...]]:

@@ -1,0 +1,38 @@
+"""NB201's cost model: params and FLOPs of all 15,625 networks from 1 + |OPS| measured ones."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from nas.spaces.nb201.arch import EDGES, OPS
+
+PerOp = dict[str, tuple[int, int]]
+
+
+@lru_cache(maxsize=8)
+def cost_model(channels: int, cells_per_stage: int, num_classes: int,
+               resolution: int) -> tuple[PerOp, tuple[int, int]]:
+    """(per-op (params, FLOPs), base (params, FLOPs)): an NB201 network costs a base plus an
+    independent cost per edge op, so 1 + |OPS| measured networks give all 15,625 exactly."""
+    from nas.measure import count_flops, count_params  # torch: only when a cost is first asked for
+    from nas.spaces.nb201.network import NB201Network
+
+    def measure(ops: tuple[str, ...]) -> tuple[int, int]:
+        net = NB201Network(ops, channels=channels, cells_per_stage=cells_per_stage, num_classes=num_classes)
+        return count_params(net), count_flops(net, (1, 3, resolution, resolution))
+
+    base = measure(("none",) * len(EDGES))
+    per_op = {}
+    for op in OPS:
+        p, f = measure((op,) + ("none",) * (len(EDGES) - 1))
+        per_op[op] = (p - base[0], f - base[1])
+    return per_op, base
+
+
+def cell_cost(ops: tuple[str, ...], model: tuple[PerOp, tuple[int, int]]) -> tuple[int, int]:
+    """(params, FLOPs) of the network whose cell has `ops`, under `model`."""
+    per_op, (params, flops) = model
+    for op in ops:
+        params += per_op[op][0]
+        flops += per_op[op][1]
+    return params, flops
