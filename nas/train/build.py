@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from nas.core.arch import Architecture
 from nas.spaces.nader.arch import BlockArch
-from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE, Budget, Plan, Skeleton, search_width
+from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE, Plan, Skeleton, search_width
 from nas.spaces.nb201.arch import NB201Cell
 from nas.errors import ConfigError, EvaluationError, NasError
 from nas.core.registry import check_keys
+from nas.core.constraint import Constraint
 
 if TYPE_CHECKING:
     from torch import nn
@@ -30,7 +31,7 @@ class BuildOptions:
     channels: int = 16  # NB201 cell networks: width C ...
     cells_per_stage: int = 5  # ... and cells per stage (block files: base blocks per stage in `nb201`)
     skeleton: str = "nb201"  # block files: 3 stages (nb201) or NADER's 4-stage 2-3-5-2 (imagenet)
-    budget: dict[str, float] = field(default_factory=dict)  # params / flops; empty = Budget.default
+    budget: dict[str, float] = field(default_factory=dict)  # params / flops; missing: NB201's (Constraint.nb201)
     width_multiple: int = WIDTH_MULTIPLE  # block files: the searched width is rounded down to a multiple
 
     def __post_init__(self) -> None:
@@ -50,9 +51,8 @@ class BuildOptions:
         depths = (self.cells_per_stage,) * 3 if self.skeleton == "nb201" else (2, 3, 5, 2)
         return Skeleton(depths=depths, input_size=h, in_channels=c, num_classes=num_classes)
 
-    def budget_for(self, input_size: int) -> Budget:
-        default = Budget.default(input_size)
-        return Budget(params=self.budget.get("params", default.params), flops=self.budget.get("flops", default.flops))
+    def budget_for(self, input_size: int) -> Constraint:
+        return Constraint.from_config(self.budget, "evaluator.budget").filled(Constraint.nb201(input_size))
 
     def block_plan(self, arch: BlockArch, shape: tuple[int, int, int], num_classes: int) -> Plan:
         """The network a block file trains as: its skeleton at the searched width (what
