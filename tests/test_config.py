@@ -117,6 +117,6 @@ def test_the_default_job_is_an_open_ended_design_with_the_local_model():
     assert (cfg["space"]["name"], cfg["strategy"]["name"], cfg["evaluator"]["name"]) == ("nader", "nader", "train")
     assert cfg["data"]["name"] == "digits" and cfg["llm"]["backend"] == "local"
     assert cfg["evaluator"]["recipe"] == cfg["recipe"] and cfg["recipe"]["epochs"] <= 4
-    assert cfg["strategy"]["max_params"] == cfg["evaluator"]["budget"]["params"] == 2e5
+    assert cfg["strategy"]["budget"] == cfg["evaluator"]["budget"] == {"params": 2e5, "flops": 3e7}
     spec = SearchSpec.from_config(cfg)
     assert spec.build_strategy(spec.build_space()).name == "nader"

@@ -9,6 +9,7 @@ from nas.spaces.nb201.arch import NB201Cell
 from nas.errors import ConfigError
 from nas.core.constraint import Constraint
 from nas.search.spec import SearchSpec
+from nas.spaces import SPACES
 from nas.spaces.nb201.space import NB201Space
 from nas.spaces.source.space import SourceSpace
 
@@ -26,6 +27,19 @@ def test_bad_constraints_are_one_line_errors(node, message):
     with pytest.raises(ConfigError) as info:
         Constraint.from_config(node)
     assert str(info.value) == message
+
+
+def test_one_constraint_for_every_budget():
+    """A design strategy's budget is the evaluator's, its open limits NB201's; errors name the key."""
+    assert Constraint.from_config({"params": 2e5}, "evaluator.budget").filled(Constraint.nb201(16)) == Constraint(
+        flops=0.05e9, params=2e5)
+    assert Constraint(params=2e5).fits(2e5, 1e12) and not Constraint(params=2e5).fits(2e5 + 1, 0)
+    with pytest.raises(ConfigError, match=r"^evaluator.budget.flops must be a positive number or null, got 0$"):
+        Constraint.from_config({"flops": 0}, "evaluator.budget")
+    for name, space in (("nader", "nader"), ("fairnad", "source")):
+        spec = SearchSpec.from_config({"space": space, "evaluator": "train",
+                                       "strategy": {"name": name, "budget": {"flops": 3e7}}})
+        assert spec.build_strategy(SPACES.create(space, {})).budget == Constraint(flops=3e7, params=1.5e6)
 
 
 def test_violation_names_the_measure_and_the_limit():

@@ -10,13 +10,13 @@ from collections import Counter
 import pytest
 
 from nas.agents.fairnad import HYPER_IDEAS, UPSCALE_IDEAS, parse_design_reply, parse_model_reply
+from nas.design.fairnad import Model, PoolIdea
 from nas.errors import ConfigError
 from nas.evaluators.base import EvalResult
 from nas.llm.parse import ParseError
 from nas.spaces.source.bases import base_source
 from nas.spaces import SPACES
 from nas.strategies import STRATEGIES, Candidate, Trial
-from nas.strategies.fairnad import Model, PoolIdea
 
 
 def make(**params):

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from nas.spaces.nader.dag.crosscheck import crosscheck
-from nas.spaces.nader.dag.macro import BlockSet, Budget, Skeleton, plan, role_of, search_width, section_errors
+from nas.spaces.nader.dag.macro import BlockSet, Skeleton, plan, role_of, search_width, section_errors
 from nas.errors import ConfigError, EncodingError
+from nas.core.constraint import Constraint
 
 HERE = Path(__file__).resolve().parent
 BLOCKS = HERE / "data" / "blocks"
@@ -58,7 +59,7 @@ def test_imagenet_style_skeleton_has_four_stages():
 
 def test_width_search_is_the_largest_fitting_width():
     blocks, sk = blockset("residual.txt"), Skeleton.nb201()
-    budget = Budget()
+    budget = Constraint.nb201(32)
     choice = search_width(blocks, sk, budget, multiple=1)
     assert budget.fits(choice.params, choice.flops)
     above = plan(blocks, sk, choice.width + 1)
@@ -71,13 +72,14 @@ def test_width_search_rounds_down_to_a_multiple_within_the_budget():
     exact = search_width(blocks, sk, multiple=1)
     assert exact.width == 25  # NB201's budget: 1.5 M params, 0.2 GFLOPs
     rounded = search_width(blocks, sk)  # default: multiples of 8, for tensor cores
-    assert rounded.width == 24 and Budget().fits(rounded.params, rounded.flops)
+    assert rounded.width == 24 and Constraint.nb201(32).fits(rounded.params, rounded.flops)
     assert (rounded.params, rounded.flops) == (plan(blocks, sk, 24).params, plan(blocks, sk, 24).flops)
     assert search_width(blocks, sk, multiple=5).width == 25  # already a multiple
     assert search_width(blocks, sk, multiple=16).width == 16
     # a budget below one multiple keeps the exact width rather than failing
-    tiny = search_width(blocks, sk, Budget(2e4, 1e9), multiple=8)
-    assert 0 < tiny.width < 8 and tiny.width == search_width(blocks, sk, Budget(2e4, 1e9), multiple=1).width
+    small = Constraint(params=2e4, flops=1e9)
+    tiny = search_width(blocks, sk, small, multiple=8)
+    assert 0 < tiny.width < 8 and tiny.width == search_width(blocks, sk, small, multiple=1).width
     with pytest.raises(ConfigError, match=r"width multiple must be an integer >= 1, got 0"):
         search_width(blocks, sk, multiple=0)
 
@@ -102,16 +104,16 @@ def test_width_search_skips_invalid_widths():
 
 
 def test_default_budgets():
-    assert Budget.default(32) == Budget(1.5e6, 0.2e9)
-    assert Budget.default(16) == Budget(1.5e6, 0.05e9)
+    assert Constraint.nb201(32) == Constraint(params=1.5e6, flops=0.2e9)
+    assert Constraint.nb201(16) == Constraint(params=1.5e6, flops=0.05e9)
     small = search_width(blockset("residual.txt"), Skeleton.nb201(input_size=16, num_classes=120))
     assert small.flops <= 0.05e9
 
 
 def test_tighter_budget_gives_narrower_network():
     blocks, sk = blockset("residual.txt"), Skeleton.nb201()
-    wide = search_width(blocks, sk, Budget(1.5e6, 0.2e9))
-    narrow = search_width(blocks, sk, Budget(0.3e6, 0.2e9))
+    wide = search_width(blocks, sk, Constraint(params=1.5e6, flops=0.2e9))
+    narrow = search_width(blocks, sk, Constraint(params=0.3e6, flops=0.2e9))
     assert narrow.width < wide.width and narrow.params <= 0.3e6
 
 
@@ -124,7 +126,7 @@ def test_depth_options_pick_the_one_using_most_budget():
 
 def test_nothing_fits_says_how_far_off():
     with pytest.raises(EncodingError, match=r"no width fits the budget \(0.001 M params"):
-        search_width(blockset("residual.txt"), Skeleton.nb201(), Budget(1e3, 1e9))
+        search_width(blockset("residual.txt"), Skeleton.nb201(), Constraint(params=1e3, flops=1e9))
 
 
 def test_block_broken_at_every_width_reports_a_readable_position():

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from nas.design.nader import NaderStrategy
 from nas.evaluators.base import EvalResult
 from nas.llm.scripted import ScriptedServer
 from nas.spaces.nader.space import BlockSpace
 from nas.strategies.base import Trial
-from nas.strategies.nader import NaderStrategy
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = (ROOT / "nas/spaces/nader/dag/bases/resnet_basic.txt").read_text().split("##Residual_stem##")[0]

@@ -54,10 +54,14 @@ def _skeleton(args: argparse.Namespace):
 
 
 def _budget(args: argparse.Namespace):
-    from nas.spaces.nader.dag.macro import Budget
+    from nas.core.constraint import Constraint
 
-    default = Budget.default(args.input_size)
-    return Budget(params=args.max_params or default.params, flops=args.max_flops or default.flops)
+    for flag, value in (("--max-params", args.max_params), ("--max-flops", args.max_flops)):
+        if value is not None and value < 0:
+            raise NasError(f"{flag} must be a positive number, got {value:g}")
+    # 0 or unset: NB201's limit at the input size
+    return Constraint(params=args.max_params or None, flops=args.max_flops or None).filled(
+        Constraint.nb201(args.input_size))
 
 
 def _read(path: Path) -> str:

@@ -134,8 +134,8 @@ class VisitedMixin:
 
 
 STRATEGIES: Registry[Strategy] = Registry("strategy", modules={
-    "collm": "nas.strategies.collm", "evolution": "nas.strategies.evolution", "fairnad": "nas.strategies.fairnad",
-    "nader": "nas.strategies.nader", "random": "nas.strategies.random_search", "rea": "nas.strategies.rea",
+    "collm": "nas.strategies.collm", "evolution": "nas.strategies.evolution", "fairnad": "nas.design.fairnad",
+    "nader": "nas.design.nader", "random": "nas.strategies.random_search", "rea": "nas.strategies.rea",
     "reinforce": "nas.strategies.reinforce",
 })
 

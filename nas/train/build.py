@@ -29,7 +29,7 @@ class BuildOptions:
     channels: int = 16  # NB201 cell networks: width C ...
     cells_per_stage: int = 5  # ... and cells per stage (block files: base blocks per stage in `nb201`)
     skeleton: str = "nb201"  # block files: 3 stages (nb201) or NADER's 4-stage 2-3-5-2 (imagenet)
-    budget: dict[str, float] = field(default_factory=dict)  # params / flops; empty = Budget.default
+    budget: dict[str, float] = field(default_factory=dict)  # params / flops; missing: NB201's (Constraint.nb201)
     width_multiple: int = WIDTH_MULTIPLE  # block files: the searched width is rounded down to a multiple
 
     def __post_init__(self) -> None:

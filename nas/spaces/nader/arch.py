@@ -7,14 +7,17 @@ set lookup however its nodes are numbered or its lines ordered.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from nas.core.arch import Architecture, stable_hash
 from nas.spaces.nader.dag.canon import canonical_form
 from nas.spaces.nader.dag.expr import normal_form
-from nas.spaces.nader.dag.macro import BlockSet, Budget, Plan, Skeleton, plan, search_width
+from nas.spaces.nader.dag.macro import BlockSet, Plan, Skeleton, plan, search_width
 from nas.spaces.nader.dag.shapes import ROLES
 from nas.errors import EncodingError
+
+if TYPE_CHECKING:
+    from nas.core.constraint import Constraint
 
 
 class BlockArch(Architecture):
@@ -54,7 +57,7 @@ class BlockArch(Architecture):
             raise EncodingError(f"a NADER block encoding must be the block file text, not {type(data).__name__}")
         return cls.from_text(data)
 
-    def plan(self, skeleton: Skeleton | None = None, budget: Budget | None = None, width: int | None = None) -> Plan:
+    def plan(self, skeleton: Skeleton | None = None, budget: Constraint | None = None, width: int | None = None) -> Plan:
         """Validate and cost the network at `width`, or at the widest that fits `budget`."""
         skeleton = skeleton or Skeleton.nb201()
         if width is None:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from nas.core.space import SPACES, OpenEndedSpace
 from nas.spaces.nader.arch import BlockArch
-from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE, Budget, Plan, Skeleton, search_width
+from nas.core.constraint import Constraint
+from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE, Plan, Skeleton, search_width
 
 if TYPE_CHECKING:
     from torch import nn
@@ -59,9 +60,7 @@ class BlockSpace(OpenEndedSpace):
         sizing = Sizing.from_options(options)
         depths = (sizing.cells_per_stage,) * 3 if sizing.skeleton == "nb201" else (2, 3, 5, 2)
         skeleton = Skeleton(depths=depths, input_size=input_size, in_channels=in_channels, num_classes=num_classes)
-        default = Budget.default(input_size)
-        budget = Budget(params=sizing.budget.get("params", default.params),
-                        flops=sizing.budget.get("flops", default.flops))
+        budget = Constraint.from_config(dict(sizing.budget), "evaluator.budget").filled(Constraint.nb201(input_size))
         width = search_width(arch.blocks, skeleton, budget, multiple=sizing.width_multiple).width
         return arch.plan(skeleton, width=width)
 

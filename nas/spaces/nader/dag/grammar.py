@@ -12,7 +12,7 @@ required parameter need parentheses and ops without parameters take none.
 Values are integers (decimals for ``drop_prob``), the block variables
 ``B C dim H W`` and ``+ - * / //`` with up to two levels of parentheses.
 Whether values make sense and shapes agree: that is the verifier's job
-(`nas.verify`), whose node-level errors a model can act on.
+(`nas.design.verifiers`), whose node-level errors a model can act on.
 
 Sections named in ``tight`` (single-input blocks) are written in the layout
 `tight_text` gives every valid block, which lets the grammar rule out what a

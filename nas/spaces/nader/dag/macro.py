@@ -22,6 +22,7 @@ from functools import lru_cache
 from nas.spaces.nader.dag.parse import Block, parse_block_file
 from nas.spaces.nader.dag.shapes import ROLES, Analysis, Position, analyse
 from nas.errors import ConfigError, EncodingError
+from nas.core.constraint import Constraint
 
 
 def role_of(section: str) -> str:
@@ -87,20 +88,6 @@ class Skeleton:
 
     def widths(self, w: int) -> list[int]:
         return [w * 2**i for i in range(len(self.depths))]
-
-
-@dataclass(frozen=True)
-class Budget:
-    params: float = 1.5e6
-    flops: float = 0.2e9  # per image at the skeleton's input size
-
-    @classmethod
-    def default(cls, input_size: int) -> "Budget":
-        """NADER/NB201 limits: 0.2 GFLOPs at 32x32 (CIFAR), 0.05 at 16x16 (ImageNet16-120)."""
-        return cls(flops=0.05e9 if input_size <= 16 else 0.2e9)
-
-    def fits(self, params: int, flops: int) -> bool:
-        return params <= self.params and flops <= self.flops
 
 
 @dataclass
@@ -268,7 +255,7 @@ class WidthChoice:
 def search_width(
     blocks: BlockSet,
     skeleton: Skeleton,
-    budget: Budget | None = None,
+    budget: Constraint | None = None,
     max_width: int = 4096,
     depth_options: tuple[tuple[int, ...], ...] | None = None,
     multiple: int = WIDTH_MULTIPLE,
@@ -286,7 +273,7 @@ def search_width(
     """
     if not isinstance(multiple, int) or multiple < 1:
         raise ConfigError(f"width multiple must be an integer >= 1, got {multiple!r}")
-    budget = budget or Budget.default(skeleton.input_size)
+    budget = (budget or Constraint()).filled(Constraint.nb201(skeleton.input_size))
     broken = section_errors(blocks, skeleton, tuple(w for w in NOMINAL_WIDTHS if w <= max_width) or (max_width,))
     if broken:  # broken at every width: fail before searching, at a readable width
         raise EncodingError(broken[0])

@@ -17,14 +17,16 @@ with its reason and is not trained.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE, Budget
+from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE
+from nas.spaces.source.arch import SourceArch
+from nas.design.base import DesignStrategy, SeenDesigns, Try, verify_and_retry
+from nas.design.metrics import design_metrics
+from nas.design.verifiers import Outcome
 from nas.errors import ConfigError, RunDirError
 from nas.core.space import SearchSpace
-from nas.strategies.base import STRATEGIES, Candidate, Draft, SearchExhausted, Strategy, Trial
-from nas.strategies.design import design_metrics
+from nas.strategies.base import STRATEGIES, Candidate, Draft, SearchExhausted, Trial
 
 STAGES = ("fair", "pareto", "iterative")
 SAMPLING = ("main", "sub", "idea")
@@ -67,19 +69,18 @@ class PoolIdea:
 
 
 @STRATEGIES.register("fairnad")
-class FairNADStrategy(Strategy):
-    random_moves = False
+class FairNADStrategy(DesignStrategy):
     spaces = ("source",)
+    exhausted = "no evaluated model to mutate (the base model failed)"
 
     def __init__(self, space: SearchSpace, seed: int, llm: dict[str, Any] | None = None,
                  knowledge: dict[str, Any] | None = None, init: int = 8, stages: dict[str, bool] | None = None,
                  fair_parents: int = 8, pareto_parents: int = 8, iterative_parents: int = 4,
                  iterative_steps: int = 2, sampling: str = "main", use_knowledge: bool = True,
                  max_debug: int = 2, max_downscale: int = 4, structure: bool = True, underused: float = 0.9,
-                 input_size: int = 32, num_classes: int = 10, max_params: float = 1.5e6,
-                 max_flops: float = 0.2e9, sandbox: dict[str, Any] | None = None,
-                 width_multiple: int = WIDTH_MULTIPLE) -> None:
-        super().__init__(space, seed)
+                 input_size: int = 32, num_classes: int = 10, budget: dict[str, float] | None = None,
+                 sandbox: dict[str, Any] | None = None, width_multiple: int = WIDTH_MULTIPLE) -> None:
+        super().__init__(space, seed, llm, knowledge, budget, input_size)
         stages = {s: True for s in STAGES} | dict(stages or {})
         unknown = sorted(set(stages) - set(STAGES))
         if unknown:
@@ -101,30 +102,21 @@ class FairNADStrategy(Strategy):
         self.width_multiple = width_multiple
         if not 0 < underused <= 1:
             raise ConfigError(f"strategy.underused must be in (0, 1], got {underused}")
-        self.llm_settings, self.knowledge_settings = llm or {}, knowledge or {}
         self.counts, self.sampling, self.use_knowledge = counts, sampling, use_knowledge
         self.max_debug, self.max_downscale, self.structure = max_debug, max_downscale, structure
         self.underused_ratio = underused
         self.input_size, self.num_classes = input_size, num_classes
-        self.budget = Budget(params=max_params, flops=max_flops)
         self.sandbox = dict(sandbox or {})
         self.models: list[Model] = []
         self.queue: list[Job] = []
         self.next_stage = "init"      # the stage planned when the queue runs dry
         self.generation = 0
-        self.seen: dict[str, str] = {}
-        self.client = None
         self.pool: list[PoolIdea] = []
         self.attributes = ""
 
     # -- wiring -------------------------------------------------------------------------------------------
 
-    def attach(self, run_dir: Path, llm_calls=None) -> None:
-        from nas.knowledge.config import KnowledgeConfig
-        from nas.llm import LLMClient
-
-        self.client = LLMClient(self.llm_settings, run_dir=run_dir, calls=llm_calls)
-        kcfg = KnowledgeConfig.from_dict(self.knowledge_settings)
+    def _open_knowledge(self, kcfg) -> None:
         tree = kcfg.load_tree()
         self.attributes = "\n".join(tree.render(t) for t in tree.targets)
         self.pool = self._idea_pool(kcfg, tree)
@@ -139,24 +131,18 @@ class FairNADStrategy(Strategy):
 
     # -- ask ----------------------------------------------------------------------------------------------
 
-    def ask(self, n: int) -> list[Candidate]:
-        if self.client is None:
-            raise RuntimeError("FairNADStrategy.attach(run_dir) must be called before ask()")
-        out: list[Candidate] = []
-        for _ in range(n):
-            if not self.models:
-                base = self.space.base  # type: ignore[attr-defined]
-                self.models.append(Model(0, None, base.source, "root", "base model"))
-                self.seen[base.key()] = "model 0 (the base)"
-                out.append(Candidate(base, {"stage": "root", "node": 0}))
-                continue
-            job = self._next_job()
-            if job is None:
-                if out:
-                    break
-                raise SearchExhausted("fairnad: no evaluated model to mutate (the base model failed)")
-            out.append(self._design(job))
-        return out
+    def _root_pending(self) -> bool:
+        return not self.models
+
+    def _root(self) -> Candidate:
+        base = self.space.base  # type: ignore[attr-defined]
+        self.models.append(Model(0, None, base.source, "root", "base model"))
+        self.seen.add(base.key(), _label(self.models[0]))
+        return Candidate(base, {"stage": "root", "node": 0})
+
+    def _next_design(self) -> Candidate | None:
+        job = self._next_job()
+        return None if job is None else self._design(job)
 
     def _next_job(self) -> Job | None:
         if not self.queue:
@@ -277,22 +263,18 @@ class FairNADStrategy(Strategy):
             base, idea = parent, job.idea
         info.update(parent=base.id, idea=idea, target=target, request=request, tag=job.tag)
         attempts: list[dict[str, Any]] = []
-        outcome = None
-        if code is None:
-            attempts.append({"action": "mutate", "error": answer.errors[-1] if answer.errors else "no reply"})
-        else:
-            outcome, code = self._feedback(code, base, request, attempts)
-        used = self.client.usage.total()
+        first = Try({"action": "mutate"}, code, None if code is not None else
+                    answer.errors[-1] if answer.errors else "no reply")
+        outcome, code = self._feedback(first, base, request, attempts)
         info.update(attempts=attempts, valid=outcome is not None and outcome.ok,
                     debug_retries=sum(a["action"] == "debug" for a in attempts),
                     downscale_retries=sum(a["action"] == "downscale" for a in attempts),
-                    tokens=(used.prompt_tokens + used.completion_tokens)
-                    - (before.prompt_tokens + before.completion_tokens))
+                    tokens=self._tokens_since(before))
         if outcome is not None and outcome.ok:
             measured = _measured(outcome)
             model = Model(len(self.models), base.id, code, job.stage, idea, params=measured[0], flops=measured[1])
             self.models.append(model)
-            self.seen[outcome.arch.key()] = f"model {model.id}"
+            self.seen.add(outcome.arch.key(), _label(model))
             return Candidate(outcome.arch, {**info, "node": model.id})
         reason = (f"{outcome.failure.name}: {outcome.failure.error}" if outcome is not None
                   else f"mutate: {attempts[-1]['error']}")
@@ -300,26 +282,28 @@ class FairNADStrategy(Strategy):
             info["duplicate"] = True
         return Candidate(Draft(code or f"(no model) {request}", "source"), info, rejected=reason)
 
-    def _feedback(self, code: str, parent: Model, request: str,
-                  attempts: list[dict[str, Any]]) -> tuple[Any, str]:
+    def _feedback(self, first: Try, parent: Model, request: str,
+                  attempts: list[dict[str, Any]]) -> tuple[Outcome | None, str]:
         """Algorithm 1's loop: check; debug after parse/execution errors (≤ max_debug),
         downscale over budget (≤ max_downscale); anything else ends the loop."""
-        from nas.agents.fairnad import DOWNSCALE_ONCE, DOWNSCALE_SHRINK, debug, downscale, off_multiple
+        from nas.agents.fairnad import (
+            DOWNSCALE_ONCE,
+            DOWNSCALE_SHRINK,
+            debug,
+            downscale,
+            off_multiple,
+        )
+        from nas.design.verifiers import source_chain
         from nas.sandbox.limits import Limits
-        from nas.verify import source_chain
 
         chain = source_chain(parent.source, self.budget, self.seen, num_classes=self.num_classes,
                              input_size=self.input_size, limits=Limits(**self.sandbox),
                              structure=self.structure)
-        action, debugs, downs = "mutate", 0, 0
-        while True:
-            outcome = chain.run(code)
-            attempts.append({"action": action, **outcome.to_dict()})
-            if action == "downscale" and (off := off_multiple(code, self.width_multiple)):
-                attempts[-1]["off_multiple"] = off[:8]  # the prompt's width rule, not kept
+        debugs = downs = 0
+
+        def revise(outcome: Outcome, error: str | None, code: str) -> Try | None:
+            nonlocal debugs, downs
             failure = outcome.failure
-            if failure is None:
-                return outcome, code
             if failure.name in ("parse", "execute") and debugs < self.max_debug:
                 answer = debug(self.client, code, parent.source, request, failure.error,
                                failure.detail.get("traceback"), attempt=debugs)
@@ -332,11 +316,14 @@ class FairNADStrategy(Strategy):
                                    how, attempt=downs, multiple=self.width_multiple)
                 action, downs = "downscale", downs + 1
             else:
-                return outcome, code
+                return None
             if not answer.ok:
-                attempts.append({"action": action, "error": answer.errors[-1] if answer.errors else "no reply"})
-                return outcome, code
-            code = answer.value
+                return Try({"action": action}, None, answer.errors[-1] if answer.errors else "no reply")
+            off = off_multiple(answer.value, self.width_multiple) if action == "downscale" else []
+            # the prompt's width rule, not kept
+            return Try({"action": action}, answer.value, extra={"off_multiple": off[:8]} if off else {})
+
+        return verify_and_retry(chain, first, revise, attempts, retry_no_reply=False)
 
     # -- tell ---------------------------------------------------------------------------------------------
 
@@ -363,7 +350,7 @@ class FairNADStrategy(Strategy):
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "models": [asdict(m) for m in self.models],
                 "queue": [asdict(j) for j in self.queue], "next_stage": self.next_stage,
-                "generation": self.generation, "seen": self.seen}
+                "generation": self.generation}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -372,20 +359,24 @@ class FairNADStrategy(Strategy):
             self.queue = [Job(**j) for j in state["queue"]]
             self.next_stage = str(state["next_stage"])
             self.generation = int(state["generation"])
-            self.seen = dict(state["seen"])
         except (KeyError, TypeError, ValueError) as err:
             raise RunDirError(f"strategy 'fairnad' state: {err}") from None
+        self.seen = SeenDesigns()  # every verified model is a design seen
+        for m in self.models:
+            self.seen.add(SourceArch(m.source).key(), _label(m))
 
-    def report(self, history: list[dict[str, Any]]) -> dict[str, Any]:
+    def _report(self, history: list[dict[str, Any]]) -> dict[str, Any]:
         by_stage: dict[str, list[dict[str, Any]]] = {}
         for r in history:
             by_stage.setdefault((r.get("strategy") or {}).get("stage", "?"), []).append(r)
         stages = {s: design_metrics(rs, history) for s, rs in by_stage.items() if s != "root"}
-        out = {"design": design_metrics(history), "stages": stages,
-               "models": [{k: v for k, v in asdict(m).items() if k != "source"} for m in self.models]}
-        if self.client is not None:
-            out["llm"] = self.client.usage.to_dict()
-        return out
+        return {"stages": stages,
+                "models": [{k: v for k, v in asdict(m).items() if k != "source"} for m in self.models]}
+
+
+def _label(model: Model) -> str:
+    """Where a duplicate was seen, in the Dedup verifier's message."""
+    return "model 0 (the base)" if model.id == 0 else f"model {model.id}"
 
 
 def _measured(outcome) -> tuple[float | None, float | None]:

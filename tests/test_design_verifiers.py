@@ -8,14 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from nas.spaces.nader.dag.macro import BlockSet, Budget, Skeleton
+from nas.spaces.nader.dag.macro import BlockSet, Skeleton
+from nas.design.base import SeenDesigns
+from nas.design.verifiers import DOWNSCALE, FIX, block_chain, source_chain
 from nas.sandbox.limits import Limits
-from nas.verify import DOWNSCALE, FIX, block_chain, source_chain
+from nas.core.constraint import Constraint
 
 DATA = Path(__file__).parent / "data"
 RESIDUAL = (DATA / "blocks/residual.txt").read_text()
 PARENT = (DATA / "models/cnn_parent.py").read_text()
 LIMITS = Limits(wall_s=60)
+NB201 = Constraint.nb201(32)  # 1.5 M params, 0.2 GFLOPs
 
 
 def base_only(text: str) -> str:
@@ -26,8 +29,8 @@ def base_only(text: str) -> str:
 # -- block files --------------------------------------------------------------------------------------------
 
 def test_block_chain_passes_and_measures():
-    seen: dict[str, str] = {}
-    outcome = block_chain(None, Skeleton.nb201(n=1), Budget(), seen).run(RESIDUAL)
+    seen = SeenDesigns()
+    outcome = block_chain(None, Skeleton.nb201(n=1), NB201, seen).run(RESIDUAL)
     assert outcome.ok and [c.name for c in outcome.checks] == ["parse", "budget", "dedup"]
     budget = outcome.checks[1].detail
     assert budget["width"] > 0 and budget["params"] <= 1.5e6 and budget["flops"] <= 0.2e9
@@ -35,11 +38,11 @@ def test_block_chain_passes_and_measures():
 
 def test_block_chain_takes_missing_sections_from_the_parent_and_catches_duplicates():
     parent = BlockSet.from_text(RESIDUAL)
-    seen: dict[str, str] = {}
-    chain = block_chain(parent, Skeleton.nb201(n=1), Budget(), seen)
+    seen = SeenDesigns()
+    chain = block_chain(parent, Skeleton.nb201(n=1), NB201, seen)
     first = chain.run(base_only(RESIDUAL))
     assert first.ok
-    seen[first.arch.key()] = "node 3"
+    seen.add(first.arch.key(), "node 3")
     renumbered = base_only(RESIDUAL).replace("8:ReLU", "9:ReLU").replace("7->8", "7->9").replace("8->1", "9->1")
     again = chain.run(renumbered)
     assert not again.ok and again.failure.name == "dedup" and again.failure.retry is None
@@ -53,14 +56,15 @@ def test_block_chain_takes_missing_sections_from_the_parent_and_catches_duplicat
 ])
 def test_block_errors_name_the_node_and_ask_for_a_fix(edit, message):
     text = RESIDUAL.replace(*edit)
-    outcome = block_chain(None, Skeleton.nb201(n=1), Budget(), {}).run(text)
+    outcome = block_chain(None, Skeleton.nb201(n=1), NB201, SeenDesigns()).run(text)
     failure = outcome.failure
     assert failure.name == "parse" and failure.retry == FIX and message in failure.error
     assert "\n" not in failure.error
 
 
 def test_block_over_any_budget_is_reported():
-    outcome = block_chain(None, Skeleton.nb201(n=1), Budget(params=10, flops=10), {}).run(RESIDUAL)
+    tiny = Constraint(params=10, flops=10)
+    outcome = block_chain(None, Skeleton.nb201(n=1), tiny, SeenDesigns()).run(RESIDUAL)
     assert outcome.failure.name == "budget" and outcome.failure.retry == FIX
 
 
@@ -81,7 +85,7 @@ HOSTILE = PARENT.replace("import torch\n", "import os\nimport torch\nos.system('
     ((DATA / "models/cnn_renamed.py").read_text(), "structure", FIX, "no layer differs"),
 ])
 def test_source_chain(text, name, retry, fragment):
-    outcome = source_chain(PARENT, Budget(params=1.5e6, flops=0.2e9), {}, limits=LIMITS).run(text)
+    outcome = source_chain(PARENT, NB201, SeenDesigns(), limits=LIMITS).run(text)
     if name is None:
         assert outcome.ok and [c.name for c in outcome.checks] == ["parse", "execute", "budget", "structure",
                                                                    "dedup"]

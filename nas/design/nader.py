@@ -15,54 +15,50 @@ experience store.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from nas.spaces.nader.dag.macro import BlockSet, Budget, Skeleton
+from nas.spaces.nader.dag.macro import BlockSet, Skeleton
+from nas.design.base import DesignStrategy, SeenDesigns, Try, verify_and_retry
+from nas.design.verifiers import Changed, KeepsParent, block_chain
 from nas.errors import ConfigError, RunDirError
 from nas.core.space import SearchSpace
-from nas.strategies.base import STRATEGIES, Candidate, Draft, SearchExhausted, Strategy, Trial
-from nas.strategies.design import design_metrics
+from nas.strategies.base import STRATEGIES, Candidate, Draft, Trial
 from nas.strategies.modtree import ModificationTree
-from nas.verify import FIX, Check, Verifier, block_chain
-from nas.verify import Draft as VerifyDraft
 
 GENERIC_IDEA = "Improve the block's accuracy with one architectural change of your choice."
 
 
 @STRATEGIES.register("nader")
-class NaderStrategy(Strategy):
-    random_moves = False
+class NaderStrategy(DesignStrategy):
     spaces = ("nader",)
+    exhausted = "the modification tree has no node left to modify"
 
     def __init__(self, space: SearchSpace, seed: int, llm: dict[str, Any] | None = None,
                  knowledge: dict[str, Any] | None = None, policy: str = "dfs", max_children: int = 3,
                  max_depth: int = 8, ideas: int = 5, lif: bool = True, lif_tries: int = 5, lde: bool = True,
                  experiences: int = 5, use_knowledge: bool = True, cells_per_stage: int = 5,
-                 input_size: int = 32, num_classes: int = 10, max_params: float = 1.5e6,
-                 max_flops: float = 0.2e9) -> None:
-        super().__init__(space, seed)
+                 input_size: int = 32, num_classes: int = 10, budget: dict[str, float] | None = None) -> None:
+        super().__init__(space, seed, llm, knowledge, budget, input_size)
         if lif_tries < 1 or ideas < 1 or experiences < 0:
             raise ConfigError("strategy 'nader': lif_tries and ideas must be >= 1, experiences >= 0")
-        self.llm_settings, self.knowledge_settings = llm or {}, knowledge or {}
         self.ideas_k, self.lif_tries, self.lif, self.lde = ideas, lif_tries, lif, lde
         self.experiences_k, self.use_knowledge = experiences, use_knowledge
         self.skeleton = Skeleton.nb201(n=cells_per_stage, input_size=input_size, num_classes=num_classes)
-        self.budget = Budget(params=max_params, flops=max_flops)
         root = space.base  # type: ignore[attr-defined]
         self.tree = ModificationTree(root.key(), root.encode(), policy=policy, max_children=max_children,
                                      max_depth=max_depth)
+        self._index()
         self.root_asked = False
-        self.client = self.store = self.experience_store = None
+        self.store = self.experience_store = None
+
+    def _index(self) -> None:
+        """Every node of the tree (valid designs and rejected drafts) is a design seen."""
+        for i in range(len(self.tree)):
+            self.seen.add(self.tree.node(i).key, f"node {i}")
 
     # -- wiring -------------------------------------------------------------------------------------------
 
-    def attach(self, run_dir: Path, llm_calls=None) -> None:
-        from nas.knowledge.config import KnowledgeConfig
-        from nas.llm import LLMClient
-
-        self.client = LLMClient(self.llm_settings, run_dir=run_dir, calls=llm_calls)
-        kcfg = KnowledgeConfig.from_dict(self.knowledge_settings)
+    def _open_knowledge(self, kcfg) -> None:
         if self.use_knowledge:
             self.store = kcfg.open_ideas()
         if self.lde:
@@ -70,22 +66,21 @@ class NaderStrategy(Strategy):
 
     # -- ask ----------------------------------------------------------------------------------------------
 
-    def ask(self, n: int) -> list[Candidate]:
-        if self.client is None:
-            raise RuntimeError("NaderStrategy.attach(run_dir) must be called before ask()")
-        out: list[Candidate] = []
-        for _ in range(n):
-            if not self.root_asked:
-                self.root_asked = True
-                out.append(Candidate(self.space.base, {"stage": "root", "node": 0}))  # type: ignore[attr-defined]
-                continue
-            node = self.tree.select()
-            if node is None:
-                if out:
-                    break
-                raise SearchExhausted("nader: the modification tree has no node left to modify")
-            out.append(self._design(node))
-        return out
+    def _root_pending(self) -> bool:
+        return not self.root_asked
+
+    def _root(self) -> Candidate:
+        self.root_asked = True
+        return Candidate(self.space.base, {"stage": "root", "node": 0})  # type: ignore[attr-defined]
+
+    def _next_design(self) -> Candidate | None:
+        node = self.tree.select()
+        return None if node is None else self._design(node)
+
+    def _add_child(self, parent: int, key: str, text: str, idea: str, info: dict[str, Any]):
+        child = self.tree.add_child(parent, key, text, idea, info=info)
+        self.seen.add(key, f"node {child.id}")
+        return child
 
     def _design(self, node) -> Candidate:
         from nas.agents.nader import modify
@@ -95,45 +90,42 @@ class NaderStrategy(Strategy):
         idea, ideas, proposal_error = self._propose(node, tried)
         tips = self._experiences(idea)
         parent_blocks = BlockSet.from_text(node.text, f"node {node.id}")
-        seen = {self.tree.node(i).key: f"node {i}" for i in range(len(self.tree))}
-        chain = block_chain(parent_blocks, self.skeleton, self.budget, seen)
+        chain = block_chain(parent_blocks, self.skeleton, self.budget, self.seen)
         chain.verifiers.insert(1, KeepsParent(parent_blocks))     # after parse: needs the parsed blocks
         chain.verifiers.insert(-1, Changed(node.key, node.id))    # before dedup: the parent is retried
-        attempts: list[dict[str, Any]] = []
-        previous = error = None
-        outcome, text = None, ""
-        for attempt in range(self.lif_tries if self.lif else 1):
+
+        def write(attempt: int, previous: str | None, error: str | None) -> Try:
             answer = modify(self.client, node.text, idea, tips, previous=previous, error=error, attempt=attempt)
             if not answer.ok:
-                attempts.append({"attempt": attempt, "error": answer.errors[-1] if answer.errors else "no reply"})
-                error = attempts[-1]["error"]
-                continue
-            text = answer.value
-            outcome = chain.run(text)
-            attempts.append({"attempt": attempt, **outcome.to_dict()})
-            if outcome.ok or outcome.failure.retry is None:
-                break
-            previous, error = text, outcome.failure.error
-        used = self.client.usage.total()
+                return Try({"attempt": attempt}, None, answer.errors[-1] if answer.errors else "no reply")
+            return Try({"attempt": attempt}, answer.value)
+
+        tries = self.lif_tries if self.lif else 1
+
+        def revise(outcome, error: str | None, last: str | None) -> Try | None:
+            attempt = len(attempts)
+            return write(attempt, last, error) if attempt < tries else None
+
+        attempts: list[dict[str, Any]] = []
+        outcome, text = verify_and_retry(chain, write(0, None, None), revise, attempts, retry_no_reply=True)
         info = {"stage": "modify", "parent": node.id, "idea": idea, "ideas": ideas, "attempts": attempts,
                 "valid": outcome is not None and outcome.ok,
                 "retries": len(attempts) - 1, "proposal_error": proposal_error,
-                "tokens": (used.prompt_tokens + used.completion_tokens)
-                - (before.prompt_tokens + before.completion_tokens)}
+                "tokens": self._tokens_since(before)}
         failed = [a for a in attempts if not a.get("ok")]
         if failed and (outcome is None or not outcome.ok):
             self._reflect_tip(idea, [a.get("error") or _first_error(a) for a in failed])
         if outcome is not None and outcome.ok:
-            child = self.tree.add_child(node.id, outcome.arch.key(), outcome.arch.encode(), idea,
-                                        info={"width": outcome.checks[1].detail.get("width")})
+            child = self._add_child(node.id, outcome.arch.key(), outcome.arch.encode(), idea,
+                                    info={"width": outcome.checks[1].detail.get("width")})
             return Candidate(outcome.arch, {**info, "node": child.id})
         reason = (outcome.failure.error if outcome is not None else attempts[-1].get("error")) or "no valid design"
         draft = Draft(text or f"(no reply) {idea}", "nader")
         if outcome is not None and outcome.failure.name in ("dedup", "unchanged"):
             return Candidate(draft, {**info, "duplicate": True}, rejected=reason)
-        if self.tree.has_key(draft.key()) is not None:  # the same broken draft again
+        if draft.key() in self.seen:  # the same broken draft again
             return Candidate(draft, info, rejected=reason)
-        child = self.tree.add_child(node.id, draft.key(), draft.text, idea, info={"rejected": reason})
+        child = self._add_child(node.id, draft.key(), draft.text, idea, info={"rejected": reason})
         return Candidate(draft, {**info, "node": child.id}, rejected=reason)
 
     def _propose(self, node, tried: list[tuple[str, str]]) -> tuple[str, list[str], str | None]:
@@ -214,64 +206,11 @@ class NaderStrategy(Strategy):
             self.root_asked = bool(state["root_asked"])
         except (KeyError, ValueError) as err:
             raise RunDirError(f"strategy 'nader' state: {err}") from None
+        self.seen = SeenDesigns()
+        self._index()
 
-    def report(self, history: list[dict[str, Any]]) -> dict[str, Any]:
-        out = {"tree": self.tree.to_dict(), "design": design_metrics(history)}
-        if self.client is not None:
-            out["llm"] = self.client.usage.to_dict()
-        return out
-
-
-class KeepsParent(Verifier):
-    """A design must be a modification of its parent, not a rewrite: every section it changes keeps
-    at least half of the parent section's operations (`MIN_KEPT`) and at least one of their kinds.
-    NADER's ideas are edits (swap a kernel, add a gate or a branch); a weak Modifier instead collapses
-    the block to a convolution or two, which passes every shape check yet ignores parent and idea.
-    The error goes back to the Modifier (FIX) like a verifier failure."""
-
-    name = "keeps_parent"
-    MIN_KEPT = 0.5
-
-    def __init__(self, parent: BlockSet) -> None:
-        self.parent = parent
-
-    def check(self, draft: VerifyDraft) -> Check:
-        for role, block in draft.arch.blocks.sections().items():  # type: ignore[union-attr]
-            before = getattr(self.parent, role)
-            if block == before:
-                continue
-            old, new = _ops(before), _ops(block)
-            lost_kinds = not set(old) & set(new)
-            if len(new) < max(1, int(len(old) * self.MIN_KEPT)) or (old and lost_kinds):
-                return self.failed(
-                    f"dropped the parent's structure: {role} block '{block.name}' has {len(new)} operation(s) "
-                    f"({_kinds(new)}), the parent's {len(old)} ({_kinds(old)}); keep the parent's operations "
-                    f"and apply the idea as a change to them", FIX, role=role, ops=len(new), parent_ops=len(old))
-        return self.passed()
-
-
-class Changed(Verifier):
-    """The parent block given back unchanged: retried (FIX) with that as the error, unlike a
-    duplicate of another node, which is skipped."""
-
-    name = "unchanged"
-
-    def __init__(self, parent_key: str, parent_id: int) -> None:
-        self.parent_key, self.parent_id = parent_key, parent_id
-
-    def check(self, draft: VerifyDraft) -> Check:
-        if draft.arch.key() == self.parent_key:  # type: ignore[union-attr]
-            return self.failed(f"duplicate of the parent (node {self.parent_id}): the block is unchanged; "
-                               f"apply the idea", FIX)
-        return self.passed()
-
-
-def _ops(block) -> list[str]:
-    return [n.op for n in block.nodes.values() if not n.is_io]
-
-
-def _kinds(ops: list[str]) -> str:
-    return ", ".join(dict.fromkeys(ops)) or "none"
+    def _report(self, history: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"tree": self.tree.to_dict()}
 
 
 def _first_error(attempt: dict[str, Any]) -> str:

@@ -1,5 +1,6 @@
 """Verifiers between a design agent's draft and the evaluator, as a chain
-(NNI's middleware): parse → execute → budget → structure → dedup. Each check
+(NNI's middleware): parse → execute → budget → structure → dedup (NADER adds
+keeps-parent after parse and unchanged before dedup). Each check
 returns one LLM-readable line and says which retry loop can fix it — `fix`
 (the Modifier's validator feedback, FairNAD's debugger), `downscale` (over
 budget) — or none (a duplicate is skipped, not retried). The first failure
@@ -9,11 +10,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from nas.core.arch import Architecture
-from nas.spaces.nader.dag.macro import BlockSet, Budget, Skeleton, search_width, section_errors
+from nas.spaces.nader.dag.macro import BlockSet, Skeleton, search_width, section_errors
 from nas.errors import EncodingError
+from nas.core.constraint import Constraint
+
+if TYPE_CHECKING:
+    from nas.design.base import SeenDesigns
 
 FIX, DOWNSCALE = "fix", "downscale"
 
@@ -85,13 +90,13 @@ class Dedup(Verifier):
 
     name = "dedup"
 
-    def __init__(self, seen: dict[str, str] | None = None) -> None:
-        self.seen = seen if seen is not None else {}   # key -> where it was seen (e.g. "node 4")
+    def __init__(self, seen: SeenDesigns) -> None:
+        self.seen = seen  # the strategy's index, read when a draft is checked
 
     def check(self, draft: Draft) -> Check:
         key = draft.arch.key()
         if key in self.seen:
-            return self.failed(f"duplicate of {self.seen[key]} (same canonical architecture)", None, key=key)
+            return self.failed(f"duplicate of {self.seen.where(key)} (same canonical architecture)", None, key=key)
         return self.passed(key=key)
 
 
@@ -125,7 +130,7 @@ class BlockBudget(Verifier):
 
     name = "budget"
 
-    def __init__(self, skeleton: Skeleton, budget: Budget) -> None:
+    def __init__(self, skeleton: Skeleton, budget: Constraint) -> None:
         self.skeleton, self.budget = skeleton, budget
 
     def check(self, draft: Draft) -> Check:
@@ -140,8 +145,60 @@ class BlockBudget(Verifier):
         return self.passed(width=choice.width, params=choice.params, flops=choice.flops)
 
 
-def block_chain(parent: BlockSet | None, skeleton: Skeleton, budget: Budget, seen: dict[str, str]) -> Chain:
+def block_chain(parent: BlockSet | None, skeleton: Skeleton, budget: Constraint, seen: SeenDesigns) -> Chain:
     return Chain([ParseBlock(parent, skeleton), BlockBudget(skeleton, budget), Dedup(seen)])
+
+
+class KeepsParent(Verifier):
+    """A design must be a modification of its parent, not a rewrite: every section it changes keeps
+    at least half of the parent section's operations (`MIN_KEPT`) and at least one of their kinds.
+    NADER's ideas are edits (swap a kernel, add a gate or a branch); a weak Modifier instead collapses
+    the block to a convolution or two, which passes every shape check yet ignores parent and idea.
+    The error goes back to the Modifier (FIX) like a verifier failure."""
+
+    name = "keeps_parent"
+    MIN_KEPT = 0.5
+
+    def __init__(self, parent: BlockSet) -> None:
+        self.parent = parent
+
+    def check(self, draft: Draft) -> Check:
+        for role, block in draft.arch.blocks.sections().items():  # type: ignore[union-attr]
+            before = getattr(self.parent, role)
+            if block == before:
+                continue
+            old, new = _ops(before), _ops(block)
+            lost_kinds = not set(old) & set(new)
+            if len(new) < max(1, int(len(old) * self.MIN_KEPT)) or (old and lost_kinds):
+                return self.failed(
+                    f"dropped the parent's structure: {role} block '{block.name}' has {len(new)} operation(s) "
+                    f"({_kinds(new)}), the parent's {len(old)} ({_kinds(old)}); keep the parent's operations "
+                    f"and apply the idea as a change to them", FIX, role=role, ops=len(new), parent_ops=len(old))
+        return self.passed()
+
+
+class Changed(Verifier):
+    """The parent block given back unchanged: retried (FIX) with that as the error, unlike a
+    duplicate of another node, which is skipped."""
+
+    name = "unchanged"
+
+    def __init__(self, parent_key: str, parent_id: int) -> None:
+        self.parent_key, self.parent_id = parent_key, parent_id
+
+    def check(self, draft: Draft) -> Check:
+        if draft.arch.key() == self.parent_key:  # type: ignore[union-attr]
+            return self.failed(f"duplicate of the parent (node {self.parent_id}): the block is unchanged; "
+                               f"apply the idea", FIX)
+        return self.passed()
+
+
+def _ops(block) -> list[str]:
+    return [n.op for n in block.nodes.values() if not n.is_io]
+
+
+def _kinds(ops: list[str]) -> str:
+    return ", ".join(dict.fromkeys(ops)) or "none"
 
 
 # -- FairNAD model source ---------------------------------------------------------------------------------
@@ -191,7 +248,7 @@ class Execute(Verifier):
 class SourceBudget(Verifier):
     name = "budget"
 
-    def __init__(self, budget: Budget) -> None:
+    def __init__(self, budget: Constraint) -> None:
         self.budget = budget
 
     def check(self, draft: Draft) -> Check:
@@ -222,7 +279,7 @@ class Structure(Verifier):
         return self.passed(changed_layers=v.changed_layers, layers=v.layers)
 
 
-def source_chain(parent_source: str | None, budget: Budget, seen: dict[str, str], *, num_classes: int = 10,
+def source_chain(parent_source: str | None, budget: Constraint, seen: SeenDesigns, *, num_classes: int = 10,
                  input_size: int = 32, limits=None, structure: bool = True) -> Chain:
     """`structure=False`: FairNAD's ablation without the structural verifier."""
     checks = [ParseSource(), Execute(parent_source, num_classes, input_size, limits), SourceBudget(budget)]
