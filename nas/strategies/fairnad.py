@@ -22,6 +22,7 @@ from typing import Any
 
 from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE, Budget
 from nas.errors import ConfigError, RunDirError
+from nas.search.record import TrialRecord
 from nas.core.space import SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, Draft, SearchExhausted, Strategy, Trial
 from nas.strategies.design import design_metrics
@@ -346,10 +347,10 @@ class FairNADStrategy(Strategy):
             node = info.get("node")
             if node is not None and self.models[node].status == "pending":
                 m = self.models[node]
-                if t.result.ok and t.result.accuracy is not None:
-                    m.status, m.accuracy = "evaluated", float(t.result.accuracy)
-                    m.params = t.result.params if t.result.params is not None else m.params
-                    m.flops = t.result.flops if t.result.flops is not None else m.flops
+                if t.record.ok and t.record.accuracy is not None:
+                    m.status, m.accuracy = "evaluated", float(t.record.accuracy)
+                    m.params = t.record.params if t.record.params is not None else m.params
+                    m.flops = t.record.flops if t.record.flops is not None else m.flops
                 else:
                     m.status = "failed"
             if info.get("stage") == "iterative" and info["step"] < self.counts["iterative_steps"]:
@@ -376,10 +377,10 @@ class FairNADStrategy(Strategy):
         except (KeyError, TypeError, ValueError) as err:
             raise RunDirError(f"strategy 'fairnad' state: {err}") from None
 
-    def report(self, history: list[dict[str, Any]]) -> dict[str, Any]:
-        by_stage: dict[str, list[dict[str, Any]]] = {}
+    def report(self, history: list[TrialRecord]) -> dict[str, Any]:
+        by_stage: dict[str, list[TrialRecord]] = {}
         for r in history:
-            by_stage.setdefault((r.get("strategy") or {}).get("stage", "?"), []).append(r)
+            by_stage.setdefault(r.strategy.get("stage", "?"), []).append(r)
         stages = {s: design_metrics(rs, history) for s, rs in by_stage.items() if s != "root"}
         out = {"design": design_metrics(history), "stages": stages,
                "models": [{k: v for k, v in asdict(m).items() if k != "source"} for m in self.models]}

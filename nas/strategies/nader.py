@@ -20,6 +20,7 @@ from typing import Any
 
 from nas.spaces.nader.dag.macro import BlockSet, Budget, Skeleton
 from nas.errors import ConfigError, RunDirError
+from nas.search.record import TrialRecord
 from nas.core.space import SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, Draft, SearchExhausted, Strategy, Trial
 from nas.strategies.design import design_metrics
@@ -181,8 +182,8 @@ class NaderStrategy(Strategy):
             node = self.tree.node(node_id)
             if node.status != "pending":
                 continue
-            if t.result.ok and t.result.accuracy is not None:
-                self.tree.record(node_id, float(t.result.accuracy))
+            if t.record.ok and t.record.accuracy is not None:
+                self.tree.record(node_id, float(t.record.accuracy))
                 self._reflect_degradation(node_id)
             else:
                 self.tree.record(node_id, None, failed=True)
@@ -215,7 +216,7 @@ class NaderStrategy(Strategy):
         except (KeyError, ValueError) as err:
             raise RunDirError(f"strategy 'nader' state: {err}") from None
 
-    def report(self, history: list[dict[str, Any]]) -> dict[str, Any]:
+    def report(self, history: list[TrialRecord]) -> dict[str, Any]:
         out = {"tree": self.tree.to_dict(), "design": design_metrics(history)}
         if self.client is not None:
             out["llm"] = self.client.usage.to_dict()
