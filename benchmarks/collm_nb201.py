@@ -31,8 +31,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from nas.io import atomic_write_json, atomic_write_text, read_json, read_jsonl  # noqa: E402
-from nas.search.loop import LocalExecutor, SearchLoop, best_so_far  # noqa: E402
+from nas.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
+from nas.search.loop import LocalExecutor, SearchLoop  # noqa: E402
+from nas.search.record import best_so_far, read_history  # noqa: E402
 from nas.search.spec import Component, SearchSpec  # noqa: E402
 
 BASELINES: dict[str, tuple[str, dict[str, Any]]] = {  # label → (registered strategy, params)
@@ -64,7 +65,7 @@ def run(label: str, name: str, params: dict[str, Any], seed: int, trials: int, w
     run_dir = workdir / f"{label}_s{seed}"
     start = time.perf_counter()
     SearchLoop(spec, run_dir, LocalExecutor(spec.build_evaluator(space), None), progress=False).run_search()
-    curve = best_so_far(read_jsonl(run_dir / "history.jsonl"))
+    curve = best_so_far(read_history(run_dir / "history.jsonl"))
     curve += [curve[-1]] * (trials - len(curve))   # a search that stopped early keeps its best
     return {"curve": curve, "seconds": time.perf_counter() - start,
             "summary": read_json(run_dir / "summary.json")}

@@ -31,7 +31,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from nas.io import atomic_write_json, read_json, read_jsonl  # noqa: E402
+from nas.io import atomic_write_json, read_json  # noqa: E402
+from nas.search.record import TrialRecord, read_history  # noqa: E402
 
 # Every arm: a fresh idea store (seeded with the built-in corpus by the strategy) and no experiences.
 JOB = ["space=nader", "strategy=nader", "evaluator=quick", "data=digits", "recipe=quick", "runner=local",
@@ -53,11 +54,11 @@ PAPER = {
 }
 
 
-def failures(history: list[dict[str, Any]], top: int = 5) -> list[dict[str, Any]]:
+def failures(history: list[TrialRecord], top: int = 5) -> list[dict[str, Any]]:
     """The most common reasons a draft was rejected, over every attempt, numbers as N."""
     counts: Counter[str] = Counter()
     for record in history:
-        info = record.get("strategy") or {}
+        info = record.strategy
         if info.get("stage") != "modify":
             continue
         for attempt in info.get("attempts", []):
@@ -83,9 +84,9 @@ def run_arm(label: str, lif: bool, lde: bool, proposals: int, work: Path, extra:
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise SystemExit(f"arm {label}: nas search failed: {tail}")
-    summary, history = read_json(run / "summary.json"), read_jsonl(run / "history.jsonl")
-    root = next((r for r in history if (r.get("strategy") or {}).get("stage") == "root"), {})
-    return {"lif": lif, "lde": lde, "design": summary["design"], "root_accuracy": root.get("accuracy"),
+    summary, history = read_json(run / "summary.json"), read_history(run / "history.jsonl")
+    root = next((r for r in history if r.strategy.get("stage") == "root"), None)
+    return {"lif": lif, "lde": lde, "design": summary["design"], "root_accuracy": root.accuracy if root else None,
             "failures": failures(history), "llm": summary.get("llm", {}).get("total", {}),
             "wall_s": round(time.perf_counter() - start, 1)}
 

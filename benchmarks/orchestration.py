@@ -38,7 +38,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from cache_rerun import nas_search, scenario  # noqa: E402
 
-from nas.io import atomic_write_json, atomic_write_text, read_jsonl  # noqa: E402
+from nas.io import atomic_write_json, atomic_write_text  # noqa: E402
+from nas.search.record import TrialRecord, read_history  # noqa: E402
 
 TABLE = ["space=nb201", "evaluator=table", "strategy=rea", "seed=0"]
 
@@ -118,7 +119,7 @@ def dask_throughput(trials: int, batch: int, cost: float, workers: list[int], tm
         extra = [f"runner.workers={n}"] if runner == "prefect" else ["runner=dask", f"runner.n_workers={n}"]
         r = nas_search([*args, *extra], clean_env(tmp / f"{tag}_home"), tmp / f"{tag}_run")
         r.update(runner=runner, workers=n, evals_per_second=round(trials / r["loop_seconds"], 3),
-                 steady_evals_per_second=steady_rate(read_jsonl(tmp / f"{tag}_run" / "history.jsonl"), batch))
+                 steady_evals_per_second=steady_rate(read_history(tmp / f"{tag}_run" / "history.jsonl"), batch))
         rows.append(r)
         print(f"  {runner} x{n}: {r['steady_evals_per_second']:.2f} evaluations/s after the first batch, "
               f"{r['evals_per_second']:.2f} overall (loop {r['loop_seconds']:.1f} s)", flush=True)
@@ -130,11 +131,11 @@ def dask_throughput(trials: int, batch: int, cost: float, workers: list[int], tm
             "ideal_evals_per_second_per_worker": round(1 / cost, 3), "runs": rows}
 
 
-def steady_rate(history: list[dict[str, Any]], batch: int) -> float:
+def steady_rate(history: list[TrialRecord], batch: int) -> float:
     """Evaluations per second over the batches after the first (a record's wall
     time runs from its batch's submission to its result, so a batch takes its maximum)."""
     batches = [history[i:i + batch] for i in range(batch, len(history), batch)]
-    return round(sum(map(len, batches)) / sum(max(r["wall_seconds"] for r in b) for b in batches), 3)
+    return round(sum(map(len, batches)) / sum(max(r.wall_seconds for r in b) for b in batches), 3)
 
 
 def plot(res: dict[str, Any], path: Path) -> None:

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from nas.io import atomic_write_json  # noqa: E402
-from nas.search.loop import LocalExecutor, SearchLoop, best_so_far  # noqa: E402
-from nas.io import read_jsonl  # noqa: E402
+from nas.search.loop import LocalExecutor, SearchLoop  # noqa: E402
+from nas.search.record import best_so_far, read_history  # noqa: E402
 from nas.search.spec import Component, SearchSpec  # noqa: E402
 
 STRATEGIES = {  # label → (registered strategy, params)
@@ -42,7 +42,7 @@ def run(label: str, seed: int, trials: int, workdir: Path) -> list[float]:
     space = spec.build_space()
     run_dir = workdir / f"{label}_s{seed}"
     SearchLoop(spec, run_dir, LocalExecutor(spec.build_evaluator(space), None), progress=False).run_search()
-    return best_so_far(read_jsonl(run_dir / "history.jsonl"))
+    return best_so_far(read_history(run_dir / "history.jsonl"))
 
 
 def main() -> None:

@@ -34,9 +34,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from collm_nb201 import collm_counts, local_llm, plot  # noqa: E402
-from nas.io import atomic_write_json, atomic_write_text, read_json, read_jsonl  # noqa: E402
+from nas.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
 from nas.core.constraint import Constraint  # noqa: E402
-from nas.search.loop import LocalExecutor, SearchLoop, best_so_far  # noqa: E402
+from nas.search.loop import LocalExecutor, SearchLoop  # noqa: E402
+from nas.search.record import best_so_far, read_history  # noqa: E402
 from nas.search.spec import Component, SearchSpec  # noqa: E402
 
 DATA = {"name": "fashion_mnist"}
@@ -85,14 +86,14 @@ def run(label: str, name: str, params: dict[str, Any], seed: int, trials: int, e
     start = time.perf_counter()
     built = spec.build_space()
     SearchLoop(spec, run_dir, LocalExecutor(spec.build_evaluator(built), None), progress=False).run_search()
-    history = read_jsonl(run_dir / "history.jsonl")
+    history = read_history(run_dir / "history.jsonl")
     curve = best_so_far(history)
     curve = [c if c is not None else float("nan") for c in curve]
     curve += [curve[-1]] * (trials - len(curve))
-    scored = [r for r in history if r.get("accuracy") is not None and not r.get("cached")]
+    scored = [r for r in history if r.accuracy is not None and not r.cached]
     return {"curve": curve, "seconds": time.perf_counter() - start,
-            "score_seconds": [r["cost_seconds"] for r in scored],
-            "over_limit": sum(1 for r in history if (r.get("flops") or 0) > limit),
+            "score_seconds": [r.cost_seconds for r in scored],
+            "over_limit": sum(1 for r in history if (r.flops or 0) > limit),
             "summary": read_json(run_dir / "summary.json")}
 
 

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from nas.errors import ConfigError, NasError
-from nas.io import atomic_write_json, atomic_write_text, read_json, read_jsonl
+from nas.io import atomic_write_json, atomic_write_text, read_json
 from nas.report import _pyplot, save_figure
-from nas.search.loop import best_so_far, counts_for_best, trusts_self_reported
+from nas.search.loop import trusts_self_reported
+from nas.search.record import best_so_far, read_history
 from nas.search.pareto import Objective, non_dominated_sort
 from nas.strategies.base import random_only_note
 
@@ -108,7 +109,7 @@ def check_compatible(settings: dict[Path, dict[str, Any]]) -> None:
 def load_curves(runs: list[Path], allow_mixed: bool = False) -> dict[str, list[dict[str, Any]]]:
     """Group label ('strategy @ space/evaluator', plus '[field=value, …]' for the settings that
     differ when `allow_mixed`) → [{seed, curve, points, run, strategy, space, evaluator, setting,
-    fields, random_only}]; `points` are the trials that count for best (`counts_for_best`), kept for
+    fields, random_only}]; `points` are the trials that count for best (`TrialRecord.counts_for_best`), kept for
     the Pareto fronts. Runs that differ in a setting raise ConfigError unless `allow_mixed`."""
     summaries = {run: read_json(run / "summary.json") for run in runs}
     settings = {run: run_setting(s) for run, s in summaries.items()}
@@ -117,14 +118,14 @@ def load_curves(runs: list[Path], allow_mixed: bool = False) -> dict[str, list[d
     shown = [f for f in mixed_fields(settings) if f not in LABEL_FIELDS]
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for run, summary in summaries.items():
-        history = read_jsonl(run / "history.jsonl")
+        history = read_history(run / "history.jsonl")
         extra = ", ".join(f"{f}={_show(settings[run].get(f, '?'))}" for f in shown)
         setting = f"{summary['space']}/{summary['evaluator']}" + (f" [{extra}]" if extra else "")
         label = f"{summary['strategy']} @ {setting}"
         spec = summary.get("spec") or {}
         trust = trusts_self_reported(spec)
-        points = [{k: r.get(k) for k in ("trial", "key", "encoding", "accuracy", "params", "flops")}
-                  for r in history if counts_for_best(r, trust)]
+        points = [{k: getattr(r, k) for k in ("trial", "key", "encoding", "accuracy", "params", "flops")}
+                  for r in history if r.counts_for_best(trust)]
         strategy = spec.get("strategy") or {}
         random_only = random_only_note(summary["strategy"], strategy.get("params") or {}, spec["trials"]) \
             if "trials" in spec else None

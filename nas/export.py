@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from nas.errors import NasError, RunDirError
+from nas.search.record import TrialRecord, best_record, read_history
 
 GRAPH_TOLERANCE = 1e-3  # max abs diff allowed, times max(1, |output|): float32 op order differs
 REPORT_MAX = 64 << 10  # bytes of the sandboxed child's report.json read back
@@ -49,11 +50,10 @@ class ExportError(NasError):
 
 # --- choosing the trial -------------------------------------------------------
 
-def load_trial(run_dir: Path, trial: int | None) -> tuple[Any, dict[str, Any]]:
-    """(SearchSpec, history-like record with trial, key, encoding, accuracy, params, flops, metrics)."""
-    from nas.io import read_json, read_jsonl
-    from nas.search.loop import best_record, trusts_self_reported
-    from nas.search.rundir import check_history
+def load_trial(run_dir: Path, trial: int | None) -> tuple[Any, TrialRecord]:
+    """(SearchSpec, the trial's record: the best by the summary's rule when `trial` is None)."""
+    from nas.io import read_json
+    from nas.search.loop import trusts_self_reported
     from nas.search.spec import SearchSpec
 
     if not run_dir.is_dir():
@@ -66,12 +66,11 @@ def load_trial(run_dir: Path, trial: int | None) -> tuple[Any, dict[str, Any]]:
         spec = SearchSpec.from_dict(summary["spec"])
     except (KeyError, TypeError, ValueError) as err:
         raise RunDirError(f"{summary_path}: no readable 'spec' ({type(err).__name__}: {err})") from None
-    history = read_jsonl(run_dir / "history.jsonl")
-    check_history(run_dir / "history.jsonl", history)
-    by_trial = {r["trial"]: r for r in history}
+    history = read_history(run_dir / "history.jsonl")
+    by_trial = {r.trial: r for r in history}
     if trial is None:
         best = best_record(history, trusts_self_reported(summary["spec"]))  # the summary's rule
-        if best is None and any(r["accuracy"] is not None for r in history):
+        if best is None and any(r.accuracy is not None for r in history):
             raise ExportError(f"{run_dir}: every successful trial is self-reported and the evaluator does not "
                               "trust those (evaluator.trust_self_reported=false); choose one with --trial N")
         if best is None:
@@ -81,8 +80,8 @@ def load_trial(run_dir: Path, trial: int | None) -> tuple[Any, dict[str, Any]]:
     if trial not in by_trial:
         raise ExportError(f"{run_dir}: trial {trial} out of range (history.jsonl has trials 0..{len(history) - 1})")
     record = by_trial[trial]
-    if record.get("accuracy") is None:
-        raise ExportError(f"{run_dir}: trial {trial} failed ({record.get('error')}); nothing to export")
+    if record.accuracy is None:
+        raise ExportError(f"{run_dir}: trial {trial} failed ({record.error}); nothing to export")
     return spec, record
 
 
@@ -186,14 +185,14 @@ def export_run(run_dir: Path, out: Path | None = None, trial: int | None = None,
     if out.exists() and not force:
         raise ExportError(f"{out}: already exists (remove it or pass --force)")
     space = spec.build_space()
-    arch = space.decode(record["encoding"])
-    if arch.key() != record["key"]:
-        raise ExportError(f"{run_dir}: trial {record['trial']}: encoding decodes to key {arch.key()}, "
-                          f"history says {record['key']} (space changed since the search?)")
+    arch = space.decode(record.encoding)
+    if arch.key() != record.key:
+        raise ExportError(f"{run_dir}: trial {record.trial}: encoding decodes to key {arch.key()}, "
+                          f"history says {record.key} (space changed since the search?)")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        say(f"exporting trial {record['trial']} ({spec.space.name}, key {record['key']}) to {out}")
+        say(f"exporting trial {record.trial} ({spec.space.name}, key {record.key}) to {out}")
         manifest = _export(spec, space, arch, record, tmp, train, say)
         manifest.update(run_dir=str(run_dir), out=str(out))
         manifest["files"] = {p.name: {"sha256": _sha256(p), "bytes": p.stat().st_size}
@@ -208,7 +207,7 @@ def export_run(run_dir: Path, out: Path | None = None, trial: int | None = None,
     return manifest
 
 
-def _export(spec, space, arch, record: dict[str, Any], tmp: Path, train: bool,
+def _export(spec, space, arch, record: TrialRecord, tmp: Path, train: bool,
             say: Callable[[str], None]) -> dict[str, Any]:
     from nas.measure import count_flops, count_params
 
@@ -230,11 +229,11 @@ def _export(spec, space, arch, record: dict[str, Any], tmp: Path, train: bool,
         check = _source_check(built, net, x, tmp, spec, space)
         measured = {"params": count_params(net), "flops": count_flops(net, built.shape)}
     return {
-        "trial": record["trial"], "key": record["key"], "encoding": record["encoding"],
+        "trial": record.trial, "key": record.key, "encoding": record.encoding,
         "space": spec.space.name, "evaluator": evaluator, "seed": spec.seed,
-        "accuracy": record.get("accuracy"), "metrics": record.get("metrics", {}),
+        "accuracy": record.accuracy, "metrics": record.metrics,
         "params": measured["params"], "flops": measured["flops"],
-        "search_params": record.get("params"), "search_flops": record.get("flops"),
+        "search_params": record.params, "search_flops": record.flops,
         "input_shape": list(built.shape), "num_classes": built.num_classes,
         "source": {"file": "model.py", "kind": built.source_kind,
                    "usage": "from model import Network; net = Network(); "
@@ -265,10 +264,10 @@ def _from_supernet(spec, space, arch, record, train, say) -> Built:
         sub = supernet.extract(arch).to(ev.device)
     size = supernet.input_size(arch)
     valid, test = score(sub, feeder, size, ev.recal_batches, ev.val_subset)
-    recorded = record.get("accuracy")
+    recorded = record.accuracy
     if recorded is not None and abs(valid - recorded) > 1.0:
         raise ExportError(f"supernet checkpoint {ev.path}: the subnet now scores {valid:.2f}%, trial "
-                          f"{record['trial']} recorded {recorded:.2f}% (checkpoint or data changed since the search)")
+                          f"{record.trial} recorded {recorded:.2f}% (checkpoint or data changed since the search)")
     say(f"subnet rescored: valid {valid:.2f}% (the search recorded {recorded}), test {test:.2f}%")
     shape = (1, supernet.in_channels, *((size, size) if size else feeder.data.shape[1:]))
     config = supernet.config()
@@ -295,7 +294,7 @@ def _from_training(spec, space, arch, record, train, say) -> Built:
             f"seed {seed}, engine {ev.engine.kind}")
         result = train_one(net, data, ev.recipe, seed, ev.engine)
         if result.terminated:
-            raise ExportError(f"retraining trial {record['trial']} terminated early: {result.terminated}")
+            raise ExportError(f"retraining trial {record.trial} terminated early: {result.terminated}")
         _retrained(weights, result, ev, say)
     else:
         weights.update(origin="initial", note="--no-train: seeded initial weights, not trained")
@@ -345,7 +344,7 @@ def _limits(spec, params: int | None):
     return Limits(**limits)
 
 
-def _export_untrusted(spec, space, arch, record: dict[str, Any], tmp: Path, train: bool, say):
+def _export_untrusted(spec, space, arch, record: TrialRecord, tmp: Path, train: bool, say):
     from nas.train.result import TrainResult
 
     ev = spec.build_evaluator(space)
@@ -362,7 +361,7 @@ def _export_untrusted(spec, space, arch, record: dict[str, Any], tmp: Path, trai
     else:
         say("building the model in the sandbox (initial weights)")
     verdict, trained, report = _sandbox(tmp, arch.source, data.num_classes, (1, *data.shape), train=request,
-                                        seed=seed, limits=_limits(spec, record.get("params")))
+                                        seed=seed, limits=_limits(spec, record.params))
     weights: dict[str, Any] = {"seed": seed, "data": ev.data_cfg}
     if train:
         try:

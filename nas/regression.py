@@ -26,7 +26,8 @@ from typing import Any, Callable, Sequence
 
 from nas import __version__
 from nas.errors import ConfigError, MissingDependencyError, NasError
-from nas.io import atomic_write_json, atomic_write_text, read_json, read_jsonl
+from nas.io import atomic_write_json, atomic_write_text, read_json
+from nas.search.record import best_so_far, read_history
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINES = ROOT / "benchmarks" / "baselines"
@@ -90,7 +91,7 @@ FORWARD_CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0
 def table_probe(workdir: Path, overrides: Sequence[str], strategies: Sequence[str], seeds: int,
                 trials: int, at: Sequence[int]) -> dict[str, Metric]:
     """Best table accuracy at N trials, mean over fixed seeds: deterministic, so the tolerance is tight."""
-    from nas.search.loop import LocalExecutor, SearchLoop, best_so_far
+    from nas.search.loop import LocalExecutor, SearchLoop
     from nas.search.spec import Component, SearchSpec
 
     metrics: dict[str, Metric] = {}
@@ -108,7 +109,7 @@ def table_probe(workdir: Path, overrides: Sequence[str], strategies: Sequence[st
                                      progress=False).run_search()
                 seconds += time.perf_counter() - start
                 done += summary["trials"]
-                curve = best_so_far(read_jsonl(run_dir / "history.jsonl"))
+                curve = best_so_far(read_history(run_dir / "history.jsonl"))
                 curves.append(curve + [curve[-1]] * (trials - len(curve)))  # stopped early: keeps its best
             for n in at:
                 metrics[f"{label}.best_at_{n}"] = Metric(round(statistics.fmean(c[n - 1] for c in curves), 4),
@@ -227,7 +228,7 @@ def design_probe(workdir: Path, overrides: Sequence[str], trials: int, lif_tries
 
             close_client(path=Path(tmp) / "qdrant")
         wall = time.perf_counter() - start
-    history = read_jsonl(run_dir / "history.jsonl")
+    history = read_history(run_dir / "history.jsonl")
     design = summary.get("design") or {}
     metrics = {
         "trials": Metric(summary["trials"], HIGHER, {"abs": 0}),
@@ -236,8 +237,8 @@ def design_probe(workdir: Path, overrides: Sequence[str], trials: int, lif_tries
         "llm_tokens": Metric((summary.get("llm") or {}).get("total", {}).get("tokens", 0), LOWER, None),
         "wall_s": Metric(round(wall, 1), LOWER, {"rel": 2.0}, timing=True, unit="s"),
     }
-    if history and history[0].get("accuracy") is not None:  # absent: the root did not train → "missing"
-        metrics["root_accuracy"] = Metric(round(history[0]["accuracy"], 2), HIGHER, {"abs": 3.0}, unit="%")
+    if history and history[0].accuracy is not None:  # absent: the root did not train → "missing"
+        metrics["root_accuracy"] = Metric(round(history[0].accuracy, 2), HIGHER, {"abs": 3.0}, unit="%")
     return metrics
 
 

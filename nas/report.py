@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.io import atomic_write_bytes, atomic_write_text
+from nas.search.record import TrialRecord, best_so_far, read_history
 
 
 def _pyplot():
@@ -25,15 +26,18 @@ def save_figure(fig, path: Path) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def write_run_report(run_dir: Path, history: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-    from nas.search.loop import best_so_far, trusts_self_reported
+def write_run_report(run_dir: Path, summary: dict[str, Any]) -> None:
+    """best_so_far.png and report.md of a finished search, from its history.jsonl and `summary`
+    (what `SearchLoop.run_search` returned): written by the caller, so library runs make no plots."""
+    from nas.search.loop import trusts_self_reported
 
+    history = read_history(Path(run_dir) / "history.jsonl")
     plt = _pyplot()
     curve = best_so_far(history, trusts_self_reported(summary.get("spec") or {}))
     fig, ax = plt.subplots(figsize=(6, 4))
     xs = [i + 1 for i, v in enumerate(curve) if v is not None]
     ax.plot(xs, [v for v in curve if v is not None], drawstyle="steps-post", label=summary["strategy"])
-    ok = [(r["trial"] + 1, r["accuracy"]) for r in history if r.get("accuracy") is not None]
+    ok = [(r.trial + 1, r.accuracy) for r in history if r.accuracy is not None]
     if ok:
         ax.scatter(*zip(*ok), s=6, alpha=0.3, color="gray", label="evaluated")
     ax.set_xlabel("trials")
@@ -45,8 +49,8 @@ def write_run_report(run_dir: Path, history: list[dict[str, Any]], summary: dict
     atomic_write_text(Path(run_dir) / "report.md", render_markdown(history, summary))
 
 
-def render_markdown(history: list[dict[str, Any]], summary: dict[str, Any], top: int = 10) -> str:
-    from nas.search.loop import counts_for_best, trusts_self_reported
+def render_markdown(history: list[TrialRecord], summary: dict[str, Any], top: int = 10) -> str:
+    from nas.search.loop import trusts_self_reported
 
     best = summary.get("best") or {}
     trust = trusts_self_reported(summary.get("spec") or {})
@@ -65,14 +69,13 @@ def render_markdown(history: list[dict[str, Any]], summary: dict[str, Any], top:
     ]
     for n, acc in summary.get("best_at", {}).items():
         lines.append(f"| best at {n} trials | {_fmt(acc)} |")
-    ranked = sorted((r for r in history if counts_for_best(r, trust)),
-                    key=lambda r: r["accuracy"], reverse=True)[:top]
+    ranked = sorted((r for r in history if r.counts_for_best(trust)), key=lambda r: r.accuracy, reverse=True)[:top]
     lines += ["", f"## Top {len(ranked)} architectures", "",
               "| rank | trial | accuracy | params | FLOPs | encoding |",
               "| --- | --- | --- | --- | --- | --- |"]
     for i, r in enumerate(ranked, 1):
-        lines.append(f"| {i} | {r['trial']} | {_fmt(r['accuracy'])} | {_fmt_int(r.get('params'))} | "
-                     f"{_fmt_int(r.get('flops'))} | {_code(r['encoding'])} |")
+        lines.append(f"| {i} | {r.trial} | {_fmt(r.accuracy)} | {_fmt_int(r.params)} | "
+                     f"{_fmt_int(r.flops)} | {_code(r.encoding)} |")
     lines += ["", "![best so far](best_so_far.png)", ""]
     if "design" in summary:
         lines += _design_section(history, summary)
@@ -81,7 +84,7 @@ def render_markdown(history: list[dict[str, Any]], summary: dict[str, Any], top:
     return "\n".join(lines)
 
 
-def _design_section(history: list[dict[str, Any]], summary: dict[str, Any]) -> list[str]:
+def _design_section(history: list[TrialRecord], summary: dict[str, Any]) -> list[str]:
     """LLM design strategies: the NADER table (overall and per stage) and one row per design."""
     rows = [("all", summary["design"]), *sorted((summary.get("stages") or {}).items())]
     lines = ["## Design quality", "",
@@ -99,13 +102,13 @@ def _design_section(history: list[dict[str, Any]], summary: dict[str, Any]) -> l
     lines += ["", "## Designs", "", "| trial | stage | parent | idea | retries | outcome | accuracy |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in history:
-        info = r.get("strategy") or {}
+        info = r.strategy
         if "valid" not in info:
             continue
         retries = info.get("retries", info.get("debug_retries", 0) + info.get("downscale_retries", 0))
-        outcome = "trained" if r.get("accuracy") is not None else _cell(r.get("error") or "failed", 80)
-        lines.append(f"| {r['trial']} | {info.get('stage', '-')} | {info.get('parent', '-')} | "
-                     f"{_cell(info.get('idea') or '-', 70)} | {retries} | {outcome} | {_fmt(r.get('accuracy'))} |")
+        outcome = "trained" if r.accuracy is not None else _cell(r.error or "failed", 80)
+        lines.append(f"| {r.trial} | {info.get('stage', '-')} | {info.get('parent', '-')} | "
+                     f"{_cell(info.get('idea') or '-', 70)} | {retries} | {outcome} | {_fmt(r.accuracy)} |")
     return lines + [""]
 
 

@@ -28,11 +28,15 @@ def table() -> TableEvaluator:
     return TableEvaluator(SPACE)
 
 
-def drive(strategy, table, trials: int, n: int = 1) -> list:
+def drive(strategy, table, trials: int, n: int = 1, told: list | None = None) -> list:
+    """Ask/tell until `trials` candidates; the told trials are appended to `told` (the history)."""
     out = []
     while len(out) < trials:
         cands = strategy.ask(n)
-        strategy.tell([Trial(len(out) + i, c, table.evaluate(c.arch)) for i, c in enumerate(cands)])
+        trials_told = [Trial.of(len(out) + i, c, table.evaluate(c.arch)) for i, c in enumerate(cands)]
+        strategy.tell(trials_told)
+        if told is not None:
+            told += trials_told
         out += cands
     return out
 
@@ -111,7 +115,7 @@ def test_reinforce_update_matches_torch_adam():
         opt.zero_grad()
         loss.backward()
         opt.step()
-        strategy.tell([Trial(0, Candidate(arch, {"origin": "policy"}), EvalResult(accuracy=reward))])
+        strategy.tell([Trial.of(0, Candidate(arch, {"origin": "policy"}), EvalResult(accuracy=reward))])
     assert np.allclose(np.array(strategy.logits), logits.detach().numpy(), atol=1e-9)
 
 
@@ -119,7 +123,7 @@ def test_reinforce_skips_failures(table):
     strategy = Reinforce(SPACE, seed=0)
     before = json.dumps(strategy.state_dict()["logits"])
     cand = strategy.ask(1)[0]
-    strategy.tell([Trial(0, cand, EvalResult.failure("boom"))])
+    strategy.tell([Trial.of(0, cand, EvalResult.failure("boom"))])
     assert json.dumps(strategy.state_dict()["logits"]) == before and strategy.adam.step_count == 0
 
 
@@ -145,11 +149,13 @@ def test_evolution_generations_follow_ofa(table):
 
 def test_evolution_resume_mid_generation(table):
     a = Evolution(SPACE, seed=4, population_size=10)
-    drive(a, table, 14)
+    told: list = []
+    drive(a, table, 14, told=told)
     state = json.loads(json.dumps(a.state_dict()))
     assert len(state["queue"]) == 6
     b = Evolution(SPACE, seed=77, population_size=10)
     b.load_state_dict(state)
+    b.restore([t.record for t in told])  # the seen cells: the history's and the queued generation's
     assert [c.arch.key() for c in drive(a, table, 30, n=3)] == [c.arch.key() for c in drive(b, table, 30, n=3)]
 
 
@@ -171,7 +177,7 @@ def test_runs_on_every_categorical_space(name, space_name):
     keys = []
     for i in range(10):
         cands = strategy.ask(3)
-        strategy.tell([Trial(i, c, EvalResult(accuracy=float(rng.uniform(50, 80)))) for c in cands])
+        strategy.tell([Trial.of(i, c, EvalResult(accuracy=float(rng.uniform(50, 80)))) for c in cands])
         keys += [c.arch.key() for c in cands]
     assert len(set(keys)) == 30
     json.dumps(strategy.state_dict())

@@ -77,9 +77,13 @@ def scripted(request: dict) -> str:
     return (STRATEGY + "# CANDIDATES\n" if kind(request) == "single" else "") + cells_reply(cells)
 
 
-def iterate(strategy, table, n: int, start: int = 0) -> list:
+def iterate(strategy, table, n: int, start: int = 0, told: list | None = None) -> list:
+    """One ask/tell of `n`; the told trials are appended to `told` (the history)."""
     cands = strategy.ask(n)
-    strategy.tell([Trial(start + i, c, table.evaluate(c.arch)) for i, c in enumerate(cands)])
+    trials = [Trial.of(start + i, c, table.evaluate(c.arch)) for i, c in enumerate(cands)]
+    strategy.tell(trials)
+    if told is not None:
+        told += trials
     return cands
 
 
@@ -238,11 +242,13 @@ def test_single_llm_makes_one_call_per_iteration(tmp_path, table):
 def test_state_dict_round_trip_resumes_identically(tmp_path, table):
     with ScriptedServer(scripted) as srv:
         a = make(srv, tmp_path / "a", seed=3)
-        iterate(a, table, 5)
-        iterate(a, table, 3, start=5)                                         # mid-iteration: 2 left in the queue
+        told: list = []
+        iterate(a, table, 5, told=told)
+        iterate(a, table, 3, start=5, told=told)                              # mid-iteration: 2 left in the queue
         state = json.loads(json.dumps(a.state_dict()))
         b = make(srv, tmp_path / "b", seed=999)
         b.load_state_dict(state)
+        b.restore([t.record for t in told])
         assert json.loads(json.dumps(b.state_dict())) == state
         n = len(srv.requests)
         next_a = [c.arch.key() for i in range(4) for c in iterate(a, table, 3, start=8 + 3 * i)]

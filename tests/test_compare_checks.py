@@ -21,6 +21,7 @@ from nas.evaluators.table import TableEvaluator, default_table_path, load_table
 from nas.io import atomic_write_json
 from nas.core.constraint import Constraint
 from nas.search.loop import LocalExecutor, SearchLoop
+from nas.search.record import TrialRecord
 from nas.search.spec import Component, SearchSpec
 from nas.spaces.nb201.space import NB201Space
 from nas.strategies.base import random_only_note
@@ -38,8 +39,7 @@ def make_run(root: Path, strategy: str, seed: int, accs: list[float], *, trials:
     run = root / f"{strategy}_s{seed}"
     run.mkdir(parents=True)
     (run / "history.jsonl").write_text("".join(
-        json.dumps({"trial": i, "key": f"k{i}", "encoding": f"e{i}", "accuracy": a, "error": None}) + "\n"
-        for i, a in enumerate(accs)))
+        json.dumps(TrialRecord(i, f"k{i}", f"e{i}", a).to_json()) + "\n" for i, a in enumerate(accs)))
     atomic_write_json(run / "summary.json", {"strategy": strategy, "space": space, "evaluator": evaluator,
                                              "seed": seed, "spec": spec.to_dict()})
     return run

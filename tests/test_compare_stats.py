@@ -15,8 +15,8 @@ import yaml
 from nas.cli import main as cli
 from nas.compare import compare, find_runs, load_curves, paired_tests
 from nas.errors import ConfigError
-from nas.io import atomic_write_json, read_json, read_jsonl
-from nas.search.loop import best_so_far
+from nas.io import atomic_write_json, read_json
+from nas.search.record import TrialRecord, best_so_far, read_history
 from conftest import ROOT, run_nas
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -27,16 +27,10 @@ def make_run(root: Path, strategy: str, seed: int, accs: list[float | None], *, 
     """A run dir with just what compare reads; `None` accuracy is a failed trial."""
     run = root / f"{strategy}_{space}_s{seed}"
     run.mkdir(parents=True)
-    recs = []
-    for i, acc in enumerate(accs):
-        rec = {"trial": i, "key": f"k{i}", "encoding": f"e{i}", "accuracy": acc,
-               "error": None if acc is not None else "boom"}
-        if params is not None:
-            rec["params"] = params[i]
-        if flops is not None:
-            rec["flops"] = flops[i]
-        recs.append(rec)
-    (run / "history.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    recs = [TrialRecord(i, f"k{i}", f"e{i}", acc, error=None if acc is not None else "boom",
+                        params=None if params is None else params[i], flops=None if flops is None else flops[i])
+            for i, acc in enumerate(accs)]
+    (run / "history.jsonl").write_text("".join(json.dumps(r.to_json()) + "\n" for r in recs))
     atomic_write_json(run / "summary.json", {"strategy": strategy, "space": space,
                                              "evaluator": evaluator, "seed": seed})
     return run
@@ -241,7 +235,7 @@ def test_multirun_ablation_then_compare_via_cli(nas_env, tmp_path):
     for run in runs:
         s = read_json(run / "summary.json")
         assert (s["space"], s["evaluator"], s["runner"], s["trials"]) == ("nb201", "table", "local", 25)
-        curves[s["strategy"], s["seed"]] = best_so_far(read_jsonl(run / "history.jsonl"))
+        curves[s["strategy"], s["seed"]] = best_so_far(read_history(run / "history.jsonl"))
     from scipy.stats import wilcoxon
     for n in (10, 25):
         diffs = [curves["rea", s][n - 1] - curves["random", s][n - 1] for s in range(5)]

@@ -63,14 +63,14 @@ def test_design_strategies_share_the_base(name, tmp_path):
         strategy.attach(tmp_path / "run")
         [root] = strategy.ask(1)
         assert root.arch == space.base and root.info["stage"] == "root" and not srv.requests
-        strategy.tell([Trial(0, root, EvalResult(accuracy=50.0, params=1e5, flops=1e7))])
+        strategy.tell([Trial.of(0, root, EvalResult(accuracy=50.0, params=1e5, flops=1e7))])
 
         [designed] = strategy.ask(1)
         attempts = designed.info["attempts"]
         assert designed.rejected is None and designed.info["valid"] and len(attempts) == 2
         assert [c["name"] for c in attempts[0]["checks"] if not c["ok"]] == [first_failure]
         assert attempts[1]["ok"] and len(srv.requests) == 2
-        strategy.tell([Trial(1, designed, EvalResult(accuracy=60.0, params=1e5, flops=1e7))])
+        strategy.tell([Trial.of(1, designed, EvalResult(accuracy=60.0, params=1e5, flops=1e7))])
 
         [again] = strategy.ask(1)
         assert again.info["duplicate"] and again.rejected.endswith(f"{duplicate} (same canonical architecture)")

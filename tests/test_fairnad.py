@@ -86,13 +86,13 @@ def test_iterative_chain_goes_on_from_the_new_model_or_the_same_parent():
     evaluated(s, [(50.0, 0.47e6), (60.0, 0.5e6)])
     s.models.append(Model(2, 1, "", "iterative", "deeper", "pending"))
     info = {"stage": "iterative", "step": 1, "chain": 1, "chain_from": 1, "node": 2, "valid": True}
-    s.tell([Trial(0, Candidate(s.space.base, info), EvalResult(accuracy=61.0, params=5e5, flops=7e7))])
+    s.tell([Trial.of(0, Candidate(s.space.base, info), EvalResult(accuracy=61.0, params=5e5, flops=7e7))])
     assert s.models[2].status == "evaluated" and (s.queue[-1].parent, s.queue[-1].step) == (2, 2)
     rejected = {**info, "node": None, "valid": False}
-    s.tell([Trial(1, Candidate(s.space.base, rejected, rejected="dedup"), EvalResult.failure("dedup"))])
+    s.tell([Trial.of(1, Candidate(s.space.base, rejected, rejected="dedup"), EvalResult.failure("dedup"))])
     assert (s.queue[-1].parent, s.queue[-1].step) == (1, 2)
     last = {**info, "step": 2, "node": None}
-    s.tell([Trial(2, Candidate(s.space.base, last), EvalResult.failure("x"))])
+    s.tell([Trial.of(2, Candidate(s.space.base, last), EvalResult.failure("x"))])
     assert len(s.queue) == 2  # step 2 of 2 ends the chain
 
 

@@ -14,7 +14,7 @@ from nas.errors import NasError, RunDirError
 from nas.evaluators.table import TableEvaluator
 from nas.search.loop import LocalExecutor, SearchLoop
 from nas.search.spec import SearchSpec
-from nas.search.loop import best_so_far
+from nas.search.record import best_so_far, read_history
 from nas.search.spec import Component
 from nas.spaces.nb201.space import NB201Space
 
@@ -214,7 +214,7 @@ def curves_by_strategy(root: Path) -> dict[str, list[list[float | None]]]:
     out: dict[str, list] = {s: [] for s in STRATS}
     for strategy in STRATS:
         for seed in SEEDS:
-            hist = nio.read_jsonl(root / f"{strategy}_s{seed}" / "history.jsonl")
+            hist = read_history(root / f"{strategy}_s{seed}" / "history.jsonl")
             out[strategy].append(best_so_far(hist))
     return out
 

@@ -34,7 +34,7 @@ def design(tmp_path, replies: list[str], lif_tries: int = 5) -> tuple:
                                                          "max_retries": 0, "structured": "none", "cache": False})
         strategy.attach(tmp_path / "run")
         [root] = strategy.ask(1)
-        strategy.tell([Trial(0, root, EvalResult(accuracy=50.0))])
+        strategy.tell([Trial.of(0, root, EvalResult(accuracy=50.0))])
         [cand] = strategy.ask(1)
     return cand, [r["messages"][-1]["content"] for r in srv.requests]
 

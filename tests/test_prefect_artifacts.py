@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from conftest import NAS, ROOT
+from nas.search.record import read_history
 from test_serve import _start_server, _stop
 
 SEARCH = ["space=nb201", "strategy=random", "evaluator=table", "budget.trials=4", "runner=prefect"]
@@ -84,7 +85,8 @@ def test_progress_follows_each_batch(served_search):
     from nas.orchestration.flows.artifacts import SearchArtifacts
 
     api, run_dir = served_search
-    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    history = read_history(run_dir / "history.jsonl")
+
     @flow(name="check-batches", persist_result=False)
     def two_of_eight() -> None:
         artifacts = SearchArtifacts("check-batches", trials=8)
@@ -97,7 +99,7 @@ def test_progress_follows_each_batch(served_search):
             after_two = client.read_artifacts(
                 artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["check-batches-progress"])))
     assert len(after_two) == 1 and float(after_two[0].data) == 25.0
-    best = max(r["accuracy"] for r in history[:2])
+    best = max(r.accuracy for r in history[:2])
     assert after_two[0].description == f"check-batches: 2/8 trials, best {best:.2f}%"
 
 

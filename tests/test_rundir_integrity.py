@@ -24,8 +24,9 @@ from nas.compare import load_curves
 from nas.errors import ConfigError, RunDirError
 from nas.evaluators.table import TableEvaluator
 from nas.export import load_trial
-from nas.search.loop import (LocalExecutor, SearchLoop, best_record, best_so_far, counts_for_best,
-                             summarise, trusts_self_reported)
+from nas.report import write_run_report
+from nas.search.loop import LocalExecutor, SearchLoop, summarise, trusts_self_reported
+from nas.search.record import TrialRecord, best_record, best_so_far, read_history
 from nas.search.rundir import RunDir
 from nas.search.spec import Component, SearchSpec
 from nas.spaces.nb201.space import NB201Space
@@ -331,10 +332,11 @@ class SelfReporting:
 
 
 def test_counts_for_best_rule():
-    measured, reported = {"accuracy": 90.0, "metrics": {}}, {"accuracy": 95.0, "metrics": {"self_reported": 1.0}}
-    failed = {"accuracy": None, "metrics": {"self_reported": 1.0}}
-    assert [counts_for_best(r, False) for r in (measured, reported, failed)] == [True, False, False]
-    assert [counts_for_best(r, True) for r in (measured, reported, failed)] == [True, True, False]
+    measured = TrialRecord(0, "a", "a", 90.0)
+    reported = TrialRecord(1, "b", "b", 95.0, metrics={"self_reported": 1.0})
+    failed = TrialRecord(2, "c", "c", None, metrics={"self_reported": 1.0}, error="boom")
+    assert [r.counts_for_best(False) for r in (measured, reported, failed)] == [True, False, False]
+    assert [r.counts_for_best(True) for r in (measured, reported, failed)] == [True, True, False]
     assert best_so_far([reported, measured, reported]) == [None, 90.0, 90.0]
     assert best_so_far([reported, measured, reported], trust=True) == [95.0, 95.0, 95.0]
     assert best_record([reported], False) is None
@@ -354,26 +356,28 @@ def test_self_reported_results_are_not_best_unless_trusted(tmp_path, evaluator, 
     spec = make_spec(seed=2, trials=20, strategy="random",
                      evaluator=Component("table", {"trust_self_reported": trust}))
     search(spec, tmp_path / "plain", evaluator)
-    plain = [json.loads(line) for line in (tmp_path / "plain" / "history.jsonl").read_text().splitlines()]
-    ranked = sorted(plain, key=lambda r: r["accuracy"], reverse=True)
+    plain = read_history(tmp_path / "plain" / "history.jsonl")
+    ranked = sorted(plain, key=lambda r: r.accuracy, reverse=True)
     top, runner_up = ranked[0], ranked[1]
     run = tmp_path / "run"
-    summary = search(spec, run, evaluator, executor=SelfReporting(evaluator, {top["key"]}))
+    summary = search(spec, run, evaluator, executor=SelfReporting(evaluator, {top.key}))
     best = top if trust else runner_up
     assert summary["self_reported"] == 1
-    assert (summary["best"]["trial"], summary["best"]["accuracy"]) == (best["trial"], best["accuracy"])
-    expected_curve = best_so_far([r if r is not top or trust else {**r, "accuracy": None} for r in plain])
+    assert (summary["best"]["trial"], summary["best"]["accuracy"]) == (best.trial, best.accuracy)
+    expected_curve = best_so_far([r if r is not top or trust else dataclasses.replace(r, accuracy=None)
+                                  for r in plain])
     assert summary["best_at"] == {"10": expected_curve[9]}
+    write_run_report(run, summary)
     report = (run / "report.md").read_text()
     top_rows = report.split("## Top")[1].split("![best so far]")[0]
-    assert (top["encoding"].replace("|", "\\|") in top_rows) is trust
+    assert (top.encoding.replace("|", "\\|") in top_rows) is trust
     assert f"self-reported 1{'' if trust else ': not ranked'})" in report
     curves = load_curves([run])
     (group,) = curves.values()
     assert group[0]["curve"] == expected_curve
-    assert (top["trial"] in {p["trial"] for p in group[0]["points"]}) is trust
+    assert (top.trial in {p["trial"] for p in group[0]["points"]}) is trust
     _, chosen = load_trial(run, None)
-    assert chosen["trial"] == best["trial"]
+    assert chosen.trial == best.trial
 
 
 def test_export_says_when_only_self_reported_trials_succeeded(tmp_path, evaluator):
@@ -386,13 +390,12 @@ def test_export_says_when_only_self_reported_trials_succeeded(tmp_path, evaluato
     assert summary["best"] is None and summary["self_reported"] == 3 and summary["failed"] == 0
     with pytest.raises(ExportError, match="every successful trial is self-reported"):
         load_trial(tmp_path / "run", None)
-    assert load_trial(tmp_path / "run", 1)[1]["trial"] == 1  # chosen explicitly, it is exported
+    assert load_trial(tmp_path / "run", 1)[1].trial == 1  # chosen explicitly, it is exported
 
 
 def test_summarise_counts_self_reported():
-    history = [{"trial": 0, "accuracy": 97.0, "metrics": {"self_reported": 1.0}, "key": "a", "encoding": "a",
-                "params": 1, "flops": 1},
-               {"trial": 1, "accuracy": 80.0, "metrics": {}, "key": "b", "encoding": "b", "params": 1, "flops": 1}]
+    history = [TrialRecord(0, "a", "a", 97.0, metrics={"self_reported": 1.0}, params=1, flops=1),
+               TrialRecord(1, "b", "b", 80.0, params=1, flops=1)]
     summary = summarise(make_spec(), history, 1.0, resumed=0, runner="local", exhausted=None)
     assert summary["self_reported"] == 1 and summary["best"]["key"] == "b" and summary["failed"] == 0
 

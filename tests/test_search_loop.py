@@ -11,9 +11,10 @@ import pytest
 from nas.spaces.nb201.arch import NB201Cell
 from nas.errors import ConfigError, EvaluationError, RunDirError
 from nas.evaluators.table import TableEvaluator
+from nas.report import write_run_report
 from nas.search.loop import LocalExecutor, SearchLoop
+from nas.search.record import TrialRecord, best_so_far, read_history
 from nas.search.spec import SearchSpec
-from nas.search.loop import best_so_far
 from nas.search.rundir import RunDir
 from nas.search.spec import Component
 from nas.spaces import SPACES
@@ -93,22 +94,28 @@ def test_run_writes_history_summary_and_report(tmp_path, evaluator, strategy):
     assert summary["wall_seconds"] >= 0
     assert summary["exhausted"] is None
     assert summary["resumed_trials"] == 0
-    curve = best_so_far(hist)
+    curve = best_so_far(read_history(tmp_path / "history.jsonl"))
     assert summary["best_at"] == {"10": curve[9], "25": curve[24]}
     assert SearchSpec.from_dict(summary["spec"]) == make_spec(strategy, seed=3, trials=30)
 
-    assert (tmp_path / "best_so_far.png").read_bytes()[:8] == PNG_MAGIC
-    report = (tmp_path / "report.md").read_text()
-    assert best["encoding"].replace("|", "\\|") in report  # pipes escaped inside the table
-    assert f"{best['accuracy']:.2f}" in report
+    assert not (tmp_path / "best_so_far.png").exists() and not (tmp_path / "report.md").exists()  # the caller's
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["history_lines"] == 30
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_caller_writes_the_report(tmp_path, evaluator):
+    summary = search(make_spec("random", seed=3, trials=12), tmp_path, evaluator)
+    write_run_report(tmp_path, summary)
+    best = max(history(tmp_path), key=lambda r: r["accuracy"])
+    assert (tmp_path / "best_so_far.png").read_bytes()[:8] == PNG_MAGIC
+    report = (tmp_path / "report.md").read_text()
+    assert best["encoding"].replace("|", "\\|") in report  # pipes escaped inside the table
+    assert f"{best['accuracy']:.2f}" in report
+
+
 def test_best_so_far_is_running_max():
-    recs = [{"accuracy": None}, {"accuracy": 50.0}, {"accuracy": 40.0}, {"accuracy": None},
-            {"accuracy": 70.0}, {"accuracy": 60.0}]
+    recs = [TrialRecord(i, "k", "e", acc) for i, acc in enumerate([None, 50.0, 40.0, None, 70.0, 60.0])]
     assert best_so_far(recs) == [None, 50.0, 50.0, 50.0, 70.0, 70.0]
 
 
@@ -183,6 +190,7 @@ def test_all_failures_give_summary_without_best(tmp_path, evaluator):
     assert summary["best"] is None
     assert summary["failed"] == 12 == len(history(tmp_path))
     assert summary["best_at"] == {"10": None}
+    write_run_report(tmp_path, summary)
     assert (tmp_path / "best_so_far.png").read_bytes()[:8] == PNG_MAGIC
     assert "| best accuracy | - |" in (tmp_path / "report.md").read_text()
 

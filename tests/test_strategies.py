@@ -162,16 +162,21 @@ def make(name: str, seed: int = 0, **params: Any) -> Strategy:
     return STRATEGIES.create(name, params, space=NB201Space(), seed=seed)
 
 
-def step(strategy: Strategy, evaluator, n: int = 1, start: int = 0) -> list[Candidate]:
+def step(strategy: Strategy, evaluator, n: int = 1, start: int = 0,
+         told: list[Trial] | None = None) -> list[Candidate]:
     cands = strategy.ask(n)
-    strategy.tell([Trial(start + i, c, evaluator.evaluate(c.arch)) for i, c in enumerate(cands)])
+    trials = [Trial.of(start + i, c, evaluator.evaluate(c.arch)) for i, c in enumerate(cands)]
+    strategy.tell(trials)
+    if told is not None:
+        told += trials
     return cands
 
 
-def run(strategy: Strategy, evaluator, steps: int, n: int = 1) -> list[Candidate]:
+def run(strategy: Strategy, evaluator, steps: int, n: int = 1, told: list[Trial] | None = None) -> list[Candidate]:
+    """`steps` ask/tell rounds of `n`; the trials told are appended to `told` (the search's history)."""
     out: list[Candidate] = []
     for _ in range(steps):
-        out += step(strategy, evaluator, n, start=len(out))
+        out += step(strategy, evaluator, n, start=len(out), told=told)
     return out
 
 
@@ -216,10 +221,13 @@ def test_same_seed_same_sequence(name, evaluator):
 @pytest.mark.parametrize("k", [3, 20, 45])
 def test_state_dict_round_trip_reproduces_next_asks(name, k, evaluator):
     a = make(name, seed=5)
-    run(a, evaluator, k)
+    told: list[Trial] = []
+    run(a, evaluator, k, told=told)
     state = json.loads(json.dumps(a.state_dict()))
-    b = make(name, seed=999)  # a different seed: everything must come from the state
+    assert "visited" not in state  # the seen architectures come from the history, not the state
+    b = make(name, seed=999)  # a different seed: everything must come from the state and the history
     b.load_state_dict(state)
+    b.restore([t.record for t in told])
     assert json.loads(json.dumps(b.state_dict())) == state
     next_a = fingerprint(run(a, evaluator, 25, n=2))
     next_b = fingerprint(run(b, evaluator, 25, n=2))
@@ -256,13 +264,13 @@ def test_load_garbage_state_raises_rundir_error(name, state):
 
 
 @pytest.mark.parametrize("name", STRATEGY_NAMES)
-def test_load_state_with_garbage_visited_raises_rundir_error(name, evaluator):
+def test_state_of_older_versions_with_visited_loads(name, evaluator):
     strategy = make(name)
     run(strategy, evaluator, 3)
-    state = strategy.state_dict()
-    state["visited"] = 5
-    with pytest.raises(RunDirError):
-        make(name).load_state_dict(state)
+    state = {**strategy.state_dict(), "visited": ["0123456789abcdef"]}  # what run dirs before SeenIndex hold
+    again = make(name)
+    again.load_state_dict(state)
+    assert json.loads(json.dumps(again.state_dict())) == json.loads(json.dumps(strategy.state_dict()))
 
 
 class TinySpace(CategoricalSpace):
@@ -318,7 +326,7 @@ def test_random_batch_returns_fewer_when_space_runs_out(evaluator):
 def test_random_skips_architectures_told_from_elsewhere(evaluator):
     strategy = RandomSearch(TinySpace(), seed=0)
     told = TinySpace.CELLS[0]
-    strategy.tell([Trial(0, Candidate(told), evaluator.evaluate(told))])
+    strategy.tell([Trial.of(0, Candidate(told), evaluator.evaluate(told))])
     keys = [c.arch.key() for c in strategy.ask(5)]
     assert told.key() not in keys
     assert len(keys) == 2
@@ -364,7 +372,7 @@ def test_rea_init_batch_does_not_overshoot(evaluator):
     second = strategy.ask(2)  # pending asks count towards the population
     assert [c.info["origin"] for c in first + second] == ["init"] * 6
     assert strategy.pending_init == 6
-    strategy.tell([Trial(i, c, evaluator.evaluate(c.arch)) for i, c in enumerate(first + second)])
+    strategy.tell([Trial.of(i, c, evaluator.evaluate(c.arch)) for i, c in enumerate(first + second)])
     assert strategy.pending_init == 0
     assert len(strategy.population) == 6
     assert [c.info["origin"] for c in strategy.ask(3)] == ["mutation"] * 3
@@ -422,22 +430,22 @@ def test_rea_failed_results_are_not_added(evaluator):
     init = strategy.ask(4)
     results = [EvalResult.failure("boom"), evaluator.evaluate(init[1].arch),
                EvalResult.failure("boom"), evaluator.evaluate(init[3].arch)]
-    strategy.tell([Trial(i, c, r) for i, (c, r) in enumerate(zip(init, results))])
+    strategy.tell([Trial.of(i, c, r) for i, (c, r) in enumerate(zip(init, results))])
     assert [key for _, key, _ in strategy.population] == [init[1].arch.key(), init[3].arch.key()]
     assert strategy.pending_init == 0
-    assert init[0].arch.key() in strategy.visited  # failed cells are still not re-proposed
+    assert init[0].arch in strategy.seen  # failed cells are still not re-proposed
     # two slots are still free, so the next two asks are new random members
     again = strategy.ask(2)
     assert [c.info["origin"] for c in again] == ["init", "init"]
     keys = {c.arch.key() for c in init}
     assert not keys & {c.arch.key() for c in again}
-    strategy.tell([Trial(4 + i, c, evaluator.evaluate(c.arch)) for i, c in enumerate(again)])
+    strategy.tell([Trial.of(4 + i, c, evaluator.evaluate(c.arch)) for i, c in enumerate(again)])
     assert len(strategy.population) == 4
     # a failed child leaves the population untouched
     before = list(strategy.population)
     child = strategy.ask(1)[0]
     assert child.info["origin"] == "mutation"
-    strategy.tell([Trial(6, child, EvalResult.failure("boom"))])
+    strategy.tell([Trial.of(6, child, EvalResult.failure("boom"))])
     assert list(strategy.population) == before
 
 
@@ -446,7 +454,7 @@ def test_rea_failed_result_with_accuracy_none_only():
     assert not r.ok
     strategy = make("rea", population_size=2)
     c = strategy.ask(1)[0]
-    strategy.tell([Trial(0, c, r)])
+    strategy.tell([Trial.of(0, c, r)])
     assert len(strategy.population) == 0
 
 
@@ -456,7 +464,7 @@ def test_rea_state_dict_contains_population(evaluator):
     state = json.loads(json.dumps(strategy.state_dict()))
     assert len(state["population"]) == 5
     assert state["pending_init"] == 0
-    assert len(state["visited"]) == 7
+    assert len(strategy.seen) == 7
     b = make("rea", population_size=5, seed=3)
     b.load_state_dict(state)
     assert list(b.population) == list(strategy.population)
@@ -470,3 +478,25 @@ def test_rea_malformed_population_raises_rundir_error(population, evaluator):
     state["population"] = population
     with pytest.raises(RunDirError, match="malformed population"):
         make("rea").load_state_dict(state)
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+def test_resume_rebuilds_seen_from_the_history(name, evaluator):
+    """The state holds no seen set: `restore` rebuilds it from the history (and queued
+    proposals), so a resumed strategy asks what the uninterrupted one asks."""
+    a = STRATEGIES.get(name)(TinySpace(), seed=0)
+    told: list[Trial] = []
+    step(a, evaluator, 2, told=told)
+    b = STRATEGIES.get(name)(TinySpace(), seed=0)
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert len(b.seen) == 0
+    b.restore([t.record for t in told])
+    assert all(t.candidate.arch in b.seen for t in told) and len(b.seen) == len(a.seen)
+    assert fingerprint(b.ask(1)) == fingerprint(a.ask(1))  # the one cell not yet seen
+
+
+def test_restore_names_the_trial_that_does_not_decode():
+    from nas.search.record import TrialRecord
+
+    with pytest.raises(RunDirError, match=r"^trial 0: "):
+        make("random").restore([TrialRecord(0, "k", "not a cell", 50.0)])

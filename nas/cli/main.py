@@ -120,8 +120,12 @@ def execute(spec, run_dir: Path, runner: dict[str, Any], progress: bool) -> dict
         run.prepare(spec.identity(), spec.batch_size)  # a bad run dir fails before Prefect starts
         name = runner.get("name", "prefect")
         if name == "local":
+            from nas.report import write_run_report
+
             executor = LocalExecutor(evaluator, spec.seed if evaluator.uses_seed else None)
-            return SearchLoop(spec, run_dir, executor, progress=progress, runner="local").run_search()
+            summary = SearchLoop(spec, run_dir, executor, progress=progress, runner="local").run_search()
+            write_run_report(run_dir, summary)
+            return summary
         from nas.orchestration.flows.search import run_search_flow  # prefect, processes, dask, ray: nas/orchestration/flows/runners.py
 
         return run_search_flow(spec, run_dir, runner=runner, retries=int(runner.get("retries", 1)),

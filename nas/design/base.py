@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.design.metrics import design_metrics
+from nas.search.record import TrialRecord
 from nas.design.verifiers import Chain, Outcome
 from nas.llm.client import Calls
 from nas.core.constraint import Constraint
@@ -143,12 +144,12 @@ class DesignStrategy(Strategy):
 
     # -- report -------------------------------------------------------------------------------------------
 
-    def report(self, history: list[dict[str, Any]]) -> dict[str, Any]:
+    def report(self, history: list[TrialRecord]) -> dict[str, Any]:
         out = {"design": design_metrics(history), **self._report(history)}
         if self.client is not None:
             out["llm"] = self.client.usage.to_dict()
         return out
 
-    def _report(self, history: list[dict[str, Any]]) -> dict[str, Any]:
+    def _report(self, history: list[TrialRecord]) -> dict[str, Any]:
         """The strategy's own entries for summary.json (its tree, its models)."""
         return {}

@@ -25,6 +25,7 @@ from nas.design.base import DesignStrategy, SeenDesigns, Try, verify_and_retry
 from nas.design.metrics import design_metrics
 from nas.design.verifiers import Outcome
 from nas.errors import ConfigError, RunDirError
+from nas.search.record import TrialRecord
 from nas.core.space import SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, Draft, SearchExhausted, Trial
 
@@ -333,10 +334,10 @@ class FairNADStrategy(DesignStrategy):
             node = info.get("node")
             if node is not None and self.models[node].status == "pending":
                 m = self.models[node]
-                if t.result.ok and t.result.accuracy is not None:
-                    m.status, m.accuracy = "evaluated", float(t.result.accuracy)
-                    m.params = t.result.params if t.result.params is not None else m.params
-                    m.flops = t.result.flops if t.result.flops is not None else m.flops
+                if t.record.ok and t.record.accuracy is not None:
+                    m.status, m.accuracy = "evaluated", float(t.record.accuracy)
+                    m.params = t.record.params if t.record.params is not None else m.params
+                    m.flops = t.record.flops if t.record.flops is not None else m.flops
                 else:
                     m.status = "failed"
             if info.get("stage") == "iterative" and info["step"] < self.counts["iterative_steps"]:
@@ -365,10 +366,10 @@ class FairNADStrategy(DesignStrategy):
         for m in self.models:
             self.seen.add(SourceArch(m.source).key(), _label(m))
 
-    def _report(self, history: list[dict[str, Any]]) -> dict[str, Any]:
-        by_stage: dict[str, list[dict[str, Any]]] = {}
+    def _report(self, history: list[TrialRecord]) -> dict[str, Any]:
+        by_stage: dict[str, list[TrialRecord]] = {}
         for r in history:
-            by_stage.setdefault((r.get("strategy") or {}).get("stage", "?"), []).append(r)
+            by_stage.setdefault(r.strategy.get("stage", "?"), []).append(r)
         stages = {s: design_metrics(rs, history) for s, rs in by_stage.items() if s != "root"}
         return {"stages": stages,
                 "models": [{k: v for k, v in asdict(m).items() if k != "source"} for m in self.models]}

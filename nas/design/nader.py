@@ -21,6 +21,7 @@ from nas.spaces.nader.dag.macro import BlockSet, Skeleton
 from nas.design.base import DesignStrategy, SeenDesigns, Try, verify_and_retry
 from nas.design.verifiers import Changed, KeepsParent, block_chain
 from nas.errors import ConfigError, RunDirError
+from nas.search.record import TrialRecord
 from nas.core.space import SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, Draft, Trial
 from nas.strategies.modtree import ModificationTree
@@ -173,8 +174,8 @@ class NaderStrategy(DesignStrategy):
             node = self.tree.node(node_id)
             if node.status != "pending":
                 continue
-            if t.result.ok and t.result.accuracy is not None:
-                self.tree.record(node_id, float(t.result.accuracy))
+            if t.record.ok and t.record.accuracy is not None:
+                self.tree.record(node_id, float(t.record.accuracy))
                 self._reflect_degradation(node_id)
             else:
                 self.tree.record(node_id, None, failed=True)
@@ -209,7 +210,7 @@ class NaderStrategy(DesignStrategy):
         self.seen = SeenDesigns()
         self._index()
 
-    def _report(self, history: list[dict[str, Any]]) -> dict[str, Any]:
+    def _report(self, history: list[TrialRecord]) -> dict[str, Any]:
         return {"tree": self.tree.to_dict()}
 
 

@@ -54,7 +54,7 @@ class TrainEvaluator(Evaluator):
         from nas.data.sources import SOURCES, load_data
 
         super().__init__(space)
-        # May numbers a model reported from inside the sandbox be a run's best (nas.search.loop.counts_for_best)?
+        # May numbers a model reported from inside the sandbox be a run's best (nas.search.record.TrialRecord.counts_for_best)?
         # Not in the fingerprint: it changes no result.
         self.trust_self_reported = trust_self_reported
         # Who hears of each trained epoch (`nas train`'s display); inside a Prefect run each

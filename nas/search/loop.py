@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from nas import __version__
 from nas.errors import RunDirError
 from nas.evaluators.base import EvalResult, Evaluator, evaluate_safely
+from nas.search.record import TrialRecord, best_record, best_so_far
 from nas.search.rundir import RunDir
 from nas.search.spec import SearchSpec
 from nas.strategies.base import Candidate, SearchExhausted, Trial, random_only_note
@@ -61,7 +62,7 @@ class LocalExecutor:
 class SearchLoop:
     def __init__(self, spec: SearchSpec, run_dir: Path, executor: Executor, *,
                  progress: bool = True, runner: str = "local", llm_calls=None,
-                 on_batch: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
+                 on_batch: Callable[[list[TrialRecord]], None] | None = None) -> None:
         self.spec = spec
         self.run = RunDir(run_dir)
         self.executor = executor
@@ -73,19 +74,24 @@ class SearchLoop:
         self.strategy = spec.build_strategy(self.space)
 
     def run_search(self) -> dict[str, Any]:
+        """Search and save summary.json; the caller writes the human-facing report (nas.report)."""
         with self.run.lock():  # the whole search: nobody else appends or cuts history meanwhile
             return self._search()
 
     def _search(self) -> dict[str, Any]:
         identity = self.spec.identity()
         resume = self.run.prepare(identity, self.spec.batch_size)
-        history: list[dict[str, Any]] = []
+        history: list[TrialRecord] = []
         elapsed_before = 0.0
         if resume is not None:
             try:
                 self.strategy.load_state_dict(resume.strategy_state)
             except RunDirError as err:
                 raise RunDirError(f"{self.run.state_path}: {err}") from None
+            try:
+                self.strategy.restore(resume.history)
+            except RunDirError as err:
+                raise RunDirError(f"{self.run.history_path}: {err}") from None
             history = resume.history
             elapsed_before = resume.elapsed_seconds
         resumed = len(history)
@@ -111,11 +117,9 @@ class SearchLoop:
                     exhausted = str(err)
                     break
                 outcomes = self._evaluate(candidates)
-                trials, records = [], []
-                for cand, (result, cached, wall) in zip(candidates, outcomes):
-                    trial = Trial(len(history) + len(trials), cand, result)
-                    trials.append(trial)
-                    records.append(_record(trial, cached, wall))
+                trials = [Trial.of(len(history) + i, cand, result, cached, wall)
+                          for i, (cand, (result, cached, wall)) in enumerate(zip(candidates, outcomes))]
+                records = [t.record for t in trials]
                 self.run.append(records)
                 history.extend(records)
                 self.strategy.tell(trials)
@@ -123,19 +127,16 @@ class SearchLoop:
                 self.run.save_state(identity, len(history), self.strategy.state_dict(), elapsed)
                 best = best_record(history, trust)
                 progress_log.info("trial %d/%d, best %s, elapsed %.1fs", len(history), self.spec.trials,
-                                  "-" if best is None else f"{best['accuracy']:.2f}", elapsed)
+                                  "-" if best is None else f"{best.accuracy:.2f}", elapsed)
                 if self.on_batch is not None:
                     self.on_batch(history)
                 if bar is not None:
                     bar.update(task, completed=len(history),
-                               best="-" if best is None else f"{best['accuracy']:.2f}")
+                               best="-" if best is None else f"{best.accuracy:.2f}")
         summary = summarise(self.spec, history, elapsed_before + time.perf_counter() - start,
                             resumed=resumed, runner=self.runner, exhausted=exhausted)
         summary.update(self.strategy.report(history))
         self.run.save_summary(summary)
-        from nas.report import write_run_report
-
-        write_run_report(self.run.path, history, summary)
         return summary
 
     def _evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
@@ -178,23 +179,6 @@ class _NullProgress:
         return False
 
 
-def _record(trial: Trial, cached: bool, wall: float) -> dict[str, Any]:
-    r = trial.result
-    return {
-        "trial": trial.index, "key": trial.candidate.arch.key(),
-        "encoding": trial.candidate.arch.encode(), "accuracy": r.accuracy,
-        "metrics": r.metrics, "params": r.params, "flops": r.flops, "error": r.error,
-        "cost_seconds": round(r.cost_seconds, 6), "wall_seconds": round(wall, 6),
-        "cached": cached, "strategy": trial.candidate.info,
-        **({"curve": r.curve} if r.curve else {}),
-    }
-
-
-def is_self_reported(record: dict[str, Any]) -> bool:
-    """Numbers the candidate's own code reported (trained inside the sandbox), not measured by us."""
-    return bool((record.get("metrics") or {}).get("self_reported"))
-
-
 def trusts_self_reported(spec: SearchSpec | dict[str, Any]) -> bool:
     """`evaluator.trust_self_reported` of a spec (or its `to_dict()`, as summary.json holds it)."""
     params = spec.evaluator.params if isinstance(spec, SearchSpec) else \
@@ -202,41 +186,20 @@ def trusts_self_reported(spec: SearchSpec | dict[str, Any]) -> bool:
     return params.get("trust_self_reported") is True
 
 
-def counts_for_best(record: dict[str, Any], trust: bool) -> bool:
-    """The one rule for every "best" (summary, curves, progress, report, export, compare):
-    a successful trial, and not self-reported unless the evaluator's config trusts that."""
-    return record.get("accuracy") is not None and (trust or not is_self_reported(record))
-
-
-def best_record(history: list[dict[str, Any]], trust: bool) -> dict[str, Any] | None:
-    """The first trial with the highest accuracy among those that count for best."""
-    return max((r for r in history if counts_for_best(r, trust)), key=lambda r: r["accuracy"], default=None)
-
-
-def best_so_far(history: list[dict[str, Any]], trust: bool = False) -> list[float | None]:
-    """Best accuracy after each trial (None until the first that counts)."""
-    out, best = [], None
-    for rec in history:
-        if counts_for_best(rec, trust) and (best is None or rec["accuracy"] > best):
-            best = rec["accuracy"]
-        out.append(best)
-    return out
-
-
-def summarise(spec: SearchSpec, history: list[dict[str, Any]], wall: float, *, resumed: int,
+def summarise(spec: SearchSpec, history: list[TrialRecord], wall: float, *, resumed: int,
               runner: str, exhausted: str | None) -> dict[str, Any]:
-    ok = [r for r in history if r.get("accuracy") is not None]
+    ok = [r for r in history if r.accuracy is not None]
     trust = trusts_self_reported(spec)
     best = best_record(history, trust)
     curve = best_so_far(history, trust)
     checkpoints = {str(n): curve[n - 1] for n in (10, 25, 50, 100, 200, 500) if n <= len(curve)}
     return {
         "best": None if best is None else {
-            k: best[k] for k in ("accuracy", "key", "encoding", "trial", "params", "flops")
+            k: getattr(best, k) for k in ("accuracy", "key", "encoding", "trial", "params", "flops")
         },
         "trials": len(history), "failed": len(history) - len(ok),
-        "self_reported": sum(1 for r in history if is_self_reported(r)),
-        "cache_hits": sum(1 for r in history if r.get("cached")),
+        "self_reported": sum(1 for r in history if r.self_reported),
+        "cache_hits": sum(1 for r in history if r.cached),
         "resumed_trials": resumed, "best_at": checkpoints,
         "strategy": spec.strategy.name, "space": spec.space.name,
         "evaluator": spec.evaluator.name, "seed": spec.seed, "runner": runner,

@@ -19,11 +19,10 @@ malformed line.
 from __future__ import annotations
 
 import fcntl
-import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 
 from nas.errors import RunDirError
 from nas.io import append_jsonl, atomic_write_json, read_json, read_jsonl, rewrite_jsonl
+from nas.search.record import TrialRecord, record_at
 
 STATE_VERSION = 1
 LOCK_NAME = ".lock"
@@ -44,7 +44,7 @@ _held_guard = threading.Lock()
 
 @dataclass
 class Resume:
-    history: list[dict[str, Any]]
+    history: list[TrialRecord]
     strategy_state: dict[str, Any]
     elapsed_seconds: float
 
@@ -123,11 +123,14 @@ class RunDir:
         except (KeyError, TypeError, ValueError) as err:
             raise RunDirError(f"{self.state_path}: malformed resume state ({type(err).__name__}: {err})") from None
         try:
-            history = read_jsonl(self.history_path, repair=True)  # a torn last line is cut
+            lines = read_jsonl(self.history_path, repair=True)  # a torn last line is cut
         except RunDirError as err:
             raise RunDirError(f"{err}; restore the file or {NEW_DIR} "
                               "(only a torn last line is repaired)") from None
-        check_history(self.history_path, history)
+        try:
+            history = [record_at(self.history_path, i, line) for i, line in enumerate(lines)]
+        except RunDirError as err:
+            raise RunDirError(f"{err}; restore the file or {NEW_DIR}") from None
         if len(history) < keep:
             raise RunDirError(
                 f"{self.history_path}: has {len(history)} lines but state.json records {keep}"
@@ -139,11 +142,11 @@ class RunDir:
             )
         if len(history) > keep:  # the crash case: the batch after the saved state
             history = history[:keep]
-            rewrite_jsonl(self.history_path, history)
+            rewrite_jsonl(self.history_path, lines[:keep])  # the lines as read: older ones stay byte for byte
         return Resume(history, strategy_state, elapsed)
 
-    def append(self, records: list[dict[str, Any]]) -> None:
-        append_jsonl(self.history_path, records)
+    def append(self, records: list[TrialRecord]) -> None:
+        append_jsonl(self.history_path, [r.to_json() for r in records])
 
     def save_state(self, identity: str, history_lines: int, strategy_state: dict[str, Any],
                    elapsed_seconds: float) -> None:
@@ -176,52 +179,3 @@ def _forget_held_locks() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_held_locks)
-
-
-def _number(v: Any) -> bool:
-    return type(v) in (int, float)
-
-
-def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda v: v is None or check(v)
-
-
-# field → (required, what it must be, check); `trial` must also equal the line's 0-based index.
-_LINE_FIELDS: dict[str, tuple[bool, str, Callable[[Any], bool]]] = {
-    "trial": (True, "an integer", lambda v: type(v) is int),
-    "key": (True, "a string", lambda v: isinstance(v, str)),
-    "encoding": (True, "not null", lambda v: v is not None),
-    "accuracy": (True, "null or a finite number", _optional(lambda v: _number(v) and math.isfinite(v))),
-    "metrics": (True, "an object", lambda v: isinstance(v, dict)),
-    "params": (True, "null or a number", _optional(_number)),
-    "flops": (True, "null or a number", _optional(_number)),
-    "error": (True, "null or a string", _optional(lambda v: isinstance(v, str))),
-    "cost_seconds": (False, "a number", _number),
-    "wall_seconds": (False, "a number", _number),
-    "cached": (False, "true or false", lambda v: type(v) is bool),
-    "strategy": (False, "an object", lambda v: isinstance(v, dict)),
-    "curve": (False, "a list of numbers", lambda v: isinstance(v, list) and all(map(_number, v))),
-}
-
-
-def check_history(path: Path, history: list[Any]) -> None:
-    """Every line a well-formed trial record numbered by its position, or one error naming it."""
-    for i, record in enumerate(history):
-        where = f"{path}:{i + 1}"
-        if not isinstance(record, dict):
-            raise RunDirError(f"{where}: not a JSON object; restore the file or {NEW_DIR}")
-        for name, (required, what, check) in _LINE_FIELDS.items():
-            if name not in record:
-                if required:
-                    raise RunDirError(f"{where}: field '{name}' missing; restore the file or {NEW_DIR}")
-            elif not check(record[name]):
-                raise RunDirError(f"{where}: field '{name}' must be {what}, got {_brief(record[name])}; "
-                                  f"restore the file or {NEW_DIR}")
-        if record["trial"] != i:
-            raise RunDirError(f"{where}: field 'trial' is {record['trial']} but line {i + 1} holds trial {i}; "
-                              f"restore the file or {NEW_DIR}")
-
-
-def _brief(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:39] + "…"

@@ -10,11 +10,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from nas.core.arch import Architecture
+from nas.core.arch import Architecture, SeenIndex
 from nas.errors import ConfigError, EncodingError, RunDirError
 from nas.evaluators.base import EvalResult
 from nas.llm.client import Calls
 from nas.core.constraint import Constraint
+from nas.search.record import TrialRecord
 from nas.core.registry import Registry
 from nas.core.space import SearchSpace
 
@@ -47,9 +48,25 @@ class Draft(Architecture):
 
 @dataclass
 class Trial:
-    index: int
+    """A told candidate with the record its evaluation left in the history, so `tell`
+    and `report` read the same fields."""
+
     candidate: Candidate
-    result: EvalResult
+    record: TrialRecord
+
+    @property
+    def index(self) -> int:
+        return self.record.trial
+
+    @classmethod
+    def of(cls, index: int, candidate: Candidate, result: EvalResult, cached: bool = False,
+           wall_seconds: float = 0.0) -> Trial:
+        """Trial `index`: `candidate` evaluated to `result` (`cached`: served by the task cache)."""
+        arch, r = candidate.arch, result
+        return cls(candidate, TrialRecord(
+            trial=index, key=arch.key(), encoding=arch.encode(), accuracy=r.accuracy, metrics=r.metrics,
+            params=r.params, flops=r.flops, error=r.error, cost_seconds=round(r.cost_seconds, 6),
+            wall_seconds=round(wall_seconds, 6), cached=cached, strategy=candidate.info, curve=r.curve or []))
 
 
 class SearchExhausted(Exception):
@@ -100,7 +117,11 @@ class Strategy(ABC):
         """Called once before the loop: where LLM strategies keep their transcripts,
         and how their LLM calls run (`LLMClient(calls=...)`; Prefect tasks under runner=prefect)."""
 
-    def report(self, history: list[dict[str, Any]]) -> dict[str, Any]:
+    def restore(self, history: list[TrialRecord]) -> None:
+        """Called on resume after `load_state_dict`: rebuild what the history determines
+        (e.g. the architectures already seen), so the state holds only what it cannot."""
+
+    def report(self, history: list[TrialRecord]) -> dict[str, Any]:
         """Strategy-specific entries for summary.json (e.g. LLM usage, design metrics)."""
         return {}
 
@@ -115,22 +136,38 @@ class Strategy(ABC):
             raise RunDirError(f"strategy '{self.name}' state: bad rng state ({err})") from None
 
 
-class VisitedMixin:
-    """Deduplication by canonical key, for strategies that want unique candidates;
-    candidates that break the constraint are redrawn too (rejection sampling)."""
+class Deduplicating:
+    """Unique candidates: every architecture proposed or told is in `seen`, which
+    `restore` rebuilds from the history (plus `_pending()`: proposals made but not yet
+    asked for) rather than the state storing it. Candidates that break the constraint
+    are redrawn too (rejection sampling)."""
 
-    visited: set[str]
+    space: SearchSpace
+    seen: SeenIndex
 
-    def _init_visited(self) -> None:
-        self.visited = set()
+    def _init_seen(self) -> None:
+        self.seen = SeenIndex()
 
     def _fresh(self, make, attempts: int) -> Architecture | None:
-        """Call `make()` until it yields an unvisited, feasible architecture; None if none."""
+        """Call `make()` until it yields an unseen, feasible architecture; None if none."""
         for _ in range(attempts):
             arch = make()
-            if arch.key() not in self.visited and self.feasible(arch):
+            if arch not in self.seen and self.feasible(arch):  # type: ignore[attr-defined]
                 return arch
         return None
+
+    def _pending(self) -> list[Any]:
+        """Encodings proposed (so seen) but not yet in the history, e.g. a queued generation."""
+        return []
+
+    def restore(self, history: list[TrialRecord]) -> None:
+        self._init_seen()
+        told = [(f"trial {r.trial}", r.encoding) for r in history]
+        for where, enc in told + [("a queued proposal", enc) for enc in self._pending()]:
+            try:
+                self.seen.add(self.space.decode(enc))
+            except EncodingError as err:
+                raise RunDirError(f"{where}: {err}") from None
 
 
 STRATEGIES: Registry[Strategy] = Registry("strategy", modules={

@@ -23,8 +23,9 @@ from typing import Any
 
 from nas.core.arch import Architecture
 from nas.errors import ConfigError, RunDirError
+from nas.search.record import TrialRecord
 from nas.core.space import CategoricalSpace, SearchSpace
-from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy, Trial, VisitedMixin
+from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, SearchExhausted, Strategy, Trial
 
 log = logging.getLogger("nas.strategies.collm")
 OPENING = "No strategy yet: explore architectures that differ from each other in every decision."
@@ -77,7 +78,7 @@ LATER_COUNTS = ("trimmed_turns",)   # counts newer than some saved states: 0 whe
 
 
 @STRATEGIES.register("collm")
-class CoLLMStrategy(VisitedMixin, Strategy):
+class CoLLMStrategy(Deduplicating, Strategy):
     random_moves = False   # its moves come from the LLMs; random fills only make up their shortfall
 
     def __init__(self, space: SearchSpace, seed: int, llm: dict[str, Any] | None = None,
@@ -112,7 +113,7 @@ class CoLLMStrategy(VisitedMixin, Strategy):
         self.gen_log: list[dict[str, str]] = []   # the Generator's, kept only with generator_memory
         self.errors: list[dict[str, Any]] = []
         self.counts = Counts()
-        self._init_visited()
+        self._init_seen()
 
     def attach(self, run_dir: Path, llm_calls=None) -> None:
         from nas.llm import LLMClient
@@ -188,7 +189,7 @@ class CoLLMStrategy(VisitedMixin, Strategy):
             if arch is None:
                 break
             accepted.append(arch)
-            self.visited.add(arch.key())
+            self.seen.add(arch)
             self.counts.random_fill += 1
             self.queue.append((arch.encode(), {"origin": "random_fill", "iteration": self.iteration}))
 
@@ -201,12 +202,12 @@ class CoLLMStrategy(VisitedMixin, Strategy):
             self.counts.proposals += 1
             if p.arch is None:
                 kind, reason = "illegal", p.error or "not an architecture of the space"
-            elif p.arch.key() in self.visited:
+            elif p.arch in self.seen:
                 kind, reason = "duplicate", "already evaluated or proposed"
             elif (why := self.constraint.violation(self.space, p.arch)) is not None:
                 kind, reason = "infeasible", why
             else:
-                self.visited.add(p.arch.key())
+                self.seen.add(p.arch)
                 self.counts.accepted += 1
                 out.append(p.arch)
                 continue
@@ -350,8 +351,8 @@ class CoLLMStrategy(VisitedMixin, Strategy):
         from nas.agents.collm import values_text
 
         for t in trials:
-            arch, res = t.candidate.arch, t.result
-            self.visited.add(arch.key())
+            arch, res = t.candidate.arch, t.record
+            self.seen.add(arch)
             cost = self.space.cost(arch)
             self.records.append(Record(
                 values_text(self.space, arch), arch.key(),
@@ -367,7 +368,7 @@ class CoLLMStrategy(VisitedMixin, Strategy):
                 "records": [asdict(r) for r in self.records], "rejections": [asdict(r) for r in self.rejections],
                 "reported": list(self.reported), "strategy_text": self.strategy_text,
                 "nav_log": list(self.nav_log), "gen_log": list(self.gen_log), "errors": list(self.errors),
-                "counts": asdict(self.counts), "visited": sorted(self.visited)}
+                "counts": asdict(self.counts)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -383,7 +384,6 @@ class CoLLMStrategy(VisitedMixin, Strategy):
             errors = [dict(e) for e in state["errors"]]
             counts = Counts(**{f.name: int(state["counts"][f.name] if f.name not in LATER_COUNTS
                                             else state["counts"].get(f.name, 0)) for f in fields(Counts)})
-            visited = set(state["visited"])
             if len(reported) != 2 or not (strategy_text is None or isinstance(strategy_text, str)):
                 raise ValueError("reported must be two counts and strategy_text a string or null")
         except (AttributeError, KeyError, TypeError, ValueError) as err:
@@ -391,9 +391,12 @@ class CoLLMStrategy(VisitedMixin, Strategy):
         self.seed, self.iteration, self.queue = seed, iteration, queue
         self.records, self.rejections = records, rejections
         self.reported, self.strategy_text, (self.nav_log, self.gen_log) = reported, strategy_text, logs
-        self.errors, self.counts, self.visited = errors, counts, visited
+        self.errors, self.counts = errors, counts
 
-    def report(self, history: list[dict[str, Any]]) -> dict[str, Any]:
+    def _pending(self) -> list[Any]:
+        return [enc for enc, _ in self.queue]
+
+    def report(self, history: list[TrialRecord]) -> dict[str, Any]:
         out: dict[str, Any] = {"collm": {"iterations": self.iteration, "single_llm": self.single_llm,
                                          **asdict(self.counts),
                                          "rejections": {k: [asdict(r) for r in self.rejections if r.kind == k][-5:]

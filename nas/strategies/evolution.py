@@ -21,13 +21,13 @@ from typing import Any
 from nas.core.arch import Architecture
 from nas.errors import ConfigError, RunDirError
 from nas.core.space import CategoricalSpace, SearchSpace
-from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy, Trial, VisitedMixin
+from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, SearchExhausted, Strategy, Trial
 
 POPULATION_SIZE = 20
 
 
 @STRATEGIES.register("evolution")
-class Evolution(VisitedMixin, Strategy):
+class Evolution(Deduplicating, Strategy):
     def __init__(self, space: SearchSpace, seed: int, population_size: int = POPULATION_SIZE,
                  parent_ratio: float = 0.25, mutation_ratio: float = 0.5, mutate_prob: float = 0.1,
                  unique: bool = True, max_attempts: int = 100) -> None:
@@ -49,7 +49,7 @@ class Evolution(VisitedMixin, Strategy):
         self.population: list[tuple[Any, str, float]] = []   # (encoding, key, accuracy) of evaluated members
         self.queue: list[tuple[Any, dict[str, Any]]] = []     # (encoding, info) of this generation's children
         self.generation = -1
-        self._init_visited()
+        self._init_seen()
 
     @classmethod
     def random_start(cls, params: dict[str, Any]) -> int:
@@ -90,13 +90,13 @@ class Evolution(VisitedMixin, Strategy):
                     return
                 raise SearchExhausted("evolution: no unvisited feasible architecture found")
             if self.unique:
-                self.visited.add(arch.key())
+                self.seen.add(arch)
             self.queue.append((arch.encode(), {**info, "generation": self.generation}))
 
     def _child(self, make, attempts: int | None = None) -> Architecture | None:
         for _ in range(attempts or self.max_attempts):
             arch = make()
-            if self.feasible(arch) and not (self.unique and arch.key() in self.visited):
+            if self.feasible(arch) and not (self.unique and arch in self.seen):
                 return arch
         return None
 
@@ -116,15 +116,17 @@ class Evolution(VisitedMixin, Strategy):
 
     def tell(self, trials: list[Trial]) -> None:
         for t in trials:
-            self.visited.add(t.candidate.arch.key())
-            if t.result.ok and t.result.accuracy is not None:
+            self.seen.add(t.candidate.arch)
+            if t.record.ok and t.record.accuracy is not None:
                 self.population.append((t.candidate.arch.encode(), t.candidate.arch.key(),
-                                        float(t.result.accuracy)))
+                                        float(t.record.accuracy)))
+
+    def _pending(self) -> list[Any]:
+        return [enc for enc, _ in self.queue]
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "population": [list(m) for m in self.population],
-                "queue": [[enc, info] for enc, info in self.queue], "generation": self.generation,
-                "visited": sorted(self.visited)}
+                "queue": [[enc, info] for enc, info in self.queue], "generation": self.generation}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -132,7 +134,6 @@ class Evolution(VisitedMixin, Strategy):
             population = [(enc, str(key), float(acc)) for enc, key, acc in state["population"]]
             queue = [(enc, dict(info)) for enc, info in state["queue"]]
             generation = int(state["generation"])
-            visited = set(state.get("visited", []))
         except (KeyError, TypeError, ValueError) as err:
             raise RunDirError(f"strategy 'evolution' state: malformed population ({err})") from None
-        self.population, self.queue, self.generation, self.visited = population, queue, generation, visited
+        self.population, self.queue, self.generation = population, queue, generation

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from nas.errors import RunDirError
 from nas.core.space import SearchSpace
-from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy, Trial, VisitedMixin
+from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, SearchExhausted, Strategy, Trial
 
 
 @STRATEGIES.register("random")
-class RandomSearch(VisitedMixin, Strategy):
+class RandomSearch(Deduplicating, Strategy):
     def __init__(self, space: SearchSpace, seed: int, unique: bool = True,
                  max_attempts: int = 1000) -> None:
         super().__init__(space, seed)
         self.unique = unique
         self.max_attempts = max_attempts
-        self._init_visited()
+        self._init_seen()
 
     def ask(self, n: int) -> list[Candidate]:
         out = []
@@ -27,7 +24,7 @@ class RandomSearch(VisitedMixin, Strategy):
                     if out:
                         break
                     raise SearchExhausted(f"random: no unvisited architecture in {self.max_attempts} samples")
-                self.visited.add(arch.key())
+                self.seen.add(arch)
             else:
                 arch = self.space.sample(self.rng)
             out.append(Candidate(arch, {"origin": "random"}))
@@ -35,14 +32,4 @@ class RandomSearch(VisitedMixin, Strategy):
 
     def tell(self, trials: list[Trial]) -> None:
         for t in trials:
-            self.visited.add(t.candidate.arch.key())
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "visited": sorted(self.visited)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        try:
-            self.visited = set(state.get("visited", []))
-        except TypeError as err:
-            raise RunDirError(f"strategy 'random' state: malformed visited set ({err})") from None
+            self.seen.add(t.candidate.arch)

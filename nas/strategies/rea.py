@@ -9,13 +9,13 @@ from typing import Any
 
 from nas.errors import ConfigError, RunDirError
 from nas.core.space import SearchSpace
-from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy, Trial, VisitedMixin
+from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, SearchExhausted, Strategy, Trial
 
 POPULATION_SIZE = 20
 
 
 @STRATEGIES.register("rea")
-class RegularizedEvolution(VisitedMixin, Strategy):
+class RegularizedEvolution(Deduplicating, Strategy):
     def __init__(self, space: SearchSpace, seed: int, population_size: int = POPULATION_SIZE,
                  sample_size: int = 5, unique: bool = True, max_attempts: int = 100) -> None:
         super().__init__(space, seed)
@@ -30,7 +30,7 @@ class RegularizedEvolution(VisitedMixin, Strategy):
         self.max_attempts = max_attempts
         self.population: deque[tuple[Any, str, float]] = deque()  # (encoding, key, accuracy), oldest first
         self.pending_init = 0
-        self._init_visited()
+        self._init_seen()
 
     @classmethod
     def random_start(cls, params: dict[str, Any]) -> int:
@@ -45,7 +45,7 @@ class RegularizedEvolution(VisitedMixin, Strategy):
             else:
                 cand = self._child()
             if self.unique:
-                self.visited.add(cand.arch.key())
+                self.seen.add(cand.arch)
             out.append(cand)
         return out
 
@@ -75,22 +75,21 @@ class RegularizedEvolution(VisitedMixin, Strategy):
         for t in trials:
             if t.candidate.info.get("origin") == "init":
                 self.pending_init = max(0, self.pending_init - 1)
-            self.visited.add(t.candidate.arch.key())
-            if not t.result.ok:
+            self.seen.add(t.candidate.arch)
+            if not t.record.ok:
                 continue
-            self.population.append((t.candidate.arch.encode(), t.candidate.arch.key(), t.result.accuracy))
+            self.population.append((t.candidate.arch.encode(), t.candidate.arch.key(), t.record.accuracy))
             while len(self.population) > self.population_size:
                 self.population.popleft()
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "population": [list(m) for m in self.population],
-                "pending_init": self.pending_init, "visited": sorted(self.visited)}
+                "pending_init": self.pending_init}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         try:
             self.population = deque((enc, key, float(acc)) for enc, key, acc in state["population"])
             self.pending_init = int(state["pending_init"])
-            self.visited = set(state.get("visited", []))
         except (KeyError, TypeError, ValueError) as err:
             raise RunDirError(f"strategy 'rea' state: malformed population ({err})") from None

@@ -22,7 +22,7 @@ import numpy as np
 
 from nas.errors import ConfigError, RunDirError
 from nas.core.space import CategoricalSpace, SearchSpace
-from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy, Trial, VisitedMixin
+from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, SearchExhausted, Strategy, Trial
 
 
 @dataclass
@@ -48,7 +48,7 @@ class Adam:
 
 
 @STRATEGIES.register("reinforce")
-class Reinforce(VisitedMixin, Strategy):
+class Reinforce(Deduplicating, Strategy):
     def __init__(self, space: SearchSpace, seed: int, learning_rate: float = 0.01, momentum: float = 0.9,
                  unique: bool = True, max_attempts: int = 100) -> None:
         super().__init__(space, seed)
@@ -67,7 +67,7 @@ class Reinforce(VisitedMixin, Strategy):
         self.v = [np.zeros_like(x) for x in self.logits]
         self.adam = Adam(learning_rate)
         self.ema = [0.0, 0.0]  # numerator, denominator of the bias-corrected moving average
-        self._init_visited()
+        self._init_seen()
 
     # -- policy -------------------------------------------------------------------------------------------
 
@@ -91,7 +91,7 @@ class Reinforce(VisitedMixin, Strategy):
         for _ in range(n):
             cand = self._sample()
             if self.unique:
-                self.visited.add(cand.arch.key())
+                self.seen.add(cand.arch)
             out.append(cand)
         return out
 
@@ -109,7 +109,7 @@ class Reinforce(VisitedMixin, Strategy):
         """The first `make()` that is feasible (and unvisited when `unique`)."""
         for _ in range(attempts):
             arch, actions = make()
-            if self.feasible(arch) and not (self.unique and arch.key() in self.visited):
+            if self.feasible(arch) and not (self.unique and arch in self.seen):
                 return arch, actions
         return None
 
@@ -117,10 +117,10 @@ class Reinforce(VisitedMixin, Strategy):
 
     def tell(self, trials: list[Trial]) -> None:
         for t in trials:
-            self.visited.add(t.candidate.arch.key())
-            if not t.result.ok or t.result.accuracy is None:
+            self.seen.add(t.candidate.arch)
+            if not t.record.ok or t.record.accuracy is None:
                 continue
-            reward = float(t.result.accuracy)
+            reward = float(t.record.accuracy)
             self.ema[0] = self.momentum * self.ema[0] + (1 - self.momentum) * reward
             self.ema[1] = self.momentum * self.ema[1] + (1 - self.momentum)
             advantage = reward - self.ema[0] / self.ema[1]
@@ -138,7 +138,7 @@ class Reinforce(VisitedMixin, Strategy):
         return {**super().state_dict(), "logits": [x.tolist() for x in self.logits],
                 "adam": {"m": [x.tolist() for x in self.m], "v": [x.tolist() for x in self.v],
                          "step": self.adam.step_count},
-                "baseline": list(self.ema), "visited": sorted(self.visited)}
+                "baseline": list(self.ema)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -153,8 +153,7 @@ class Reinforce(VisitedMixin, Strategy):
             ema = [float(x) for x in state["baseline"]]
             if len(ema) != 2:
                 raise ValueError("baseline must be [numerator, denominator]")
-            visited = set(state.get("visited", []))
         except (KeyError, TypeError, ValueError) as err:
             raise RunDirError(f"strategy 'reinforce' state: malformed policy ({err})") from None
         self.logits, self.m, self.v = rows["logits"], rows["m"], rows["v"]
-        self.adam.step_count, self.ema, self.visited = step, ema, visited
+        self.adam.step_count, self.ema = step, ema

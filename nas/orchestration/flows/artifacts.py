@@ -5,7 +5,6 @@ the UI's Artifacts page then keeps the latest of each search configuration."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from prefect.artifacts import (create_markdown_artifact, create_progress_artifac
                                update_progress_artifact)
 
 from nas.report import render_markdown
-from nas.search.loop import best_record, counts_for_best
+from nas.search.record import TrialRecord, best_record, read_history
 from nas.train.progress import prefect_key
 
 PLOT_LINE = "![best so far](best_so_far.png)"  # nas/report.py's relative link, dead in the UI
@@ -39,17 +38,17 @@ class SearchArtifacts:
         self.progress_id = create_progress_artifact(
             0.0, key=artifact_key(self.name, "progress"), description=f"{self.name}: 0/{self.trials} trials")
 
-    def on_batch(self, history: list[dict[str, Any]]) -> None:
+    def on_batch(self, history: list[TrialRecord]) -> None:
         assert self.progress_id is not None, "start() first"
         best = best_record(history, self.trust)
-        best_text = "none yet" if best is None else f"{best['accuracy']:.2f}%"
+        best_text = "none yet" if best is None else f"{best.accuracy:.2f}%"
         update_progress_artifact(self.progress_id, min(100.0, 100.0 * len(history) / self.trials),
                                  description=f"{self.name}: {len(history)}/{self.trials} trials, best {best_text}")
 
     def finish(self, run_dir: Path, summary: dict[str, Any]) -> None:
         """After the loop wrote history.jsonl and report.md; the search is over, so progress is 100
         even when a strategy ran out of candidates before its budget."""
-        history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines() if line.strip()]
+        history = read_history(run_dir / "history.jsonl")
         create_markdown_artifact(report_markdown(run_dir, history, summary), key=artifact_key(self.name, "report"),
                                  description=f"{self.name}: search report ({run_dir})")
         create_table_artifact(top_trials(history, self.trust), key=artifact_key(self.name, "top-trials"),
@@ -60,7 +59,7 @@ class SearchArtifacts:
                                      description=f"{self.name}: done, {summary['trials']}/{self.trials} trials{ended}")
 
 
-def report_markdown(run_dir: Path, history: list[dict[str, Any]], summary: dict[str, Any]) -> str:
+def report_markdown(run_dir: Path, history: list[TrialRecord], summary: dict[str, Any]) -> str:
     """report.md with the run dir's files named by absolute path: the UI cannot show local images."""
     run_dir = run_dir.resolve()
     files = ", ".join(f"[{n}]({(run_dir / n).as_uri()})" for n in ("report.md", "history.jsonl", "summary.json"))
@@ -70,15 +69,14 @@ def report_markdown(run_dir: Path, history: list[dict[str, Any]], summary: dict[
     return render_markdown(history, summary).replace(PLOT_LINE, where)
 
 
-def top_trials(history: list[dict[str, Any]], trust: bool) -> list[dict[str, Any]]:
+def top_trials(history: list[TrialRecord], trust: bool) -> list[dict[str, Any]]:
     """The best TOP trials, one row each: key, accuracy, cost, then each metric as a column
     (the union over the rows, so every row has the same columns)."""
-    ranked = sorted((r for r in history if counts_for_best(r, trust)), key=lambda r: r["accuracy"], reverse=True)[:TOP]
-    metrics = sorted({k for r in ranked for k, v in (r.get("metrics") or {}).items() if not isinstance(v, dict)})
+    ranked = sorted((r for r in history if r.counts_for_best(trust)), key=lambda r: r.accuracy, reverse=True)[:TOP]
+    metrics = sorted({k for r in ranked for k, v in r.metrics.items() if not isinstance(v, dict)})
     rows = []
     for i, r in enumerate(ranked, 1):
-        row = {"rank": i, "trial": r["trial"], "key": r["key"], "accuracy": r["accuracy"],
-               "params": r.get("params"), "flops": r.get("flops"), "cost_seconds": r.get("cost_seconds"),
-               "cached": bool(r.get("cached"))}
-        rows.append(row | {m: (r.get("metrics") or {}).get(m) for m in metrics if m not in row})
+        row = {"rank": i, "trial": r.trial, "key": r.key, "accuracy": r.accuracy,
+               "params": r.params, "flops": r.flops, "cost_seconds": r.cost_seconds, "cached": r.cached}
+        rows.append(row | {m: r.metrics.get(m) for m in metrics if m not in row})
     return rows

@@ -10,6 +10,7 @@ from prefect import flow
 
 from nas.orchestration.flows.artifacts import SearchArtifacts
 from nas.orchestration.flows.runners import build_task_runner, shared_api
+from nas.report import write_run_report
 from nas.search.loop import SearchLoop, trusts_self_reported
 from nas.search.spec import SearchSpec
 from nas.orchestration.tasks.evaluate import PrefectExecutor
@@ -27,6 +28,7 @@ def search_flow(spec: dict[str, Any], run_dir: str, retries: int = 1,
     loop = SearchLoop(search, Path(run_dir), executor, progress=progress, runner=runner,
                       llm_calls=prefect_calls, on_batch=artifacts.on_batch)
     summary = loop.run_search()
+    write_run_report(Path(run_dir), summary)
     artifacts.finish(Path(run_dir), summary)
     return summary
 

@@ -1,0 +1,138 @@
+"""One trial as history.jsonl holds it: a typed record that the loop writes,
+strategies are told and report on, and report/compare/export/regression read.
+
+Torch-free on purpose: reading a run's history must not load a framework.
+`to_json()` is exactly the line the loop has always written, so existing run
+dirs resume and committed benchmark results reproduce.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nas.errors import RunDirError
+from nas.io import read_jsonl
+
+
+@dataclass
+class TrialRecord:
+    """`accuracy` (percent) is None, and `error` says why, when the trial failed;
+    `strategy` is the candidate's info (origin, parent, …); `curve` the training
+    loss per epoch, for evaluators that train (absent from the line when empty)."""
+
+    trial: int
+    key: str
+    encoding: Any
+    accuracy: float | None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    params: float | None = None
+    flops: float | None = None
+    error: str | None = None
+    cost_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    cached: bool = False
+    strategy: dict[str, Any] = field(default_factory=dict)
+    curve: list[float] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.accuracy is not None
+
+    @property
+    def self_reported(self) -> bool:
+        """Numbers the candidate's own code reported (trained inside the sandbox), not measured by us."""
+        return bool(self.metrics.get("self_reported"))
+
+    def counts_for_best(self, trust: bool) -> bool:
+        """The one rule for every "best" (summary, curves, progress, report, export, compare):
+        a successful trial, and not self-reported unless the evaluator's config trusts that."""
+        return self.accuracy is not None and (trust or not self.self_reported)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trial": self.trial, "key": self.key, "encoding": self.encoding, "accuracy": self.accuracy,
+            "metrics": self.metrics, "params": self.params, "flops": self.flops, "error": self.error,
+            "cost_seconds": self.cost_seconds, "wall_seconds": self.wall_seconds,
+            "cached": self.cached, "strategy": self.strategy,
+            **({"curve": self.curve} if self.curve else {}),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> TrialRecord:
+        """Check every field (lines written by older versions may lack the optional ones);
+        `where` (file:line) starts the one-line error."""
+        if not isinstance(data, dict):
+            raise RunDirError(f"{where}: not a JSON object")
+        for name, (required, what, check) in _FIELDS.items():
+            if name not in data:
+                if required:
+                    raise RunDirError(f"{where}: field '{name}' missing")
+            elif not check(data[name]):
+                raise RunDirError(f"{where}: field '{name}' must be {what}, got {_brief(data[name])}")
+        return cls(**{name: data[name] for name in _FIELDS if name in data})
+
+
+def read_history(path: Path, *, repair: bool = False) -> list[TrialRecord]:
+    """A run's history.jsonl, each line checked and numbered by its position
+    (`repair`: cut a torn last line from the file, as a crash leaves it)."""
+    return [record_at(path, i, line) for i, line in enumerate(read_jsonl(path, repair=repair))]
+
+
+def record_at(path: Path, index: int, line: Any) -> TrialRecord:
+    """Line `index` (0-based) of `path`: a well-formed record of trial `index`."""
+    where = f"{path}:{index + 1}"
+    record = TrialRecord.from_json(line, where)
+    if record.trial != index:
+        raise RunDirError(f"{where}: field 'trial' is {record.trial} but line {index + 1} holds trial {index}")
+    return record
+
+
+def best_record(history: list[TrialRecord], trust: bool) -> TrialRecord | None:
+    """The first trial with the highest accuracy among those that count for best."""
+    return max((r for r in history if r.counts_for_best(trust)), key=lambda r: r.accuracy, default=None)
+
+
+def best_so_far(history: list[TrialRecord], trust: bool = False) -> list[float | None]:
+    """Best accuracy after each trial (None until the first that counts)."""
+    out: list[float | None] = []
+    best = None
+    for rec in history:
+        if rec.counts_for_best(trust) and (best is None or rec.accuracy > best):
+            best = rec.accuracy
+        out.append(best)
+    return out
+
+
+def _number(v: Any) -> bool:
+    return type(v) in (int, float)
+
+
+def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or check(v)
+
+
+# field → (required, what it must be, check), in the dataclass's order.
+_FIELDS: dict[str, tuple[bool, str, Callable[[Any], bool]]] = {
+    "trial": (True, "an integer", lambda v: type(v) is int),
+    "key": (True, "a string", lambda v: isinstance(v, str)),
+    "encoding": (True, "not null", lambda v: v is not None),
+    "accuracy": (True, "null or a finite number", _optional(lambda v: _number(v) and math.isfinite(v))),
+    "metrics": (True, "an object", lambda v: isinstance(v, dict)),
+    "params": (True, "null or a number", _optional(_number)),
+    "flops": (True, "null or a number", _optional(_number)),
+    "error": (True, "null or a string", _optional(lambda v: isinstance(v, str))),
+    "cost_seconds": (False, "a number", _number),
+    "wall_seconds": (False, "a number", _number),
+    "cached": (False, "true or false", lambda v: type(v) is bool),
+    "strategy": (False, "an object", lambda v: isinstance(v, dict)),
+    "curve": (False, "a list of numbers", lambda v: isinstance(v, list) and all(map(_number, v))),
+}
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
