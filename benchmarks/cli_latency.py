@@ -71,8 +71,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "cli_latency.json")
     args = parser.parse_args()
     tree = args.tree.resolve()
-    if not (tree / "nas" / "cli.py").is_file():
-        raise SystemExit(f"--tree {args.tree}: no nas/cli/main.py there")
+    if not ((tree / "nas" / "cli").is_dir() or (tree / "nas" / "cli.py").is_file()):  # the layout before issue 18 too
+        raise SystemExit(f"--tree {args.tree}: no nas/cli there")
     with tempfile.TemporaryDirectory(prefix="nas-cli-latency-") as tmp:
         work = Path(tmp)
         valid = (tree / VALID).read_text(encoding="utf-8")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
-from nas import cli
+from nas.cli import main as cli
 from nas.compare import compare, find_runs, load_curves, paired_tests
 from nas.errors import ConfigError
 from nas.io import atomic_write_json, read_json, read_jsonl
