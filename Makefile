@@ -1,12 +1,13 @@
 # Two commands set everything up on a fresh machine:
 #   make run    create .venv, install, run a search on the embedded defaults
 #   make test   create .venv, install, run the whole test suite
+# and for development: make test-fast (no `slow` tests), make lint (ruff + mypy, as CI runs them)
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test bench clean
+.PHONY: install run test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -21,6 +22,13 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=25
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/search_efficiency.py

@@ -73,7 +73,8 @@ def run(label: str, name: str, params: dict[str, Any], seed: int, trials: int, w
 
 def summarise(runs: list[dict[str, Any]], at: list[int]) -> dict[str, Any]:
     curves = np.array([r["curve"] for r in runs], dtype=float)
-    std = (lambda x: float(x.std(ddof=1)) if len(x) > 1 else 0.0)
+    def std(x):
+        return float(x.std(ddof=1)) if len(x) > 1 else 0.0
     return {"seeds": len(runs),
             "best_at": {str(n): {"mean": round(float(curves[:, n - 1].mean()), 4),
                                  "std": round(std(curves[:, n - 1]), 4)} for n in at},

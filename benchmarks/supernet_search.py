@@ -103,7 +103,8 @@ def evaluations_to_reach(curve: list[float], target: float) -> int | None:
 
 def summarise(runs: list[dict[str, Any]], target: float | None) -> dict[str, Any]:
     curves = np.array([r["curve"] for r in runs], dtype=float)
-    std = (lambda x: float(np.nanstd(x, ddof=1)) if len(x) > 1 else 0.0)
+    def std(x):
+        return float(np.nanstd(x, ddof=1)) if len(x) > 1 else 0.0
     out = {"seeds": len(runs), "final_best": {"mean": round(float(np.nanmean(curves[:, -1])), 3),
                                              "std": round(std(curves[:, -1]), 3)},
            "curve_mean": [round(float(x), 3) for x in np.nanmean(curves, axis=0)],

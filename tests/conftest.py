@@ -34,6 +34,138 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 NAS = [sys.executable, "-m", "nas.cli.main"]
 
+# Markers from one table instead of decorators in every file (a file may still mark its own
+# slow tests). A key is a test file (all its tests) or "file::test" (every parametrisation of
+# that test); tests/test_markers.py fails on a test file missing here or a name that is gone.
+#   slow     minutes, end to end: deselected by `make test-fast`
+#   sandbox  runs the bubblewrap sandbox child (untrusted model source)
+#   llm      needs the local llama.cpp model or the scripted OpenAI-compatible server
+#   prefect  starts Prefect: a flow in-process, a server, or `nas search` on the default runner
+#   cli      runs the `nas` CLI in a subprocess
+MARKERS: dict[str, tuple[str, ...]] = {
+    "test_base_models.py": ("sandbox",),
+    "test_baselines.py": (),
+    "test_benchmark_smoke.py": ("slow",),
+    "test_benchmark_smoke.py::test_llm_layer_quick": ("llm",),
+    "test_benchmark_smoke.py::test_knowledge_quick": ("llm",),
+    "test_benchmark_smoke.py::test_import_time_quick_merges_beside_the_committed_before": ("cli",),
+    "test_cache_safety.py": (),
+    "test_cache_safety.py::test_poisoned_evaluation_records_are_refused_by_the_search": ("cli", "prefect"),
+    "test_cache_safety.py::test_poisoned_llm_call_record_is_refused_and_the_call_made_again": ("llm", "prefect"),
+    "test_cache_safety.py::test_poisoned_supernet_record_is_refused_and_the_supernet_trained_again": ("prefect",),
+    "test_cache_safety.py::test_llm_reply_cache_file_of_the_wrong_shape_is_a_miss": ("llm",),
+    "test_cli_arch.py": ("cli",),
+    "test_cli_arch.py::test_validate_model_source_in_sandbox": ("sandbox",),
+    "test_cli_arch_draw.py": (),
+    "test_cli_arch_draw.py::test_draw_refuses_an_invalid_file_with_validates_errors_and_writes_nothing": ("cli",),
+    "test_cli_config.py": (),
+    "test_cli_config.py::test_a_run_dir_in_use_gets_no_hydra_files_and_a_free_one_gets_progress_in_search_log":
+        ("cli",),
+    "test_cli_e2e.py": ("cli", "prefect"),
+    "test_cli_latency_imports.py": ("cli",),
+    "test_collm.py": ("llm",),
+    "test_compare_checks.py": (),
+    "test_compare_stats.py": (),
+    "test_compare_stats.py::test_multirun_ablation_then_compare_via_cli": ("cli",),
+    "test_config.py": (),
+    "test_constraint.py": (),
+    "test_dag_canon.py": (),
+    "test_dag_compile.py": (),
+    "test_dag_compile.py::test_exported_source_passes_the_sandbox": ("sandbox",),
+    "test_dag_parse.py": (),
+    "test_dag_shapes.py": (),
+    "test_export.py": (),
+    "test_export.py::test_model_source_is_built_and_exported_only_in_the_sandbox": ("sandbox",),
+    "test_export.py::test_model_source_that_breaks_the_policy_fails_in_one_line": ("sandbox",),
+    "test_export.py::test_model_source_is_retrained_in_the_sandbox": ("sandbox",),
+    "test_export.py::test_block_file_exports_compiled_source_checked_in_the_sandbox": ("sandbox",),
+    "test_fairnad.py": (),
+    "test_fairnad.py::test_downscale_asks_for_channel_multiples_and_records_those_not_kept": ("llm",),
+    "test_fairnad_e2e.py": ("cli", "sandbox", "llm", "prefect"),
+    "test_fault_tolerance.py": ("llm",),
+    "test_fault_tolerance.py::test_kill_9_mid_batch_then_restart_redoes_nothing_finished": ("cli", "prefect"),
+    "test_fault_tolerance.py::test_sigterm_during_an_llm_call_stops_promptly_with_state_saved": ("cli", "prefect"),
+    "test_fault_tolerance.py::test_torn_last_history_line_is_repaired_on_resume": ("cli",),
+    "test_fault_tolerance.py::test_corrupt_history_line_and_state_are_one_line_errors": ("cli",),
+    "test_flow.py": ("prefect",),
+    "test_flow.py::test_llm_calls_are_cached_prefect_tasks": ("llm",),
+    "test_graph.py": (),
+    "test_hostile.py": ("sandbox", "cli"),
+    "test_io_compare.py": (),
+    "test_isolation.py": ("sandbox",),
+    "test_isolation.py::test_cli_refuses_model_source_without_isolation": ("cli",),
+    "test_knowledge_cli.py": ("cli",),
+    "test_knowledge_cli.py::test_papers_through_an_endpoint_then_replayed": ("llm",),
+    "test_knowledge_cli.py::test_ingest_as_a_prefect_flow": ("prefect",),
+    "test_knowledge_config.py": (),
+    "test_knowledge_reader.py": ("llm",),
+    "test_knowledge_store.py": (),
+    "test_knowledge_tree.py": (),
+    "test_llm_client.py": ("llm",),
+    "test_llm_local.py": ("llm",),
+    "test_llm_prefect.py": ("llm", "prefect"),
+    "test_llm_scripted.py": ("llm",),
+    "test_macro.py": (),
+    "test_markers.py": (),
+    "test_modtree.py": (),
+    "test_nader_agents.py": ("llm",),
+    "test_nader_e2e.py": ("cli", "llm"),
+    "test_nader_strategy.py": ("llm",),
+    "test_nb201_arch.py": (),
+    "test_pareto.py": (),
+    "test_prefect_artifacts.py": ("prefect",),
+    "test_prefect_artifacts.py::test_search_publishes_report_top_trials_and_progress": ("cli",),
+    "test_prefect_artifacts.py::test_progress_follows_each_batch": ("cli",),
+    "test_prefect_artifacts.py::test_serve_warns_when_the_ui_calls_another_api": ("cli",),
+    "test_readme_commands.py": ("cli", "prefect"),
+    "test_regression.py": (),
+    "test_regression.py::test_cli_bad_input_exits_2_with_one_line": ("cli",),
+    "test_regression.py::test_cli_smoke_suite_against_committed_and_tampered_baselines": ("cli",),
+    "test_regression.py::test_flow_fails_on_regression": ("prefect",),
+    "test_rundir_integrity.py": (),
+    "test_rundir_integrity.py::test_two_nas_searches_on_one_run_dir": ("cli",),
+    "test_runners.py": (),
+    "test_runners.py::test_dask_search_matches_the_other_runners_and_fills_the_cache": ("cli", "llm", "prefect"),
+    "test_sandbox.py": ("sandbox",),
+    "test_search_loop.py": (),
+    "test_secrets.py": (),
+    "test_secrets.py::test_reply_that_echoes_the_key_is_stored_and_sent_on_scrubbed": ("llm",),
+    "test_secrets.py::test_llm_error_message_with_the_key_is_scrubbed": ("llm",),
+    "test_secrets.py::test_llm_search_run_files_and_prompts_never_hold_the_key": ("llm",),
+    "test_serve.py": ("prefect",),
+    "test_serve.py::test_list_shows_full_names_and_schedules": ("cli",),
+    "test_serve.py::test_serve_fails_in_one_line": ("cli",),
+    "test_serve.py::test_serve_runs_a_deployment_against_a_real_server": ("cli",),
+    "test_space_autoformer.py": (),
+    "test_space_ofa_mbv3.py": (),
+    "test_space_spos.py": (),
+    "test_strategies.py": (),
+    "test_supernet_nb201.py": (),
+    "test_supernet_train.py": (),
+    "test_supernet_train.py::test_cli_trains_a_supernet_then_searches_with_it": ("cli",),
+    "test_table_evaluator.py": (),
+    "test_train.py": (),
+    "test_train_e2e.py": ("cli",),
+    "test_train_e2e.py::test_train_search_writes_run_files_and_replays_from_cache": ("prefect",),
+    "test_train_eval.py": (),
+    "test_train_eval.py::test_model_source_trains_in_the_sandbox_per_seed": ("sandbox",),
+    "test_train_eval.py::test_model_source_failing_only_in_training_is_reported_where": ("sandbox",),
+    "test_train_eval.py::test_model_source_writing_while_training_stays_contained": ("sandbox",),
+    "test_train_fast.py": (),
+    "test_train_progress.py": (),
+    "test_train_progress.py::test_training_in_a_flow_publishes_one_progress_artifact_per_candidate": ("prefect",),
+    "test_verify_chain.py": (),
+    "test_verify_chain.py::test_source_chain": ("sandbox",),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        file = item.path.name
+        for key in (file, f"{file}::{getattr(item, 'originalname', item.name)}"):
+            for marker in MARKERS.get(key, ()):
+                item.add_marker(marker)
+
 
 @pytest.fixture
 def nas_env(tmp_path: Path) -> dict[str, str]:

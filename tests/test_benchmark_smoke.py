@@ -56,3 +56,18 @@ def test_collm_nb201_quick_baselines(tmp_path):
     for res in result["strategies"].values():
         assert res["seeds"] == 3 and 85 < res["best_at"]["25"]["mean"] <= result["table_optimum"]
     assert (tmp_path / "c.png").is_file() and "| evolution | 3 |" in (tmp_path / "c.md").read_text()
+
+
+def test_import_time_quick_merges_beside_the_committed_before(tmp_path):
+    out = tmp_path / "i.json"
+    committed = json.loads((ROOT / "benchmarks" / "results" / "import_time.json").read_text())
+    out.write_text(json.dumps({"before": committed["before"]}))
+    result = run_bench("import_time.py", out, "--label", "after", "--modules", "nas.errors")
+    assert result["before"] == committed["before"]
+    assert "ratio" not in result  # a quick run is not compared with a full one
+    after = result["after"]
+    assert after["quick"] and after["commit"] and len(after["load_avg_start"]) == 3
+    assert set(after["targets"]) == {"nas --help", "import nas.errors", "pytest --collect-only"}
+    assert after["targets"]["import nas.errors"]["loaded"] == []  # errors.py imports nothing heavy
+    defined = sum(line.startswith("def test_") for line in Path(__file__).read_text().splitlines())
+    assert after["targets"]["pytest --collect-only"]["tests"] == defined  # --quick collects this file

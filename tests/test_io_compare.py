@@ -34,7 +34,7 @@ def test_atomic_write_bytes_creates_parents_and_replaces(tmp_path):
     nio.atomic_write_bytes(path, b"two, longer")
     assert path.read_bytes() == b"two, longer"
     nio.atomic_write_text(path, "héllo")
-    assert path.read_bytes() == "héllo".encode("utf-8")
+    assert path.read_bytes() == "héllo".encode()
     assert leftovers(path.parent) == []
     assert sorted(p.name for p in path.parent.iterdir()) == ["file.bin"]
 

@@ -111,7 +111,7 @@ def test_llm_error_message_with_the_key_is_scrubbed(tmp_path, secret):
         client = client_for(srv, tmp_path, base_url=f"{srv.base_url}/{secret}/{KEYLIKE}")
         with pytest.raises(LLMError) as err:
             client.complete("debugger", "x")
-    assert "HTTP 404" in str(err.value) and f"/***/***/chat" in str(err.value)
+    assert "HTTP 404" in str(err.value) and "/***/***/chat" in str(err.value)
     assert secret not in str(err.value) and KEYLIKE not in str(err.value)
     record = read_jsonl(tmp_path / "run" / "llm" / "transcripts.jsonl")[0]
     assert record["error"] == str(err.value)

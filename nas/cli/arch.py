@@ -218,7 +218,7 @@ def main(argv: list[str]) -> None:
         code = commands[argv[0]](args)
     except NasError as err:
         print(f"nas: error: {err}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
     except BrokenPipeError:  # `nas arch show ... | head`
         sys.stderr.close()
         code = 0

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -90,7 +90,7 @@ def parse_prompt(text: str, where: str) -> Prompt:
     return Prompt(meta["name"], version, meta["role"], sections.get("system", ""), sections["user"], digest)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_prompt(name: str) -> Prompt:
     """A packaged prompt by name, or a path to a user's prompt file."""
     if name.endswith(".md") and Path(name).is_file():

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Union
+from typing import Any
 
 FAULTS = (None, "500", "429", "slow", "truncated", "garbage", "badjson", "disconnect")
 SLOW_DEFAULT_S = 2.0
@@ -59,7 +59,7 @@ class Step:
             raise ValueError(f"unknown fault {self.fault!r}; expected one of {FAULTS[1:]}")
 
 
-Script = Union[list[Union[Step, str]], Callable[[dict], Union[Step, str]]]
+Script = list[Step | str] | Callable[[dict], Step | str]
 
 
 def _as_step(item: Step | str) -> Step:

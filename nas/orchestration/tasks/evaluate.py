@@ -70,7 +70,7 @@ class PrefectExecutor:
             task = self.task if check_cache_entry(inputs) else self.refresh
             futures.append(task.submit(**inputs))
         out = []
-        for cand, fut in zip(candidates, futures):
+        for fut in futures:
             fut.wait()
             state = fut.state
             if state.is_completed():

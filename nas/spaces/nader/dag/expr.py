@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import Mapping, Union
+from typing import Mapping
 
 VARIABLES = ("B", "C", "dim", "H", "W")
 MAX_MAGNITUDE = 2**40  # larger intermediate values are a mistake, not a network
@@ -48,7 +48,7 @@ class BinOp:
     right: "Expr"
 
 
-Expr = Union[Num, Var, Neg, BinOp]
+Expr = Num | Var | Neg | BinOp
 
 
 def _tokens(text: str) -> list[str]:

@@ -17,7 +17,7 @@ milliseconds, so the width search needs no torch model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 
 from nas.spaces.nader.dag.parse import Block, parse_block_file
 from nas.spaces.nader.dag.shapes import ROLES, Analysis, Position, analyse
@@ -300,7 +300,7 @@ def search_width(
                 costs[w] = None
         return costs[w]
 
-    @lru_cache(maxsize=None)
+    @cache
     def anchor(w: int) -> int | None:
         """Largest valid width in (w - ANCHOR_WINDOW, w]."""
         for v in range(w, max(0, w - ANCHOR_WINDOW), -1):
