@@ -140,6 +140,11 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_space_ofa_mbv3.py": (),
     "test_space_spos.py": (),
     "test_strategies.py": (),
+    "test_design_strategy.py": ("llm", "sandbox"),
+    "test_design_verifiers.py": (),
+    "test_design_verifiers.py::test_source_chain": ("sandbox",),
+    "test_space_contract.py": (),
+    "test_trial_record.py": (),
     "test_supernet_nb201.py": (),
     "test_supernet_train.py": (),
     "test_supernet_train.py::test_cli_trains_a_supernet_then_searches_with_it": ("cli",),
@@ -154,8 +159,6 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_train_fast.py": (),
     "test_train_progress.py": (),
     "test_train_progress.py::test_training_in_a_flow_publishes_one_progress_artifact_per_candidate": ("prefect",),
-    "test_verify_chain.py": (),
-    "test_verify_chain.py::test_source_chain": ("sandbox",),
 }
 
 

@@ -19,7 +19,7 @@ def design_metrics(designs: list[TrialRecord], history: list[TrialRecord] | None
     executed = [r for r in valid if r.accuracy is not None]
     beat = [r for r in executed
             if (p := by_node.get(r.strategy.get("parent"))) is not None and p.accuracy is not None
-            and r.accuracy > p.accuracy]
+            and r.accuracy is not None and r.accuracy > p.accuracy]
     tokens = sum(int(r.strategy.get("tokens") or 0) for r in designs)
     n = len(designs)
     return {"proposals": n, "valid": len(valid), "pass_rate": len(valid) / n if n else 0.0,

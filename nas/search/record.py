@@ -93,7 +93,9 @@ def record_at(path: Path, index: int, line: Any) -> TrialRecord:
 
 def best_record(history: list[TrialRecord], trust: bool) -> TrialRecord | None:
     """The first trial with the highest accuracy among those that count for best."""
-    return max((r for r in history if r.counts_for_best(trust)), key=lambda r: r.accuracy, default=None)
+    scored = [(r.accuracy, r) for r in history if r.accuracy is not None and r.counts_for_best(trust)]
+    best = max(scored, key=lambda pair: pair[0], default=None)
+    return None if best is None else best[1]
 
 
 def best_so_far(history: list[TrialRecord], trust: bool = False) -> list[float | None]:
@@ -101,8 +103,9 @@ def best_so_far(history: list[TrialRecord], trust: bool = False) -> list[float |
     out: list[float | None] = []
     best = None
     for rec in history:
-        if rec.counts_for_best(trust) and (best is None or rec.accuracy > best):
-            best = rec.accuracy
+        acc = rec.accuracy
+        if acc is not None and rec.counts_for_best(trust) and (best is None or acc > best):
+            best = acc
         out.append(best)
     return out
 
