@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nas.workspace import configure_prefect_env
+from nas.orchestration.env import configure_prefect_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,7 @@ def prefect_home(tmp_path: Path):
     for key in [k for k in os.environ if k.startswith("PREFECT_")]:
         del os.environ[key]
     os.environ["NASFLOW_HOME"] = str(tmp_path / "home")
-    from nas.workspace import configure_prefect_env
+    from nas.orchestration.env import configure_prefect_env
 
     configure_prefect_env()
     yield tmp_path

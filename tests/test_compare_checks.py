@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nas import cli
+from nas.cli import main as cli
 from nas.compare import compare, curve_styles, expected_best, find_runs, load_curves, plot_curves, table_reference
 from nas.errors import ConfigError
 from nas.evaluators.table import TableEvaluator, default_table_path, load_table
