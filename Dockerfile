@@ -18,7 +18,6 @@ RUN pip install --upgrade pip \
     && pip install .
 
 COPY nas nas
-COPY benchmarks benchmarks
 RUN pip install --no-deps --force-reinstall . && nas --help >/dev/null
 
 VOLUME ["/app/runs", "/app/.nasflow"]

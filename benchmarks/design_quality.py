@@ -92,7 +92,7 @@ def run_arm(label: str, lif: bool, lde: bool, proposals: int, work: Path, extra:
 
 
 def model_info() -> dict[str, Any]:
-    from nas.cli.main import compose_config
+    from nas.config import compose_config
     from nas.llm.local import GGUF_NAME
 
     llm = compose_config(["llm=local"])["llm"]

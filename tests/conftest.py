@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nas.workspace import configure_prefect_env
+from nas.orchestration.env import configure_prefect_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -145,6 +145,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_design_verifiers.py::test_source_chain": ("sandbox",),
     "test_space_contract.py": (),
     "test_trial_record.py": (),
+    "test_layering.py": (),
     "test_supernet_nb201.py": (),
     "test_supernet_train.py": (),
     "test_supernet_train.py::test_cli_trains_a_supernet_then_searches_with_it": ("cli",),
@@ -186,7 +187,7 @@ def prefect_home(tmp_path: Path):
     for key in [k for k in os.environ if k.startswith("PREFECT_")]:
         del os.environ[key]
     os.environ["NASFLOW_HOME"] = str(tmp_path / "home")
-    from nas.workspace import configure_prefect_env
+    from nas.orchestration.env import configure_prefect_env
 
     configure_prefect_env()
     yield tmp_path

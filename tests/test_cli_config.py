@@ -10,8 +10,8 @@ import subprocess
 import pytest
 from conftest import NAS, ROOT
 
-from nas.cli.main import available, main
-from nas.cli.search import check_build, check_job, compose, job_overrides
+from nas.cli.main import main
+from nas.config import available, check_build, check_job, compose, job_overrides
 from nas.errors import ConfigError
 from nas.search.rundir import RunDir
 from nas.search.spec import Component, SearchSpec, space_defaults

@@ -11,13 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from conftest import ROOT, run_nas
 
+from nas import config
 from nas.cli import main as cli
 from nas.compare import compare, find_runs, load_curves, paired_tests
 from nas.errors import ConfigError
 from nas.io import atomic_write_json, read_json
 from nas.search.record import TrialRecord, best_so_far, read_history
-from conftest import ROOT, run_nas
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -211,12 +212,12 @@ def test_experiment_overrides_are_checked_in_one_line(capsys):
 
 
 def test_ablation_preset_composes():
-    cfg = cli.compose_config(["+experiment=ablation"])
+    cfg = config.compose_config(["+experiment=ablation"])
     assert (cfg["space"]["name"], cfg["evaluator"]["name"], cfg["runner"]["name"]) == ("nb201", "table", "local")
     sweep = yaml.safe_load((ROOT / "nas" / "conf" / "experiment" / "ablation.yaml").read_text())["hydra"]["sweeper"]
     strategies = sweep["params"]["strategy"].split(",")
     assert strategies == ["random", "rea", "reinforce", "evolution"]
-    assert set(strategies) <= set(cli.available("strategy"))
+    assert set(strategies) <= set(config.available("strategy"))
 
 
 @pytest.mark.slow

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import yaml
 
-from nas.cli.main import available, check_group_overrides
+from nas.cli.main import check_group_overrides
+from nas.config import available
 from nas.evaluators import EVALUATORS
 from nas.search.spec import Component, SearchSpec
 from nas.spaces import SPACES

@@ -85,7 +85,7 @@ def assert_nothing_left(home: str) -> None:
 
 def reference_requests(srv: ScriptedServer, tmp_path: Path, args: list[str]) -> tuple[int, list[str]]:
     """An uninterrupted run of the same search, in process: its LLM requests and trial keys."""
-    from nas.cli.main import compose_config
+    from nas.config import compose_config
     from nas.search.loop import LocalExecutor, SearchLoop
     from nas.search.spec import SearchSpec
 
@@ -262,7 +262,7 @@ def test_llm_faults_mid_search_are_retried_counted_and_survived(tmp_path, caplog
 
 def finished_run(tmp_path: Path, trials: int = 6) -> tuple[Path, list[str]]:
     """A finished `random` search on the table, made in process with the CLI's config."""
-    from nas.cli.main import compose_config
+    from nas.config import compose_config
     from nas.search.loop import LocalExecutor, SearchLoop
     from nas.search.spec import SearchSpec
 

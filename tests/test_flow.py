@@ -42,7 +42,7 @@ def run_flow(tmp_path_factory):
     for key in [k for k in os.environ if k.startswith("PREFECT_")]:
         del os.environ[key]
     os.environ["NASFLOW_HOME"] = str(tmp_path_factory.mktemp("home"))
-    from nas.workspace import configure_prefect_env
+    from nas.orchestration.env import configure_prefect_env
 
     configure_prefect_env()
     EVALUATORS.register("flaky_test")(FlakyEvaluator)

@@ -76,7 +76,7 @@ SKIP: dict[str, str] = {
     "nas knowledge ingest|search|tree|stats": SYNOPSIS + "nas knowledge ingest, search, stats, tree",
     "nas serve": "serves until Ctrl-C; tests/test_serve.py runs it against a real Prefect server",
     "nas regress": "the nightly suite, 5-10 min on 2 cores (the served nightly-regression flow runs it)",
-    "nas regress --suite nightly --update-baseline": "minutes, and rewrites benchmarks/baselines/nightly.json",
+    "nas regress --suite nightly --update-baseline": "minutes, and rewrites nas/regression/baselines/nightly.json",
     "nas regress llm=openai llm.base_url=...": "needs an OpenAI-compatible endpoint (the URL is a placeholder)",
     "nas knowledge ingest papers/ more.pdf list.jsonl": "the reader's own papers, read by an LLM; "
                                                         "tests/test_knowledge_cli.py ingests files via a scripted LLM",

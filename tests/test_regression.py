@@ -9,11 +9,23 @@ import json
 from pathlib import Path
 
 import pytest
-
-from nas.regression import (HIGHER, LOWER, SUITES, BaselineError, Metric, Probe, ProbeSkipped, Suite,
-                            baseline_from, compare, default_baseline, failure_lines, judge, load_baseline,
-                            run_suite)
 from conftest import run_nas
+
+from nas.regression.judge import (
+    HIGHER,
+    LOWER,
+    BaselineError,
+    Metric,
+    Probe,
+    Suite,
+    baseline_from,
+    compare,
+    default_baseline,
+    failure_lines,
+    judge,
+    load_baseline,
+)
+from nas.regression.probes import SUITES, ProbeSkipped, run_suite
 
 SMOKE = default_baseline("smoke")
 
@@ -174,7 +186,7 @@ def test_cli_smoke_suite_against_committed_and_tampered_baselines(nas_env, tmp_p
 @pytest.mark.slow
 def test_flow_fails_on_regression(prefect_home, tmp_path):
     from nas.orchestration.flows.regression import regression_flow
-    from nas.regression import RegressionFailed
+    from nas.regression.judge import RegressionFailed
 
     with pytest.raises(RegressionFailed, match="table.rea.best_at_25"):
         regression_flow(suite="smoke", baseline=str(tampered(tmp_path)), out=str(tmp_path / "run"))

@@ -187,7 +187,7 @@ def test_two_nas_searches_on_one_run_dir(tmp_path, nas_env):
     lines = [json.loads(line) for line in history.read_text().splitlines()]
     assert [r["trial"] for r in lines] == list(range(len(lines)))
     assert len({r["key"] for r in lines}) == len(lines)  # one random search, no second trajectory mixed in
-    from nas.cli.main import compose_config
+    from nas.config import compose_config
 
     spec = dataclasses.replace(SearchSpec.from_config(compose_config(overrides)), trials=len(lines) + 2)
     summary = search(spec, run_dir, spec.build_evaluator(spec.build_space()))
@@ -401,7 +401,7 @@ def test_summarise_counts_self_reported():
 
 
 def test_train_evaluator_accepts_trust_as_a_bool_outside_its_fingerprint():
-    from nas.cli.main import compose_config
+    from nas.config import compose_config
 
     def evaluator(*overrides: str):
         spec = SearchSpec.from_config(compose_config(["evaluator=quick", "data=digits", *overrides]))

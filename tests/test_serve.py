@@ -136,6 +136,23 @@ def _wait_for(check, what: str, timeout: float, procs: dict[str, tuple[subproces
     pytest.fail(f"timed out after {timeout}s waiting for {what}")
 
 
+@pytest.mark.parametrize("override, message", [
+    ("strategy.bogus=1", "unknown key 'strategy.bogus' (valid keys of strategy: name, population_size"),
+    ("space=nb202", "unknown space 'nb202' (valid: "),
+    ("+seed=1", "'seed' is already in the config: write seed=1"),
+])
+def test_deployment_run_checks_overrides_as_nas_search_does(prefect_home, tmp_path, override, message):
+    """The overrides flow's checks are `nas search`'s (nas/config.py): a typo fails the run
+    in one line before any run dir exists."""
+    from nas.errors import ConfigError
+    from nas.orchestration.flows.entry import search_overrides_flow
+
+    with pytest.raises(ConfigError) as err:
+        search_overrides_flow.fn(["space=nb201", override], root=str(tmp_path / "runs"))
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.slow
 def test_serve_runs_a_deployment_against_a_real_server(nas_env, tmp_path):
     import httpx

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 import torch
 
+from nas.data.sources import digits
+from nas.orchestration.progress import PrefectProgress, artifact_key
 from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.dag.macro import Skeleton
 from nas.spaces.nader.network import build_network
-from nas.data.sources import digits
 from nas.train.engine import Engine
-from nas.train.progress import EpochDisplay, EpochProgress, PrefectProgress, artifact_key, clock, prefect_progress
+from nas.train.progress import EpochDisplay, EpochProgress, clock, prefect_progress
 from nas.train.recipe import Recipe
 from nas.train.run import train_many
 

@@ -50,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> None:
-    from nas.cli.main import check_group_overrides, compose_config, fail
+    from nas.cli.main import check_group_overrides, fail
+    from nas.config import compose_config
 
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
@@ -133,7 +134,7 @@ def _tree(args, settings: dict[str, Any]) -> None:
     if args.build:
         from nas.knowledge.tree_build import build_tree
         from nas.llm import LLMClient, LLMConfig
-        from nas.workspace import home
+        from nas.home import home
 
         out = args.out or home() / "knowledge" / "attribute_tree.json"
         client = LLMClient(LLMConfig.from_dict(settings["llm"]), run_dir=out.parent / (out.stem + "-record"))

@@ -17,12 +17,12 @@ from nas.errors import NasError
 
 def main(argv: list[str]) -> None:
     from nas.cli.main import fail
-    from nas.regression import SUITES, run_suite
+    from nas.regression.probes import SUITES, run_suite
 
     parser = argparse.ArgumentParser(prog="nas regress", description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="nightly", help=f"suite to run ({', '.join(SUITES)}; default nightly)")
     parser.add_argument("--baseline", type=Path, default=None,
-                        help="baseline JSON (default benchmarks/baselines/<suite>.json)")
+                        help="baseline JSON (default: the shipped nas/regression/baselines/<suite>.json)")
     parser.add_argument("--out", type=Path, default=None,
                         help="report directory (default runs/regression/<time>)")
     parser.add_argument("--update-baseline", action="store_true",

@@ -15,15 +15,10 @@ On another port, tell the server's UI where its API is (else it calls port 4200)
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import signal
 import sys
 
 from nas.errors import NasError
-
-START_SERVER = ("start a server with `prefect server start --host 127.0.0.1` and "
-                "`export PREFECT_API_URL=http://127.0.0.1:4200/api`")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,50 +32,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_server() -> str:
-    """The API URL, once its health endpoint answers; a dead server would otherwise
-    surface as retries and a traceback."""
-    import httpx
-    from prefect.settings import PREFECT_API_URL
-
-    url = PREFECT_API_URL.value()
-    if not url:
-        raise NasError(f"PREFECT_API_URL is not set; {START_SERVER}")
-    try:
-        httpx.get(f"{url.rstrip('/')}/health", timeout=5).raise_for_status()
-    except httpx.HTTPError as err:
-        raise NasError(f"no Prefect server answers at {url} ({type(err).__name__}); {START_SERVER}") from None
-    return url
-
-
-def ui_warning(url: str) -> str | None:
-    """A line when the server's UI calls another API address than `url` (a server started with
-    --port but no PREFECT_UI_API_URL: its UI calls port 4200 and shows nothing)."""
-    import httpx
-
-    try:
-        ui_api = httpx.get(f"{url.rstrip('/').removesuffix('/api')}/ui-settings", timeout=5).json().get("api_url")
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return None  # UI disabled or not answering: nothing to check
-    if not ui_api or ui_api.rstrip("/") == url.rstrip("/"):
-        return None
-    return (f"nas serve: warning: the server's UI calls the API at {ui_api}, not {url}; restart it with "
-            f"PREFECT_UI_API_URL={url} prefect server start ...")
-
-
-def _list(config) -> None:
-    from nas.orchestration.flows.deployments import load_flow
-
-    for entry in config.entries:
-        try:
-            full = f"{load_flow(entry).name}/{entry.name}"
-        except NasError as err:
-            full = f"?/{entry.name} (not servable: {err})"
-        print(f"{full}\n  flow: {entry.flow}\n  schedule: {entry.cron or 'none (runs on demand)'}\n"
-              f"  parameters: {entry.parameters}")
-    print(f"limit: {config.limit or 'none'} flow runs at once")
-
-
 def main(argv: list[str]) -> None:
     from nas.cli.main import fail
 
@@ -89,10 +40,12 @@ def main(argv: list[str]) -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
     try:
         from nas.orchestration.flows.deployments import build, load_config
+        from nas.orchestration.serve import describe, serve
+        from nas.orchestration.server import check_server, ui_warning
 
         config = load_config(args.config, args.overrides)
         if args.list:
-            _list(config)
+            print("\n".join(describe(config)))
             return
         deployments = [build(entry) for entry in config.entries]
         url = check_server()
@@ -103,31 +56,5 @@ def main(argv: list[str]) -> None:
         print(warning, file=sys.stderr, flush=True)
     for entry, deployment in zip(config.entries, deployments):
         print(f"  {deployment.flow_name}/{entry.name}  [{entry.cron or 'on demand'}]", flush=True)
-    from prefect.runner import Runner
-
-    runner = Runner(name="nas-serve", limit=config.limit, pause_on_shutdown=True)
-    for deployment in deployments:
-        runner.add_deployment(deployment)
-    try:
-        asyncio.run(_run(runner))
-    except KeyboardInterrupt:
-        pass
+    serve(config, deployments)
     print("nas serve: stopped", flush=True)
-
-
-async def _run(runner) -> None:
-    """prefect.serve's loop, but Ctrl-C and SIGTERM both take the runner's own stop path:
-    runs in flight are cancelled (not left Running), schedules paused; a second signal
-    exits at once. (Prefect's SIGTERM handler calls the async stop without awaiting it.)"""
-    loop = asyncio.get_running_loop()
-    stopping: list[asyncio.Task | None] = []
-
-    def stop(*_: object) -> None:
-        if stopping or not runner.started:
-            raise KeyboardInterrupt
-        stopping.append(None)
-        loop.call_soon_threadsafe(lambda: stopping.append(loop.create_task(runner.astop())))
-
-    runner.handle_sigterm = stop  # Runner.start installs it for SIGTERM
-    signal.signal(signal.SIGINT, stop)
-    await runner.start()

@@ -16,7 +16,8 @@ USAGE = "usage: nas train-supernet space=NAME [data=...] [supernet.KEY=...] [see
 
 
 def main(argv: list[str]) -> None:
-    from nas.cli.main import check_group_overrides, compose_config, fail
+    from nas.cli.main import check_group_overrides, fail
+    from nas.config import compose_config, data_source
 
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__.strip() + "\n\n" + USAGE)
@@ -33,7 +34,7 @@ def main(argv: list[str]) -> None:
         group.pop("out", None)
         params = group.pop("params", None) or {}
         settings = SupernetSettings.from_dict(group)
-        result = train_supernet(cfg["space"], params, cfg["data"], settings, int(cfg["seed"]), out,
+        result = train_supernet(cfg["space"], params, data_source(cfg["data"]), settings, int(cfg["seed"]), out,
                                 progress=bool(cfg.get("progress", True)))
     except NasError as err:
         fail(str(err))

@@ -35,7 +35,7 @@ def load_arch(spec: str) -> Architecture:
 
 def compose(overrides: list[str]) -> tuple[dict, int]:
     """The `evaluator=train` config with `data`, `recipe` and `engine` resolved into it, and the seed."""
-    from nas.cli.main import compose_config
+    from nas.config import compose_config
 
     cfg = compose_config(["evaluator=train", *overrides])
     return cfg["evaluator"], int(cfg["seed"])

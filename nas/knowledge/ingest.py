@@ -37,7 +37,7 @@ def prepare(settings: dict[str, Any], paths: list[Path], out: Path | None) -> In
     from nas.knowledge.embed import default_embedder
     from nas.knowledge.papers import builtin_corpus
     from nas.llm import LLMClient, LLMConfig
-    from nas.workspace import home
+    from nas.home import home
 
     kcfg = KnowledgeConfig.from_dict(settings["knowledge"])
     lcfg = LLMConfig.from_dict(settings["llm"])

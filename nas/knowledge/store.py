@@ -29,7 +29,7 @@ from threadpoolctl import ThreadpoolController
 from nas.errors import NasError
 from nas.knowledge.embed import Embedder, default_embedder
 from nas.knowledge.idea import Idea, normalise
-from nas.workspace import home
+from nas.home import home
 
 FILTER_KEYS = ("target", "granularity", "main", "sub", "source")
 _PAGE = 256

@@ -114,7 +114,7 @@ class LLMConfig:
         return "grammar" if self.backend == "local" else "json_schema"
 
     def cache_path(self) -> Path:
-        from nas.workspace import home
+        from nas.home import home
 
         return Path(self.cache_dir).expanduser().resolve() if self.cache_dir else home() / "llm" / "cache"
 

@@ -31,7 +31,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from nas import workspace
+from nas.home import home
 from nas.errors import MissingDependencyError, NasError
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -142,7 +142,7 @@ class LocalServer:
             check_server_deps()
             port = self.port or _free_port()
             cmd = self.command(port)
-            log_path = self.log_path or workspace.home() / "llm" / "local-server.log"
+            log_path = self.log_path or home() / "llm" / "local-server.log"
             log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_fh = log_path.open("ab")
             offset = self._log_fh.tell()

@@ -3,6 +3,6 @@
 training (`supernet`), benchmark regression (`regression`); `deployments`
 serves them (`nas serve`); `artifacts` is what a search shows in the UI."""
 
-from nas.workspace import configure_prefect_env
+from nas.orchestration.env import configure_prefect_env
 
 configure_prefect_env()

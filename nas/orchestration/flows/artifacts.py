@@ -10,12 +10,16 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from prefect.artifacts import (create_markdown_artifact, create_progress_artifact, create_table_artifact,
-                               update_progress_artifact)
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 
+from nas.orchestration.progress import prefect_key
 from nas.report import render_markdown
 from nas.search.record import TrialRecord, best_record, read_history
-from nas.train.progress import prefect_key
 
 PLOT_LINE = "![best so far](best_so_far.png)"  # nas/report.py's relative link, dead in the UI
 TOP = 10

@@ -1,6 +1,7 @@
 """Flows started with Hydra overrides, as `nas` takes them on the command line, so
 any search or ingestion can be launched from the Prefect UI or `prefect
-deployment run` with nothing but a list of strings."""
+deployment run` with nothing but a list of strings, checked as the command
+line's are (nas/config.py): a search's unknown group option or key fails its run in one line."""
 
 from __future__ import annotations
 
@@ -10,15 +11,10 @@ from typing import Any
 from prefect import flow
 from prefect.runtime import flow_run
 
+from nas.config import check_job, compose_config
+from nas.execute import execute
+
 RUN_DIR = "hydra.run.dir="
-
-
-def compose(overrides: list[str]) -> dict[str, Any]:
-    """`nas.cli.main.compose_config`, with an unknown group option named in one line as the CLI does."""
-    from nas.cli.main import compose_config, validate_group_overrides
-
-    validate_group_overrides(overrides)
-    return compose_config(overrides)
 
 
 @flow(name="nas-search-overrides", persist_result=False)
@@ -27,13 +23,12 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     writes to `hydra.run.dir=DIR` when given (resuming a run there), else to a new
     ROOT/<strategy>-<space>-s<seed>[-N], and the flow run takes that directory's name."""
     from nas.orchestration.flows.search import run_name
-    from nas.cli.main import execute
-    from nas.search.spec import SearchSpec
 
     overrides = list(overrides or [])
     dirs = [o[len(RUN_DIR):] for o in overrides if o.startswith(RUN_DIR)]
-    cfg = compose([o for o in overrides if not o.startswith(RUN_DIR)])
-    spec = SearchSpec.from_config(cfg)
+    job = [o for o in overrides if not o.startswith(RUN_DIR)]
+    spec = check_job(job)
+    cfg = compose_config(job)
     run_dir = Path(dirs[-1]).resolve() if dirs else new_run_dir(Path(root).resolve(), run_name(spec))
     _rename_flow_run(run_dir.name if not dirs else run_name(spec))
     summary = execute(spec, run_dir, cfg.get("runner") or {}, progress=False)
@@ -67,11 +62,11 @@ def _rename_flow_run(name: str) -> None:
 def ingest_overrides_flow(paths: list[str] | None = None, overrides: list[str] | None = None,
                           out: str | None = None) -> dict[str, Any]:
     """`nas knowledge ingest PATHS [overrides] --prefect`; no paths reads the built-in corpus."""
-    from nas.orchestration.flows.knowledge import ingest_flow
     from nas.knowledge.config import KnowledgeConfig
     from nas.llm import LLMConfig
+    from nas.orchestration.flows.knowledge import ingest_flow
 
-    cfg = compose(list(overrides or []))
+    cfg = compose_config(list(overrides or []))
     settings = {"llm": cfg["llm"], "knowledge": cfg["knowledge"]}
     LLMConfig.from_dict(settings["llm"])  # bad settings fail before any paper is read
     KnowledgeConfig.from_dict(settings["knowledge"])

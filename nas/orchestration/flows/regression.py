@@ -12,7 +12,8 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from nas.regression import Plan, RegressionFailed, failed_probe, finish, plan, run_probe
+from nas.regression.judge import Plan, RegressionFailed, failed_probe, finish, plan
+from nas.regression.probes import get_suite, run_probe
 
 
 @task(retries=1, retry_delay_seconds=5, cache_policy=NO_CACHE, persist_result=False,
@@ -30,7 +31,7 @@ def compare_task(suite: str, p: Plan, results: list[dict[str, Any]], wall_s: flo
 def regression_flow(suite: str = "nightly", baseline: str | None = None, out: str | None = None) -> dict:
     """Probes run one after another: concurrent probes would distort each other's timings."""
     logger = get_run_logger()
-    p = plan(suite, baseline, out)  # a bad suite or baseline fails the run before any probe
+    p = plan(get_suite(suite), baseline, out)  # a bad suite or baseline fails the run before any probe
     start = time.perf_counter()
     results = []
     for probe in p.suite.probes:

@@ -8,13 +8,15 @@ from typing import Any
 
 from prefect import flow
 
+from nas.evaluators.base import Evaluator
+from nas.execute import RUNNERS, SearchRunner
 from nas.orchestration.flows.artifacts import SearchArtifacts
 from nas.orchestration.flows.runners import build_task_runner, shared_api
+from nas.orchestration.tasks.evaluate import PrefectExecutor
+from nas.orchestration.tasks.llm import prefect_calls
 from nas.report import write_run_report
 from nas.search.loop import SearchLoop, trusts_self_reported
 from nas.search.spec import SearchSpec
-from nas.orchestration.tasks.evaluate import PrefectExecutor
-from nas.orchestration.tasks.llm import prefect_calls
 
 
 @flow(name="nas-search", persist_result=False, validate_parameters=False)
@@ -49,3 +51,32 @@ def run_search_flow(spec: SearchSpec, run_dir: Path, *, progress: bool, retries:
     )
     with shared_api(runner):
         return named(spec.to_dict(), str(run_dir), retries, progress, runner.get("name", "prefect"))
+
+
+class FlowRunner(SearchRunner):
+    """The search as the `nas-search` flow, its evaluations tasks of the configured task
+    runner (nas/orchestration/flows/runners.py); the flow builds its own evaluator."""
+
+    def run(self, spec: SearchSpec, run_dir: Path, evaluator: Evaluator, progress: bool) -> dict[str, Any]:
+        return run_search_flow(spec, run_dir, runner=self.settings, retries=int(self.settings.get("retries", 1)),
+                               progress=progress)
+
+
+@RUNNERS.register("prefect")
+class ThreadsFlowRunner(FlowRunner):
+    """Evaluations on a thread pool of `workers`."""
+
+
+@RUNNERS.register("processes")
+class ProcessesFlowRunner(FlowRunner):
+    """Evaluations in a pool of `workers` processes."""
+
+
+@RUNNERS.register("dask")
+class DaskFlowRunner(FlowRunner):
+    """Evaluations on a local Dask cluster or a scheduler's (`address`)."""
+
+
+@RUNNERS.register("ray")
+class RayFlowRunner(FlowRunner):
+    """Evaluations on a local Ray or a cluster's (`address`)."""

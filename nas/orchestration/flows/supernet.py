@@ -11,9 +11,15 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import INPUTS, NO_CACHE
 
-from nas.orchestration.flows.entry import compose
+from nas.config import compose_config, data_source
 from nas.errors import ConfigError
-from nas.orchestration.tasks.records import SERIALIZER, check_fields, is_count, is_number, read_record
+from nas.orchestration.tasks.records import (
+    SERIALIZER,
+    check_fields,
+    is_count,
+    is_number,
+    read_record,
+)
 
 # The shape of `train_supernet_task`'s result: a cached record is used only if it has it.
 TRAINED_FIELDS = {"path": lambda v: isinstance(v, str), "sha256": lambda v: isinstance(v, str),
@@ -68,7 +74,7 @@ def train_supernet_flow(overrides: list[str] | None = None) -> dict[str, Any]:
 
     overrides = list(overrides or [])
     outs = [o[4:] for o in overrides if o.startswith("out=")]
-    cfg = compose([o for o in overrides if not o.startswith("out=")])
+    cfg = compose_config([o for o in overrides if not o.startswith("out=")])
     group = dict(cfg["supernet"])
     out = Path(outs[-1] if outs else group["out"]).resolve()
     group.pop("out")
@@ -77,8 +83,9 @@ def train_supernet_flow(overrides: list[str] | None = None) -> dict[str, Any]:
     if settings.devices > 1:
         raise ConfigError("supernet.devices > 1 needs `nas train-supernet`: Lightning's DDP relaunches "
                           "the command per rank, which in a flow run would start the run again")
-    inputs = {"space": cfg["space"], "params": params, "data": cfg["data"], "settings": settings.to_dict(),
-              "seed": int(cfg["seed"]), "out": str(out), "data_fingerprint": fingerprint_data(cfg["data"])}
+    data = data_source(cfg["data"])
+    inputs = {"space": cfg["space"], "params": params, "data": data, "settings": settings.to_dict(),
+              "seed": int(cfg["seed"]), "out": str(out), "data_fingerprint": fingerprint_data(data)}
     train = train_supernet_task.with_options(refresh_cache=True) if _must_retrain(inputs) else train_supernet_task
     state = train(**inputs, return_state=True)
     return {**state.result(), "cached": state.name == "Cached"}

@@ -1,6 +1,6 @@
-"""Where nasflow keeps state that outlives a run: the Prefect home and its
-result store (the evaluation cache). Paths are absolute because Hydra may
-change the working directory."""
+"""Prefect's environment for nasflow: its home and result store (the evaluation cache)
+under NASFLOW_HOME, quiet logging, and the guard that stops the ephemeral API server
+when `nas` dies. Set before Prefect is first imported (this package's `__init__`s)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,7 @@ import sys
 import types
 from pathlib import Path
 
-
-def home() -> Path:
-    return Path(os.environ.get("NASFLOW_HOME", "~/.nasflow")).expanduser().resolve()
+from nas.home import home
 
 
 def configure_prefect_env() -> None:
@@ -44,7 +42,7 @@ class _GuardedPopen(subprocess.Popen):
     starts fast), in its own session so a Ctrl-C aimed at `nas` does not hit it."""
 
     def __init__(self, args, *rest, **kwargs) -> None:  # noqa: ANN001
-        guard = Path(__file__).resolve().parent / "llm" / "guard.py"
+        guard = Path(__file__).resolve().parents[1] / "llm" / "guard.py"
         kwargs.setdefault("start_new_session", True)
         super().__init__([sys.executable, "-I", str(guard), *args], *rest, **kwargs)
 

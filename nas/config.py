@@ -1,0 +1,234 @@
+"""Config composition: `nas/conf/config.yaml` + Hydra overrides, checked before anything
+runs, every problem one line (ConfigError). A library module, so the CLI, the Prefect
+flows and the regression probes compose and check a job the same way."""
+
+from __future__ import annotations
+
+import inspect
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from nas.errors import ConfigError, NasError
+
+if TYPE_CHECKING:
+    from nas.search.spec import SearchSpec
+
+GROUPS = ("space", "strategy", "evaluator", "runner", "data", "recipe", "engine", "llm", "knowledge")
+COMPONENTS = ("space", "strategy", "evaluator")  # nodes whose keys are a registered class's parameters
+DATA_SOURCE = ("name", "root", "split_file")  # the data group's keys that load it; the rest describe it
+
+
+def data_source(data: dict[str, Any]) -> dict[str, Any]:
+    """The data group as `load_data` takes it, without `num_classes`, `input_size`, `channels`."""
+    return {key: data[key] for key in DATA_SOURCE if key in data}
+
+
+def available(group: str) -> list[str]:
+    folder = resources.files("nas.conf") / group
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def validate_group_overrides(args: list[str]) -> None:
+    """Hydra's own message for an unknown option is many lines; say it in one (ConfigError)."""
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        key = key.lstrip("+~")
+        if sep and key == "experiment" and not arg.startswith("+"):  # not in the defaults list
+            raise ConfigError(f"experiment presets are added, not overridden: write +experiment={value}")
+        if not sep or key not in (*GROUPS, "experiment") or "(" in value:
+            continue
+        valid = available(key)
+        for name in value.split(","):
+            if name.strip() not in valid:
+                raise ConfigError(f"unknown {key} '{name.strip()}' (valid: {', '.join(valid)})")
+
+
+def compose_config(overrides: list[str]) -> dict[str, Any]:
+    """The composed config, resolved; an unknown group option is one line, but keys are
+    not checked (`check_config` checks them too)."""
+    validate_group_overrides(overrides)
+    return _resolve(compose(overrides))
+
+
+def compose(overrides: list[str], hydra: bool = False) -> Any:
+    """Hydra's composition of `nas/conf/config.yaml` + overrides, its errors in one line (ConfigError)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_module("nas.conf", version_base="1.3"):
+            return hydra_compose("config", overrides=overrides, return_hydra_config=hydra)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError(one_line(err)) from None
+
+
+def one_line(err: BaseException) -> str:
+    """Hydra's and OmegaConf's multi-line messages in one line, without their
+    `+key` hint (a key the config lacks is a typo, not something to append)."""
+    skip = ("To append to your", "Set the environment variable HYDRA_FULL_ERROR", "See https://", "full_key:",
+            "object_type=", "reference_type=", "Did you mean to override")
+    parts: list[str] = []
+    listing = False  # "Available options in 'g':" is followed by one option per line
+    for line in str(err).split("Config search path:")[0].splitlines():
+        line = line.strip().rstrip(".")
+        if not line or line.startswith(skip):
+            continue
+        if listing:
+            parts[-1] += (" " if parts[-1].endswith(":") else ", ") + line
+        else:
+            parts.append(line)
+            listing = line.endswith(":")
+    return "; ".join(parts) or type(err).__name__
+
+
+def job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
+    """The overrides of each job Hydra will run: one job, or the sweep's product
+    (the config's `hydra.sweeper.params` first, command-line values replacing them)."""
+    parsed = parse_overrides(overrides)
+    if not multirun:
+        return [overrides]
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.errors import HydraException
+
+    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    params = compose(fixed, hydra=True).hydra.sweeper.params or {}
+    lines = [*(f"{k}={v}" for k, v in params.items()), *overrides]
+    try:
+        batches = BasicSweeper.split_arguments(parse_overrides(lines), None)
+    except HydraException as err:  # an unsupported sweep type (interval)
+        raise ConfigError(one_line(err)) from None
+    return [job for batch in batches for job in batch]
+
+
+def parse_overrides(overrides: list[str]) -> list[Any]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    out = []
+    for line in overrides:
+        try:
+            out.extend(parser.parse_overrides([line]))
+        except OverrideParseException as err:
+            if "=" not in line:
+                raise ConfigError(f"override '{line}' has no value: write {line.lstrip('+~')}=VALUE") from None
+            raise ConfigError(f"cannot parse override '{line}': {one_line(err)}") from None
+    return out
+
+
+def check_config(overrides: list[str]) -> dict[str, Any]:
+    """The composed config, resolved, once every group option and key the overrides name
+    exists: a typo is an error, never a silently ignored setting."""
+    return _checked(overrides)[0]
+
+
+def check_job(overrides: list[str]) -> SearchSpec:
+    """`check_config`, then the spec and its pairing: the checks that need nothing built,
+    so a sweep's bad job stops it before any slow one."""
+    from nas.search.spec import SearchSpec
+
+    container, space_choice = _checked(overrides)
+    spec = SearchSpec.from_config(container)
+    spec.check_pairing(space_choice)
+    return spec
+
+
+def _checked(overrides: list[str]) -> tuple[dict[str, Any], str | None]:
+    """The checked, resolved config and the space's option name (its label in messages)."""
+    validate_group_overrides(overrides)
+    parsed = parse_overrides(overrides)
+    groups = group_dirs()
+    for o in parsed:
+        if o.is_add() and o.key_or_group in default_groups():
+            raise ConfigError(f"{o.key_or_group} already has a choice: write {o.input_line[1:]} "
+                              "(+ adds only a group the config does not choose, such as +experiment=NAME)")
+    choices = [o.input_line for o in parsed if o.key_or_group in groups or o.is_hydra_override()]
+    base = compose(choices, hydra=True)
+    for o in parsed:
+        if o.key_or_group not in groups and not o.is_hydra_override() and not o.is_delete():
+            check_key(o, base)
+    return _resolve(compose(overrides)), base.hydra.runtime.choices.get("space")
+
+
+def _resolve(cfg: Any) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    except OmegaConfBaseException as err:  # an interpolation that cannot resolve
+        raise ConfigError(one_line(err)) from None
+
+
+def check_build(spec: SearchSpec) -> None:
+    """The rest of what `execute` checks before it starts, without writing anything."""
+    import logging
+
+    logging.disable(logging.WARNING)  # a component's warnings are said once, when the job builds it
+    try:
+        space = spec.build_space()
+        spec.check_budget(space)
+        spec.build_strategy(space)
+        spec.build_evaluator(space)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def check_key(override: Any, base: Any) -> None:
+    """`key=v` must name a key the config has; `+key=v` one it does not have (a typo
+    added with `+` would otherwise be ignored). Unknown keys of a space, strategy or
+    evaluator are left to its registry, which knows its class's parameters."""
+    from omegaconf import DictConfig
+
+    key = override.key_or_group
+    value = override.get_value_element_as_str() if override.value() is not None else "null"
+    parts = key.split(".")
+    node: Any = base
+    for depth, part in enumerate(parts):
+        where = ".".join(parts[:depth])
+        if not isinstance(node, DictConfig):
+            raise ConfigError(f"unknown key '{key}': '{where}' is a value, not a section")
+        if part not in node:
+            if (override.is_add() or override.is_force_add()) and parts[0] in COMPONENTS and depth == len(parts) - 1:
+                return
+            hint = _add_hint(base, parts) if depth == len(parts) - 1 and not override.is_add() else ""
+            section = f"of {where}" if where else "at the top level"
+            raise ConfigError(f"unknown key '{key}' (valid keys {section}: {', '.join(map(str, node))}){hint}")
+        node = node._get_node(part)
+    if isinstance(node, DictConfig) and not isinstance(override.value(), dict) and not override.is_delete():
+        raise ConfigError(f"'{key}' is a section, not a value: set its keys ({', '.join(map(str, node))}), "
+                          f"e.g. {key}.{next(iter(node), 'KEY')}={value}")
+    if override.is_add():
+        raise ConfigError(f"'{key}' is already in the config: write {key}={value} "
+                          "(+ adds only keys the config does not have)")
+
+
+def _add_hint(base: Any, parts: list[str]) -> str:
+    """A parameter of the chosen class that its YAML file does not list is added with `+`."""
+    if parts[0] not in COMPONENTS or len(parts) != 2:
+        return ""
+    from nas.search.spec import EVALUATORS, SPACES, STRATEGIES
+
+    registry = {"space": SPACES, "strategy": STRATEGIES, "evaluator": EVALUATORS}[parts[0]]
+    try:
+        accepted = inspect.signature(registry.get(str(base[parts[0]].name)).__init__).parameters
+    except NasError:
+        return ""
+    return f"; it is a parameter: add it with +{'.'.join(parts)}=VALUE" if parts[1] in accepted else ""
+
+
+@cache
+def default_groups() -> frozenset[str]:
+    """The groups `nas/conf/config.yaml` chooses (and `space_defaults`' strategy and evaluator)."""
+    import yaml
+
+    entries = yaml.safe_load((resources.files("nas.conf") / "config.yaml").read_text())["defaults"]
+    return frozenset({"strategy", "evaluator", *(k for e in entries if isinstance(e, dict) for k in e)})
+
+
+@cache
+def group_dirs() -> frozenset[str]:
+    return frozenset(p.name for p in resources.files("nas.conf").iterdir() if p.is_dir() and not p.name.startswith("_"))

@@ -1,0 +1,65 @@
+"""Running one composed search: the checks, the run dir's preparation, then the loop,
+in this process (runner=local) or as a Prefect flow (prefect, processes, dask, ray).
+The flow runners are found through `RUNNERS`' module table, by name, so the library
+never imports Prefect and `nas search runner=local` never loads it."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nas.core.registry import Registry
+
+if TYPE_CHECKING:
+    from nas.evaluators.base import Evaluator
+    from nas.search.spec import SearchSpec
+
+FLOW_MODULE = "nas.orchestration.flows.search"
+
+
+class SearchRunner:
+    """Where a search's loop and evaluations run; `settings` is the `runner` config group."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.settings = settings
+
+    def run(self, spec: SearchSpec, run_dir: Path, evaluator: Evaluator, progress: bool) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+RUNNERS: Registry[SearchRunner] = Registry("runner", modules={name: FLOW_MODULE for name in
+                                                              ("prefect", "processes", "dask", "ray")})
+
+
+@RUNNERS.register("local")
+class LocalRunner(SearchRunner):
+    """In this process, evaluations one after another (or one batch at a time): no Prefect."""
+
+    def run(self, spec: SearchSpec, run_dir: Path, evaluator: Evaluator, progress: bool) -> dict[str, Any]:
+        from nas.report import write_run_report
+        from nas.search.loop import LocalExecutor, SearchLoop
+
+        executor = LocalExecutor(evaluator, spec.seed if evaluator.uses_seed else None)
+        summary = SearchLoop(spec, run_dir, executor, progress=progress, runner="local").run_search()
+        write_run_report(run_dir, summary)  # the loop returns the summary; its caller writes the report
+        return summary
+
+
+def execute(spec: SearchSpec, run_dir: Path, runner: dict[str, Any], progress: bool) -> dict[str, Any]:
+    """Run one search with the configured runner; returns the loop's summary."""
+    from nas.search.rundir import RunDir
+
+    # One INFO line per Prefect API call (httpx) or LLM call (httpx2, the openai SDK's), and model loading.
+    for noisy in ("httpx", "httpx2", "sentence_transformers"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    spec.check_pairing()
+    space = spec.build_space()
+    spec.check_budget(space)
+    spec.build_strategy(space)  # validate before any work starts
+    evaluator = spec.build_evaluator(space)
+    run = RunDir(run_dir)
+    with run.lock():  # held by this process (the flow runs in it) until the search ends
+        run.prepare(spec.identity(), spec.batch_size)  # a bad run dir fails before Prefect starts
+        return RUNNERS.get(runner.get("name", "prefect"))(runner).run(spec, run_dir, evaluator, progress)
