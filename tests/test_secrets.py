@@ -156,7 +156,9 @@ def test_llm_search_run_files_and_prompts_never_hold_the_key(tmp_path, secret):
 class EnvPrintingEvaluator(Evaluator):
     """A candidate whose run printed the parent's environment: the key is in its verdict."""
 
-    spaces = ("nb201",)
+    @classmethod
+    def accepts(cls, space) -> bool:
+        return space is NB201Space
 
     def fingerprint(self) -> str:
         return "env-printing"
