@@ -53,7 +53,10 @@ PAPER = {"claim": "CoLLM-NAS reaches OFA-S accuracy with 4x fewer evaluations th
 
 
 def space_config() -> dict[str, Any]:
-    return yaml.safe_load((ROOT / "nas" / "conf" / "space" / "ofa_mbv3_small.yaml").read_text())
+    """The preset as `nas search space=ofa_mbv3_small data=fashion_mnist` composes it."""
+    from nas.config import compose_config
+
+    return compose_config(["space=ofa_mbv3_small", f"data={DATA['name']}"])["space"]
 
 
 def train(out: Path, quick: bool, seed: int) -> Path:

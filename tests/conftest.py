@@ -195,6 +195,17 @@ def prefect_home(tmp_path: Path):
     os.environ.update(saved)
 
 
+def space_preset(name: str, data: str = "digits") -> dict:
+    """A space preset as `nas search space=<name>` composes it: its interpolations
+    (`${data.num_classes}`) resolved against a data group (the default job's)."""
+    from omegaconf import OmegaConf
+
+    conf = ROOT / "nas" / "conf"
+    cfg = OmegaConf.create({"space": OmegaConf.load(conf / "space" / f"{name}.yaml"),
+                            "data": OmegaConf.load(conf / "data" / f"{data}.yaml")})
+    return OmegaConf.to_container(cfg, resolve=True)["space"]  # type: ignore[index]
+
+
 def run_nas(args: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([*NAS, *args], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)

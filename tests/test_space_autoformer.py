@@ -3,12 +3,12 @@ the weight-entangled supernet against the subnets it extracts."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import yaml
+
+from conftest import space_preset
 
 from nas.spaces.autoformer.arch import AutoFormerArch
 from nas.errors import ConfigError, EncodingError
@@ -18,11 +18,10 @@ from nas.spaces.autoformer.space import AutoFormerSpace
 from nas.supernets import SUPERNETS
 from nas.spaces.autoformer.supernet import AutoFormerSupernet
 
-CONF = Path(__file__).resolve().parents[1] / "nas" / "conf" / "space"
 
 
 def preset(name: str) -> AutoFormerSpace:
-    params = yaml.safe_load((CONF / f"{name}.yaml").read_text())
+    params = space_preset(name)
     return SPACES.create(params.pop("name"), params)
 
 

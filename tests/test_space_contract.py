@@ -19,14 +19,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
+
+from conftest import space_preset
 
 from nas.core.space import SPACES, CategoricalSpace, Cost, SearchSpace
 from nas.errors import ConfigError, EvaluationError
 from nas.measure import count_flops, count_params
 from nas.supernets import SUPERNETS
 
-PRESETS = {p.stem: yaml.safe_load(p.read_text(encoding="utf-8"))
+PRESETS = {p.stem: space_preset(p.stem)
            for p in sorted(Path(str(resources.files("nas.conf") / "space")).glob("*.yaml"))}
 # ImageNet-size networks: seconds each to build and run on 2 cores.
 LARGE = {"ofa_mbv3", "spos", "autoformer"}

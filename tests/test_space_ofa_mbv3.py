@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
+
+from conftest import space_preset
 
 from nas.spaces.ofa_mbv3.arch import OFAMbv3Arch
 from nas.errors import ConfigError, EncodingError
@@ -18,7 +18,6 @@ from nas.spaces.ofa_mbv3.space import OFAMbv3Space
 from nas.supernets import SUPERNETS
 from nas.spaces.ofa_mbv3.supernet import OFAMbv3Supernet
 
-CONF = Path(__file__).resolve().parents[1] / "nas" / "conf" / "space"
 
 # In the format of CoLLM-NAS's MobileNet-space table (values ours).
 PAPER = {"r": [208], "d": [3, 3, 3, 3, 4],
@@ -36,7 +35,7 @@ def one_thread():
 
 
 def preset(name: str) -> OFAMbv3Space:
-    params = OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml"))
+    params = space_preset(name)
     return SPACES.create(params.pop("name"), params)
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
+
+from conftest import space_preset
 
 from nas.spaces.spos.arch import CHOICE_NAMES, SPOSArch
 from nas.errors import ConfigError, EncodingError
@@ -18,12 +18,11 @@ from nas.spaces.spos.space import SPOSSpace
 from nas.supernets import SUPERNETS
 from nas.spaces.spos.supernet import SPOSSupernet
 
-CONF = Path(__file__).resolve().parents[1] / "nas" / "conf" / "space"
 
 
 def preset(name: str) -> SPOSSpace:
-    node = OmegaConf.to_container(OmegaConf.load(CONF / f"{name}.yaml"))
-    return SPACES.create(node.pop("name"), node)
+    params = space_preset(name)
+    return SPACES.create(params.pop("name"), params)
 
 
 @pytest.fixture(scope="module")
