@@ -144,6 +144,8 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_design_verifiers.py": (),
     "test_design_verifiers.py::test_source_chain": ("sandbox",),
     "test_space_contract.py": (),
+    "test_strategy_contract.py": (),
+    "test_evaluator_contract.py": (),
     "test_trial_record.py": (),
     "test_layering.py": (),
     "test_supernet_nb201.py": (),

@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from nas.errors import ConfigError, EvaluationError
 if TYPE_CHECKING:  # a space builds torch networks, but only inside `build`: the core imports no torch
     from torch import nn
 
+# The space's own architecture class: each family's methods take only its architectures.
+A = TypeVar("A", bound=Architecture)
+
 
 @dataclass(frozen=True)
 class Cost:
@@ -29,7 +32,7 @@ class Cost:
     flops: int
 
 
-class SearchSpace(ABC):
+class SearchSpace(ABC, Generic[A]):
     """What strategies may ask of a space, and the networks of its architectures.
 
     `build` and `source` are the only way evaluators, training and export turn
@@ -53,22 +56,22 @@ class SearchSpace(ABC):
     trainable: ClassVar[bool] = False
 
     @abstractmethod
-    def sample(self, rng: np.random.Generator) -> Architecture:
+    def sample(self, rng: np.random.Generator) -> A:
         """A uniformly random architecture."""
 
     @abstractmethod
-    def mutate(self, arch: Architecture, rng: np.random.Generator) -> Architecture:
+    def mutate(self, arch: A, rng: np.random.Generator) -> A:
         """A random neighbour that differs from `arch` in one decision."""
 
     @abstractmethod
-    def decode(self, encoding: Any) -> Architecture:
+    def decode(self, encoding: Any) -> A:
         """Encoding → architecture; raises `EncodingError` on malformed input."""
 
     def size(self) -> int | None:
         """Number of distinct architectures, when finite and known."""
         return None
 
-    def cost(self, arch: Architecture) -> Cost | None:
+    def cost(self, arch: A) -> Cost | None:
         """Params and FLOPs of `arch` at the space's input size; None when unknown
         (then FLOPs/params constraints cannot be checked before evaluation)."""
         return None
@@ -77,7 +80,7 @@ class SearchSpace(ABC):
         """The space and its encoding format in words, for LLM prompts."""
         return f"search space '{self.name}'"
 
-    def input_size(self, arch: Architecture) -> int | None:
+    def input_size(self, arch: A) -> int | None:
         """The input resolution `arch`'s network runs at (OFA's r, a ViT's image size); None: any size
         (the data's own). Data of another size is resized to it."""
         return None
@@ -88,7 +91,7 @@ class SearchSpace(ABC):
         names = [n for n in inspect.signature(type(self).__init__).parameters if n not in ("self", "args", "kwargs")]
         return {n: getattr(self, n) for n in names if hasattr(self, n)}
 
-    def build(self, arch: Architecture, num_classes: int, in_channels: int = 3, input_size: int = 32,
+    def build(self, arch: A, num_classes: int, in_channels: int = 3, input_size: int = 32,
               options: Mapping[str, Any] | None = None) -> "nn.Module":
         """The trainable network of `arch` for `num_classes` classes and `in_channels` x `input_size`^2
         inputs, freshly initialised (seed torch first for reproducible weights). `options` are
@@ -96,7 +99,7 @@ class SearchSpace(ABC):
         width_multiple); a space reads those it has and ignores the rest."""
         raise EvaluationError(f"{type(arch).__name__} cannot be built in-process (space '{self.name}')")
 
-    def source(self, arch: Architecture, num_classes: int, in_channels: int = 3, input_size: int = 32,
+    def source(self, arch: A, num_classes: int, in_channels: int = 3, input_size: int = 32,
                options: Mapping[str, Any] | None = None) -> str:
         """Python source defining `Network(num_classes=...)`, the network `build` gives (its state dict
         loads into it). This default rebuilds it through nasflow for spaces with no standalone generator."""
@@ -116,7 +119,7 @@ class Decision:
     choices: tuple[Any, ...]
 
 
-class CategoricalSpace(SearchSpace):
+class CategoricalSpace(SearchSpace[A]):
     """A space whose architectures are one value per decision (NB201's edges,
     OFA's r/d/ks/e, SPOS's 20 blocks, AutoFormer's per-layer choices).
     Sampling, mutation, REINFORCE's policy and the LLM's grammar all work on
@@ -128,26 +131,27 @@ class CategoricalSpace(SearchSpace):
         """Every decision, in a fixed order."""
 
     @abstractmethod
-    def from_values(self, values: list[Any]) -> Architecture:
+    def from_values(self, values: list[Any]) -> A:
         """One value per decision → architecture; `EncodingError` names the bad decision."""
 
     @abstractmethod
-    def to_values(self, arch: Architecture) -> list[Any]:
+    def to_values(self, arch: A) -> list[Any]:
         """Inverse of `from_values`."""
 
-    def from_indices(self, indices: list[int]) -> Architecture:
+    def from_indices(self, indices: list[int]) -> A:
         return self.from_values([d.choices[i] for d, i in zip(self.decisions(), indices, strict=True)])
 
-    def to_indices(self, arch: Architecture) -> list[int]:
+    def to_indices(self, arch: A) -> list[int]:
         return [d.choices.index(v) for d, v in zip(self.decisions(), self.to_values(arch), strict=True)]
 
-    def sample(self, rng: np.random.Generator) -> Architecture:
+    def sample(self, rng: np.random.Generator) -> A:
         return self.from_values([d.choices[int(rng.integers(len(d.choices)))] for d in self.decisions()])
 
-    def mutate(self, arch: Architecture, rng: np.random.Generator, attempts: int = 100) -> Architecture:
-        """Change one decision; decisions that leave the network unchanged (inactive ones) are redrawn."""
+    def mutate(self, arch: A, rng: np.random.Generator) -> A:
+        """Change one decision; decisions that leave the network unchanged (inactive ones) are redrawn
+        (up to 100 times, then a random sample)."""
         decisions, values = self.decisions(), self.to_values(arch)
-        for _ in range(attempts):
+        for _ in range(100):
             i = int(rng.integers(len(decisions)))
             others = [c for c in decisions[i].choices if c != values[i]]
             if not others:
@@ -161,17 +165,17 @@ class CategoricalSpace(SearchSpace):
         return math.prod(len(d.choices) for d in self.decisions())
 
 
-class OpenEndedSpace(SearchSpace):
+class OpenEndedSpace(SearchSpace[A]):
     """A space with a base design (`base`, the root of the search) and decoding, but no uniform
     sample or random neighbour: only LLM design strategies search it."""
 
     open_ended = True
-    base: Architecture
+    base: A
 
-    def sample(self, rng: np.random.Generator) -> Architecture:
+    def sample(self, rng: np.random.Generator) -> A:
         raise ConfigError(f"space '{self.name}' has no random samples; use an LLM design strategy")
 
-    def mutate(self, arch: Architecture, rng: np.random.Generator) -> Architecture:
+    def mutate(self, arch: A, rng: np.random.Generator) -> A:
         raise ConfigError(f"space '{self.name}' has no random moves; use an LLM design strategy")
 
     @staticmethod

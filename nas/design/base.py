@@ -62,7 +62,9 @@ def verify_and_retry(chain: Chain, first: Try, revise: Revise, attempts: list[di
     """Check drafts with `chain` until one passes, the failure cannot be retried
     (a duplicate), or `revise` has no more tries; every try is logged in `attempts`.
     Returns the last outcome (None if no draft was ever checked) and the last checked text."""
-    outcome, last, step = None, None, first
+    outcome: Outcome | None = None
+    last: str | None = None
+    step: Try | None = first
     while step is not None:
         if step.text is None:
             attempts.append({**step.label, "error": step.error})
@@ -73,9 +75,10 @@ def verify_and_retry(chain: Chain, first: Try, revise: Revise, attempts: list[di
         last = step.text
         outcome = chain.run(last)
         attempts.append({**step.label, **outcome.to_dict(), **step.extra})
-        if outcome.ok or outcome.failure.retry is None:
+        failure = outcome.failure  # None: every check passed
+        if failure is None or failure.retry is None:
             break
-        step = revise(outcome, outcome.failure.error, last)
+        step = revise(outcome, failure.error, last)
     return outcome, last or ""
 
 
@@ -139,7 +142,7 @@ class DesignStrategy(Strategy):
         """One designed (or rejected) candidate; None when nothing is left to modify."""
 
     def _tokens_since(self, before) -> int:
-        used = self.client.usage.total()
+        used = self.llm_client.usage.total()
         return (used.prompt_tokens + used.completion_tokens) - (before.prompt_tokens + before.completion_tokens)
 
     # -- report -------------------------------------------------------------------------------------------

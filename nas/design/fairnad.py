@@ -23,7 +23,7 @@ from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE
 from nas.spaces.source.arch import SourceArch
 from nas.design.base import DesignStrategy, SeenDesigns, Try, verify_and_retry
 from nas.design.metrics import design_metrics
-from nas.design.verifiers import Outcome
+from nas.design.verifiers import Outcome, budget_limits
 from nas.errors import ConfigError, RunDirError
 from nas.search.record import TrialRecord
 from nas.core.space import SearchSpace
@@ -47,6 +47,20 @@ class Model:
     accuracy: float | None = None
     params: float | None = None
     flops: float | None = None
+
+    @property
+    def score(self) -> float:
+        """An evaluated model's accuracy (`tell` sets both; only evaluated models are ranked)."""
+        if self.accuracy is None:
+            raise ValueError(f"fairnad: model {self.id} is {self.status}, it has no accuracy")
+        return self.accuracy
+
+    @property
+    def size(self) -> tuple[float, float]:
+        """(params, FLOPs) of a measured model (Pareto parents are)."""
+        if self.params is None or self.flops is None:
+            raise ValueError(f"fairnad: model {self.id} has no measured params/FLOPs")
+        return self.params, self.flops
 
 
 @dataclass
@@ -179,7 +193,7 @@ class FairNADStrategy(DesignStrategy):
     def _ranked(self) -> list[int]:
         """Evaluated models, best accuracy first (top-k parent selection)."""
         done = [m for m in self.models if m.status == "evaluated"]
-        return [m.id for m in sorted(done, key=lambda m: (-m.accuracy, m.id))]
+        return [m.id for m in sorted(done, key=lambda m: (-m.score, m.id))]
 
     def _pareto_parents(self, k: int) -> list[int]:
         from nas.search.pareto import FAIRNAD_OBJECTIVES, nsga2_select
@@ -187,7 +201,7 @@ class FairNADStrategy(DesignStrategy):
         done = [m for m in self.models if m.status == "evaluated" and m.params is not None and m.flops is not None]
         if not done or k == 0:
             return []
-        points = [[m.accuracy, m.params, m.flops] for m in done]
+        points = [[m.score, *m.size] for m in done]
         picked = nsga2_select(points, [o.maximize for o in FAIRNAD_OBJECTIVES], min(k, len(done)))
         return _cycle([done[i].id for i in picked], k)
 
@@ -215,7 +229,7 @@ class FairNADStrategy(DesignStrategy):
         from nas.search.pareto import underused
 
         m = self.models[parent]
-        small = underused(m.params, m.flops, self.budget.params, self.budget.flops, self.underused_ratio)
+        small = underused(*m.size, *budget_limits(self.budget), self.underused_ratio)
         ideas = UPSCALE_IDEAS if small else HYPER_IDEAS
         return Job("pareto", parent, ideas[int(self.rng.integers(len(ideas)))],
                    {"refinement": "upscale" if small else "hyper-parameter"})
@@ -238,19 +252,20 @@ class FairNADStrategy(DesignStrategy):
         from nas.agents.fairnad import iterate, mutate
 
         parent = self.models[job.parent]
-        before = self.client.usage.total()
+        before = self.llm_client.usage.total()
         info: dict[str, Any] = {"stage": job.stage, "generation": self.generation, "parent": parent.id}
         if job.stage == "iterative":
             info.update(step=job.step, chain=job.chain, chain_from=job.parent)
         grand = self.models[parent.parent] if parent.parent is not None else None
         if job.stage == "iterative" and grand is not None:
-            answer = iterate(self.client, grand.source, parent.source, parent.idea, grand.accuracy,
-                             parent.accuracy, self.attributes)
-            improved = grand.accuracy is not None and parent.accuracy > grand.accuracy
+            iterated = iterate(self.llm_client, grand.source, parent.source, parent.idea, grand.accuracy,
+                               parent.accuracy, self.attributes)
+            improved = grand.accuracy is not None and parent.accuracy is not None and parent.accuracy > grand.accuracy
             info["variant"] = "improved" if improved else "degraded"
-            request = answer.value.idea if answer.ok and answer.value.idea else (
+            design, errors = iterated.value, iterated.errors
+            request = design.idea if design is not None and design.idea else (
                 f"refine the model after the mutation '{parent.idea}'")
-            code = answer.value.source if answer.ok else None
+            code = design.source if design is not None else None
             # The degraded variant rewrites the grand-parent: it is the child's parent then.
             base = parent if improved else grand
             idea, target = request, "iterative"
@@ -259,27 +274,29 @@ class FairNADStrategy(DesignStrategy):
                 fresh = self._fair_job("iterative", job.parent)
                 job = Job("iterative", job.parent, fresh.idea, fresh.tag, job.step, job.chain)
             request, target = self._request(job)
-            answer = mutate(self.client, parent.source, request)
-            code = answer.value if answer.ok else None
+            mutated = mutate(self.llm_client, parent.source, request)
+            code, errors = mutated.value, mutated.errors
             base, idea = parent, job.idea
         info.update(parent=base.id, idea=idea, target=target, request=request, tag=job.tag)
         attempts: list[dict[str, Any]] = []
         first = Try({"action": "mutate"}, code, None if code is not None else
-                    answer.errors[-1] if answer.errors else "no reply")
+                    errors[-1] if errors else "no reply")
         outcome, code = self._feedback(first, base, request, attempts)
         info.update(attempts=attempts, valid=outcome is not None and outcome.ok,
                     debug_retries=sum(a["action"] == "debug" for a in attempts),
                     downscale_retries=sum(a["action"] == "downscale" for a in attempts),
                     tokens=self._tokens_since(before))
-        if outcome is not None and outcome.ok:
+        arch = outcome.arch if outcome is not None and outcome.ok else None  # a passing chain decoded it
+        if outcome is not None and arch is not None:
             measured = _measured(outcome)
             model = Model(len(self.models), base.id, code, job.stage, idea, params=measured[0], flops=measured[1])
             self.models.append(model)
-            self.seen.add(outcome.arch.key(), _label(model))
-            return Candidate(outcome.arch, {**info, "node": model.id})
-        reason = (f"{outcome.failure.name}: {outcome.failure.error}" if outcome is not None
+            self.seen.add(arch.key(), _label(model))
+            return Candidate(arch, {**info, "node": model.id})
+        failure = outcome.failure if outcome is not None else None
+        reason = (f"{failure.name}: {failure.error}" if failure is not None
                   else f"mutate: {attempts[-1]['error']}")
-        if outcome is not None and outcome.failure.name == "dedup":
+        if failure is not None and failure.name == "dedup":
             info["duplicate"] = True
         return Candidate(Draft(code or f"(no model) {request}", "source"), info, rejected=reason)
 
@@ -302,23 +319,26 @@ class FairNADStrategy(DesignStrategy):
                              structure=self.structure)
         debugs = downs = 0
 
-        def revise(outcome: Outcome, error: str | None, code: str) -> Try | None:
+        def revise(outcome: Outcome | None, error: str | None, code: str | None) -> Try | None:
             nonlocal debugs, downs
-            failure = outcome.failure
+            failure = outcome.failure if outcome is not None else None
+            if failure is None or failure.error is None or code is None:  # no draft checked (no reply): no retry
+                return None
             if failure.name in ("parse", "execute") and debugs < self.max_debug:
-                answer = debug(self.client, code, parent.source, request, failure.error,
+                answer = debug(self.llm_client, code, parent.source, request, failure.error,
                                failure.detail.get("traceback"), attempt=debugs)
                 action, debugs = "debug", debugs + 1
             elif failure.retry == "downscale" and downs < self.max_downscale:
                 d = failure.detail
-                oversize = d["params"] > OVERSIZE * self.budget.params or d["flops"] > OVERSIZE * self.budget.flops
+                max_params, max_flops = budget_limits(self.budget)
+                oversize = d["params"] > OVERSIZE * max_params or d["flops"] > OVERSIZE * max_flops
                 how = DOWNSCALE_ONCE if oversize else DOWNSCALE_SHRINK[int(self.rng.integers(len(DOWNSCALE_SHRINK)))]
-                answer = downscale(self.client, code, parent.source, request, failure.error.split(": ", 1)[-1],
+                answer = downscale(self.llm_client, code, parent.source, request, failure.error.split(": ", 1)[-1],
                                    how, attempt=downs, multiple=self.width_multiple)
                 action, downs = "downscale", downs + 1
             else:
                 return None
-            if not answer.ok:
+            if answer.value is None:
                 return Try({"action": action}, None, answer.errors[-1] if answer.errors else "no reply")
             off = off_multiple(answer.value, self.width_multiple) if action == "downscale" else []
             # the prompt's width rule, not kept
@@ -341,10 +361,9 @@ class FairNADStrategy(DesignStrategy):
                 else:
                     m.status = "failed"
             if info.get("stage") == "iterative" and info["step"] < self.counts["iterative_steps"]:
-                ok = node is not None and self.models[node].status == "evaluated"
                 # The chain goes on from the new model, or retries from the same parent.
-                self.queue.append(Job("iterative", node if ok else info["chain_from"], step=info["step"] + 1,
-                                      chain=info["chain"]))
+                parent = info["chain_from"] if node is None or self.models[node].status != "evaluated" else node
+                self.queue.append(Job("iterative", parent, step=info["step"] + 1, chain=info["chain"]))
 
     # -- state and report ---------------------------------------------------------------------------------
 

@@ -86,7 +86,7 @@ class NaderStrategy(DesignStrategy):
     def _design(self, node) -> Candidate:
         from nas.agents.nader import modify
 
-        before = self.client.usage.total()
+        before = self.llm_client.usage.total()
         tried = [(self.tree.node(c).idea, self.tree.node(c).status) for c in node.children]
         idea, ideas, proposal_error = self._propose(node, tried)
         tips = self._experiences(idea)
@@ -96,7 +96,7 @@ class NaderStrategy(DesignStrategy):
         chain.verifiers.insert(-1, Changed(node.key, node.id))    # before dedup: the parent is retried
 
         def write(attempt: int, previous: str | None, error: str | None) -> Try:
-            answer = modify(self.client, node.text, idea, tips, previous=previous, error=error, attempt=attempt)
+            answer = modify(self.llm_client, node.text, idea, tips, previous=previous, error=error, attempt=attempt)
             if not answer.ok:
                 return Try({"attempt": attempt}, None, answer.errors[-1] if answer.errors else "no reply")
             return Try({"attempt": attempt}, answer.value)
@@ -116,13 +116,15 @@ class NaderStrategy(DesignStrategy):
         failed = [a for a in attempts if not a.get("ok")]
         if failed and (outcome is None or not outcome.ok):
             self._reflect_tip(idea, [a.get("error") or _first_error(a) for a in failed])
-        if outcome is not None and outcome.ok:
-            child = self._add_child(node.id, outcome.arch.key(), outcome.arch.encode(), idea,
+        arch = outcome.arch if outcome is not None and outcome.ok else None  # a passing chain decoded it
+        if outcome is not None and arch is not None:
+            child = self._add_child(node.id, arch.key(), arch.encode(), idea,
                                     info={"width": outcome.checks[1].detail.get("width")})
-            return Candidate(outcome.arch, {**info, "node": child.id})
-        reason = (outcome.failure.error if outcome is not None else attempts[-1].get("error")) or "no valid design"
+            return Candidate(arch, {**info, "node": child.id})
+        failure = outcome.failure if outcome is not None else None
+        reason = (failure.error if failure is not None else attempts[-1].get("error")) or "no valid design"
         draft = Draft(text or f"(no reply) {idea}", "nader")
-        if outcome is not None and outcome.failure.name in ("dedup", "unchanged"):
+        if failure is not None and failure.name in ("dedup", "unchanged"):
             return Candidate(draft, {**info, "duplicate": True}, rejected=reason)
         if draft.key() in self.seen:  # the same broken draft again
             return Candidate(draft, info, rejected=reason)
@@ -142,7 +144,7 @@ class NaderStrategy(DesignStrategy):
         if not ideas:
             return GENERIC_IDEA, [], "knowledge store has no untried idea"
         parent_score = self.tree.node(node.parent).score if node.parent is not None else None
-        answer = propose(self.client, node.text, node.score, parent_score, tried, ideas)
+        answer = propose(self.llm_client, node.text, node.score, parent_score, tried, ideas)
         if answer.ok and answer.value:
             return ideas[answer.value[0]], ideas, None
         # A garbage ranking costs the ranking, not the design: take the retrieval order.
@@ -159,7 +161,7 @@ class NaderStrategy(DesignStrategy):
 
         if self.experience_store is None:
             return
-        answer = reflect_tip(self.client, idea, errors)
+        answer = reflect_tip(self.llm_client, idea, errors)
         if answer.ok:
             self.experience_store.add(Experience(text=answer.value, kind="tip", error=errors[-1], idea=idea,
                                                  source="nader-run"))
@@ -190,7 +192,7 @@ class NaderStrategy(DesignStrategy):
         parent = self.tree.node(node.parent)
         if parent.score is None or node.score >= parent.score:
             return
-        answer = reflect_suggestion(self.client, node.idea, parent.text, node.text, parent.score, node.score)
+        answer = reflect_suggestion(self.llm_client, node.idea, parent.text, node.text, parent.score, node.score)
         if answer.ok:
             self.experience_store.add(Experience(text=answer.value, kind="suggestion", idea=node.idea,
                                                  source="nader-run"))

@@ -13,7 +13,9 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from nas.core.arch import Architecture
+from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.dag.macro import BlockSet, Skeleton, search_width, section_errors
+from nas.spaces.source.arch import SourceArch
 from nas.errors import EncodingError
 from nas.core.constraint import Constraint
 
@@ -57,6 +59,21 @@ class Draft:
     arch: Architecture | None = None
     facts: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def decoded(self) -> Architecture:
+        """`arch`, for the checks after the parse check (it sets `arch`; the chain stops if it fails)."""
+        if self.arch is None:
+            raise RuntimeError("a verifier read the draft's architecture before the parse check set it")
+        return self.arch
+
+    @property
+    def blocks(self) -> BlockSet:
+        """A NADER draft's block files (its parse check decodes it to a BlockArch)."""
+        arch = self.decoded
+        if not isinstance(arch, BlockArch):
+            raise RuntimeError(f"a block verifier got a {type(arch).__name__} draft")
+        return arch.blocks
+
 
 class Verifier(ABC):
     name: ClassVar[str]
@@ -94,7 +111,7 @@ class Dedup(Verifier):
         self.seen = seen  # the strategy's index, read when a draft is checked
 
     def check(self, draft: Draft) -> Check:
-        key = draft.arch.key()
+        key = draft.decoded.key()
         if key in self.seen:
             return self.failed(f"duplicate of {self.seen.where(key)} (same canonical architecture)", None, key=key)
         return self.passed(key=key)
@@ -112,8 +129,6 @@ class ParseBlock(Verifier):
         self.parent, self.skeleton = parent, skeleton
 
     def check(self, draft: Draft) -> Check:
-        from nas.spaces.nader.arch import BlockArch
-
         try:
             blocks = BlockSet.from_text(draft.text, "block", self.parent)
         except EncodingError as err:
@@ -135,12 +150,13 @@ class BlockBudget(Verifier):
 
     def check(self, draft: Draft) -> Check:
         try:
-            choice = search_width(draft.arch.blocks, self.skeleton, self.budget)
+            choice = search_width(draft.blocks, self.skeleton, self.budget)
         except EncodingError as err:
             return self.failed(str(err), FIX)
         if choice.width < 1:
-            return self.failed(f"no width fits the budget ({self.budget.params / 1e6:g}M params, "
-                               f"{self.budget.flops / 1e9:g} GFLOPs) even at width 1", FIX)
+            params, flops = budget_limits(self.budget)
+            return self.failed(f"no width fits the budget ({params / 1e6:g}M params, "
+                               f"{flops / 1e9:g} GFLOPs) even at width 1", FIX)
         draft.facts.update(width=choice.width, params=choice.params, flops=choice.flops)
         return self.passed(width=choice.width, params=choice.params, flops=choice.flops)
 
@@ -163,7 +179,7 @@ class KeepsParent(Verifier):
         self.parent = parent
 
     def check(self, draft: Draft) -> Check:
-        for role, block in draft.arch.blocks.sections().items():  # type: ignore[union-attr]
+        for role, block in draft.blocks.sections().items():
             before = getattr(self.parent, role)
             if block == before:
                 continue
@@ -187,10 +203,17 @@ class Changed(Verifier):
         self.parent_key, self.parent_id = parent_key, parent_id
 
     def check(self, draft: Draft) -> Check:
-        if draft.arch.key() == self.parent_key:  # type: ignore[union-attr]
+        if draft.decoded.key() == self.parent_key:
             return self.failed(f"duplicate of the parent (node {self.parent_id}): the block is unchanged; "
                                f"apply the idea", FIX)
         return self.passed()
+
+
+def budget_limits(budget: Constraint) -> tuple[float, float]:
+    """(params, flops): a design strategy's budget has both (`Constraint.filled` with NB201's)."""
+    if budget.params is None or budget.flops is None:
+        raise RuntimeError(f"a design budget leaves a limit open: {budget}")
+    return budget.params, budget.flops
 
 
 def _ops(block) -> list[str]:
@@ -207,8 +230,6 @@ class ParseSource(Verifier):
     name = "parse"
 
     def check(self, draft: Draft) -> Check:
-        from nas.spaces.source.arch import SourceArch
-
         arch = SourceArch(draft.text)
         try:
             arch.key()
@@ -253,9 +274,10 @@ class SourceBudget(Verifier):
 
     def check(self, draft: Draft) -> Check:
         v = draft.facts["verdict"]
+        params, flops = budget_limits(self.budget)
         over = [f"{what} {have / scale:.3g}{unit} > {limit / scale:g}{unit}"
-                for what, have, limit, scale, unit in (("params", v.params, self.budget.params, 1e6, "M"),
-                                                       ("FLOPs", v.flops, self.budget.flops, 1e9, "G"))
+                for what, have, limit, scale, unit in (("params", v.params, params, 1e6, "M"),
+                                                       ("FLOPs", v.flops, flops, 1e9, "G"))
                 if have > limit]
         if over:
             return self.failed("over budget: " + ", ".join(over) + "; make the model smaller", DOWNSCALE,

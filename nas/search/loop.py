@@ -107,8 +107,9 @@ class SearchLoop:
         progress_log.info("%s on %s: %d trials%s", self.spec.strategy.name, self.spec.space.name, self.spec.trials,
                           f", resuming after {resumed}" if resumed else "")
         with self._progress(resumed) as (bar, task):
-            if bar is not None and getattr(self.strategy, "client", None) is not None:  # LLM calls on the bar
-                self.strategy.client.on_status = lambda text: bar.update(task, llm=text)
+            client = self.strategy.client
+            if bar is not None and client is not None:  # LLM calls on the bar
+                client.on_status = lambda text: bar.update(task, llm=text)
             while len(history) < self.spec.trials:
                 n = min(self.spec.batch_size, self.spec.trials - len(history))
                 try:

@@ -13,11 +13,11 @@ import numpy as np
 from nas.core.arch import Architecture, SeenIndex
 from nas.errors import ConfigError, EncodingError, RunDirError
 from nas.evaluators.base import EvalResult
-from nas.llm.client import Calls
+from nas.llm.client import Calls, LLMClient
 from nas.core.constraint import Constraint
 from nas.search.record import TrialRecord
 from nas.core.registry import Registry
-from nas.core.space import SearchSpace
+from nas.core.space import OpenEndedSpace, SearchSpace
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Draft(Architecture):
 
     def __init__(self, text: str, space: str) -> None:
         self.text = text
-        self.space = space  # type: ignore[misc]  (per draft: the space it was written for)
+        self.space = space  # type: ignore[misc]  # per draft (a class variable elsewhere): the space it was written for
 
     def canonical(self) -> str:
         return self.text
@@ -77,6 +77,7 @@ class Strategy(ABC):
     name: str  # set by the registry
     random_moves: ClassVar[bool] = True  # uses space.sample/mutate (impossible in open-ended spaces)
     spaces: ClassVar[tuple[str, ...]] = ()  # the spaces it can search; empty: any
+    client: LLMClient | None = None  # an LLM strategy's, made by `attach`
 
     def __init__(self, space: SearchSpace, seed: int) -> None:
         if self.spaces and space.name not in self.spaces:
@@ -93,7 +94,8 @@ class Strategy(ABC):
         """Hardware limits every proposal must meet (set by the spec before the search starts)."""
         if constraint.active:
             space = self.space
-            constraint.validate(space, space.base if space.open_ended else space.sample(np.random.default_rng(0)))
+            constraint.validate(space, space.base if isinstance(space, OpenEndedSpace)
+                                else space.sample(np.random.default_rng(0)))
         self.constraint = constraint
 
     def feasible(self, arch: Architecture) -> bool:
@@ -112,6 +114,13 @@ class Strategy(ABC):
     @abstractmethod
     def tell(self, trials: list[Trial]) -> None:
         """Receive evaluated candidates, in the order they were asked."""
+
+    @property
+    def llm_client(self) -> LLMClient:
+        """The client `attach` made: an LLM strategy asks nothing before it."""
+        if self.client is None:
+            raise RuntimeError(f"{type(self).__name__}.attach(run_dir) must be called before ask()")
+        return self.client
 
     def attach(self, run_dir: Path, llm_calls: Calls | None = None) -> None:
         """Called once before the loop: where LLM strategies keep their transcripts,

@@ -23,6 +23,7 @@ from typing import Any
 
 from nas.core.arch import Architecture
 from nas.errors import ConfigError, RunDirError
+from nas.llm.client import Answer
 from nas.search.record import TrialRecord
 from nas.core.space import CategoricalSpace, SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, SearchExhausted, Strategy, Trial
@@ -80,6 +81,7 @@ LATER_COUNTS = ("trimmed_turns",)   # counts newer than some saved states: 0 whe
 @STRATEGIES.register("collm")
 class CoLLMStrategy(Deduplicating, Strategy):
     random_moves = False   # its moves come from the LLMs; random fills only make up their shortfall
+    space: CategoricalSpace  # checked in __init__
 
     def __init__(self, space: SearchSpace, seed: int, llm: dict[str, Any] | None = None,
                  candidates_per_iteration: int = 5, max_iterations: int | None = None,
@@ -162,20 +164,21 @@ class CoLLMStrategy(Deduplicating, Strategy):
         turn = self._single_turn() if self.single_llm else None
         if turn is None:
             self._navigate()
+        answer: Answer[Any]  # SiLLM's (strategy, proposals) or the Generator's proposals
         for attempt in range(1 + self.max_retries):
             need = self.k - len(accepted)
             if need <= 0:
                 break
             if turn is not None:     # SiLLM: a retry re-asks the same turn (a new attempt, a new sample)
-                answer = single(self.client, self.space, turn.messages, turn.template, need, attempt=attempt)
-                if answer.ok:
+                answer = single(self.llm_client, self.space, turn.messages, turn.template, need, attempt=attempt)
+                if answer.value is not None:
                     self.strategy_text, proposals = answer.value
                     self._remember(self.nav_log, turn, answer, self.navigator_memory and attempt == 0)
                     self.reported = [len(self.records), len(self.rejections)]
             else:
                 gen = self._generator_turn(need, attempt > 0)
-                answer = generate(self.client, self.space, gen.messages, gen.template, need, attempt=attempt)
-                if answer.ok:
+                answer = generate(self.llm_client, self.space, gen.messages, gen.template, need, attempt=attempt)
+                if answer.value is not None:
                     proposals = answer.value
                     self._remember(self.gen_log, gen, answer, self.generator_memory)
             if not answer.ok:
@@ -221,7 +224,7 @@ class CoLLMStrategy(Deduplicating, Strategy):
         from nas.agents.collm import navigate
 
         turn = self._stateful("collm_navigator", "collm_navigator_refine", self._refine_values())
-        answer = navigate(self.client, self.space, turn.messages, turn.template)
+        answer = navigate(self.llm_client, self.space, turn.messages, turn.template)
         if not answer.ok:
             self.counts.navigator_failures += 1
             self._error("navigator", answer)
@@ -262,15 +265,15 @@ class CoLLMStrategy(Deduplicating, Strategy):
              max_tokens: int | None = None) -> list[dict[str, str]]:
         """System + history + user, without the oldest remembered exchanges that would push prompt and
         reply past the context (`llm.context`): a remembered turn is worth less than an answered call."""
-        budget = self.client.prompt_budget(role, max_tokens)
-        while budget is not None and history and self.client.prompt_tokens([system, *history, user]) > budget:
+        budget = self.llm_client.prompt_budget(role, max_tokens)
+        while budget is not None and history and self.llm_client.prompt_tokens([system, *history, user]) > budget:
             history = history[2:]        # one exchange: the user turn and the reply to it
             self.counts.trimmed_turns += 1
         return [system, *history, user]
 
     def _single_tokens(self) -> int:
         """SiLLM's reply budget: both roles' replies in one (as `nas.agents.collm.single` asks)."""
-        return self.client.config.role("navigator").max_tokens + self.client.config.role("generator").max_tokens
+        return self.llm_client.config.role("navigator").max_tokens + self.llm_client.config.role("generator").max_tokens
 
     @staticmethod
     def _remember(log: list[dict[str, str]], turn: Turn, answer, keep: bool) -> None:
@@ -322,7 +325,8 @@ class CoLLMStrategy(Deduplicating, Strategy):
                 "best": self._lines(self._best(self.shown_best)), "evaluated": len(self.records)}
 
     def _best(self, n: int) -> list[Record]:
-        return sorted((r for r in self.records if r.accuracy is not None), key=lambda r: -r.accuracy)[:n]
+        scored = [(r.accuracy, r) for r in self.records if r.accuracy is not None]
+        return [r for _, r in sorted(scored, key=lambda pair: -pair[0])][:n]
 
     def _visited_text(self) -> str:
         if not self.records:

@@ -28,6 +28,8 @@ POPULATION_SIZE = 20
 
 @STRATEGIES.register("evolution")
 class Evolution(Deduplicating, Strategy):
+    space: CategoricalSpace  # checked in __init__
+
     def __init__(self, space: SearchSpace, seed: int, population_size: int = POPULATION_SIZE,
                  parent_ratio: float = 0.25, mutation_ratio: float = 0.5, mutate_prob: float = 0.1,
                  unique: bool = True, max_attempts: int = 100) -> None:
@@ -71,6 +73,7 @@ class Evolution(Deduplicating, Strategy):
         self.generation += 1
         parents = sorted(self.population, key=lambda m: -m[2])[: self.parents_size]
         self.population = list(parents)
+        info: dict[str, Any]
         for j in range(self.population_size):
             if not parents:
                 arch, info = self._child(lambda: self.space.sample(self.rng)), {"origin": "random"}

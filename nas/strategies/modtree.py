@@ -40,7 +40,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, TypeGuard
 
 POLICIES = ("dfs", "bfs", "best")
 STATUSES = ("pending", "evaluated", "failed")
@@ -144,7 +144,7 @@ class ModificationTree:
     def best(self) -> Node | None:
         """The highest-scoring evaluated node (lowest id on ties); None if none."""
         done = [n for n in self._nodes if n.status == "evaluated"]
-        return min(done, key=lambda n: (-n.score, n.id)) if done else None
+        return min(done, key=lambda n: (-_scored(n), n.id)) if done else None
 
     def path(self, node_id: int) -> list[int]:
         """Node ids from the root down to `node_id`."""
@@ -162,7 +162,7 @@ class ModificationTree:
         if node.parent is None or node.status != "evaluated":
             return None
         parent = self._nodes[node.parent]
-        return node.score > parent.score if parent.status == "evaluated" else None
+        return _scored(node) > _scored(parent) if parent.status == "evaluated" else None
 
     # -------------------------------------------------------------- selection
 
@@ -177,8 +177,8 @@ class ModificationTree:
         if not open_:
             return None
         if self.policy == "bfs":
-            return min(open_, key=lambda n: (n.depth, -n.score, n.id))
-        return min(open_, key=lambda n: (-n.score, n.id))
+            return min(open_, key=lambda n: (n.depth, -_scored(n), n.id))
+        return min(open_, key=lambda n: (-_scored(n), n.id))
 
     def _has_room(self, node: Node) -> bool:
         return (node.status == "evaluated" and len(node.children) < self.max_children
@@ -186,7 +186,7 @@ class ModificationTree:
 
     def _improving_children(self, node: Node) -> list[Node]:
         kids = (self._nodes[c] for c in node.children)
-        return [k for k in kids if k.status == "evaluated" and k.score > node.score]
+        return [k for k in kids if k.status == "evaluated" and _scored(k) > _scored(node)]
 
     def _select_dfs(self) -> Node | None:
         live = [False] * len(self._nodes)
@@ -196,7 +196,7 @@ class ModificationTree:
         while True:
             ahead = [k for k in self._improving_children(node) if live[k.id]]
             if ahead:
-                node = min(ahead, key=lambda k: (-k.score, k.id))
+                node = min(ahead, key=lambda k: (-_scored(k), k.id))
             elif live[node.id]:  # live without a live improving child: it has room
                 self._cursor = node.id
                 return node
@@ -323,9 +323,16 @@ def _check_node(i: int, item: Any, bad: Callable[[str], ValueError]) -> Node:
                 depth=item["depth"], children=list(item["children"]), info=copy.deepcopy(item["info"]))
 
 
-def _is_int(value: Any) -> bool:
+def _scored(node: Node) -> float:
+    """An evaluated node's score (`record` sets both; only evaluated nodes are compared)."""
+    if node.score is None:
+        raise ValueError(f"modification tree: node {node.id} is {node.status}, it has no score")
+    return node.score
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_finite(value: Any) -> bool:
+def _is_finite(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

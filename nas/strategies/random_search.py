@@ -16,7 +16,7 @@ class RandomSearch(Deduplicating, Strategy):
         self._init_seen()
 
     def ask(self, n: int) -> list[Candidate]:
-        out = []
+        out: list[Candidate] = []
         for _ in range(n):
             if self.unique:
                 arch = self._fresh(lambda: self.space.sample(self.rng), self.max_attempts)

@@ -76,7 +76,7 @@ class RegularizedEvolution(Deduplicating, Strategy):
             if t.candidate.info.get("origin") == "init":
                 self.pending_init = max(0, self.pending_init - 1)
             self.seen.add(t.candidate.arch)
-            if not t.record.ok:
+            if not t.record.ok or t.record.accuracy is None:
                 continue
             self.population.append((t.candidate.arch.encode(), t.candidate.arch.key(), t.record.accuracy))
             while len(self.population) > self.population_size:

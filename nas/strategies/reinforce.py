@@ -49,6 +49,8 @@ class Adam:
 
 @STRATEGIES.register("reinforce")
 class Reinforce(Deduplicating, Strategy):
+    space: CategoricalSpace  # checked in __init__
+
     def __init__(self, space: SearchSpace, seed: int, learning_rate: float = 0.01, momentum: float = 0.9,
                  unique: bool = True, max_attempts: int = 100) -> None:
         super().__init__(space, seed)

@@ -35,7 +35,7 @@ def _listing(values: Sequence[Any]) -> str:
 
 
 @SPACES.register("autoformer")
-class AutoFormerSpace(CategoricalSpace):
+class AutoFormerSpace(CategoricalSpace[AutoFormerArch]):
     def __init__(self, depths: Sequence[int] = (12, 13, 14), embed_dims: Sequence[int] = (192, 216, 240),
                  heads: Sequence[int] = (3, 4), mlp_ratios: Sequence[float] = (3.0, 3.5, 4.0),
                  head_dim: int = 64, patch_size: int = 16, image_size: int = 224, num_classes: int = 1000) -> None:

@@ -37,7 +37,7 @@ class Sizing:
 
 
 @SPACES.register("nader")
-class BlockSpace(OpenEndedSpace):
+class BlockSpace(OpenEndedSpace[BlockArch]):
     """Block files; the root is `base` (default: a ResNet basic block, as NADER's NB201 setting)."""
 
     trainable = True

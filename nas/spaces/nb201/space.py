@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 @SPACES.register("nb201")
-class NB201Space(CategoricalSpace):
+class NB201Space(CategoricalSpace[NB201Cell]):
     trainable = True
     source_kind = "standalone PyTorch (NB201 network, torch only)"
     # Costs are those of NB201's CIFAR-10 network (32x32 inputs, 10 classes).

@@ -14,6 +14,8 @@ from nas.core.space import SPACES, CategoricalSpace, Cost, Decision
 if TYPE_CHECKING:
     from torch import nn
 
+    from nas.spaces.ofa_mbv3.supernet import SubnetCost
+
 
 def _choice_set(name: str, values: Any) -> tuple[int, ...]:
     """A config list of distinct positive ints → sorted tuple (decisions list choices small to large)."""
@@ -31,7 +33,7 @@ def _one_of(choices: tuple[int, ...]) -> str:
 
 
 @SPACES.register("ofa_mbv3")
-class OFAMbv3Space(CategoricalSpace):
+class OFAMbv3Space(CategoricalSpace[OFAMbv3Arch]):
     """Decisions r, d[0..4], ks[0..n-1], e[0..n-1] with n = 5 x the largest depth (20 in the paper)."""
 
     def __init__(self, resolutions: Sequence[int] = (160, 176, 192, 208, 224), depths: Sequence[int] = (2, 3, 4),
@@ -56,7 +58,7 @@ class OFAMbv3Space(CategoricalSpace):
             *(Decision(f"ks[{j}]", self.kernel_sizes) for j in range(self.num_blocks)),
             *(Decision(f"e[{j}]", self.expand_ratios) for j in range(self.num_blocks)),
         ]
-        self._cost = None  # built on first cost(): it holds a randomly initialised supernet
+        self._cost: SubnetCost | None = None  # built on first cost(): it holds a randomly initialised supernet
         self._lock = threading.Lock()  # cost() reconfigures that supernet: calls must not interleave
 
     # --- CategoricalSpace -------------------------------------------------
@@ -68,7 +70,8 @@ class OFAMbv3Space(CategoricalSpace):
             raise EncodingError(f"ofa_mbv3: expected {len(self._decisions)} values (r, d[0..4], "
                                 f"ks[0..{self.num_blocks - 1}], e[0..{self.num_blocks - 1}]), got {len(values)}")
         n = self.num_blocks
-        return self.validate(OFAMbv3Arch(values[0], values[1:6], values[6:6 + n], values[6 + n:]))
+        return self.validate(OFAMbv3Arch(values[0], tuple(values[1:6]), tuple(values[6:6 + n]),
+                                         tuple(values[6 + n:])))
 
     def to_values(self, arch: OFAMbv3Arch) -> list[Any]:
         return [arch.r, *arch.d, *arch.ks, *arch.e]

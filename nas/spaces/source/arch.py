@@ -41,7 +41,7 @@ class SourceArch(Architecture):
                 body = getattr(node, "body", None)
                 if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
                         and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
-                    node.body = body[1:] or [ast.Pass()]
+                    node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]  # an ast.AST with a body
             self._canonical = ast.dump(tree, annotate_fields=False)
         return self._canonical
 

@@ -12,7 +12,7 @@ from nas.spaces.source.arch import SourceArch
 
 
 @SPACES.register("source")
-class SourceSpace(OpenEndedSpace):
+class SourceSpace(OpenEndedSpace[SourceArch]):
     """Model source files; the root is `base` (default: CIFAR ResNet-32, FairNAD's)."""
 
     trusted = False

@@ -22,7 +22,7 @@ _VALID = f"0-{len(CHOICE_NAMES) - 1} ({', '.join(CHOICE_NAMES)})"
 
 def _choice(block: int, value: Any) -> int:
     """An int or an op name → the choice index; bools are rejected although Python calls them ints."""
-    if isinstance(value, Integral) and not isinstance(value, bool) and 0 <= value < len(CHOICE_NAMES):
+    if isinstance(value, Integral) and not isinstance(value, bool) and 0 <= int(value) < len(CHOICE_NAMES):
         return int(value)
     if isinstance(value, str) and value in CHOICE_NAMES:
         return CHOICE_NAMES.index(value)

@@ -27,7 +27,7 @@ class BlockShape:
 
 
 @SPACES.register("spos")
-class SPOSSpace(CategoricalSpace):
+class SPOSSpace(CategoricalSpace[SPOSArch]):
     """Defaults are SPOS's ImageNet network. `stem_stride` is the stem conv's stride (SPOS has no
     max-pool); small inputs use 1 so four stride-2 stages still leave a feature map.
     `resolution` and `num_classes` only size the network whose costs `cost` reports."""
