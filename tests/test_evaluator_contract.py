@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
+
+from conftest import space_preset
 
 from nas.core.space import SearchSpace
 from nas.errors import ConfigError
@@ -28,10 +29,8 @@ DIGITS = {"name": "digits", "root": None, "split_file": None}
 
 
 def preset(label: str) -> SearchSpace:
-    """A space preset of nas/conf/space; values the data group fills in (`${data...}`) keep the space's defaults."""
-    path = resources.files("nas.conf") / "space" / f"{label}.yaml"
-    params = {k: v for k, v in yaml.safe_load(path.read_text(encoding="utf-8")).items()
-              if not (isinstance(v, str) and v.startswith("${"))}
+    """A space preset of nas/conf/space, as the default job's data group resolves it."""
+    params = space_preset(label)
     return SPACES.create(params.pop("name"), params)
 
 
