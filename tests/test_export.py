@@ -165,7 +165,7 @@ def test_errors_are_one_line_and_leave_nothing(table_run, capsys, tmp_path):
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated")
 def test_onnx_failure_falls_back_to_torchscript_with_the_reason(monkeypatch, tmp_path):
-    from nas.export import export_graph
+    from nas.export.graph import export_graph
 
     def broken(*args, **kwargs):
         raise RuntimeError("exporter exploded")

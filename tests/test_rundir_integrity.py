@@ -23,7 +23,7 @@ from conftest import NAS, ROOT
 from nas.compare import load_curves
 from nas.errors import ConfigError, RunDirError
 from nas.evaluators.table import TableEvaluator
-from nas.export import load_trial
+from nas.export.selection import load_trial
 from nas.report import write_run_report
 from nas.search.loop import LocalExecutor, SearchLoop, summarise, trusts_self_reported
 from nas.search.record import TrialRecord, best_record, best_so_far, read_history

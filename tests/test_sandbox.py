@@ -18,7 +18,7 @@ import pytest
 from nas.errors import ConfigError
 from nas.measure import count_flops, count_params
 from nas.sandbox import Limits, Verdict, verify_model_source
-from nas.sandbox.verify import _child_env
+from nas.sandbox.verify import child_env
 
 MODELS = Path(__file__).parent / "data" / "models"
 PARENT = (MODELS / "cnn_parent.py").read_text()
@@ -249,7 +249,7 @@ def test_forged_child_reports_are_rejected() -> None:
 def test_child_env_is_an_allow_list(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("HF_TOKEN", SECRET)
-    env = _child_env("/tmp/x")
+    env = child_env("/tmp/x")
     assert SECRET not in env.values()
     assert (env["HOME"], env["OMP_NUM_THREADS"], env["CUDA_VISIBLE_DEVICES"]) == ("/tmp/x", "1", "")
 

@@ -65,6 +65,22 @@ def test_evaluator_scores_subnets_and_caches_repeats(trained, monkeypatch):
     assert twin.fingerprint() == ev.fingerprint() and twin.evaluate(b) == first[1] and twin.computed == 0
 
 
+def test_weights_are_the_subnet_that_evaluate_scores(trained, monkeypatch):
+    """Export takes a supernet run's weights from `Evaluator.weights`: the very subnet, rescored
+    and shaped as `evaluate` did it."""
+    monkeypatch.setattr(supernet_evaluator, "SCORES", {})
+    ev = make_evaluator(trained.path)
+    a = NB201Cell(("nor_conv_3x3",) * 6)
+    net = ev.weights(a)
+    valid, test = ev.rescore(net, a)
+    result = ev.evaluate(a)
+    assert (round(valid, 4), round(test, 4)) == (result.accuracy, result.metrics["test_accuracy"])
+    assert ev.network_config() == {"num_classes": 10, "in_channels": 3}
+    shape = ev.input_shape(a)
+    assert shape == (1, 3, 8, 8) and tuple(net.eval()(torch.zeros(shape)).shape) == (1, 10)
+    assert sum(p.numel() for p in net.parameters()) == result.params
+
+
 def test_a_space_with_a_fixed_input_size_scores_resized_data_at_its_own_cost(tmp_path, monkeypatch):
     """SPOS at 32 px on 8x8 digits: images are resized to the space's resolution, so the reported
     params/FLOPs are the space's cost model (what constraints were checked against)."""

@@ -65,6 +65,11 @@ def test_evaluate_best_cell(evaluator):
     assert r.cost_seconds >= 0.0
 
 
+def test_a_table_holds_no_weights(evaluator):
+    """Export keeps seeded initial weights when the evaluator has none (`Evaluator.weights` is None)."""
+    assert evaluator.weights(NB201Cell.from_anb_tuple(BEST_TUPLE)) is None
+
+
 def test_evaluate_matches_table_for_sampled_cells(evaluator):
     rng = np.random.default_rng(123)
     space = NB201Space()

@@ -29,7 +29,7 @@ def main(argv: list[str]) -> None:
                         help="train/quick runs: keep the initial weights instead of retraining")
     parser.add_argument("--force", action="store_true", help="replace an existing output directory")
     args = parser.parse_args(argv)
-    from nas.export import export_run
+    from nas.export.run import export_run
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

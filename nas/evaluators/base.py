@@ -5,12 +5,15 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from nas.core.arch import Architecture
 from nas.errors import NasError
 from nas.core.registry import Registry
 from nas.core.space import SearchSpace
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 @dataclass
@@ -71,6 +74,12 @@ class Evaluator(ABC):
     def evaluate(self, arch: Architecture, seed: int | None = None) -> EvalResult:
         """Evaluate one architecture; raise `EvaluationError` for deterministic
         failures (they are recorded, cached and not retried)."""
+
+    def weights(self, arch: Architecture) -> nn.Module | None:
+        """The trained network for `arch` when this evaluator holds one (a supernet's subnet with
+        its inherited weights), else None: training evaluators keep no weights (export retrains),
+        a table has none."""
+        return None
 
     @property
     def batched(self) -> bool:

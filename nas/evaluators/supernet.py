@@ -181,21 +181,40 @@ class SupernetEvaluator(Evaluator):
                 self._supernet = net.eval()
             return self._supernet, self._feeder  # type: ignore[return-value]
 
+    def weights(self, arch: Architecture) -> nn.Module:
+        """The subnet with its inherited weights, on `device`; under the lock, since extraction
+        may switch the supernet's active subnet. BatchNorm is as trained: `rescore` recalibrates."""
+        supernet, _ = self._load()
+        with self._lock:
+            return supernet.extract(arch).to(self.device)
+
+    def rescore(self, net: nn.Module, arch: Architecture) -> tuple[float, float]:
+        """(valid, test) accuracy of `net` (from `weights`) after BN recalibration, as `evaluate` scores it."""
+        supernet, feeder = self._load()
+        return score(net, feeder, supernet.input_size(arch), self.recal_batches, self.val_subset)
+
+    def input_shape(self, arch: Architecture) -> tuple[int, ...]:
+        """(1, channels, H, W) the subnet takes: its own resolution (OFA's elastic r), else the data's."""
+        supernet, feeder = self._load()
+        size = supernet.input_size(arch)
+        return (1, supernet.in_channels, *((size, size) if size else feeder.data.shape[1:]))
+
+    def network_config(self) -> dict[str, Any]:
+        """The supernet's constructor settings (`num_classes`, `in_channels`) its subnets' source needs."""
+        return self._load()[0].config()
+
     def evaluate(self, arch: Architecture, seed: int | None = None) -> EvalResult:
         key = (self._fingerprint, arch.key())
         if key in SCORES:
             return copy.deepcopy(SCORES[key])
         start = time.perf_counter()
-        supernet, feeder = self._load()
-        with self._lock:
-            sub = supernet.extract(arch).to(self.device)
-        size = supernet.input_size(arch)
-        valid, test = score(sub, feeder, size, self.recal_batches, self.val_subset)
+        supernet, _ = self._load()
+        sub = self.weights(arch)
+        valid, test = self.rescore(sub, arch)
         # A space that fixes the input size prices its subnets itself (a cached table: no fvcore trace per subnet).
-        cost = self.space.cost(arch) if size else None
+        cost = self.space.cost(arch) if supernet.input_size(arch) else None
         if cost is None:
-            shape = (1, supernet.in_channels, *((size, size) if size else feeder.data.shape[1:]))
-            cost = Cost(count_params(sub), count_flops(sub.cpu(), shape))
+            cost = Cost(count_params(sub), count_flops(sub.cpu(), self.input_shape(arch)))
         result = EvalResult(accuracy=round(valid, 4), metrics={"valid_accuracy": round(valid, 4),
                                                                 "test_accuracy": round(test, 4)},
                             params=cost.params, flops=cost.flops,

@@ -10,6 +10,9 @@ trains itself: parameters, FLOPs, output checks and accuracy never come from
 the untrusted side. A model that cannot be exported is measured and trained
 in the child, and its verdict says `self_reported`. Nothing from the child is
 unpickled. Whatever happens, the whole sandbox is SIGKILLed before this returns.
+
+`check_syntax`, `run_child` and `conclude` are the parent half of the public child
+API: other sandboxed jobs (`nas.export.untrusted`) start their child with them.
 """
 
 from __future__ import annotations
@@ -118,10 +121,10 @@ def verify_model_source(source: str, *, num_classes: int = 10,
     The source runs only in a sandboxed child under `limits`."""
     _check_args(filename, num_classes, input_shape)
     start = time.monotonic()
-    verdict = _syntax(source, filename)
+    verdict = check_syntax(source, filename)
     if verdict is None:
         run = _run_child(source, num_classes, input_shape, parent_source, limits, filename)
-        verdict = _conclude(run, limits)
+        verdict = conclude(run, limits)
         if verdict.ok and not verdict.self_reported:
             verdict = _graph_verdict(run.artifact, num_classes, input_shape, limits, parent_source is not None)[0]
     verdict.wall_s = round(time.monotonic() - start, 3)
@@ -148,12 +151,12 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
     if not 1 <= len(seeds) <= MAX_SEEDS:
         raise ValueError(f"seeds: between 1 and {MAX_SEEDS} seeds, got {len(seeds)}")
     start = time.monotonic()
-    verdict, trained = _syntax(source, filename), []
+    verdict, trained = check_syntax(source, filename), []
     if verdict is None:
         request = {"data": data, "recipe": recipe, "engine": engine, "seeds": list(seeds), "gpu": gpu,
                    "threads": threads}
         run = _run_child(source, num_classes, input_shape, None, limits, filename, request)
-        verdict = _conclude(run, limits)
+        verdict = conclude(run, limits)
         if verdict.ok and not verdict.self_reported:
             verdict, nets = _graph_verdict(run.artifact, num_classes, input_shape, limits, False, seeds)
             if verdict.ok:
@@ -247,8 +250,9 @@ def _check_args(filename: str, num_classes: int, input_shape: tuple[int, ...]) -
         raise ValueError(f"num_classes must be >= 1, got {num_classes}")
 
 
-def _syntax(source: str, filename: str) -> Verdict | None:
-    """compile() parses without executing anything, so it is safe in-process."""
+def check_syntax(source: str, filename: str) -> Verdict | None:
+    """The failed verdict if `source` does not parse, else None. compile() parses without
+    executing anything, so it is safe in-process."""
     if len(source.encode("utf-8", "replace")) > _MAX_SOURCE:
         return Verdict(ok=False, stage="syntax", error=f"syntax: source is over {_MAX_SOURCE >> 20} MB")
     try:
@@ -267,39 +271,56 @@ def _syntax(source: str, filename: str) -> Verdict | None:
 
 def _run_child(source: str, num_classes: int, input_shape: tuple[int, ...],
                parent_source: str | None, limits: Limits, filename: str,
-               train: dict | None = None) -> "_Run":
-    iso = isolation()  # raises IsolationUnavailable: never a silent fallback
+               train: dict | None = None) -> "ChildRun":
     files, sources = {"candidate": filename}, {filename: source}
     if parent_source is not None:
         files["parent"] = f"parent_{filename}"
         sources[files["parent"]] = parent_source
+    request = {"files": files, "sources": sources, "num_classes": num_classes, "input_shape": list(input_shape),
+               "limits": dataclasses.asdict(limits), "train": train}
+    return run_child("nas.sandbox.worker", request, limits, artifact=True)
+
+
+def run_child(module: str, request: dict, limits: Limits, *, args: tuple[str, ...] = (),
+              workdir: str | None = None, artifact: bool = False) -> "ChildRun":
+    """Run `python -m module *args` in the sandbox and collect what it reports; `conclude` judges it.
+
+    The one way untrusted code is started (verify, train, export): isolated by the OS
+    (`isolation.py`; raises `IsolationUnavailable`, never a silent fallback), with the
+    environment of `child_env` only, a wall clock of `limits.wall_s`, and the whole process
+    group SIGKILLed before this returns. `request` reaches the child as JSON on stdin with
+    `result_fd` (and with `artifact`, `artifact_fd`) added: the pipes `worker.serve` reports
+    on. `workdir` is a directory shared with the child and its only writable place (None: a
+    private tmpfs, or without isolation a temporary directory removed here); the dataset files
+    of `request["train"]` are mounted read-only, and its `gpu` flag exposes the GPU."""
+    iso = isolation()
+    train = request.get("train")
     gpu = bool(train and train["gpu"])
     with contextlib.ExitStack() as stack:
-        # Isolated, the child writes only to its own tmpfs; otherwise to a temp dir removed here.
-        tmp = None if iso.isolated else stack.enter_context(
+        writable = workdir if workdir is not None or iso.isolated else stack.enter_context(
             tempfile.TemporaryDirectory(prefix="nas-sandbox-", ignore_cleanup_errors=True))
         report_r, report_w = os.pipe()
-        artifact_r, artifact_w = os.pipe()
-        request = {"result_fd": report_w, "artifact_fd": artifact_w, "files": files, "sources": sources,
-                   "num_classes": num_classes, "input_shape": list(input_shape),
-                   "limits": dataclasses.asdict(limits), "train": train}
-        env = _child_env(tmp or SANDBOX_TMP, gpu)
-        argv = [sys.executable, "-s", "-P", "-m", "nas.sandbox.worker"]
+        artifact_r, artifact_w = os.pipe() if artifact else (None, None)
+        request = {**request, "result_fd": report_w, "artifact_fd": artifact_w}
+        env = child_env(writable or SANDBOX_TMP, gpu)
+        argv = [sys.executable, "-s", "-P", "-m", module, *args]
         deadline = time.monotonic() + limits.wall_s
+        pass_fds = (report_w,) if artifact_w is None else (report_w, artifact_w)
         try:
-            proc = iso.popen(argv, env, read_only=data_paths(train), writable=tmp, gpu=gpu,
-                             pass_fds=(report_w, artifact_w), stdin=subprocess.PIPE,
+            proc = iso.popen(argv, env, read_only=data_paths(train), writable=writable, gpu=gpu,
+                             pass_fds=pass_fds, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         finally:
-            os.close(report_w)
-            os.close(artifact_w)
-        with open(report_r, "rb", buffering=0) as report, open(artifact_r, "rb", buffering=0) as artifact:
-            threading.Thread(target=_feed, args=(proc.stdin, json.dumps(request).encode()), daemon=True).start()
-            with proc.stdout:
-                try:
-                    run = _collect(proc, report.fileno(), artifact.fileno(), deadline)
-                finally:
-                    _kill_group(proc)
+            for fd in pass_fds:
+                os.close(fd)
+        report = stack.enter_context(open(report_r, "rb", buffering=0))
+        art = stack.enter_context(open(artifact_r, "rb", buffering=0)) if artifact_r is not None else None
+        threading.Thread(target=_feed, args=(proc.stdin, json.dumps(request).encode()), daemon=True).start()
+        with proc.stdout:
+            try:
+                run = _collect(proc, report.fileno(), art.fileno() if art else None, deadline)
+            finally:
+                _kill_group(proc)
         run.returncode = exit_status(proc, iso)
         return run
 
@@ -325,7 +346,7 @@ def _feed(pipe, data: bytes) -> None:
         pass
 
 
-def _child_env(tmp: str, gpu: bool = False) -> dict[str, str]:
+def child_env(tmp: str, gpu: bool = False) -> dict[str, str]:
     """The child's whole environment: no API keys or tokens, and no GPU unless
     it trains on one (a check runs on CPU; a GPU context also needs the
     address-space cap lifted, which `apply_rlimits` does for GPU training)."""
@@ -340,8 +361,8 @@ def _child_env(tmp: str, gpu: bool = False) -> dict[str, str]:
 
 
 @dataclass
-class _Run:
-    """What the parent observed of one child."""
+class ChildRun:
+    """What the parent observed of one child (`run_child`); `conclude` makes it a `Verdict`."""
 
     returncode: int | None = None
     timed_out: bool = False
@@ -354,11 +375,11 @@ class _Run:
     trained: list = dataclasses.field(default_factory=list)  # one training report per seed, unchecked
 
 
-def _collect(proc: subprocess.Popen, report_fd: int, artifact_fd: int | None, deadline: float) -> _Run:
+def _collect(proc: subprocess.Popen, report_fd: int, artifact_fd: int | None, deadline: float) -> ChildRun:
     """Drain the report, artifact and output pipes until all close or the
     deadline passes, keeping bounded amounts of each, so a flooding child
     never blocks or bloats the caller."""
-    run, report, artifact = _Run(), b"", bytearray()
+    run, report, artifact = ChildRun(), b"", bytearray()
     with selectors.DefaultSelector() as sel:
         for fd in (report_fd, artifact_fd, proc.stdout.fileno()):
             if fd is not None:
@@ -402,7 +423,7 @@ def _exited(pid: int) -> bool:
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-def _take(run: _Run, line: bytes) -> None:
+def _take(run: ChildRun, line: bytes) -> None:
     try:
         msg = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -431,7 +452,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _conclude(run: _Run, limits: Limits) -> Verdict:
+def conclude(run: ChildRun, limits: Limits) -> Verdict:
     """A policy report wins (the child may have swallowed the exception and
     looped on), then a complete verdict, then what the exit says."""
     rc, during = run.returncode, f" during {run.stage}"
@@ -461,7 +482,7 @@ def _conclude(run: _Run, limits: Limits) -> Verdict:
     return _crash(f"sandbox {how}{during} without a verdict", run)
 
 
-def _crash(what: str, run: _Run) -> Verdict:
+def _crash(what: str, run: ChildRun) -> Verdict:
     """The tail of the child's output (e.g. a fatal error) stands in for a traceback."""
     tail = run.output.decode("utf-8", "replace").strip().splitlines()[-20:]
     return Verdict(ok=False, stage="crash", error=f"crash: {what}", traceback="\n".join(tail) or None)

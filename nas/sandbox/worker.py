@@ -1,6 +1,6 @@
 """Child side of the sandbox: import one untrusted model file and check it.
 
-Started only by `nas.sandbox.verify` as `python -s -P -m nas.sandbox.worker`
+Started only by `nas.sandbox.verify.run_child` as `python -s -P -m nas.sandbox.worker`
 (under bubblewrap: see `isolation.py`), with the request as JSON on stdin;
 the sources are written to a private dir under $TMPDIR. Reports JSON lines on
 the inherited pipe named in the request: `{"stage": ...}` on entering each
@@ -11,6 +11,10 @@ graph (`graph.py`) and writes that artifact to the second pipe: the parent
 measures and trains the graph, and treats this child's own numbers as
 self-reported. Ends with `os._exit` so atexit handlers and threads the model
 left behind never run.
+
+The public names (`serve`, `Job`, `Stop`, `Reporter`, `import_file`, `instantiate`,
+`first_in_channels`, `make_trainer`, `exit_now`) are the child API other sandboxed
+jobs build on (`nas.export.child`): the same caps, policy and reports as this job.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import sys
 import tempfile
 import traceback
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
@@ -44,7 +49,7 @@ _ALLOC = re.compile(r"tried to allocate (\d+) bytes")
 _reserve = [bytearray(64 << 20)]
 
 
-class _Stop(Exception):
+class Stop(Exception):
     """A check failed; carries the verdict to report."""
 
     def __init__(self, verdict: Verdict):
@@ -52,7 +57,9 @@ class _Stop(Exception):
         self.verdict = verdict
 
 
-class _Reporter:
+class Reporter:
+    """The child's side of the report pipe: one JSON object per line."""
+
     def __init__(self, fd: int):
         self.fd = fd
         self.stage = "startup"
@@ -70,38 +77,81 @@ class _Reporter:
         if tb is None:  # not called from the model's own code: say when instead
             error += f" during {self.stage}"
         self.send(policy={"error": error, "traceback": tb})
-        _exit()
+        exit_now()
 
 
 def main() -> NoReturn:
+    """The verify/train job: the request names the sources, written to a private dir here."""
     request = json.loads(sys.stdin.buffer.read())
-    reporter = _Reporter(request["result_fd"])
-    limits = Limits(**request["limits"])
     workdir = tempfile.mkdtemp(prefix="job-")
     for name in request["files"].values():
         Path(workdir, name).write_text(request["sources"][name], encoding="utf-8")
     os.chdir(workdir)
+    serve(request, Path(workdir), tempfile.gettempdir(), _verify)  # the policy: the private tmpfs (or temp dir)
+
+
+@dataclass
+class Job:
+    """One request being served in a sandboxed child (`serve`): the untrusted files
+    (path -> the name the user knows), the limits, the pipe to the parent, and the
+    trainer loaded before the caps when the request trains."""
+
+    request: dict
+    workdir: Path
+    files: dict[str, str]
+    limits: Limits
+    reporter: Reporter
+    trainer: Callable[[nn.Module, int, bool], Any] | None
+
+    def stage(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run `fn(*args)` as stage `name`: the parent hears the stage first (so it can say
+        where a limit hit), and any exception, even SystemExit, becomes a `Stop` whose
+        verdict names the stage and the untrusted file's line."""
+        self.reporter.enter(name)
+        try:
+            return fn(*args)
+        except Stop:
+            raise
+        except BaseException as exc:  # SystemExit from the model is a failure too
+            _reserve.clear()
+            raise Stop(_failure(name, exc, self.files, self.limits)) from None
+
+
+def serve(request: dict, workdir: Path, policy_root: str, work: Callable[[Job], Verdict],
+          preload: tuple[str, ...] = ()) -> NoReturn:
+    """Serve one request from `verify.run_child` and exit: trusted work first (the training
+    code and data, the `preload` modules, which read many files), then the rlimits and the
+    audit policy (writes only under `policy_root`), then `work`, the untrusted part. Sends
+    `work`'s verdict (or the `Stop`'s, or out of memory) as the last report line."""
+    reporter = Reporter(request["result_fd"])
+    limits = Limits(**request["limits"])
     files = {str(Path(workdir, name)): name for name in request["files"].values()}
     training = request.get("train")
     torch.set_num_threads(training["threads"] if training else 1)
     warnings.simplefilter("ignore")  # fvcore and tracer warnings would only fill the output pipe
     sys.dont_write_bytecode = True
     # trusted work first: Lightning's import and the data count outside the caps
-    trainer = _trainer(training) if training else None
+    trainer = make_trainer(training) if training else None
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # the job says what it lacks when it needs it
+            pass
     apply_rlimits(limits, address_space=not (training and training["gpu"]))
-    install_policy(tempfile.gettempdir(), files, reporter.deny)  # the private tmpfs (or temp dir)
+    install_policy(policy_root, files, reporter.deny)
     try:
-        verdict = _verify(request, Path(workdir), files, limits, reporter, trainer, request["artifact_fd"])
-    except _Stop as stop:
+        verdict = work(Job(request, workdir, files, limits, reporter, trainer))
+    except Stop as stop:
         verdict = stop.verdict
     except MemoryError:  # raised while describing another failure
         verdict = Verdict(ok=False, stage="limits",
                           error=f"limits: out of memory (memory_mb={limits.memory_mb}) during {reporter.stage}")
     reporter.send(verdict=verdict.to_dict())
-    _exit()
+    exit_now()
 
 
-def _exit() -> NoReturn:
+def exit_now() -> NoReturn:
+    """Leave without atexit handlers or the threads the model may have left behind."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -110,25 +160,14 @@ def _exit() -> NoReturn:
     os._exit(0)
 
 
-def _verify(request: dict, workdir: Path, files: dict[str, str], limits: Limits, reporter: _Reporter,
-            trainer: Callable[[nn.Module, int, bool], Any] | None, artifact_fd: int) -> Verdict:
+def _verify(job: Job) -> Verdict:
+    request, workdir, reporter, trainer, stage = job.request, job.workdir, job.reporter, job.trainer, job.stage
     num_classes, shape = request["num_classes"], tuple(request["input_shape"])
-
-    def stage(name: str, fn: Callable[..., Any], *args: Any) -> Any:
-        reporter.enter(name)
-        try:
-            return fn(*args)
-        except _Stop:
-            raise
-        except BaseException as exc:  # SystemExit from the model is a failure too
-            _reserve.clear()
-            raise _Stop(_failure(name, exc, files, limits)) from None
-
     candidate = request["files"]["candidate"]
-    module = stage("import", _import, workdir / candidate, "nas_candidate")
-    net = stage("instantiate", _instantiate, module, candidate, num_classes)
+    module = stage("import", import_file, workdir / candidate, "nas_candidate")
+    net = stage("instantiate", instantiate, module, candidate, num_classes)
     # A model for RGB input (FairNAD's bases) on grey data sees the grey channel three times.
-    rgb = shape[1] == 1 and stage("instantiate", _first_in_channels, net) == 3
+    rgb = shape[1] == 1 and stage("instantiate", first_in_channels, net) == 3
     shape = (shape[0], 3, *shape[2:]) if rgb else shape
     torch.manual_seed(0)
     x = torch.randn(shape)
@@ -141,7 +180,7 @@ def _verify(request: dict, workdir: Path, files: dict[str, str], limits: Limits,
     except Exception as exc:  # not exportable: this child measures and trains it (self-reported)
         export_error = f"{type(exc).__name__}: {_message(exc)}"[:400]
     else:
-        _send_artifact(artifact_fd, artifact)
+        _send_artifact(request["artifact_fd"], artifact)
         reporter.enter("done")
         return Verdict(ok=True, stage="done", output_shape=list(out.shape), self_reported=False)
     params, flops, layers = stage("measure", _measure, net, shape)
@@ -152,15 +191,15 @@ def _verify(request: dict, workdir: Path, files: dict[str, str], limits: Limits,
 
         def compare() -> None:
             try:
-                parent = _instantiate(_import(workdir / parent_file, "nas_parent"), parent_file, num_classes)
-            except _Stop as stop:
-                raise _Stop(Verdict(ok=False, stage="structure",
+                parent = instantiate(import_file(workdir / parent_file, "nas_parent"), parent_file, num_classes)
+            except Stop as stop:
+                raise Stop(Verdict(ok=False, stage="structure",
                                     error=f"structure: parent {stop.verdict.error}")) from None
             verdict.changed, verdict.changed_layers = _compare(parent, net, x)
 
         try:
             stage("structure", compare)
-        except _Stop as stop:  # the candidate itself passed: keep what was measured
+        except Stop as stop:  # the candidate itself passed: keep what was measured
             stop.verdict.params, stop.verdict.flops, stop.verdict.layers = params, flops, layers
             stop.verdict.output_shape = verdict.output_shape
             raise
@@ -178,16 +217,16 @@ def _export(module: Any, candidate: str, workdir: Path, request: dict, num_class
     as training here would make)."""
     from nas.sandbox.graph import export_graph, pack
 
-    net = _instantiate(module, candidate, num_classes)
+    net = instantiate(module, candidate, num_classes)
     weights = {"init": _tensors(net)}  # before the export runs forward
     graph = export_graph(net, x)
     weights["const"] = graph.pop("constants")
     for seed in (request["train"] or {}).get("seeds", []):
         torch.manual_seed(seed)
-        weights[f"seed{seed}"] = _tensors(_instantiate(module, candidate, num_classes, seed=None))
+        weights[f"seed{seed}"] = _tensors(instantiate(module, candidate, num_classes, seed=None))
     if "parent" in request["files"]:
         name = request["files"]["parent"]
-        parent = _instantiate(_import(workdir / name, "nas_parent"), name, num_classes)
+        parent = instantiate(import_file(workdir / name, "nas_parent"), name, num_classes)
         weights["parent"] = _tensors(parent)
         graph["parent"] = export_graph(parent, x)
         weights["parent_const"] = graph["parent"].pop("constants")
@@ -206,7 +245,7 @@ def _send_artifact(fd: int, data: bytes) -> None:
     os.close(fd)
 
 
-def _trainer(training: dict) -> Callable[[nn.Module, int, bool], Any]:
+def make_trainer(training: dict) -> Callable[[nn.Module, int, bool], Any]:
     """Load the data and the training code (trusted) and return `run(net, seed, rgb)`."""
     from nas.data.sources import load_data
     from nas.train.engine import Engine
@@ -221,20 +260,21 @@ def _trainer(training: dict) -> Callable[[nn.Module, int, bool], Any]:
 
 
 def _train(module: Any, filename: str, num_classes: int, seeds: list[int],
-           trainer: Callable[[nn.Module, int], Any], reporter: _Reporter) -> None:
+           trainer: Callable[[nn.Module, int], Any], reporter: Reporter) -> None:
     """Train a fresh instance per seed (the checked one has seen a backward pass)."""
     for seed in seeds:
         torch.manual_seed(seed)
-        net = _instantiate(module, filename, num_classes)
+        net = instantiate(module, filename, num_classes)
         reporter.send(trained=trainer(net, seed).to_dict())
 
 
-def _first_in_channels(net: nn.Module) -> int | None:
+def first_in_channels(net: nn.Module) -> int | None:
     """`in_channels` of the first layer that has one (the input convolution)."""
     return next((m.in_channels for m in net.modules() if isinstance(getattr(m, "in_channels", None), int)), None)
 
 
-def _import(path: Path, name: str) -> Any:
+def import_file(path: Path, name: str) -> Any:
+    """Import an untrusted file as module `name` (only after `serve` installed the caps and policy)."""
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and typing look the module up by name
@@ -242,19 +282,21 @@ def _import(path: Path, name: str) -> Any:
     return module
 
 
-def _instantiate(module: Any, filename: str, num_classes: int, seed: int | None = 0) -> nn.Module:
+def instantiate(module: Any, filename: str, num_classes: int, seed: int | None = 0) -> nn.Module:
+    """`module.Network(num_classes=...)` seeded with `seed` (None: the caller seeded); a missing
+    class or a non-module result is a `Stop` at stage instantiate."""
     cls = getattr(module, "Network", None)
     if cls is None:
         found = sorted(k for k, v in vars(module).items()
                        if isinstance(v, type) and issubclass(v, nn.Module) and v.__module__ == module.__name__)
-        raise _Stop(Verdict(ok=False, stage="instantiate",
+        raise Stop(Verdict(ok=False, stage="instantiate",
                             error=f"instantiate: {filename} defines no `Network` class"
                                   f" (nn.Module classes found: {', '.join(found) or 'none'})"))
     if seed is not None:
         torch.manual_seed(seed)
     net = cls(num_classes=num_classes)
     if not isinstance(net, nn.Module):
-        raise _Stop(Verdict(ok=False, stage="instantiate",
+        raise Stop(Verdict(ok=False, stage="instantiate",
                             error=f"instantiate: Network(num_classes={num_classes}) returned"
                                   f" {type(net).__name__}, not an nn.Module"))
     return net
@@ -267,15 +309,15 @@ def _forward(net: nn.Module, x: torch.Tensor) -> Any:
 
 def _check_output(out: Any, expected: list[int]) -> None:
     if not isinstance(out, torch.Tensor):
-        raise _Stop(Verdict(ok=False, stage="output_shape",
+        raise Stop(Verdict(ok=False, stage="output_shape",
                             error=f"output_shape: Network returned {type(out).__name__},"
                                   f" expected a Tensor of shape {expected}"))
     if list(out.shape) != expected:
-        raise _Stop(Verdict(ok=False, stage="output_shape", output_shape=list(out.shape),
+        raise Stop(Verdict(ok=False, stage="output_shape", output_shape=list(out.shape),
                             error=f"output_shape: output shape {list(out.shape)} != expected {expected}"
                                   " (batch, num_classes)"))
     if not torch.isfinite(out).all():
-        raise _Stop(Verdict(ok=False, stage="output_shape", output_shape=expected,
+        raise Stop(Verdict(ok=False, stage="output_shape", output_shape=expected,
                             error="output_shape: output contains NaN or Inf values"))
 
 

@@ -1,0 +1,118 @@
+"""Rebuilding a trial of a trusted space in this process, per evaluator: where its weights are.
+
+A supernet run extracts the subnet with its inherited weights (`Evaluator.weights`,
+BatchNorm recalibrated, as the search scored it); a training run stores no weights,
+so the architecture is retrained with the run's own data, recipe, engine and seed
+(or, with `train=False`, left at its seeded initial weights); a table run has none,
+so the weights are initial. Networks and their source come from the space.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from nas.export import ExportError
+from nas.export.built import Built, note_retraining
+from nas.export.graph import one_line, output_diff
+from nas.export.untrusted import run_sandboxed, sandbox_limits
+from nas.search.record import TrialRecord
+
+Say = Callable[[str], None]
+
+
+def from_supernet(spec: Any, space: Any, arch: Any, record: TrialRecord, train: bool, say: Say) -> Built:
+    """The subnet with the checkpoint's weights, refused if the checkpoint or its score changed."""
+    ev = spec.build_evaluator(space)  # a missing or unreadable checkpoint fails here, with its path
+    sidecar = ev.path.with_suffix(".json")
+    if sidecar.is_file():
+        from nas.io import read_json
+
+        expected = read_json(sidecar).get("sha256")
+        if expected and expected != ev.sha256:
+            raise ExportError(f"supernet checkpoint {ev.path}: sha256 {ev.sha256[:16]} differs from "
+                              f"{expected[:16]} in {sidecar.name} (changed since training)")
+    sub = ev.weights(arch)
+    say(f"extracting the subnet from {ev.path} (sha256 {ev.sha256[:16]}), recalibrating BatchNorm "
+        f"on {ev.recal_batches} batches")
+    valid, test = ev.rescore(sub, arch)
+    recorded = record.accuracy
+    if recorded is not None and abs(valid - recorded) > 1.0:
+        raise ExportError(f"supernet checkpoint {ev.path}: the subnet now scores {valid:.2f}%, trial "
+                          f"{record.trial} recorded {recorded:.2f}% (checkpoint or data changed since the search)")
+    say(f"subnet rescored: valid {valid:.2f}% (the search recorded {recorded}), test {test:.2f}%")
+    shape = ev.input_shape(arch)
+    config = ev.network_config()
+    source = space.source(arch, config["num_classes"], config["in_channels"], shape[-1])
+    weights = {"origin": "supernet", "checkpoint": str(ev.path), "checkpoint_sha256": ev.sha256,
+               "recal_batches": ev.recal_batches, "valid_accuracy": round(valid, 4),
+               "test_accuracy": round(test, 4)}
+    return Built(sub, shape, source, space.source_kind, weights, config["num_classes"])
+
+
+def from_training(spec: Any, space: Any, arch: Any, record: TrialRecord, train: bool, say: Say) -> Built:
+    """Retrained as the run trained it (the evaluator's `weights` is None), or seeded initial weights."""
+    from nas.train.build import build_model
+    from nas.train.run import train_one
+
+    ev = spec.build_evaluator(space)
+    seed = ev.seeds[0] if ev.seeds else spec.seed
+    data = ev.data
+    net = build_model(space, arch, data.shape, data.num_classes, ev.build, seed)
+    source = space.source(arch, data.num_classes, data.shape[0], data.shape[1], ev.build.to_dict())
+    weights: dict[str, Any] = {"seed": seed, "data": ev.data_cfg}
+    if train:
+        r = ev.recipe
+        say(f"retraining: {r.epochs} epochs on {ev.data_cfg['name']} (batch {r.batch_size}, lr {r.lr}), "
+            f"seed {seed}, engine {ev.engine.kind}")
+        result = train_one(net, data, ev.recipe, seed, ev.engine)
+        if result.terminated:
+            raise ExportError(f"retraining trial {record.trial} terminated early: {result.terminated}")
+        note_retraining(weights, result, ev, say)
+    else:
+        weights.update(origin="initial", note="--no-train: seeded initial weights, not trained")
+    return Built(net, (1, *data.shape), source, space.source_kind, weights, data.num_classes)
+
+
+def from_table(spec: Any, space: Any, arch: Any, record: TrialRecord, train: bool, say: Say) -> Built:
+    """Seeded initial weights: a table scores cells it has no networks for."""
+    ev = spec.build_evaluator(space)
+    torch.manual_seed(spec.seed)
+    net = space.build(arch, ev.num_classes, 3, ev.resolution)
+    source = space.source(arch, ev.num_classes, 3, ev.resolution)
+    weights = {"origin": "initial", "seed": spec.seed,
+               "note": "the table evaluator stores no weights: seeded initial weights; train the cell "
+                       f"with `nas train '{arch.encode()}' data=cifar10 ...`"}
+    return Built(net, (1, 3, ev.resolution, ev.resolution), source, space.source_kind, weights, ev.num_classes)
+
+
+def source_check(built: Built, net: nn.Module, x: torch.Tensor, tmp: Path, spec: Any, space: Any) -> dict[str, Any]:
+    """Does model.py's `Network` take model.pt strictly and give `net`'s output? Our own
+    generated files run here; code compiled from a block file runs in the sandbox."""
+    with torch.no_grad():
+        ref = net(x)
+    if not space.source_trusted:
+        report = run_sandboxed(tmp, built.source, built.num_classes, x, weights=tmp / "model.pt", reference=ref,
+                               limits=sandbox_limits(spec, sum(p.numel() for p in net.parameters())))[2]
+        return report["reference"]
+    method = "in-process: model.py + model.pt"
+    try:
+        twin = _import_file(tmp / "model.py").Network(num_classes=built.num_classes)
+        twin.load_state_dict(torch.load(tmp / "model.pt", weights_only=True))
+        with torch.no_grad():
+            return output_diff(method, twin.eval()(x), ref)
+    except Exception as err:  # noqa: BLE001  (a generator bug is a failed check, reported, not a crash)
+        return {"method": method, "max_abs_diff": None, "passed": False, "error": one_line(err)}
+
+
+def _import_file(path: Path) -> Any:
+    """Import one of our generated files (trusted: built-in spaces only)."""
+    spec = importlib.util.spec_from_file_location(f"nasflow_export_{os.getpid()}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

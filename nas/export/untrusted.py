@@ -1,0 +1,176 @@
+"""Exporting model source that is not ours: it only ever runs in the sandbox.
+
+Model source (spaces that are not `trusted`) and generated source that is not
+`source_trusted` (the code compiled from a block file) run in a child started by
+the public sandbox API (`nas.sandbox.verify.run_child`, `python -m nas.export.child`
+under the same isolation, rlimits, audit policy, empty environment and
+process-group kill as verification), which writes its files into a private
+directory for this process to collect and check field by field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from nas.export import ExportError
+from nas.export.built import Built, note_retraining
+from nas.export.graph import one_line
+from nas.sandbox.limits import Limits
+from nas.sandbox.verify import Verdict, check_syntax, conclude, run_child
+from nas.search.record import TrialRecord
+
+REPORT_MAX = 64 << 10  # bytes of the sandboxed child's report.json read back
+
+
+def sandbox_limits(spec: Any, params: int | None) -> Limits:
+    """The run's `evaluator.sandbox` limits (train's defaults), with room for the written files."""
+    from nas.evaluators.train import SANDBOX_DEFAULTS
+
+    limits = {**SANDBOX_DEFAULTS, **(spec.evaluator.params.get("sandbox") or {})}
+    if params:
+        limits["file_mb"] = max(limits["file_mb"], math.ceil(params * 4 * 1.5 / (1 << 20)) + 16)
+    return Limits(**limits)
+
+
+def export_untrusted(spec: Any, space: Any, arch: Any, record: TrialRecord, tmp: Path, train: bool,
+                     say: Callable[[str], None]) -> tuple[Built, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Build (and retrain) the model in the sandbox, writing model.py, model.pt and the graph into
+    `tmp`; then check model.py + model.pt in a fresh sandbox. Returns (built, graph entry,
+    source check, measured params and FLOPs)."""
+    from nas.train.result import TrainResult
+
+    ev = spec.build_evaluator(space)
+    seed = ev.seeds[0] if ev.seeds else spec.seed
+    data = ev.data
+    request = None
+    if train:
+        gpu = ev.engine.accelerator == "gpu" or (ev.engine.accelerator == "auto" and torch.cuda.is_available())
+        request = {"data": ev.data_cfg, "recipe": ev.recipe.to_dict(), "engine": ev.engine.to_dict(),
+                   "seeds": [seed], "gpu": gpu, "threads": torch.get_num_threads()}
+        r = ev.recipe
+        say(f"retraining in the sandbox: {r.epochs} epochs on {ev.data_cfg['name']} (batch {r.batch_size}, "
+            f"lr {r.lr}), seed {seed}")
+    else:
+        say("building the model in the sandbox (initial weights)")
+    verdict, trained, report = run_sandboxed(tmp, arch.source, data.num_classes, (1, *data.shape), train=request,
+                                             seed=seed, limits=sandbox_limits(spec, record.params))
+    weights: dict[str, Any] = {"seed": seed, "data": ev.data_cfg}
+    if train:
+        try:
+            result = TrainResult.from_untrusted(trained[0], max_epochs=ev.recipe.epochs)
+        except ValueError as err:
+            raise ExportError(f"model.py in the sandbox: {err}") from None
+        if result.terminated:
+            raise ExportError(f"retraining terminated early: {result.terminated}")
+        note_retraining(weights, result, ev, say)
+    else:
+        weights.update(origin="initial", note="--no-train: initial weights (torch.manual_seed(0), as the "
+                                              "sandbox instantiates), not trained")
+    source = space.source(arch, data.num_classes, data.shape[0], data.shape[1])
+    (tmp / "model.py").write_text(source, encoding="utf-8")
+    built = Built(None, tuple(report["input_shape"]), source, space.source_kind, weights, data.num_classes)
+    say("checking model.py + model.pt in a fresh sandbox")
+    x, out = report.pop("io")
+    check = run_sandboxed(tmp, arch.source, data.num_classes, x, weights=tmp / "model.pt", reference=out,
+                          limits=sandbox_limits(spec, verdict.params))[2]["reference"]
+    return built, report["graph"], check, {"params": verdict.params, "flops": verdict.flops}
+
+
+def run_sandboxed(tmp: Path, source: str, num_classes: int, x_or_shape: torch.Tensor | tuple[int, ...], *,
+                  weights: Path | None = None, reference: torch.Tensor | None = None, train: dict | None = None,
+                  seed: int = 0, limits: Limits) -> tuple[Verdict, list, dict[str, Any]]:
+    """Run `source` in a sandboxed child: build `Network`, load `weights` or train (or keep
+    the initial weights); without `weights`, save model.pt and export the graph into `tmp`;
+    with `reference`, compare outputs. Returns (verdict, training reports, checked report)."""
+    shape = tuple(x_or_shape.shape) if isinstance(x_or_shape, torch.Tensor) else tuple(x_or_shape)
+    verdict = check_syntax(source, "model.py")
+    if verdict is not None:
+        raise ExportError(f"model.py: {verdict.error}")
+    with tempfile.TemporaryDirectory(prefix="nas-export-", ignore_cleanup_errors=True) as work:
+        Path(work, "model.py").write_text(source, encoding="utf-8")
+        if isinstance(x_or_shape, torch.Tensor):
+            torch.save(x_or_shape, Path(work, "input.pt"))
+        if weights is not None:
+            shutil.copyfile(weights, Path(work, "weights.pt"))
+        if reference is not None:
+            torch.save(reference, Path(work, "reference.pt"))
+        request = {"files": {"candidate": "model.py"}, "num_classes": num_classes, "input_shape": list(shape),
+                   "limits": asdict(limits), "train": train, "seed": seed, "weights": weights is not None,
+                   "reference": reference is not None}
+        run = run_child("nas.export.child", request, limits, args=(work,), workdir=work)
+        verdict = conclude(run, limits)
+        if not verdict.ok:
+            raise ExportError(f"model.py in the sandbox: {verdict.error}")
+        report = _read_report(Path(work, "report.json"), weights is None, reference is not None)
+        if train and len(run.trained) != 1:
+            raise ExportError(f"model.py in the sandbox: {len(run.trained)} training reports for 1 seed")
+        if weights is None:
+            for name in ("model.pt", report["graph"]["file"]):
+                if name:
+                    shutil.copyfile(Path(work, name), tmp / name)
+            report["io"] = _read_io(Path(work, "io.pt"), report["input_shape"], num_classes)
+        return verdict, run.trained, report
+
+
+def _read_io(path: Path, shape: list[int], num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The child's input and output, for re-checking model.py + model.pt in a fresh child
+    (`weights_only` unpickles tensors and containers only, never code)."""
+    try:
+        if path.is_symlink():
+            raise ValueError("a link")
+        io = torch.load(path, weights_only=True)
+        x, out = io["input"], io["output"]
+        if not (isinstance(x, torch.Tensor) and isinstance(out, torch.Tensor) and list(x.shape) == shape
+                and list(out.shape) == [shape[0], num_classes]):
+            raise ValueError("unexpected tensors")
+        return x, out
+    except Exception as err:  # noqa: BLE001  (anything the child could have left there)
+        raise ExportError(f"model.py in the sandbox: malformed io.pt ({one_line(err)})") from None
+
+
+def _read_report(path: Path, exported: bool, compared: bool) -> dict[str, Any]:
+    """report.json from the child, checked field by field (untrusted code wrote next to it)."""
+    try:
+        for name in ("report.json", "model.pt", "model.onnx", "model.torchscript.pt", "io.pt"):
+            if Path(path.parent, name).is_symlink():  # the policy forbids links; this does not rely on it
+                raise ValueError(f"{name} is a link")
+        if path.stat().st_size > REPORT_MAX:
+            raise ValueError("too large")
+        report = json.loads(path.read_text(encoding="utf-8"))
+        shape = report["input_shape"]
+        if not (isinstance(shape, list) and 2 <= len(shape) <= 5 and all(type(n) is int and n > 0 for n in shape)):
+            raise ValueError("input_shape")
+        if compared:
+            _check_diff(report["reference"])
+        if exported:
+            graph = report["graph"]
+            if graph.get("format") not in ("onnx", "torchscript", None) or graph.get("file") not in (
+                    {"onnx": "model.onnx", "torchscript": "model.torchscript.pt", None: None}[graph["format"]],):
+                raise ValueError("graph format")
+            if graph["check"] is not None:
+                _check_diff(graph["check"])
+            for key in ("onnx_error", "torchscript_error"):
+                if not (graph.get(key) is None or (isinstance(graph[key], str) and len(graph[key]) < 400)):
+                    raise ValueError(key)
+            if not Path(path.parent, "model.pt").is_file():
+                raise ValueError("model.pt missing")
+        return report
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ExportError(f"model.py in the sandbox: malformed export report ({one_line(err)})") from None
+
+
+def _check_diff(check: Any) -> None:
+    d = check["max_abs_diff"]
+    if not (isinstance(check["method"], str) and len(check["method"]) < 40 and type(check["passed"]) is bool
+            and (d is None or (type(d) in (int, float) and d >= 0))):
+        raise ValueError("check")
+
+
