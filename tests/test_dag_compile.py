@@ -148,3 +148,16 @@ def test_seen_index_confirms_hits_by_canonical_form():
 
     other = Colliding.from_text((HERE / "data" / "blocks" / "shuffle_se.txt").read_text())
     assert other not in seen and seen.add(other) and len(seen) == 2
+
+
+def test_seen_index_labels_where_each_entry_was_seen():
+    from nas.core.arch import SeenIndex
+
+    arch = BlockArch.from_text((HERE / "data" / "blocks" / "residual.txt").read_text())
+    other = BlockArch.from_text((HERE / "data" / "blocks" / "shuffle_se.txt").read_text())
+    seen = SeenIndex()
+    assert seen.add(arch, "node 1") and not seen.add(arch, "node 5")  # the first place seen is kept
+    assert seen.where(arch) == seen.where(arch.key()) == "node 1" and seen.where(other) is None
+    assert seen.add_key(other.key(), "model 2") and not seen.add_key(other.key(), "model 3")
+    assert other.key() in seen and seen.where(other.key()) == "model 2" and len(seen) == 2  # matched by key
+    assert seen.add(other) and other in seen and seen.where(other) is None  # an exact entry, unlabelled

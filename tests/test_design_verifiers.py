@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nas.spaces.nader.dag.macro import BlockSet, Skeleton
-from nas.design.base import SeenDesigns
+from nas.core.arch import SeenIndex
 from nas.design.verifiers import DOWNSCALE, FIX, block_chain, source_chain
 from nas.sandbox.limits import Limits
 from nas.core.constraint import Constraint
@@ -29,7 +29,7 @@ def base_only(text: str) -> str:
 # -- block files --------------------------------------------------------------------------------------------
 
 def test_block_chain_passes_and_measures():
-    seen = SeenDesigns()
+    seen = SeenIndex()
     outcome = block_chain(None, Skeleton.nb201(n=1), NB201, seen).run(RESIDUAL)
     assert outcome.ok and [c.name for c in outcome.checks] == ["parse", "budget", "dedup"]
     budget = outcome.checks[1].detail
@@ -38,11 +38,11 @@ def test_block_chain_passes_and_measures():
 
 def test_block_chain_takes_missing_sections_from_the_parent_and_catches_duplicates():
     parent = BlockSet.from_text(RESIDUAL)
-    seen = SeenDesigns()
+    seen = SeenIndex()
     chain = block_chain(parent, Skeleton.nb201(n=1), NB201, seen)
     first = chain.run(base_only(RESIDUAL))
     assert first.ok
-    seen.add(first.arch.key(), "node 3")
+    seen.add_key(first.arch.key(), "node 3")
     renumbered = base_only(RESIDUAL).replace("8:ReLU", "9:ReLU").replace("7->8", "7->9").replace("8->1", "9->1")
     again = chain.run(renumbered)
     assert not again.ok and again.failure.name == "dedup" and again.failure.retry is None
@@ -56,7 +56,7 @@ def test_block_chain_takes_missing_sections_from_the_parent_and_catches_duplicat
 ])
 def test_block_errors_name_the_node_and_ask_for_a_fix(edit, message):
     text = RESIDUAL.replace(*edit)
-    outcome = block_chain(None, Skeleton.nb201(n=1), NB201, SeenDesigns()).run(text)
+    outcome = block_chain(None, Skeleton.nb201(n=1), NB201, SeenIndex()).run(text)
     failure = outcome.failure
     assert failure.name == "parse" and failure.retry == FIX and message in failure.error
     assert "\n" not in failure.error
@@ -64,7 +64,7 @@ def test_block_errors_name_the_node_and_ask_for_a_fix(edit, message):
 
 def test_block_over_any_budget_is_reported():
     tiny = Constraint(params=10, flops=10)
-    outcome = block_chain(None, Skeleton.nb201(n=1), tiny, SeenDesigns()).run(RESIDUAL)
+    outcome = block_chain(None, Skeleton.nb201(n=1), tiny, SeenIndex()).run(RESIDUAL)
     assert outcome.failure.name == "budget" and outcome.failure.retry == FIX
 
 
@@ -85,7 +85,7 @@ HOSTILE = PARENT.replace("import torch\n", "import os\nimport torch\nos.system('
     ((DATA / "models/cnn_renamed.py").read_text(), "structure", FIX, "no layer differs"),
 ])
 def test_source_chain(text, name, retry, fragment):
-    outcome = source_chain(PARENT, NB201, SeenDesigns(), limits=LIMITS).run(text)
+    outcome = source_chain(PARENT, NB201, SeenIndex(), limits=LIMITS).run(text)
     if name is None:
         assert outcome.ok and [c.name for c in outcome.checks] == ["parse", "execute", "budget", "structure",
                                                                    "dedup"]

@@ -52,29 +52,49 @@ class Architecture(ABC):
 
 
 class SeenIndex:
-    """Architectures seen so far: O(1) by key, exact by canonical form.
+    """Architectures seen so far: O(1) by key, exact by canonical form, each
+    with an optional label of where it was seen ("node 4"), which a duplicate's
+    message prints.
 
     A 16-hex key can in principle collide; a hit is confirmed by comparing
-    the canonical forms, so two different architectures never merge.
+    the canonical forms, so two different architectures never merge. An entry
+    added by key alone (`add_key`: an index rebuilt from a strategy's state that
+    holds only keys) matches by key.
     """
 
     def __init__(self) -> None:
-        self._forms: dict[str, list[str]] = {}
+        self._forms: dict[str, dict[str | None, str | None]] = {}  # key -> canonical form (None: key only) -> where
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._forms.values())
 
-    def __contains__(self, arch: Architecture) -> bool:
-        return arch.canonical() in self._forms.get(arch.key(), ())
+    def __contains__(self, item: Architecture | str) -> bool:
+        """An architecture: an equal one was seen; a key: anything with that key was."""
+        if isinstance(item, str):
+            return item in self._forms
+        return item.canonical() in self._forms.get(item.key(), ())
 
-    def add(self, arch: Architecture) -> bool:
+    def add(self, arch: Architecture, where: str | None = None) -> bool:
         """Record `arch`; False if an equal architecture was already there."""
-        return self.add_form(arch.key(), arch.canonical())
+        return self.add_form(arch.key(), arch.canonical(), where)
 
-    def add_form(self, key: str, form: str) -> bool:
+    def add_form(self, key: str, form: str, where: str | None = None) -> bool:
         """Record a (key, canonical form) pair, e.g. read back from a history file."""
-        forms = self._forms.setdefault(key, [])
+        return self._add(key, form, where)
+
+    def add_key(self, key: str, where: str | None = None) -> bool:
+        """Record a key alone; False if the key was already there (its first `where` is kept)."""
+        return False if key in self._forms else self._add(key, None, where)
+
+    def where(self, item: Architecture | str) -> str | None:
+        """Where `item` (an architecture, or a key: its first entry) was first seen; None if unlabelled or unseen."""
+        if isinstance(item, str):
+            return next(iter(self._forms.get(item, {}).values()), None)
+        return self._forms.get(item.key(), {}).get(item.canonical())
+
+    def _add(self, key: str, form: str | None, where: str | None) -> bool:
+        forms = self._forms.setdefault(key, {})
         if form in forms:
             return False
-        forms.append(form)
+        forms[form] = where
         return True

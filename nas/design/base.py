@@ -16,29 +16,9 @@ from nas.design.metrics import design_metrics
 from nas.search.record import TrialRecord
 from nas.design.verifiers import Chain, Outcome
 from nas.llm.client import Calls
+from nas.core.arch import SeenIndex
 from nas.core.constraint import Constraint
 from nas.strategies.base import Candidate, SearchExhausted, Strategy
-
-
-class SeenDesigns:
-    """Designs proposed so far, by canonical key, with where each was seen ("node 4"):
-    the `Dedup` verifier's index and its message. The strategy's own state (tree,
-    models) holds every design, so the index is rebuilt from it on resume, never stored."""
-
-    def __init__(self) -> None:
-        self._where: dict[str, str] = {}
-
-    def __len__(self) -> int:
-        return len(self._where)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self._where
-
-    def add(self, key: str, where: str) -> None:
-        self._where.setdefault(key, where)
-
-    def where(self, key: str) -> str | None:
-        return self._where.get(key)
 
 
 @dataclass
@@ -95,7 +75,7 @@ class DesignStrategy(Strategy):
         self.llm_settings, self.knowledge_settings = llm or {}, knowledge or {}
         # The evaluator's size limit (the config interpolates evaluator.budget), NB201's where it sets none.
         self.budget = Constraint.from_config(budget, "evaluator.budget").filled(Constraint.nb201(input_size))
-        self.seen = SeenDesigns()
+        self.seen = SeenIndex()  # designs proposed so far, each with where it was seen (the Dedup message)
         self.client = None
 
     # -- wiring -------------------------------------------------------------------------------------------

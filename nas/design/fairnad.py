@@ -21,7 +21,8 @@ from typing import Any
 
 from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE
 from nas.spaces.source.arch import SourceArch
-from nas.design.base import DesignStrategy, SeenDesigns, Try, verify_and_retry
+from nas.core.arch import SeenIndex
+from nas.design.base import DesignStrategy, Try, verify_and_retry
 from nas.design.metrics import design_metrics
 from nas.design.verifiers import Outcome, budget_limits
 from nas.errors import ConfigError, RunDirError
@@ -152,7 +153,7 @@ class FairNADStrategy(DesignStrategy):
     def _root(self) -> Candidate:
         base = self.space.base  # type: ignore[attr-defined]
         self.models.append(Model(0, None, base.source, "root", "base model"))
-        self.seen.add(base.key(), _label(self.models[0]))
+        self.seen.add_key(base.key(), _label(self.models[0]))
         return Candidate(base, {"stage": "root", "node": 0})
 
     def _next_design(self) -> Candidate | None:
@@ -291,7 +292,7 @@ class FairNADStrategy(DesignStrategy):
             measured = _measured(outcome)
             model = Model(len(self.models), base.id, code, job.stage, idea, params=measured[0], flops=measured[1])
             self.models.append(model)
-            self.seen.add(arch.key(), _label(model))
+            self.seen.add_key(arch.key(), _label(model))
             return Candidate(arch, {**info, "node": model.id})
         failure = outcome.failure if outcome is not None else None
         reason = (f"{failure.name}: {failure.error}" if failure is not None
@@ -381,9 +382,9 @@ class FairNADStrategy(DesignStrategy):
             self.generation = int(state["generation"])
         except (KeyError, TypeError, ValueError) as err:
             raise RunDirError(f"strategy 'fairnad' state: {err}") from None
-        self.seen = SeenDesigns()  # every verified model is a design seen
+        self.seen = SeenIndex()  # every verified model is a design seen
         for m in self.models:
-            self.seen.add(SourceArch(m.source).key(), _label(m))
+            self.seen.add_key(SourceArch(m.source).key(), _label(m))
 
     def _report(self, history: list[TrialRecord]) -> dict[str, Any]:
         by_stage: dict[str, list[TrialRecord]] = {}

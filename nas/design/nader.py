@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from nas.spaces.nader.dag.macro import BlockSet, Skeleton
-from nas.design.base import DesignStrategy, SeenDesigns, Try, verify_and_retry
+from nas.core.arch import SeenIndex
+from nas.design.base import DesignStrategy, Try, verify_and_retry
 from nas.design.verifiers import Changed, KeepsParent, block_chain
 from nas.errors import ConfigError, RunDirError
 from nas.search.record import TrialRecord
@@ -55,7 +56,7 @@ class NaderStrategy(DesignStrategy):
     def _index(self) -> None:
         """Every node of the tree (valid designs and rejected drafts) is a design seen."""
         for i in range(len(self.tree)):
-            self.seen.add(self.tree.node(i).key, f"node {i}")
+            self.seen.add_key(self.tree.node(i).key, f"node {i}")
 
     # -- wiring -------------------------------------------------------------------------------------------
 
@@ -80,7 +81,7 @@ class NaderStrategy(DesignStrategy):
 
     def _add_child(self, parent: int, key: str, text: str, idea: str, info: dict[str, Any]):
         child = self.tree.add_child(parent, key, text, idea, info=info)
-        self.seen.add(key, f"node {child.id}")
+        self.seen.add_key(key, f"node {child.id}")
         return child
 
     def _design(self, node) -> Candidate:
@@ -209,7 +210,7 @@ class NaderStrategy(DesignStrategy):
             self.root_asked = bool(state["root_asked"])
         except (KeyError, ValueError) as err:
             raise RunDirError(f"strategy 'nader' state: {err}") from None
-        self.seen = SeenDesigns()
+        self.seen = SeenIndex()
         self._index()
 
     def _report(self, history: list[TrialRecord]) -> dict[str, Any]:

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from nas.core.arch import Architecture
+from nas.core.arch import Architecture, SeenIndex
 from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.dag.macro import BlockSet, Skeleton, search_width, section_errors
 from nas.spaces.source.arch import SourceArch
 from nas.errors import EncodingError
 from nas.core.constraint import Constraint
-
-if TYPE_CHECKING:
-    from nas.design.base import SeenDesigns
 
 FIX, DOWNSCALE = "fix", "downscale"
 
@@ -107,7 +104,7 @@ class Dedup(Verifier):
 
     name = "dedup"
 
-    def __init__(self, seen: SeenDesigns) -> None:
+    def __init__(self, seen: SeenIndex) -> None:
         self.seen = seen  # the strategy's index, read when a draft is checked
 
     def check(self, draft: Draft) -> Check:
@@ -161,7 +158,7 @@ class BlockBudget(Verifier):
         return self.passed(width=choice.width, params=choice.params, flops=choice.flops)
 
 
-def block_chain(parent: BlockSet | None, skeleton: Skeleton, budget: Constraint, seen: SeenDesigns) -> Chain:
+def block_chain(parent: BlockSet | None, skeleton: Skeleton, budget: Constraint, seen: SeenIndex) -> Chain:
     return Chain([ParseBlock(parent, skeleton), BlockBudget(skeleton, budget), Dedup(seen)])
 
 
@@ -301,7 +298,7 @@ class Structure(Verifier):
         return self.passed(changed_layers=v.changed_layers, layers=v.layers)
 
 
-def source_chain(parent_source: str | None, budget: Constraint, seen: SeenDesigns, *, num_classes: int = 10,
+def source_chain(parent_source: str | None, budget: Constraint, seen: SeenIndex, *, num_classes: int = 10,
                  input_size: int = 32, limits=None, structure: bool = True) -> Chain:
     """`structure=False`: FairNAD's ablation without the structural verifier."""
     checks = [ParseSource(), Execute(parent_source, num_classes, input_size, limits), SourceBudget(budget)]

@@ -48,6 +48,9 @@ class EvalResult:
 class Evaluator(ABC):
     name: str  # set by the registry
     uses_seed: ClassVar[bool] = False  # whether results depend on the seed
+    # Whether it scores by training the network with its own data, recipe, engine and seeds
+    # (which export repeats to rebuild the weights it keeps none of).
+    trains: ClassVar[bool] = False
 
     def __init__(self, space: SearchSpace) -> None:
         self.space = space
@@ -77,8 +80,8 @@ class Evaluator(ABC):
 
     def weights(self, arch: Architecture) -> nn.Module | None:
         """The trained network for `arch` when this evaluator holds one (a supernet's subnet with
-        its inherited weights), else None: training evaluators keep no weights (export retrains),
-        a table has none."""
+        its inherited weights), else None: training evaluators keep no weights (export retrains,
+        see `trains`), a table has none."""
         return None
 
     @property

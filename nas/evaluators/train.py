@@ -42,6 +42,8 @@ SANDBOX_DEFAULTS = {"wall_s": 3600.0, "cpu_s": 4 * 3600, "memory_mb": 8192, "fil
 
 @EVALUATORS.register("train")
 class TrainEvaluator(Evaluator):
+    trains = True
+
     @classmethod
     def accepts(cls, space: type[SearchSpace]) -> bool:
         return space.trainable

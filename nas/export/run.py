@@ -21,7 +21,7 @@ import torch
 from nas.export import ExportError
 from nas.export.graph import export_graph
 from nas.export.selection import load_trial
-from nas.export.trusted import from_supernet, from_table, from_training, source_check
+from nas.export.trusted import rebuild, source_check
 from nas.export.untrusted import export_untrusted
 from nas.search.record import TrialRecord
 
@@ -65,10 +65,8 @@ def _export(spec, space, arch, record: TrialRecord, tmp: Path, train: bool,
     if not space.trusted:
         built, graph, check, measured = export_untrusted(spec, space, arch, record, tmp, train, say)
     else:
-        builder = {"supernet": from_supernet, "train": from_training, "table": from_table}.get(evaluator)
-        if builder is None:
-            raise ExportError(f"evaluator '{evaluator}': export does not know where its weights are")
-        built = builder(spec, space, arch, record, train, say)
+        # A missing or unreadable supernet checkpoint fails here, with its path.
+        built = rebuild(spec.build_evaluator(space), spec, space, arch, record, train, say)
         net = built.net.cpu().eval()
         torch.save(net.state_dict(), tmp / "model.pt")
         (tmp / "model.py").write_text(built.source, encoding="utf-8")

@@ -1,10 +1,12 @@
-"""Rebuilding a trial of a trusted space in this process, per evaluator: where its weights are.
+"""Rebuilding a trial of a trusted space in this process: where its weights are, asked of
+the evaluator's capabilities (not its name, so a new evaluator needs no edit here).
 
-A supernet run extracts the subnet with its inherited weights (`Evaluator.weights`,
-BatchNorm recalibrated, as the search scored it); a training run stores no weights,
-so the architecture is retrained with the run's own data, recipe, engine and seed
-(or, with `train=False`, left at its seeded initial weights); a table run has none,
-so the weights are initial. Networks and their source come from the space.
+An evaluator that holds the trained network (`Evaluator.weights`: a supernet's subnet
+with its inherited weights, BatchNorm recalibrated, as the search scored it) gives it;
+a training evaluator (`Evaluator.trains`) stores no weights, so the architecture is
+retrained with the run's own data, recipe, engine and seed (or, with `train=False`,
+left at its seeded initial weights); one with neither (a table) has none, so the
+weights are initial. Networks and their source come from the space.
 """
 
 from __future__ import annotations
@@ -26,9 +28,18 @@ from nas.search.record import TrialRecord
 Say = Callable[[str], None]
 
 
-def from_supernet(spec: Any, space: Any, arch: Any, record: TrialRecord, train: bool, say: Say) -> Built:
-    """The subnet with the checkpoint's weights, refused if the checkpoint or its score changed."""
-    ev = spec.build_evaluator(space)  # a missing or unreadable checkpoint fails here, with its path
+def rebuild(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRecord, train: bool, say: Say) -> Built:
+    """The trial's network with the weights its evaluator `ev` (the run's, built) can give."""
+    sub = ev.weights(arch)
+    if sub is not None:
+        return from_weights(ev, sub, space, arch, record, say)
+    if ev.trains:
+        return from_training(ev, spec, space, arch, record, train, say)
+    return from_initial(ev, spec, space, arch)
+
+
+def from_weights(ev: Any, sub: nn.Module, space: Any, arch: Any, record: TrialRecord, say: Say) -> Built:
+    """The subnet `sub` with the checkpoint's weights, refused if the checkpoint or its score changed."""
     sidecar = ev.path.with_suffix(".json")
     if sidecar.is_file():
         from nas.io import read_json
@@ -37,7 +48,6 @@ def from_supernet(spec: Any, space: Any, arch: Any, record: TrialRecord, train: 
         if expected and expected != ev.sha256:
             raise ExportError(f"supernet checkpoint {ev.path}: sha256 {ev.sha256[:16]} differs from "
                               f"{expected[:16]} in {sidecar.name} (changed since training)")
-    sub = ev.weights(arch)
     say(f"extracting the subnet from {ev.path} (sha256 {ev.sha256[:16]}), recalibrating BatchNorm "
         f"on {ev.recal_batches} batches")
     valid, test = ev.rescore(sub, arch)
@@ -55,12 +65,11 @@ def from_supernet(spec: Any, space: Any, arch: Any, record: TrialRecord, train: 
     return Built(sub, shape, source, space.source_kind, weights, config["num_classes"])
 
 
-def from_training(spec: Any, space: Any, arch: Any, record: TrialRecord, train: bool, say: Say) -> Built:
+def from_training(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRecord, train: bool, say: Say) -> Built:
     """Retrained as the run trained it (the evaluator's `weights` is None), or seeded initial weights."""
     from nas.train.build import build_model
     from nas.train.run import train_one
 
-    ev = spec.build_evaluator(space)
     seed = ev.seeds[0] if ev.seeds else spec.seed
     data = ev.data
     net = build_model(space, arch, data.shape, data.num_classes, ev.build, seed)
@@ -79,9 +88,8 @@ def from_training(spec: Any, space: Any, arch: Any, record: TrialRecord, train: 
     return Built(net, (1, *data.shape), source, space.source_kind, weights, data.num_classes)
 
 
-def from_table(spec: Any, space: Any, arch: Any, record: TrialRecord, train: bool, say: Say) -> Built:
+def from_initial(ev: Any, spec: Any, space: Any, arch: Any) -> Built:
     """Seeded initial weights: a table scores cells it has no networks for."""
-    ev = spec.build_evaluator(space)
     torch.manual_seed(spec.seed)
     net = space.build(arch, ev.num_classes, 3, ev.resolution)
     source = space.source(arch, ev.num_classes, 3, ev.resolution)
