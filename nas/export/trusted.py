@@ -35,6 +35,8 @@ def rebuild(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRecord, trai
         return from_weights(ev, sub, space, arch, record, say)
     if ev.trains:
         return from_training(ev, spec, space, arch, record, train, say)
+    if not (hasattr(ev, "num_classes") and hasattr(ev, "resolution")):  # a table knows its networks' size
+        raise ExportError(f"evaluator '{ev.name}' gives no weights and does not train: no network to export")
     return from_initial(ev, spec, space, arch)
 
 
