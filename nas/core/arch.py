@@ -78,23 +78,20 @@ class SeenIndex:
         """Record `arch`; False if an equal architecture was already there."""
         return self.add_form(arch.key(), arch.canonical(), where)
 
-    def add_form(self, key: str, form: str, where: str | None = None) -> bool:
-        """Record a (key, canonical form) pair, e.g. read back from a history file."""
-        return self._add(key, form, where)
+    def add_form(self, key: str, form: str | None, where: str | None = None) -> bool:
+        """Record a (key, canonical form) pair, e.g. read back from a history file; False if there."""
+        forms = self._forms.setdefault(key, {})
+        if form in forms:
+            return False
+        forms[form] = where
+        return True
 
     def add_key(self, key: str, where: str | None = None) -> bool:
         """Record a key alone; False if the key was already there (its first `where` is kept)."""
-        return False if key in self._forms else self._add(key, None, where)
+        return False if key in self._forms else self.add_form(key, None, where)
 
     def where(self, item: Architecture | str) -> str | None:
         """Where `item` (an architecture, or a key: its first entry) was first seen; None if unlabelled or unseen."""
         if isinstance(item, str):
             return next(iter(self._forms.get(item, {}).values()), None)
         return self._forms.get(item.key(), {}).get(item.canonical())
-
-    def _add(self, key: str, form: str | None, where: str | None) -> bool:
-        forms = self._forms.setdefault(key, {})
-        if form in forms:
-            return False
-        forms[form] = where
-        return True
