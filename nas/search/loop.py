@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -28,6 +28,21 @@ progress_log = logging.getLogger("nas.progress")  # search.log only under `nas s
 class Executor(Protocol):
     def evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
         """Evaluate a batch → (result, served_from_cache, wall_seconds) per candidate."""
+
+
+@runtime_checkable
+class AsyncExecutor(Protocol):
+    """Keeps several evaluations running at once (`budget.in_flight`): the asynchronous loop
+    submits a candidate whenever one finishes, instead of waiting for a whole batch."""
+
+    def submit(self, ticket: int, candidate: Candidate) -> None:
+        """Start evaluating `candidate`; `ticket` (its ask index) comes back with its outcome."""
+
+    def next_done(self) -> tuple[int, tuple[EvalResult, bool, float]]:
+        """Block until one submitted evaluation finishes → (ticket, (result, cached, wall_seconds))."""
+
+    def close(self) -> None:
+        """Stop every worker; evaluations still running are abandoned (resume re-queues them)."""
 
 
 class LocalExecutor:
