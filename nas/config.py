@@ -194,7 +194,7 @@ def check_key(override: Any, base: Any) -> None:
         if part not in node:
             if (override.is_add() or override.is_force_add()) and parts[0] in COMPONENTS and depth == len(parts) - 1:
                 return
-            hint = _add_hint(base, parts) if depth == len(parts) - 1 and not override.is_add() else ""
+            hint = MOVED.get(key) or (_add_hint(base, parts) if depth == len(parts) - 1 and not override.is_add() else "")
             section = f"of {where}" if where else "at the top level"
             raise ConfigError(f"unknown key '{key}' (valid keys {section}: {', '.join(map(str, node))}){hint}")
         node = node._get_node(part)
@@ -204,6 +204,11 @@ def check_key(override: Any, base: Any) -> None:
     if override.is_add():
         raise ConfigError(f"'{key}' is already in the config: write {key}={value} "
                           "(+ adds only keys the config does not have)")
+
+
+# Keys that moved: the old spelling gets the new one in its error.
+MOVED = {f"strategy.max_{k}": f"; size limits live in the evaluator now: evaluator.budget.{k}=VALUE"
+         for k in ("params", "flops")}
 
 
 def _add_hint(base: Any, parts: list[str]) -> str:

@@ -80,6 +80,7 @@ def test_incompatible_pairs_name_the_right_fix(args, message):
     (["budget.trials"], "override 'budget.trials' has no value: write budget.trials=VALUE"),
     (["budget=5"], "'budget' is a section, not a value: set its keys (trials, batch_size), e.g. budget.trials=5"),
     (["seed.x=1"], "unknown key 'seed.x': 'seed' is a value, not a section"),
+    (["strategy.max_params=1e5"], "; size limits live in the evaluator now: evaluator.budget.params=VALUE"),
     (["space=nb201", "seed=abc"], "seed must be an integer, got 'abc'"),
     (["space=nb201", "hydra/launcher=nope"], "Could not find 'hydra/launcher/nope'; "
                                              "Available options in 'hydra/launcher': basic"),

@@ -24,6 +24,7 @@ from nas.regression.judge import (
     failure_lines,
     judge,
     load_baseline,
+    plan,
 )
 from nas.regression.probes import SUITES, ProbeSkipped, run_suite
 
@@ -103,6 +104,14 @@ def test_update_keeps_tuned_tolerances_and_skipped_probes():
     assert new["metrics"]["table.a"] == metric(93.4, tolerance={"abs": 0.2})
     assert new["metrics"]["llm.tokens_per_s"]["value"] == 70.0 and new["skipped"] == {"llm": "no model"}
     assert "table.n" in new["metrics"] and new["suite"] == "nightly"
+
+
+def test_update_refuses_to_rewrite_an_installed_baseline(tmp_path, monkeypatch):
+    installed = tmp_path / "lib" / "site-packages" / "nas" / "regression" / "baselines" / "smoke.json"
+    monkeypatch.setattr("nas.regression.judge.default_baseline", lambda suite: installed)
+    with pytest.raises(BaselineError, match=r"would rewrite the installed package's .*: pass --baseline PATH"):
+        plan(SUITES["smoke"], update=True)
+    assert plan(SUITES["smoke"], tmp_path / "mine.json", update=True).baseline_path == (tmp_path / "mine.json").resolve()
 
 
 def test_run_suite_update_then_compare(tmp_path, monkeypatch):

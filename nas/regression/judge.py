@@ -220,6 +220,9 @@ class Plan:
 def plan(suite: Suite, baseline: str | Path | None = None, out: str | Path | None = None,
          update: bool = False) -> Plan:
     path = Path(baseline) if baseline else default_baseline(suite.name)
+    if update and not baseline and {"site-packages", "dist-packages"} & set(path.parts):
+        raise BaselineError(f"--update-baseline would rewrite the installed package's {path}: "
+                            f"pass --baseline PATH to write your own baseline")
     loaded = load_baseline(path, suite.name) if (not update or path.exists()) else None
     folder = Path(out) if out else Path("runs") / "regression" / _now().strftime("%Y-%m-%d_%H-%M-%S")
     return Plan(suite, path.resolve(), loaded, folder.resolve(), update)
