@@ -139,6 +139,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_space_autoformer.py": (),
     "test_space_ofa_mbv3.py": (),
     "test_space_spos.py": (),
+    "test_predictor.py": (),
     "test_strategies.py": (),
     "test_design_strategy.py": ("llm", "sandbox"),
     "test_design_verifiers.py": (),

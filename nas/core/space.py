@@ -144,6 +144,13 @@ class CategoricalSpace(SearchSpace[A]):
     def to_indices(self, arch: A) -> list[int]:
         return [d.choices.index(v) for d, v in zip(self.decisions(), self.to_values(arch), strict=True)]
 
+    def features(self, arch: A) -> list[float]:
+        """A fixed-length vector for learned predictors: one-hot per decision."""
+        out: list[float] = []
+        for d, i in zip(self.decisions(), self.to_indices(arch), strict=True):
+            out.extend(1.0 if j == i else 0.0 for j in range(len(d.choices)))
+        return out
+
     def sample(self, rng: np.random.Generator) -> A:
         return self.from_values([d.choices[int(rng.integers(len(d.choices)))] for d in self.decisions()])
 

@@ -180,7 +180,7 @@ class Deduplicating:
 
 
 STRATEGIES: Registry[Strategy] = Registry("strategy", modules={
-    "collm": "nas.strategies.collm", "evolution": "nas.strategies.evolution", "fairnad": "nas.design.fairnad",
+    "bananas": "nas.strategies.bananas", "collm": "nas.strategies.collm", "evolution": "nas.strategies.evolution", "fairnad": "nas.design.fairnad",
     "nader": "nas.design.nader", "random": "nas.strategies.random_search", "rea": "nas.strategies.rea",
     "reinforce": "nas.strategies.reinforce",
 })

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,12 @@ class NB201Space(CategoricalSpace[NB201Cell]):
     def to_values(self, arch: NB201Cell) -> list[Any]:
         return list(arch.ops)
 
+    def features(self, arch: NB201Cell) -> list[float]:
+        """One-hot per edge plus BANANAS' path encoding (White et al. 2021): which op sequences
+        lead from the input to the output (a `none` edge cuts its paths); cells that compute the
+        same paths get the same path part whatever edges carry them."""
+        return [*super().features(arch), *path_encoding(arch)]
+
     def cost(self, arch: NB201Cell) -> Cost:
         return self.cost_at(arch, self.COST_CLASSES, self.COST_RESOLUTION)
 
@@ -81,3 +88,22 @@ class NB201Space(CategoricalSpace[NB201Cell]):
                 f"each of its 6 edges ({edges}); operations: {', '.join(OPS)}. The network stacks "
                 f"{self.cells_per_stage} cells per stage over 3 stages. Encoding (NB201 string, groups per node "
                 "1..3, each op~source): |op~0|+|op~0|op~1|+|op~0|op~1|op~2|")
+
+
+# Input-to-output paths of the cell, as edge indices (EDGES order); ops that carry data.
+PATHS: tuple[tuple[int, ...], ...] = tuple(
+    tuple(EDGES.index(e) for e in zip(nodes[:-1], nodes[1:]))
+    for nodes in ((0, 3), (0, 1, 3), (0, 2, 3), (0, 1, 2, 3)))
+PATH_OPS = tuple(op for op in OPS if op != "none")
+PATH_SLOTS = {seq: i for i, seq in enumerate(
+    seq for n in (1, 2, 3) for seq in itertools.product(PATH_OPS, repeat=n))}
+
+
+def path_encoding(arch: NB201Cell) -> list[float]:
+    """How many input-to-output paths carry each op sequence (4 + 16 + 64 slots)."""
+    counts = [0.0] * len(PATH_SLOTS)
+    for path in PATHS:
+        ops = tuple(arch.ops[e] for e in path)
+        if "none" not in ops:
+            counts[PATH_SLOTS[ops]] += 1.0
+    return counts
