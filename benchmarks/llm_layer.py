@@ -25,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # support.scripted: a test helper, not in the wheel
 
 from nas.io import atomic_write_json  # noqa: E402
 
@@ -87,7 +88,7 @@ def main() -> None:
     from rich.console import Console
 
     from nas.llm.local import LocalServer
-    from nas.llm.scripted import ScriptedServer
+    from support.scripted import ScriptedServer
 
     console = Console(stderr=True)
     n_speed, n_work, n_overhead = (2, 3, 20) if args.quick else (8, len(IDEAS), 200)

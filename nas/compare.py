@@ -339,7 +339,7 @@ def table_reference(settings: list[dict[str, Any]], length: int) -> tuple[dict[s
     """For NB201 table runs without a constraint, the table's optimum and random search's expected
     best curve over `length` trials: (reference, None), or (None, why not) when the runs are table
     runs but the table cannot be read; (None, None) for other runs (no distribution is known)."""
-    from nas.evaluators.table import default_table_path, load_table
+    from nas.spaces.nb201.table import default_table_path, load_table
 
     first = settings[0]
     keys = ("space", "evaluator", "evaluator.path", "evaluator.metric")

@@ -171,7 +171,7 @@ def test_poisoned_llm_call_record_is_refused_and_the_call_made_again(prefect_hom
     from prefect import flow
 
     from nas.llm import LLMClient
-    from nas.llm.scripted import ScriptedServer
+    from support.scripted import ScriptedServer
     from nas.orchestration.tasks.llm import prefect_calls
 
     @flow(persist_result=False)
@@ -246,7 +246,7 @@ def test_poisoned_supernet_record_is_refused_and_the_supernet_trained_again(pref
 def test_llm_reply_cache_file_of_the_wrong_shape_is_a_miss(tmp_path, caplog, damage):
     """The reply cache is JSON only, and a file in it is used only with a reply's shape."""
     from nas.llm import LLMClient
-    from nas.llm.scripted import ScriptedServer
+    from support.scripted import ScriptedServer
 
     with ScriptedServer(["first", "second"]) as srv:
         cfg = {"backend": "openai", "base_url": srv.base_url, "api_key_env": "NASFLOW_NO_KEY",

@@ -18,7 +18,7 @@ from nas.spaces.nb201.arch import OPS, NB201Cell
 from nas.errors import ConfigError, RunDirError
 from nas.evaluators.table import TableEvaluator
 from nas.llm.parse import ParseError
-from nas.llm.scripted import ScriptedServer, Step
+from support.scripted import ScriptedServer, Step
 from nas.core.constraint import Constraint
 from nas.core.space import CategoricalSpace, Decision
 from nas.spaces.nb201.space import NB201Space

@@ -17,7 +17,8 @@ import pytest
 from nas.cli import main as cli
 from nas.compare import compare, curve_styles, expected_best, find_runs, load_curves, plot_curves, table_reference
 from nas.errors import ConfigError
-from nas.evaluators.table import TableEvaluator, default_table_path, load_table
+from nas.evaluators.table import TableEvaluator
+from nas.spaces.nb201.table import default_table_path, load_table
 from nas.io import atomic_write_json
 from nas.core.constraint import Constraint
 from nas.search.loop import LocalExecutor, SearchLoop

@@ -10,7 +10,7 @@ import pytest
 
 from nas.design.base import DesignStrategy
 from nas.evaluators.base import EvalResult
-from nas.llm.scripted import ScriptedServer
+from support.scripted import ScriptedServer
 from nas.spaces import SPACES
 from nas.strategies import STRATEGIES, Trial
 

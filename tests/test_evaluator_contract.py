@@ -6,6 +6,7 @@ row to SETUPS."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -114,3 +115,9 @@ def test_evaluate_scores_a_candidate_of_an_accepted_space(name, request, monkeyp
     result = evaluator.evaluate(arch, seed=0)
     assert isinstance(result, EvalResult) and result.ok, result.error
     assert 0 <= result.accuracy <= 100 and result.params > 0 and result.flops > 0
+    # Held weights come with where they are from (export's manifest records it); none, with nothing.
+    origin = evaluator.provenance(arch)
+    assert (evaluator.weights(arch) is None) == (origin == {})
+    if ckpt is not None:
+        assert (origin["checkpoint"], origin["checkpoint_sha256"]) == (
+            str(ckpt.resolve()), hashlib.sha256(ckpt.read_bytes()).hexdigest())

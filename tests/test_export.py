@@ -251,6 +251,22 @@ def test_model_source_is_built_and_exported_only_in_the_sandbox(capsys, tmp_path
         assert torch.allclose(onnx_output(out / "model.onnx", x), net(x), atol=1e-5)
 
 
+def test_model_source_with_an_evaluator_that_does_not_train_is_refused_in_one_line(tmp_path):
+    """Model source never loads here: only retraining in the sandbox rebuilds it, asked of the
+    evaluator's capability (`trains`), not its name. The table is a real evaluator that does not train."""
+    from nas.evaluators.table import TableEvaluator
+    from nas.export import ExportError
+    from nas.export.untrusted import export_untrusted
+    from nas.spaces.nb201.space import NB201Space
+    from nas.spaces.source.space import SourceSpace
+
+    with pytest.raises(ExportError, match=r"^evaluator 'table' does not train: space 'source' is model source, "
+                                          r"rebuilt only by retraining it in the sandbox; no network to export$"):
+        export_untrusted(TableEvaluator(NB201Space()), None, SourceSpace(), SourceArch(SMALL_MODEL), None, tmp_path,
+                         True, print)  # refused before the spec or the trial record is read
+    assert not any(tmp_path.iterdir())
+
+
 def test_model_source_that_breaks_the_policy_fails_in_one_line(capsys, tmp_path):
     target = tmp_path / "escaped.txt"
     hostile = SMALL_MODEL + f"\nopen({str(target)!r}, 'w').write('x')\n"

@@ -140,7 +140,7 @@ def test_model_reply_parsing():
 def test_downscale_asks_for_channel_multiples_and_records_those_not_kept(tmp_path, monkeypatch):
     from nas.agents.fairnad import DOWNSCALE_SHRINK, downscale, off_multiple
     from nas.llm import LLMClient
-    from nas.llm.scripted import ScriptedServer
+    from support.scripted import ScriptedServer
 
     smaller = ("```python\nfrom torch import nn\nclass Network(nn.Module):\n    def __init__(self):\n"
                "        super().__init__()\n        self.a = nn.Conv2d(3, 20, 3)\n"

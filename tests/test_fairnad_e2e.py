@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nas.llm.scripted import ScriptedServer
+from support.scripted import ScriptedServer
 from nas.spaces.source.bases import base_source
 
 pytestmark = pytest.mark.slow

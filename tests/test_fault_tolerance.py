@@ -23,7 +23,7 @@ import pytest
 from conftest import NAS, ROOT, run_nas
 from nas.agents.collm import values_text
 from nas.spaces.nb201.arch import OPS, NB201Cell
-from nas.llm.scripted import ScriptedServer, Step
+from support.scripted import ScriptedServer, Step
 from nas.spaces.nb201.space import NB201Space
 
 SPACE = NB201Space()

@@ -89,7 +89,7 @@ def test_llm_calls_are_cached_prefect_tasks(run_flow, tmp_path):
 
     from nas.llm import LLMClient
     from nas.llm.client import LLMError
-    from nas.llm.scripted import ScriptedServer, Step
+    from support.scripted import ScriptedServer, Step
     from nas.orchestration.tasks.llm import prefect_calls
 
     @flow(persist_result=False)

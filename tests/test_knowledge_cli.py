@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nas.llm.scripted import ScriptedServer
+from support.scripted import ScriptedServer
 
 pytestmark = pytest.mark.slow
 

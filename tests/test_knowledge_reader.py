@@ -16,7 +16,7 @@ from nas.knowledge.store import KnowledgeStore
 from nas.knowledge.tagger import EmbeddingTagger, LLMTagger
 from nas.knowledge.tree import AttributeTree
 from nas.llm import LLMClient
-from nas.llm.scripted import ScriptedServer, Step
+from support.scripted import ScriptedServer, Step
 
 TREE = AttributeTree.builtin()
 SE = "performance*block*adaptive feature recalibration*channel attention (SE block)"

@@ -14,7 +14,7 @@ from nas.errors import ConfigError
 from nas.llm import LLMClient, LLMConfig, LLMError, ParseError
 from nas.llm.parse import extract_code, extract_json, extract_list, extract_tagged
 from nas.llm.prompts import load_prompt, parse_prompt
-from nas.llm.scripted import ScriptedServer, Step
+from support.scripted import ScriptedServer, Step
 
 SECRET = "sk-test-SECRETSECRET123456"
 

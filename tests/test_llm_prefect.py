@@ -14,7 +14,7 @@ def test_failed_llm_task_logs_one_line_and_is_not_cached(prefect_home):
     from prefect import flow
 
     from nas.llm import LLMClient, LLMError
-    from nas.llm.scripted import ScriptedServer, Step
+    from support.scripted import ScriptedServer, Step
     from nas.orchestration.tasks.llm import prefect_calls
 
     @flow(persist_result=False)

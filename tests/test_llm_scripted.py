@@ -13,7 +13,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from nas.llm.scripted import ScriptedServer, Step
+from support.scripted import ScriptedServer, Step
 
 MESSAGES = [{"role": "system", "content": "you are terse"},
             {"role": "user", "content": "pick a cell please"}]  # 3 + 4 = 7 words

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nas.spaces.nader.dag.crosscheck import crosscheck
+from support.crosscheck import crosscheck
 from nas.spaces.nader.dag.macro import BlockSet, Skeleton, plan, role_of, search_width, section_errors
 from nas.errors import ConfigError, EncodingError
 from nas.core.constraint import Constraint

@@ -21,7 +21,7 @@ from nas.spaces.nader.dag.ops import OPS
 from nas.spaces.nader.dag.parse import parse_block_file
 from nas.errors import EncodingError
 from nas.llm import LLMClient, ParseError
-from nas.llm.scripted import ScriptedServer
+from support.scripted import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path("/work/shared/data/nader")

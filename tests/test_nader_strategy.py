@@ -10,7 +10,7 @@ import pytest
 
 from nas.design.nader import NaderStrategy
 from nas.evaluators.base import EvalResult
-from nas.llm.scripted import ScriptedServer
+from support.scripted import ScriptedServer
 from nas.spaces.nader.space import BlockSpace
 from nas.strategies.base import Trial
 

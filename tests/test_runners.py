@@ -86,7 +86,7 @@ def navigator_and_generator(request: dict) -> str:
 
 @pytest.mark.slow
 def test_dask_search_matches_the_other_runners_and_fills_the_cache(tmp_path, nas_env):
-    from nas.llm.scripted import ScriptedServer
+    from support.scripted import ScriptedServer
 
     def search(tag: str, home: str, *runner: str) -> tuple[dict, list[tuple[str, float]]]:
         out = run_nas(["search", *args, *runner, f"hydra.run.dir={tmp_path / tag}"],

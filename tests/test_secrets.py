@@ -21,7 +21,7 @@ from nas.errors import EvaluationError
 from nas.evaluators import EVALUATORS, EvalResult, Evaluator
 from nas.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl, rewrite_jsonl
 from nas.llm import LLMClient, LLMError
-from nas.llm.scripted import ScriptedServer
+from support.scripted import ScriptedServer
 from nas.search.loop import LocalExecutor, SearchLoop
 from nas.search.spec import Component, SearchSpec
 from nas.secrets import MASK, Scrubber, install_log_scrubbing, register, scrub

@@ -21,7 +21,7 @@ from nas.agents.collm import values_text
 from nas.core.space import SearchSpace
 from nas.evaluators.base import EvalResult
 from nas.evaluators.table import TableEvaluator
-from nas.llm.scripted import ScriptedServer
+from support.scripted import ScriptedServer
 from nas.spaces import SPACES
 from nas.spaces.nb201.arch import OPS, NB201Cell
 from nas.strategies import STRATEGIES, Candidate, Strategy, Trial

@@ -13,11 +13,12 @@ import pytest
 from nas.spaces.nb201.arch import OPS, NB201Cell
 from nas.errors import ConfigError, EvaluationError, MissingDependencyError
 from nas.evaluators import EVALUATORS, EvalResult
-from nas.evaluators.table import SCALAR_METRICS, TableEvaluator, default_table_path, load_table
+from nas.evaluators.table import TableEvaluator
 from nas.measure import count_flops, count_params
 from nas.spaces import SPACES
 from nas.spaces.nb201.cost import cost_model
 from nas.spaces.nb201.space import NB201Space
+from nas.spaces.nb201.table import SCALAR_METRICS, default_table_path, load_table
 
 BEST_TUPLE = (2, 2, 0, 2, 3, 2)
 BEST_ACC = 94.0664
@@ -42,7 +43,7 @@ def test_default_table_path_is_the_installed_package_file():
 
 
 def test_table_has_all_cells_and_known_best(evaluator):
-    table = evaluator.table
+    table = evaluator.table.scores
     assert len(table) == 15625 == len(OPS) ** 6
     assert set(table) == set(np.ndindex(*(5,) * 6))
     best_key, best_val = max(table.items(), key=lambda kv: kv[1])
@@ -75,7 +76,7 @@ def test_evaluate_matches_table_for_sampled_cells(evaluator):
     space = NB201Space()
     for _ in range(50):
         cell = space.sample(rng)
-        assert evaluator.evaluate(cell).accuracy == evaluator.table[cell.to_anb_tuple()]
+        assert evaluator.evaluate(cell).accuracy == evaluator.table.scores[cell.to_anb_tuple()]
 
 
 def test_evaluate_is_seed_independent(evaluator):
@@ -157,10 +158,10 @@ def test_fingerprint_depends_on_metric_and_not_instance(evaluator):
 
 def test_fingerprint_depends_on_file_content(tmp_path, evaluator):
     copy = tmp_path / "data.anb"
-    copy.write_bytes(evaluator.path.read_bytes())
+    copy.write_bytes(evaluator.table.path.read_bytes())
     same = TableEvaluator(NB201Space(), path=str(copy))
     assert same.fingerprint() == evaluator.fingerprint()
-    assert same.path == copy.resolve()
+    assert same.table.path == copy.resolve()
 
 
 def test_missing_table_names_the_path(tmp_path):
@@ -202,7 +203,7 @@ def test_corrupt_table_is_missing_dependency(tmp_path, name):
 
 def test_truncated_real_table_is_missing_dependency(tmp_path, evaluator):
     path = tmp_path / "truncated.anb"
-    path.write_bytes(evaluator.path.read_bytes()[:100_000])
+    path.write_bytes(evaluator.table.path.read_bytes()[:100_000])
     with pytest.raises(MissingDependencyError, match="unreadable"):
         load_table(str(path), "baseline_accuracy")
 
@@ -294,3 +295,10 @@ def test_create_through_registry_checks_params():
         EVALUATORS.create("table", {"metrik": "x"}, space=space)
     with pytest.raises(ConfigError, match="parameter 'num_classes' must be int"):
         EVALUATORS.create("table", {"num_classes": "10"}, space=space)
+
+
+def test_a_space_without_a_benchmark_table_is_refused_in_one_line():
+    spos = SPACES.create("spos", {})
+    assert not TableEvaluator.accepts(type(spos)) and TableEvaluator.accepts(NB201Space)
+    with pytest.raises(ConfigError, match=r"^space 'spos' has no benchmark table \(evaluator=table needs one\)$"):
+        TableEvaluator(spos)

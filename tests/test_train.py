@@ -207,18 +207,21 @@ def test_block_width_rounds_to_the_width_multiple_and_enters_the_fingerprint():
     from nas.evaluators.train import TrainEvaluator
     from nas.spaces.nader.space import BlockSpace
     from nas.spaces.nb201.space import NB201Space
-    from nas.train.build import BuildOptions, build_model
+    from nas.train.build import build_model
 
     arch = BlockArch.from_text((Path(__file__).parent / "data" / "blocks" / "residual.txt").read_text())
     space = BlockSpace()
     shape = (3, 32, 32)
-    assert space.plan(arch, 10, 3, 32, BuildOptions().to_dict()).width == 24  # NB201's budget allows 25
-    assert space.plan(arch, 10, 3, 32, BuildOptions(width_multiple=1).to_dict()).width == 25
-    net = build_model(space, arch, shape, 10, BuildOptions(), seed=0)
+    assert space.plan(arch, 10, 3, 32).width == 24  # NB201's budget allows 25
+    assert space.plan(arch, 10, 3, 32, {"width_multiple": 1}).width == 25
+    net = build_model(space, arch, shape, 10, space.build_options({}), seed=0)
     assert net.classifier.in_features == 4 * 24
     recipe = {"epochs": 1, "batch_size": 64}
-    default = TrainEvaluator(NB201Space(), {"name": "digits"}, recipe)
-    assert default.build.width_multiple == 8
-    assert TrainEvaluator(NB201Space(), {"name": "digits"}, recipe, width_multiple=1).fingerprint() != default.fingerprint()
+    default = TrainEvaluator(space, {"name": "digits"}, recipe)
+    assert default.build["width_multiple"] == 8
+    assert TrainEvaluator(space, {"name": "digits"}, recipe, width_multiple=1).fingerprint() != default.fingerprint()
+    # NB201 cells read no width multiple: their networks, and so their cache entries, do not change
+    cells = TrainEvaluator(NB201Space(), {"name": "digits"}, recipe)
+    assert TrainEvaluator(NB201Space(), {"name": "digits"}, recipe, width_multiple=1).fingerprint() == cells.fingerprint()
     with pytest.raises(ConfigError, match=r"evaluator.width_multiple must be an integer >= 1, got 0"):
-        BuildOptions(width_multiple=0)
+        TrainEvaluator(NB201Space(), {"name": "digits"}, recipe, width_multiple=0)

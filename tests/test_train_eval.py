@@ -16,7 +16,7 @@ from nas.spaces.nader.space import BlockSpace
 from nas.spaces.nb201.space import NB201Space
 from nas.spaces.source.arch import SourceArch
 from nas.spaces.source.space import SourceSpace
-from nas.train.build import BuildOptions, build_model
+from nas.train.build import build_model
 
 BLOCKS = Path(__file__).resolve().parent / "data" / "blocks"
 TINY = {"epochs": 2, "batch_size": 64, "train_subset": 256, "valid_subset": 128, "test_subset": 128}
@@ -54,13 +54,28 @@ def test_source_key_ignores_formatting_comments_and_docstrings():
 
 def test_block_file_builds_in_the_skeleton_within_the_budget():
     arch = BlockArch.from_text((BLOCKS / "residual.txt").read_text())
-    small = BuildOptions(cells_per_stage=1, budget={"params": 20_000, "flops": 2e6})
+    small = BlockSpace.build_options({"cells_per_stage": 1, "budget": {"params": 20_000, "flops": 2e6},
+                                      "channels": 4})  # NB201's setting: not the block space's, dropped
+    assert small == {"cells_per_stage": 1, "skeleton": "nb201", "budget": {"params": 20_000, "flops": 2e6},
+                     "width_multiple": 8}
     net = build_model(BlockSpace(), arch, (1, 8, 8), 10, small, seed=0)
     assert sum(p.numel() for p in net.parameters()) <= 20_000
     with pytest.raises(EvaluationError, match="cannot build the network"):
-        build_model(BlockSpace(), arch, (1, 8, 8), 10, BuildOptions(budget={"params": 10}), seed=0)
+        build_model(BlockSpace(), arch, (1, 8, 8), 10, BlockSpace.build_options({"budget": {"params": 10}}), seed=0)
     with pytest.raises(ConfigError, match="evaluator.skeleton must be one of nb201, imagenet"):
-        BuildOptions(skeleton="vit")
+        BlockSpace.build_options({"skeleton": "vit"})
+
+
+def test_sizing_settings_are_checked_by_every_space_that_reads_them_and_kept_per_space():
+    assert evaluator().build == {"channels": 4, "cells_per_stage": 1}  # NB201 reads no skeleton or budget
+    assert evaluator(BlockSpace()).build == {"cells_per_stage": 1, "skeleton": "nb201", "budget": {},
+                                             "width_multiple": 8}
+    with pytest.raises(ConfigError, match=r"^evaluator.skeleton must be one of nb201, imagenet, got 'vit'$"):
+        evaluator(skeleton="vit")  # the block space's setting, refused on an NB201 run too
+    with pytest.raises(ConfigError, match=r"^evaluator.channels must be an integer >= 1, got 0$"):
+        TrainEvaluator(BlockSpace(), {"name": "digits"}, TINY, channels=0)  # NB201's, refused on a block run
+    with pytest.raises(ConfigError, match=r"^evaluator 'train': unknown parameter 'chanels' \(accepted: budget, "):
+        evaluator(chanels=8)
 
 
 def test_block_file_and_nb201_cell_train():
@@ -145,7 +160,7 @@ def test_ddp_trains_with_two_processes_through_the_worker():
     ev = evaluator(engine={"devices": 2})
     arch = ev.space.sample(np.random.default_rng(0))
     r = train_in_subprocess(ev.space, arch, data=ev.data_cfg, recipe=ev.recipe.to_dict(), engine=ev.engine.to_dict(),
-                            build=ev.build.to_dict(), seed=0, timeout_s=300)
+                            build=ev.build, seed=0, timeout_s=300)
     assert r.world_size == 2 and r.epochs == 2 and r.terminated is None and len(r.loss_curve) == 2
     whole = ev.evaluate(arch, seed=0)
     assert whole.ok and whole.curve == pytest.approx(r.loss_curve)

@@ -1,36 +1,54 @@
 """`nas train ARCH [overrides]`: train one architecture with the search's config groups.
 
-ARCH is a model source `.py` (trained in the sandbox), a NADER block file, or
-an NB201 cell string (`|nor_conv_3x3~0|+|...`). Overrides are Hydra's, as for
-`nas search`: `data=digits recipe.epochs=3 engine=fast evaluator.seeds=[777,888,999]`.
+ARCH is a file of a trainable space, by its suffix (a model source `.py`, trained in the
+sandbox; a NADER block `.txt`), or an architecture string (an NB201 cell `|nor_conv_3x3~0|+|...`).
+Overrides are Hydra's, as for `nas search`: `data=digits recipe.epochs=3 engine=fast
+evaluator.seeds=[777,888,999]`.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nas.core.arch import Architecture
 from nas.errors import ConfigError, EncodingError, NasError
 from nas.io import atomic_write_json
 
+if TYPE_CHECKING:
+    from nas.core.space import SearchSpace
+
 USAGE = "usage: nas train ARCH [--out RESULT.json] [seed=N data=... recipe=... engine=... evaluator.KEY=...]"
 
 
-def load_arch(spec: str) -> Architecture:
-    from nas.spaces.nader.arch import BlockArch
-    from nas.spaces.nb201.arch import NB201Cell
-    from nas.spaces.source.arch import SourceArch
+def load_arch(spec: str) -> tuple[SearchSpace, Architecture]:
+    """ARCH and the trainable space that reads it, asked of the spaces (`SearchSpace.file_suffix`):
+    a file by its suffix, anything else as an architecture string of a space whose architectures
+    are strings."""
+    from nas.spaces import SPACES
 
-    if spec.startswith("|"):
-        return NB201Cell.from_string(spec)
+    trainable = [cls for cls in map(SPACES.get, SPACES.names()) if cls.trainable]
+    files = {cls.file_suffix: cls.name for cls in trainable if cls.file_suffix}
+    strings = [cls.name for cls in trainable if not cls.file_suffix]
+    kinds = [*(f"a {suffix} file (space '{name}')" for suffix, name in files.items()),
+             *(f"an architecture string (space '{name}')" for name in strings)]
+    hint = " or ".join([", ".join(kinds[:-1]), kinds[-1]] if len(kinds) > 1 else kinds)
     path = Path(spec)
-    if not path.is_file():
-        raise EncodingError(f"{path}: no such file (give a model .py, a block file or an NB201 cell string)")
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if path.suffix == ".py":
-        return SourceArch(text, filename=path.name)
-    return BlockArch.from_text(text, source=str(path))
+    if path.is_file():
+        if path.suffix not in files:
+            raise EncodingError(f"{path}: no space reads '{path.suffix}' files (give {hint})")
+        space = SPACES.create(files[path.suffix], {})
+        return space, space.read(path.read_text(encoding="utf-8", errors="replace"), str(path))
+    errors = []
+    for name in strings if path.suffix not in files else []:
+        space = SPACES.create(name, {})
+        try:
+            return space, space.read(spec, "ARCH")
+        except EncodingError as err:
+            errors.append(f"{name}: {err}")
+    strings_failed = f", nor an architecture string ({'; '.join(errors)})" if errors else ""
+    raise EncodingError(f"{path}: no such file{strings_failed} (give {hint})")
 
 
 def compose(overrides: list[str]) -> tuple[dict, int]:
@@ -56,13 +74,12 @@ def main(argv: list[str]) -> None:
         rest.pop(i)
     check_group_overrides(rest)
     try:
-        arch = load_arch(argv[0])
+        space, arch = load_arch(argv[0])
         params, seed = compose(rest)
         params.pop("name", None)
         from nas.evaluators import EVALUATORS
-        from nas.spaces import SPACES
 
-        evaluator = EVALUATORS.create("train", params, space=SPACES.create(arch.space, {}))  # builds the network
+        evaluator = EVALUATORS.create("train", params, space=space)  # builds the network
         from nas.train.progress import EpochDisplay
 
         # a model .py trains in the sandbox, which reports no epochs: the title alone then

@@ -56,14 +56,18 @@ class Registry(Generic[T]):
 
 
 def check_params(where: str, fn: Callable, params: dict[str, Any], skip: set[str]) -> None:
-    """Reject unknown keys and scalar type mismatches with a one-line error."""
+    """Reject unknown keys and scalar type mismatches with a one-line error; a `**rest` parameter
+    takes the other keys, for `fn` to check (evaluator=train's sizing settings: the spaces')."""
     sig = inspect.signature(fn)
     kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     accepted = {
         n: p for n, p in sig.parameters.items()
         if n != "self" and n not in skip and p.kind in kinds
     }
+    rest = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
     for key, value in params.items():
+        if key not in accepted and rest:
+            continue
         if key not in accepted:
             names = ", ".join(sorted(accepted)) or "none"
             raise ConfigError(f"{where}: unknown parameter '{key}' (accepted: {names})")
@@ -78,6 +82,12 @@ def check_params(where: str, fn: Callable, params: dict[str, Any], skip: set[str
             raise ConfigError(
                 f"{where}: parameter '{key}' must be {expected.__name__}, got {value!r}"
             )
+
+
+def check_count(where: str, value: Any) -> None:
+    """A count setting (a width, a depth, a multiple): an integer >= 1, bools refused."""
+    if type(value) is not int or value < 1:
+        raise ConfigError(f"{where} must be an integer >= 1, got {value!r}")
 
 
 def check_keys(where: str, data: dict[str, Any], valid: list[str]) -> None:

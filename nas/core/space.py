@@ -7,9 +7,9 @@ import inspect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # a space builds torch networks, but only inside `build`: the
 
 # The space's own architecture class: each family's methods take only its architectures.
 A = TypeVar("A", bound=Architecture)
+A_in = TypeVar("A_in", bound=Architecture, contravariant=True)  # a benchmark's: it only takes them
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,23 @@ class Cost:
 
     params: int
     flops: int
+
+
+class Benchmark(Protocol[A_in]):
+    """A table of trained results for every architecture of a space (NB201's analog-nasbench), which
+    evaluator=table scores by lookup; the space gives it (`SearchSpace.benchmark`)."""
+
+    def score(self, arch: A_in) -> float:
+        """The table's value for `arch` (percent); `EvaluationError` when it has none."""
+        ...
+
+    def cost(self, arch: A_in) -> Cost:
+        """Params and FLOPs of `arch`'s network at the table's settings."""
+        ...
+
+    def fingerprint(self) -> str:
+        """Identity of the table's contents and metric (part of cache keys)."""
+        ...
 
 
 class SearchSpace(ABC, Generic[A]):
@@ -54,6 +72,15 @@ class SearchSpace(ABC, Generic[A]):
     # Whether evaluator=train trains its networks: `build` sizes them to any dataset (or the sandbox
     # trains them); supernet spaces' networks are fixed to their own input size and train as a supernet.
     trainable: ClassVar[bool] = False
+    # Whether it has a benchmark table (`benchmark`) that evaluator=table scores by lookup.
+    tabular: ClassVar[bool] = False
+    # The settings evaluator=train passes to `build` and `source` (their `options`): a frozen dataclass
+    # beside the space whose construction checks each in one line (NB201's width and depth, a block
+    # file's skeleton and budget); None: its networks take none.
+    sizing: ClassVar[type[Any] | None] = None
+    # The suffix of a file holding one architecture (`nas train FILE`), read by `read`; None: its
+    # architectures are given as their encoding string (an NB201 cell string).
+    file_suffix: ClassVar[str | None] = None
 
     @abstractmethod
     def sample(self, rng: np.random.Generator) -> A:
@@ -66,6 +93,11 @@ class SearchSpace(ABC, Generic[A]):
     @abstractmethod
     def decode(self, encoding: Any) -> A:
         """Encoding → architecture; raises `EncodingError` on malformed input."""
+
+    def read(self, text: str, filename: str) -> A:
+        """The architecture in `text` (a `file_suffix` file's contents, else an encoding string),
+        errors naming `filename`."""
+        return self.decode(text)
 
     def size(self) -> int | None:
         """Number of distinct architectures, when finite and known."""
@@ -91,13 +123,26 @@ class SearchSpace(ABC, Generic[A]):
         names = [n for n in inspect.signature(type(self).__init__).parameters if n not in ("self", "args", "kwargs")]
         return {n: getattr(self, n) for n in names if hasattr(self, n)}
 
+    @classmethod
+    def build_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The `sizing` settings among `options`, checked and with their defaults filled: what
+        `build` and `source` read (the other keys are other spaces' settings, ignored)."""
+        if cls.sizing is None:
+            return {}
+        names = {f.name for f in fields(cls.sizing)}
+        return asdict(cls.sizing(**{k: v for k, v in options.items() if k in names}))
+
     def build(self, arch: A, num_classes: int, in_channels: int = 3, input_size: int = 32,
               options: Mapping[str, Any] | None = None) -> "nn.Module":
         """The trainable network of `arch` for `num_classes` classes and `in_channels` x `input_size`^2
-        inputs, freshly initialised (seed torch first for reproducible weights). `options` are
-        evaluator=train's sizing settings (channels, cells_per_stage, skeleton, budget,
-        width_multiple); a space reads those it has and ignores the rest."""
+        inputs, freshly initialised (seed torch first for reproducible weights). `options` are its
+        `sizing` settings (`build_options`); None: the space's own."""
         raise EvaluationError(f"{type(arch).__name__} cannot be built in-process (space '{self.name}')")
+
+    def benchmark(self, path: str | None, metric: str, num_classes: int, resolution: int) -> Benchmark[A]:
+        """The space's benchmark table (`path`: its file, None: the installed one) giving `metric`, its
+        costs for `num_classes` classes at `resolution`² inputs; only `tabular` spaces have one."""
+        raise ConfigError(f"space '{self.name}' has no benchmark table (evaluator=table needs one)")
 
     def source(self, arch: A, num_classes: int, in_channels: int = 3, input_size: int = 32,
                options: Mapping[str, Any] | None = None) -> str:

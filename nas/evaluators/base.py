@@ -84,6 +84,13 @@ class Evaluator(ABC):
         see `trains`), a table has none."""
         return None
 
+    def provenance(self, arch: Architecture) -> dict[str, Any]:
+        """Where `weights(arch)`'s weights come from (a checkpoint's path and sha256, the settings
+        that shaped them), for export's manifest, so it records their origin without knowing which
+        evaluator gave them. Raises a one-line `NasError` when the stored weights changed since they
+        were made. Empty when the evaluator holds no weights."""
+        return {}
+
     @property
     def batched(self) -> bool:
         """Whether `evaluate_batch` is faster than one `evaluate` per candidate."""

@@ -188,6 +188,20 @@ class SupernetEvaluator(Evaluator):
         with self._lock:
             return supernet.extract(arch).to(self.device)
 
+    def provenance(self, arch: Architecture) -> dict[str, Any]:
+        """The checkpoint (path, sha256) and BN recalibration the subnet's weights come from; refused
+        when the checkpoint differs from the sha256 `nas train-supernet` wrote beside it."""
+        sidecar = self.path.with_suffix(".json")
+        if sidecar.is_file():
+            from nas.io import read_json
+
+            expected = read_json(sidecar).get("sha256")
+            if expected and expected != self.sha256:
+                raise MissingDependencyError(f"supernet checkpoint {self.path}: sha256 {self.sha256[:16]} differs "
+                                             f"from {expected[:16]} in {sidecar.name} (changed since training)")
+        return {"origin": "supernet", "checkpoint": str(self.path), "checkpoint_sha256": self.sha256,
+                "recal_batches": self.recal_batches}
+
     def rescore(self, net: nn.Module, arch: Architecture) -> tuple[float, float]:
         """(valid, test) accuracy of `net` (from `weights`) after BN recalibration, as `evaluate` scores it."""
         supernet, feeder = self._load()

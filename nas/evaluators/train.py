@@ -14,8 +14,10 @@ so strategies skip them and the cache keeps them.
 
 from __future__ import annotations
 
+import inspect
 import statistics
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from nas.core.arch import Architecture, stable_hash
@@ -24,7 +26,7 @@ from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
 from nas.core.registry import check_keys
 from nas.sandbox.limits import Limits
 from nas.core.space import SearchSpace
-from nas.train.build import BuildOptions, build_model
+from nas.train.build import build_model
 from nas.train.engine import Engine
 from nas.train.progress import OnEpoch, combine, prefect_progress
 from nas.train.recipe import Recipe
@@ -49,10 +51,11 @@ class TrainEvaluator(Evaluator):
         return space.trainable
 
     def __init__(self, space: SearchSpace, data: dict[str, Any], recipe: dict[str, Any],
-                 engine: dict[str, Any] | None = None, channels: int = 16, cells_per_stage: int = 5,
-                 skeleton: str = "nb201", budget: dict[str, float] | None = None,
-                 seeds: list[int] | None = None, sandbox: dict[str, float] | None = None,
-                 width_multiple: int = BuildOptions.width_multiple, trust_self_reported: bool = False) -> None:
+                 engine: dict[str, Any] | None = None, seeds: list[int] | None = None,
+                 sandbox: dict[str, float] | None = None, trust_self_reported: bool = False,
+                 **sizing: Any) -> None:
+        """`sizing`: the networks' settings, each space's own (`SearchSpace.sizing`: NB201's
+        `channels`, a block file's `skeleton` and `budget`...)."""
         from nas.data.sources import SOURCES, load_data
 
         super().__init__(space)
@@ -71,7 +74,7 @@ class TrainEvaluator(Evaluator):
         check_keys("data", self.data_cfg, ["name", "root", "split_file"])
         self.recipe = Recipe.from_dict(recipe)
         self.engine = Engine.from_dict(dict(engine or {}))
-        self.build = BuildOptions(channels, cells_per_stage, skeleton, dict(budget or {}), width_multiple)
+        self.build = _sizing(space, sizing)
         if seeds is not None and (not seeds or not all(isinstance(s, int) for s in seeds)):
             raise ConfigError(f"evaluator.seeds must be a non-empty list of integers or null, got {seeds!r}")
         self.seeds = list(seeds) if seeds is not None else None
@@ -91,7 +94,7 @@ class TrainEvaluator(Evaluator):
     def fingerprint(self) -> str:
         # Data is identified by its config (name, root, split file); loading it here would cost seconds.
         return stable_hash("train", self.data_cfg, self.recipe.to_dict(), self.engine.to_dict(),
-                           self.build.to_dict(), self.seeds)
+                           self.build, self.seeds)
 
     def evaluate(self, arch: Architecture, seed: int | None = None) -> EvalResult:
         result = self.evaluate_batch([arch], seed)[0]
@@ -128,7 +131,7 @@ class TrainEvaluator(Evaluator):
                 try:
                     runs[i].append(train_in_subprocess(  # type: ignore[union-attr]
                         self.space, archs[i], data=self.data_cfg, recipe=self.recipe.to_dict(),
-                        engine=self.engine.to_dict(), build=self.build.to_dict(), seed=seed,
+                        engine=self.engine.to_dict(), build=self.build, seed=seed,
                         timeout_s=self.limits.wall_s))
                 except NasError as err:
                     runs[i] = str(err)
@@ -158,6 +161,24 @@ class TrainEvaluator(Evaluator):
             threads=torch.get_num_threads(), limits=self.limits, filename=arch.filename, loaded=self.data,
             on_epoch=combine(self.on_epoch, prefect_progress()), label=f"{arch.space} {arch.key()}")
         return (results if verdict.ok else verdict.error or verdict.stage), verdict.self_reported
+
+
+def _sizing(space: SearchSpace, options: dict[str, Any]) -> dict[str, Any]:
+    """`space`'s sizing settings among `options` (what its networks are built with). Each setting is
+    checked by every trainable space that reads it, so a bad value fails whichever space the run
+    has, and one that no space reads is refused."""
+    from nas.spaces import SPACES
+
+    readers = [cls for cls in map(SPACES.get, SPACES.names()) if cls.trainable and cls.sizing]
+    known = {f.name for cls in readers for f in fields(cls.sizing)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        named = [n for n in inspect.signature(TrainEvaluator).parameters if n not in ("space", "sizing")]
+        raise ConfigError(f"evaluator 'train': unknown parameter '{unknown[0]}' "
+                          f"(accepted: {', '.join(sorted({*named, *known}))})")
+    for cls in readers:
+        cls.build_options(options)
+    return type(space).build_options(options)
 
 
 def _combine(runs: list[TrainResult] | str, seeds: list[int], self_reported: bool = False) -> EvalResult:

@@ -62,11 +62,11 @@ def _export(spec, space, arch, record: TrialRecord, tmp: Path, train: bool,
     from nas.measure import count_flops, count_params
 
     evaluator = spec.evaluator.name
+    ev = spec.build_evaluator(space)  # a missing or unreadable supernet checkpoint fails here, with its path
     if not space.trusted:
-        built, graph, check, measured = export_untrusted(spec, space, arch, record, tmp, train, say)
+        built, graph, check, measured = export_untrusted(ev, spec, space, arch, record, tmp, train, say)
     else:
-        # A missing or unreadable supernet checkpoint fails here, with its path.
-        built = rebuild(spec.build_evaluator(space), spec, space, arch, record, train, say)
+        built = rebuild(ev, spec, space, arch, record, train, say)
         net = built.net.cpu().eval()
         torch.save(net.state_dict(), tmp / "model.pt")
         (tmp / "model.py").write_text(built.source, encoding="utf-8")

@@ -2,7 +2,8 @@
 the evaluator's capabilities (not its name, so a new evaluator needs no edit here).
 
 An evaluator that holds the trained network (`Evaluator.weights`: a supernet's subnet
-with its inherited weights, BatchNorm recalibrated, as the search scored it) gives it;
+with its inherited weights, BatchNorm recalibrated, as the search scored it) gives it,
+and where its weights come from (`Evaluator.provenance`: the manifest's record);
 a training evaluator (`Evaluator.trains`) stores no weights, so the architecture is
 retrained with the run's own data, recipe, engine and seed (or, with `train=False`,
 left at its seeded initial weights); one with neither (a table) has none, so the
@@ -41,29 +42,21 @@ def rebuild(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRecord, trai
 
 
 def from_weights(ev: Any, sub: nn.Module, space: Any, arch: Any, record: TrialRecord, say: Say) -> Built:
-    """The subnet `sub` with the checkpoint's weights, refused if the checkpoint or its score changed."""
-    sidecar = ev.path.with_suffix(".json")
-    if sidecar.is_file():
-        from nas.io import read_json
-
-        expected = read_json(sidecar).get("sha256")
-        if expected and expected != ev.sha256:
-            raise ExportError(f"supernet checkpoint {ev.path}: sha256 {ev.sha256[:16]} differs from "
-                              f"{expected[:16]} in {sidecar.name} (changed since training)")
-    say(f"extracting the subnet from {ev.path} (sha256 {ev.sha256[:16]}), recalibrating BatchNorm "
-        f"on {ev.recal_batches} batches")
+    """The network `sub` with the evaluator's stored weights (where they come from: `provenance`),
+    refused if they or their score changed since the search."""
+    origin = ev.provenance(arch)
+    say(f"weights from evaluator '{ev.name}' ("
+        + ", ".join(f"{k} {v}" for k, v in origin.items() if k != "origin") + "), rescoring")
     valid, test = ev.rescore(sub, arch)
     recorded = record.accuracy
     if recorded is not None and abs(valid - recorded) > 1.0:
-        raise ExportError(f"supernet checkpoint {ev.path}: the subnet now scores {valid:.2f}%, trial "
-                          f"{record.trial} recorded {recorded:.2f}% (checkpoint or data changed since the search)")
-    say(f"subnet rescored: valid {valid:.2f}% (the search recorded {recorded}), test {test:.2f}%")
+        raise ExportError(f"trial {record.trial}: evaluator '{ev.name}': the network now scores {valid:.2f}%, "
+                          f"the search recorded {recorded:.2f}% (its weights or the data changed since)")
+    say(f"rescored: valid {valid:.2f}% (the search recorded {recorded}), test {test:.2f}%")
     shape = ev.input_shape(arch)
     config = ev.network_config()
     source = space.source(arch, config["num_classes"], config["in_channels"], shape[-1])
-    weights = {"origin": "supernet", "checkpoint": str(ev.path), "checkpoint_sha256": ev.sha256,
-               "recal_batches": ev.recal_batches, "valid_accuracy": round(valid, 4),
-               "test_accuracy": round(test, 4)}
+    weights = {**origin, "valid_accuracy": round(valid, 4), "test_accuracy": round(test, 4)}
     return Built(sub, shape, source, space.source_kind, weights, config["num_classes"])
 
 
@@ -75,7 +68,7 @@ def from_training(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRecord
     seed = ev.seeds[0] if ev.seeds else spec.seed
     data = ev.data
     net = build_model(space, arch, data.shape, data.num_classes, ev.build, seed)
-    source = space.source(arch, data.num_classes, data.shape[0], data.shape[1], ev.build.to_dict())
+    source = space.source(arch, data.num_classes, data.shape[0], data.shape[1], ev.build)
     weights: dict[str, Any] = {"seed": seed, "data": ev.data_cfg}
     if train:
         r = ev.recipe

@@ -40,14 +40,17 @@ def sandbox_limits(spec: Any, params: int | None) -> Limits:
     return Limits(**limits)
 
 
-def export_untrusted(spec: Any, space: Any, arch: Any, record: TrialRecord, tmp: Path, train: bool,
+def export_untrusted(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRecord, tmp: Path, train: bool,
                      say: Callable[[str], None]) -> tuple[Built, dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Build (and retrain) the model in the sandbox, writing model.py, model.pt and the graph into
     `tmp`; then check model.py + model.pt in a fresh sandbox. Returns (built, graph entry,
-    source check, measured params and FLOPs)."""
+    source check, measured params and FLOPs). Untrusted networks never load here, so only an
+    evaluator that trains (`Evaluator.trains`: its data, recipe, engine and seeds) can rebuild them."""
     from nas.train.result import TrainResult
 
-    ev = spec.build_evaluator(space)
+    if not ev.trains:
+        raise ExportError(f"evaluator '{ev.name}' does not train: space '{space.name}' is model source, "
+                          "rebuilt only by retraining it in the sandbox; no network to export")
     seed = ev.seeds[0] if ev.seeds else spec.seed
     data = ev.data
     request = None

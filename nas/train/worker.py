@@ -49,7 +49,7 @@ def train_in_subprocess(space: SearchSpace, arch: Architecture, *, data: dict[st
 def main(request_path: str) -> None:
     from nas.data.sources import load_data
     from nas.spaces import SPACES
-    from nas.train.build import BuildOptions, build_model
+    from nas.train.build import build_model
     from nas.train.engine import Engine
     from nas.train.recipe import Recipe
     from nas.train.run import train_one
@@ -58,7 +58,7 @@ def main(request_path: str) -> None:
     data = load_data(**request["data"])
     space = SPACES.create(request["space"], request["space_params"])
     arch = space.decode(request["encoding"])
-    model = build_model(space, arch, data.shape, data.num_classes, BuildOptions(**request["build"]), request["seed"])
+    model = build_model(space, arch, data.shape, data.num_classes, request["build"], request["seed"])
     result = train_one(model, data, Recipe.from_dict(request["recipe"]), request["seed"],
                        Engine.from_dict(request["engine"]))
     if int(os.environ.get("LOCAL_RANK", "0")) == 0 and int(os.environ.get("NODE_RANK", "0")) == 0:

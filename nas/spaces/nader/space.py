@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from nas.core.registry import check_count, check_keys
 from nas.core.space import SPACES, OpenEndedSpace
+from nas.errors import ConfigError
 from nas.spaces.nader.arch import BlockArch
 from nas.core.constraint import Constraint
 from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE, Plan, Skeleton, search_width
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
     from torch import nn
 
 BASE_BLOCKS = ("resnet_basic",)
+SKELETONS = ("nb201", "imagenet")
 
 
 @dataclass(frozen=True)
@@ -30,10 +33,13 @@ class Sizing:
     budget: Mapping[str, float] = field(default_factory=dict)
     width_multiple: int = WIDTH_MULTIPLE
 
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any] | None) -> "Sizing":
-        names = ("cells_per_stage", "skeleton", "budget", "width_multiple")
-        return cls(**{k: v for k, v in (options or {}).items() if k in names})
+    def __post_init__(self) -> None:
+        check_count("evaluator.cells_per_stage", self.cells_per_stage)
+        if self.skeleton not in SKELETONS:
+            raise ConfigError(f"evaluator.skeleton must be one of {', '.join(SKELETONS)}, got {self.skeleton!r}")
+        object.__setattr__(self, "budget", dict(self.budget or {}))  # null in a config: no budget of its own
+        check_keys("evaluator.budget", dict(self.budget), ["params", "flops"])
+        check_count("evaluator.width_multiple", self.width_multiple)
 
 
 @SPACES.register("nader")
@@ -41,6 +47,8 @@ class BlockSpace(OpenEndedSpace[BlockArch]):
     """Block files; the root is `base` (default: a ResNet basic block, as NADER's NB201 setting)."""
 
     trainable = True
+    sizing = Sizing
+    file_suffix = ".txt"
     source_trusted = False  # the PyTorch code compiled from a block file is checked in the sandbox
     source_kind = "compiled from the NADER block file (untrusted: checked in the sandbox)"
 
@@ -53,11 +61,14 @@ class BlockSpace(OpenEndedSpace[BlockArch]):
     def decode(self, encoding: Any) -> BlockArch:
         return BlockArch.decode(encoding)
 
+    def read(self, text: str, filename: str) -> BlockArch:
+        return BlockArch.from_text(text, source=filename)
+
     def plan(self, arch: BlockArch, num_classes: int, in_channels: int, input_size: int,
              options: Mapping[str, Any] | None = None) -> Plan:
         """The network a block file trains as: its skeleton at the searched width (what `build` and
         `source` both give, so export rebuilds what was trained)."""
-        sizing = Sizing.from_options(options)
+        sizing = Sizing(**self.build_options(options or {}))
         depths = (sizing.cells_per_stage,) * 3 if sizing.skeleton == "nb201" else (2, 3, 5, 2)
         skeleton = Skeleton(depths=depths, input_size=input_size, in_channels=in_channels, num_classes=num_classes)
         budget = Constraint.from_config(dict(sizing.budget), "evaluator.budget").filled(Constraint.nb201(input_size))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from nas.core.registry import check_count
 from nas.core.space import SPACES, CategoricalSpace, Cost, Decision
 from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
 from nas.spaces.nb201.cost import cell_cost, cost_model
@@ -15,10 +17,27 @@ from nas.spaces.nb201.cost import cell_cost, cost_model
 if TYPE_CHECKING:
     from torch import nn
 
+    from nas.spaces.nb201.table import NB201Table
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """How a cell trains as a network (evaluator=train's settings of the same names): width C and
+    cells per stage."""
+
+    channels: int = 16
+    cells_per_stage: int = 5
+
+    def __post_init__(self) -> None:
+        check_count("evaluator.channels", self.channels)
+        check_count("evaluator.cells_per_stage", self.cells_per_stage)
+
 
 @SPACES.register("nb201")
 class NB201Space(CategoricalSpace[NB201Cell]):
     trainable = True
+    tabular = True  # analog-nasbench's table of all 15,625 cells (nas.spaces.nb201.table)
+    sizing = Sizing
     source_kind = "standalone PyTorch (NB201 network, torch only)"
     # Costs are those of NB201's CIFAR-10 network (32x32 inputs, 10 classes).
     COST_RESOLUTION, COST_CLASSES = 32, 10
@@ -62,6 +81,11 @@ class NB201Space(CategoricalSpace[NB201Cell]):
     def cost_at(self, arch: NB201Cell, num_classes: int, resolution: int) -> Cost:
         """Params and FLOPs of `arch`'s network for `num_classes` classes at `resolution`² RGB inputs."""
         return Cost(*cell_cost(arch.ops, cost_model(self.channels, self.cells_per_stage, num_classes, resolution)))
+
+    def benchmark(self, path: str | None, metric: str, num_classes: int, resolution: int) -> NB201Table:
+        from nas.spaces.nb201.table import NB201Table
+
+        return NB201Table.load(self, path, metric, num_classes, resolution)
 
     def _sizes(self, options: Mapping[str, Any] | None) -> tuple[int, int]:
         """(channels, cells_per_stage): evaluator=train's own when given, else the space's."""

@@ -18,6 +18,7 @@ class SourceSpace(OpenEndedSpace[SourceArch]):
     trusted = False
     source_trusted = False
     trainable = True
+    file_suffix = ".py"
     source_kind = "the model source itself (untrusted: built, trained and exported only in the sandbox)"
 
     def __init__(self, base: str = "resnet32") -> None:
@@ -29,6 +30,9 @@ class SourceSpace(OpenEndedSpace[SourceArch]):
 
     def decode(self, encoding: Any) -> SourceArch:
         return SourceArch.decode(encoding)
+
+    def read(self, text: str, filename: str) -> SourceArch:
+        return SourceArch(text, filename=Path(filename).name)
 
     def source(self, arch: SourceArch, num_classes: int, in_channels: int = 3, input_size: int = 32,
                options: Mapping[str, Any] | None = None) -> str:

@@ -1,0 +1,115 @@
+"""NB201's benchmark table: CIFAR-10 results of all 15,625 cells from the `analog-nasbench`
+package, read without importing that package (its loader needs `pkg_resources`, which current
+setuptools no longer ships). The space offers it (`NB201Space.benchmark`), so evaluator=table
+scores any space with a table without naming this one."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import pickle
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nas.core.space import Cost
+from nas.errors import ConfigError, EvaluationError, MissingDependencyError
+from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
+
+if TYPE_CHECKING:
+    from nas.spaces.nb201.space import NB201Space
+
+INSTALL_HINT = "pip install analog-nasbench==0.1.3"
+SCALAR_METRICS = ("baseline_accuracy", "ptq_accuracy", "qat_accuracy", "noisy_accuracy",
+                  "analog_accuracy")
+
+
+class _Record:
+    """Stand-in for analognasbench's pickled classes: keeps their attributes."""
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+
+class _TableUnpickler(pickle.Unpickler):
+    """Only the two record classes may be constructed; anything else is refused."""
+
+    def find_class(self, module: str, name: str) -> type:
+        if module == "analognasbench.data" and name in ("Architecture", "DriftMeasurement"):
+            return _Record
+        raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
+
+
+def default_table_path() -> Path:
+    spec = importlib.util.find_spec("analognasbench")
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependencyError(
+            f"table evaluator needs the analog-nasbench package: {INSTALL_HINT}"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "data.anb"
+
+
+@lru_cache(maxsize=4)
+def load_table(path: str, metric: str) -> dict[tuple[int, ...], float]:
+    """Map analog-nasbench 6-tuple → metric value (percent)."""
+    p = Path(path)
+    if not p.is_file():
+        raise MissingDependencyError(f"NB201 table not found at {p}: {INSTALL_HINT}")
+    try:
+        with open(p, "rb") as fh:
+            raw = _TableUnpickler(fh).load()
+        table = {tuple(k): float(getattr(v, metric)) for k, v in raw.items()}
+    except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError, OverflowError, MemoryError) as err:
+        raise MissingDependencyError(
+            f"NB201 table {p} is unreadable ({type(err).__name__}: {err}); reinstall: {INSTALL_HINT}"
+        ) from None
+    if len(table) != len(OPS) ** len(EDGES):
+        raise MissingDependencyError(
+            f"NB201 table {p} has {len(table)} cells, expected {len(OPS) ** len(EDGES)}"
+        )
+    return table
+
+
+@dataclass(frozen=True)
+class NB201Table:
+    """The table's `metric` for every cell (a `nas.core.space.Benchmark`), priced by the space's cost
+    model for `num_classes` classes at `resolution`² inputs."""
+
+    space: NB201Space
+    path: Path
+    metric: str
+    scores: dict[tuple[int, ...], float]
+    num_classes: int
+    resolution: int
+
+    @classmethod
+    def load(cls, space: NB201Space, path: str | None, metric: str, num_classes: int,
+             resolution: int) -> NB201Table:
+        if metric not in SCALAR_METRICS:
+            raise ConfigError(
+                f"evaluator 'table': unknown metric '{metric}' (valid: {', '.join(SCALAR_METRICS)})"
+            )
+        where = Path(path).expanduser().resolve() if path else default_table_path()
+        table = cls(space, where, metric, load_table(str(where), metric), num_classes, resolution)
+        table.cost(NB201Cell(("none",) * len(EDGES)))  # measures the cost model now
+        return table
+
+    def score(self, arch: NB201Cell) -> float:
+        if not isinstance(arch, NB201Cell):
+            raise EvaluationError(f"table evaluator takes NB201 cells, got {type(arch).__name__}")
+        try:
+            return self.scores[arch.to_anb_tuple()]
+        except KeyError:
+            raise EvaluationError(f"cell {arch.to_string()} is not in the table") from None
+
+    def cost(self, arch: NB201Cell) -> Cost:
+        return self.space.cost_at(arch, self.num_classes, self.resolution)
+
+    def fingerprint(self) -> str:
+        return f"{_file_sha256(str(self.path))[:16]}:{self.metric}"
+
+
+@lru_cache(maxsize=8)
+def _file_sha256(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

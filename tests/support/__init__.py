@@ -1,0 +1,3 @@
+"""Test-only helpers shared by tests and benchmarks, kept out of the wheel (it holds `nas` alone):
+the scripted OpenAI-compatible server and the cross-check against NADER's published counts.
+Tests import them as `support.<module>` (pytest puts tests/ on sys.path); benchmarks add tests/."""
