@@ -1,21 +1,24 @@
 """Local worker pool: one process per evaluation slot (`nas/search/slots.py`), each seeing
 only its slot's GPU, for runner=local with `workers` or `budget.in_flight` > 1.
 
-Workers are spawned (never forked: the parent may hold CUDA or locks) and build the
-evaluator themselves from the search spec, so nothing unpicklable crosses. A worker that
+Workers are fresh interpreters (`python -m nas.pool`, never forked: the parent may hold
+CUDA or locks, and its `__main__` may be pytest or Hydra), started with the slot's
+environment, and build the evaluator themselves from the search spec, so nothing
+unpicklable crosses. A worker's end of its socket closes when it dies, however it dies. A worker that
 dies mid-evaluation (kill -9, out of memory) is replaced and its candidate re-run on the
 fresh one; after `max_attempts` deaths the candidate becomes a failed trial saying why."""
 
 from __future__ import annotations
 
 import logging
-import multiprocessing as mp
 import os
+import socket
+import subprocess
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
-from multiprocessing.process import BaseProcess
 from typing import Any
 
 from nas.errors import ConfigError, EvaluationError
@@ -31,7 +34,7 @@ START_TIMEOUT = 300.0  # seconds for a worker to import and build its evaluator
 @dataclass
 class _Worker:
     slot: Slot
-    process: BaseProcess
+    process: subprocess.Popen
     conn: Connection
     ticket: int | None = None  # the evaluation it is running
     started: float = 0.0
@@ -57,7 +60,6 @@ class WorkerPool:
         self.spec_dict = spec_dict
         self.max_attempts = max_attempts
         self.stats = PoolStats()
-        self._ctx = mp.get_context("spawn")
         self._queue: deque[tuple[int, Candidate]] = deque()
         self._running: dict[int, Candidate] = {}
         self._deaths: dict[int, int] = {}
@@ -86,16 +88,13 @@ class WorkerPool:
             if not self._running:
                 raise RuntimeError("next_done() with nothing submitted")
             busy = [w for w in self._workers if w.ticket is not None]
-            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy])
+            ready = wait([w.conn for w in busy])
             for worker in busy:
                 if worker.conn in ready:
                     try:
                         self._finish(worker, *worker.conn.recv())
-                        continue
-                    except (EOFError, OSError):
-                        pass  # it died while answering: handled as a death below
-                if worker.conn in ready or worker.process.sentinel in ready:
-                    self._died(worker)
+                    except (EOFError, OSError):  # its end closed: the process is gone
+                        self._died(worker)
             self._dispatch()
         return self._done.popleft()
 
@@ -107,10 +106,11 @@ class WorkerPool:
                 pass
         deadline = time.monotonic() + 5.0
         for worker in self._workers:
-            worker.process.join(max(0.0, deadline - time.monotonic()))
-            if worker.process.is_alive():  # still evaluating: abandoned (resume re-queues it)
+            try:
+                worker.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:  # still evaluating: abandoned (resume re-queues it)
                 worker.process.kill()
-                worker.process.join()
+                worker.process.wait()
             worker.conn.close()
         self._workers = []
 
@@ -125,16 +125,17 @@ class WorkerPool:
     @property
     def pids(self) -> dict[int, int]:
         """Ticket → pid of the worker evaluating it (for tests that kill one)."""
-        return {w.ticket: w.process.pid for w in self._workers if w.ticket is not None and w.process.pid}
+        return {w.ticket: w.process.pid for w in self._workers if w.ticket is not None}
 
     # --- internals -------------------------------------------------------------
     def _spawn(self, slot: Slot) -> _Worker:
-        parent, child = self._ctx.Pipe()
-        process = self._ctx.Process(target=_serve, args=(child, self.spec_dict, slot.env()),
-                                    name=f"nas-worker-{slot.index}", daemon=True)
-        process.start()
+        parent, child = socket.socketpair()
+        process = subprocess.Popen([sys.executable, "-m", "nas.pool", str(child.fileno())],
+                                   env={**os.environ, **slot.env()}, pass_fds=[child.fileno()])
         child.close()
-        return _Worker(slot, process, parent)
+        conn = Connection(parent.detach())
+        conn.send(self.spec_dict)
+        return _Worker(slot, process, conn)
 
     def _await_ready(self, worker: _Worker) -> None:
         if not worker.conn.poll(START_TIMEOUT):
@@ -143,7 +144,7 @@ class WorkerPool:
             message = worker.conn.recv()
         except EOFError:
             raise EvaluationError(f"worker {worker.slot.index} exited while starting "
-                                  f"(exit code {worker.process.exitcode})") from None
+                                  f"(exit code {worker.process.wait()})") from None
         if message != "ready":
             raise EvaluationError(f"worker {worker.slot.index} could not build the evaluator: {message}")
 
@@ -172,8 +173,7 @@ class WorkerPool:
         """Replace the worker; re-run its candidate, or fail it after `max_attempts` deaths."""
         ticket = worker.ticket
         assert ticket is not None
-        worker.process.join()
-        code = worker.process.exitcode
+        code = worker.process.wait()
         worker.conn.close()
         self.stats.deaths += 1
         deaths = self._deaths[ticket] = self._deaths.get(ticket, 0) + 1
@@ -190,10 +190,10 @@ class WorkerPool:
             self._queue.appendleft((ticket, cand))
 
 
-def _serve(conn: Connection, spec_dict: dict[str, Any], env: dict[str, str]) -> None:
-    """A worker: set the slot's devices before anything imports torch, build the evaluator
-    from the spec, then evaluate encodings until told to stop (None)."""
-    os.environ.update(env)
+def _serve(conn: Connection) -> None:
+    """A worker (its environment already the slot's): build the evaluator from the spec it
+    is sent, then evaluate encodings until told to stop (None)."""
+    spec_dict = conn.recv()
     try:
         from nas.search.spec import SearchSpec
 
@@ -215,3 +215,7 @@ def _serve(conn: Connection, spec_dict: dict[str, Any], env: dict[str, str]) -> 
         except Exception as err:  # a crash of one candidate must not end the worker
             result = EvalResult.failure(f"evaluator crashed: {type(err).__name__}: {err}")
         conn.send((ticket, result.to_dict(), time.perf_counter() - start))
+
+
+if __name__ == "__main__":
+    _serve(Connection(int(sys.argv[1])))
