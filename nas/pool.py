@@ -207,7 +207,7 @@ def _serve(conn: Connection) -> None:
     from nas.evaluators.base import evaluate_safely
 
     conn.send("ready")
-    while (task := conn.recv()) is not None:
+    while (task := _receive(conn)) is not None:
         ticket, encoding = task
         start = time.perf_counter()
         try:
@@ -215,6 +215,15 @@ def _serve(conn: Connection) -> None:
         except Exception as err:  # a crash of one candidate must not end the worker
             result = EvalResult.failure(f"evaluator crashed: {type(err).__name__}: {err}")
         conn.send((ticket, result.to_dict(), time.perf_counter() - start))
+
+
+
+def _receive(conn: Connection) -> Any:
+    """The next task; None (stop) also when the pool's end closed (its process died)."""
+    try:
+        return conn.recv()
+    except EOFError:
+        return None
 
 
 if __name__ == "__main__":

@@ -1,12 +1,16 @@
 """Simulated training cost: the NB201 table's scores, returned after a heavy-tailed sleep
 (lognormal, or Pareto), as real training durations are; to measure how runners keep
 workers busy (benchmarks/scale_out.py) without training. The duration is drawn from the
-architecture's key and `seed`, so a candidate takes the same time in every run."""
+architecture's key and `seed`, so a candidate takes the same time in every run.
+`SimulatedClock` runs it on simulated time instead: same order of completions, no waiting."""
 
 from __future__ import annotations
 
+import heapq
 import time
 import zlib
+from collections import deque
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,6 +19,9 @@ from nas.core.space import SearchSpace
 from nas.errors import ConfigError
 from nas.evaluators.base import EVALUATORS, EvalResult
 from nas.evaluators.table import TableEvaluator
+
+if TYPE_CHECKING:
+    from nas.strategies.base import Candidate
 
 DISTRIBUTIONS = ("lognormal", "pareto")
 
@@ -46,9 +53,56 @@ class SimulatedEvaluator(TableEvaluator):
         return float(x_m * (1 + rng.pareto(self.pareto_alpha)))
 
     def evaluate(self, arch: Architecture, seed: int | None = None) -> EvalResult:
+        time.sleep(self.duration(arch) * self.time_scale)
+        return self.score(arch)
+
+    def score(self, arch: Architecture) -> EvalResult:
+        """The result without the wait; `cost_seconds` is the simulated duration."""
         simulated = self.duration(arch)
-        time.sleep(simulated * self.time_scale)
-        result = super().evaluate(arch, seed)
+        result = super().evaluate(arch)
         result.cost_seconds = simulated
         result.metrics["simulated_seconds"] = round(simulated, 6)
         return result
+
+
+class SimulatedClock:
+    """An `AsyncExecutor` (and batch `Executor`) on simulated time, in this process: `workers`
+    evaluations run at once and finish in the order their simulated durations say, without
+    sleeping; `now` is the simulated time and `busy` the summed evaluation time (utilisation =
+    busy / (workers * now)). Lets a benchmark replay many asynchronous searches in seconds."""
+
+    def __init__(self, evaluator: SimulatedEvaluator, workers: int) -> None:
+        self.evaluator, self.workers = evaluator, workers
+        self.now = self.busy = 0.0
+        self._queue: deque[tuple[int, Candidate]] = deque()
+        self._events: list[tuple[float, int, int, EvalResult, float]] = []  # (finish, order, ticket, result, dur)
+        self._order = 0
+
+    def submit(self, ticket: int, candidate: Candidate) -> None:
+        self._queue.append((ticket, candidate))
+        self._start()
+
+    def next_done(self) -> tuple[int, tuple[EvalResult, bool, float]]:
+        finish, _, ticket, result, duration = heapq.heappop(self._events)
+        self.now = finish
+        self._start()
+        return ticket, (result, False, duration)
+
+    def evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
+        for i, cand in enumerate(candidates):
+            self.submit(i, cand)
+        done = dict(self.next_done() for _ in candidates)
+        return [done[i] for i in range(len(candidates))]
+
+    def close(self) -> None:
+        self._queue.clear()
+        self._events.clear()
+
+    def _start(self) -> None:
+        while self._queue and len(self._events) < self.workers:
+            ticket, cand = self._queue.popleft()
+            duration = self.evaluator.duration(cand.arch)
+            self.busy += duration
+            self._order += 1
+            heapq.heappush(self._events, (self.now + duration, self._order, ticket,
+                                          self.evaluator.score(cand.arch), duration))
