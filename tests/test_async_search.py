@@ -155,6 +155,7 @@ def _killer(pool: WorkerPool, ticket: int, times: int, stop: threading.Event) ->
     return killed
 
 
+@pytest.mark.slow  # four worker interpreters start (each imports torch for the NB201 cost model)
 def test_worker_killed_mid_evaluation_reruns_then_fails_after_max_attempts(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
     spec = replace(spec_of(), evaluator=Component("simulated", {"median_seconds": 0.5, "sigma": 0.01}))
@@ -183,14 +184,14 @@ def test_worker_killed_mid_evaluation_reruns_then_fails_after_max_attempts(monke
 @pytest.mark.slow
 def test_cli_kill_9_mid_async_search_then_resume_loses_and_repeats_nothing(tmp_path, nas_env):
     run_dir = tmp_path / "run"
-    args = ["search", "space=nb201", "evaluator=simulated", "runner=local", "budget.in_flight=3",
-            "budget.trials=24", "evaluator.median_seconds=0.3", "evaluator.sigma=0.5", "progress=false",
+    args = ["search", "space=nb201", "evaluator=simulated", "runner=local", "budget.in_flight=2",
+            "budget.trials=12", "evaluator.median_seconds=0.2", "evaluator.sigma=0.5", "progress=false",
             f"hydra.run.dir={run_dir}"]
     proc = subprocess.Popen([*NAS, *args], env=nas_env, cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     hist = run_dir / "history.jsonl"
     deadline = time.time() + 120
-    while not (hist.exists() and hist.read_text().count("\n") >= 6):
+    while not (hist.exists() and hist.read_text().count("\n") >= 3):
         assert proc.poll() is None and time.time() < deadline, "search ended before it could be killed"
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)  # the search alone; its workers see their socket close and exit
@@ -202,5 +203,5 @@ def test_cli_kill_9_mid_async_search_then_resume_loses_and_repeats_nothing(tmp_p
     assert out.returncode == 0, out.stderr[-2000:]
     records = read_history(hist)
     asks = [r.ask for r in records]
-    assert len(records) == 24 and sorted(asks) == list(range(24))  # type: ignore[type-var]
-    assert in_flight <= set(asks) and len({r.key for r in records}) == 24
+    assert len(records) == 12 and sorted(asks) == list(range(12))  # type: ignore[type-var]
+    assert in_flight <= set(asks) and len({r.key for r in records}) == 12
