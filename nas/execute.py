@@ -48,7 +48,7 @@ class LocalRunner(SearchRunner):
         if unknown:
             raise ConfigError(f"unknown key 'runner.{unknown[0]}' (valid keys of runner=local: "
                               f"{', '.join(self.KEYS[1:])})")
-        if spec.in_flight > 1 or (self.settings.get("workers") or 1) > 1:
+        if spec.in_flight > 1 or self.settings.get("workers") not in (None, 1):  # a bad value: assign_slots says
             from nas.pool import WorkerPool
 
             pool = WorkerPool.from_settings(spec.to_dict(), self.settings, spec.in_flight)

@@ -118,7 +118,7 @@ def test_resume_requeues_the_candidates_in_flight_none_lost_none_twice(tmp_path,
     assert all(done[ask] == enc for ask, enc in in_flight.items())  # the re-queued ones, as asked
 
 
-def test_in_flight_is_refused_for_batch_strategies_and_batch_sizes():
+def test_in_flight_is_refused_for_batch_strategies_batch_sizes_and_batch_executors(tmp_path, clock_evaluator):
     with pytest.raises(ConfigError, match=r"^budget.in_flight=4: strategy=nader works in batches .*"
                                           r"use budget.in_flight=1 with it, or strategy=.*rea"):
         spec = SearchSpec(space=Component("nader"), strategy=Component("nader"),
@@ -129,6 +129,9 @@ def test_in_flight_is_refused_for_batch_strategies_and_batch_sizes():
                    in_flight=4, batch_size=2)
     with pytest.raises(ConfigError, match=r"unknown key 'runner.worker' \(valid keys of runner=local: workers"):
         LocalRunner({"name": "local", "worker": 2}).run(spec_of(), Path("unused"), None, False)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^budget.in_flight=4: runner=local evaluates in batches only"):
+        SearchLoop(spec_of(), tmp_path, LocalExecutor(clock_evaluator, None), progress=False).run_search()
+    assert not (tmp_path / "state.json").exists()  # refused before the run dir was touched
 
 
 def test_slots_pin_workers_to_gpus_from_cuda_visible_devices():
@@ -205,3 +208,15 @@ def test_cli_kill_9_mid_async_search_then_resume_loses_and_repeats_nothing(tmp_p
     asks = [r.ask for r in records]
     assert len(records) == 12 and sorted(asks) == list(range(12))  # type: ignore[type-var]
     assert in_flight <= set(asks) and len({r.key for r in records}) == 12
+
+
+def test_simulated_durations_are_deterministic_per_architecture_and_heavy_tailed(clock_evaluator):
+    space, rng = NB201Space(), np.random.default_rng(1)
+    archs = [space.sample(rng) for _ in range(400)]
+    durations = np.array([clock_evaluator.duration(a) for a in archs])
+    assert [clock_evaluator.duration(a) for a in archs[:5]] == list(durations[:5])  # same key, same time
+    assert 0.7 < np.median(durations) < 1.4 and durations.max() > 8 * np.median(durations)  # a long tail
+    pareto = SimulatedEvaluator(space, distribution="pareto", median_seconds=1.0, pareto_alpha=1.5)
+    assert 0.8 < np.median([pareto.duration(a) for a in archs]) < 1.25
+    with pytest.raises(ConfigError, match=r"^evaluator.distribution: expected one of lognormal, pareto, got 'x'"):
+        SimulatedEvaluator(space, distribution="x")

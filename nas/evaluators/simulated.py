@@ -43,6 +43,11 @@ class SimulatedEvaluator(TableEvaluator):
         self.distribution, self.median_seconds, self.sigma = distribution, median_seconds, sigma
         self.pareto_alpha, self.time_scale, self.seed = pareto_alpha, time_scale, seed
 
+    def fingerprint(self) -> str:
+        """The table's, plus what sets the durations (`time_scale` only changes the wait)."""
+        return (f"simulated:{super().fingerprint()}:{self.distribution}:{self.median_seconds}:{self.sigma}:"
+                f"{self.pareto_alpha}:{self.seed}")
+
     def duration(self, arch: Architecture) -> float:
         """Simulated training seconds of `arch` (before `time_scale`): same key, same duration."""
         rng = np.random.default_rng([self.seed, zlib.crc32(arch.key().encode())])

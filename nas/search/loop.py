@@ -96,6 +96,9 @@ class SearchLoop:
             return self._search()
 
     def _search(self) -> dict[str, Any]:
+        if self.spec.in_flight > 1 and not isinstance(self.executor, AsyncExecutor):
+            raise ConfigError(f"budget.in_flight={self.spec.in_flight}: runner={self.runner} evaluates in "
+                              f"batches only; use budget.in_flight=1 with it")
         identity = self.spec.identity()
         resume = self.run.prepare(identity, self.spec.batch_size)
         self.history = []
@@ -155,9 +158,7 @@ class SearchLoop:
         (history in completion order, each record with its ask index) and ask one more.
         The state saved with each step lists the candidates running, which a resume re-queues."""
         executor = self.executor
-        if not isinstance(executor, AsyncExecutor):
-            raise ConfigError(f"budget.in_flight={self.spec.in_flight}: runner={self.runner} evaluates in "
-                              f"batches only; use budget.in_flight=1 with it")
+        assert isinstance(executor, AsyncExecutor)  # checked before the run dir was touched
         running: dict[int, Candidate] = {}
         asked = 0 if resume is None else resume.asked
         if resume is not None and resume.in_flight:
