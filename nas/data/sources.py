@@ -73,8 +73,9 @@ class ImageData:
             return self
         if self.shape[0] != 1:
             raise ValueError(f"{self.name}: cannot make {self.shape[0]}-channel images RGB")
-        three = [Split(s.images.expand(-1, 3, -1, -1), s.labels) for s in (self.train, self.valid, self.test)]
-        return ImageData(self.name, *three, self.num_classes, self.mean * 3, self.std * 3, self.pad, self.mirror)
+        train, valid, test = (Split(s.images.expand(-1, 3, -1, -1), s.labels)
+                              for s in (self.train, self.valid, self.test))
+        return ImageData(self.name, train, valid, test, self.num_classes, self.mean * 3, self.std * 3, self.pad, self.mirror)
 
 
 def _missing(name: str, path: Path, expected: str, how: str) -> MissingDependencyError:
