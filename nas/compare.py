@@ -181,7 +181,7 @@ def random_only_notes(groups: dict[str, list[dict[str, Any]]]) -> dict[str, str]
 def aggregate(groups: dict[str, list[dict[str, Any]]], at: list[int]) -> dict[str, Any]:
     out = {}
     for label, runs in sorted(groups.items()):
-        row = {"runs": len(runs), "seeds": sorted(r["seed"] for r in runs), "at": {}}
+        row: dict[str, Any] = {"runs": len(runs), "seeds": sorted(r["seed"] for r in runs), "at": {}}
         for n in at:
             vals = _values_at(runs, n)
             row["at"][str(n)] = None if not vals else {
@@ -219,7 +219,7 @@ def paired_tests(groups: dict[str, list[dict[str, Any]]], baseline: str, at: lis
     """
     base_labels = baseline_groups(groups, baseline)
     base_by_setting = {_setting(groups[b]): b for b in base_labels}
-    out = {}
+    out: dict[str, Any] = {}
     for label, runs in sorted(groups.items()):
         if label in base_labels:
             continue
@@ -230,7 +230,7 @@ def paired_tests(groups: dict[str, list[dict[str, Any]]], baseline: str, at: lis
         mine, theirs = _by_seed(runs), _by_seed(groups[base])
         common = sorted(set(mine) & set(theirs))
         paired = [s for s in common if len(mine[s]) == 1 and len(theirs[s]) == 1]
-        entry = {"baseline": base, "seeds": paired, "at": {}, "note": None}
+        entry: dict[str, Any] = {"baseline": base, "seeds": paired, "at": {}, "note": None}
         if not common:
             entry["note"] = f"no seeds in common with {base}"
         else:
@@ -262,7 +262,7 @@ def wilcoxon_paired(diffs: list[float]) -> dict[str, Any]:
     from scipy.stats import wilcoxon
 
     d = np.asarray(diffs, dtype=float)
-    res = {"pairs": len(d), "median_diff": float(np.median(d)) if len(d) else None,
+    res: dict[str, Any] = {"pairs": len(d), "median_diff": float(np.median(d)) if len(d) else None,
            "better": int((d > 0).sum()), "worse": int((d < 0).sum()), "tied": int((d == 0).sum()),
            "statistic": None, "p_value": None, "p_holm": None, "reason": None}
     if len(d) < MIN_PAIRS:
@@ -380,7 +380,7 @@ def compare(paths: list[Path], out_dir: Path, at: list[int] | None = None, basel
     warned.append(why_not)
     tests = None if baseline is None else paired_tests(groups, baseline, at)
     pareto = pareto_fronts(groups)
-    report = {"at": at, "groups": aggregate(groups, at), "band": band, "baseline": baseline,
+    report: dict[str, Any] = {"at": at, "groups": aggregate(groups, at), "band": band, "baseline": baseline,
               "notes": random_only_notes(groups), "warnings": [w for w in warned if w],
               "reference": reference, "tests": tests, "pareto": pareto,
               "figures": {"curves": "compare.png",

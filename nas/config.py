@@ -215,9 +215,11 @@ def _add_hint(base: Any, parts: list[str]) -> str:
     """A parameter of the chosen class that its YAML file does not list is added with `+`."""
     if parts[0] not in COMPONENTS or len(parts) != 2:
         return ""
+    from nas.core.registry import Registry
     from nas.search.spec import EVALUATORS, SPACES, STRATEGIES
 
-    registry = {"space": SPACES, "strategy": STRATEGIES, "evaluator": EVALUATORS}[parts[0]]
+    registries: dict[str, Registry[Any]] = {"space": SPACES, "strategy": STRATEGIES, "evaluator": EVALUATORS}
+    registry = registries[parts[0]]
     try:
         accepted = inspect.signature(registry.get(str(base[parts[0]].name)).__init__).parameters
     except NasError:

@@ -69,7 +69,7 @@ def render_markdown(history: list[TrialRecord], summary: dict[str, Any], top: in
     ]
     for n, acc in summary.get("best_at", {}).items():
         lines.append(f"| best at {n} trials | {_fmt(acc)} |")
-    ranked = sorted((r for r in history if r.counts_for_best(trust)), key=lambda r: r.accuracy, reverse=True)[:top]
+    ranked = sorted((r for r in history if r.counts_for_best(trust)), key=_accuracy, reverse=True)[:top]
     lines += ["", f"## Top {len(ranked)} architectures", "",
               "| rank | trial | accuracy | params | FLOPs | encoding |",
               "| --- | --- | --- | --- | --- | --- |"]
@@ -131,5 +131,11 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def _fmt_int(x: int | None) -> str:
-    return "-" if x is None else f"{x:,}"
+def _fmt_int(x: float | None) -> str:
+    """Counts (params, FLOPs) are stored as numbers that may be floats: shown whole."""
+    return "-" if x is None else f"{int(x):,}"
+
+
+def _accuracy(r: TrialRecord) -> float:
+    """Sort key of ranked records (they have an accuracy)."""
+    return r.accuracy if r.accuracy is not None else float("-inf")

@@ -42,6 +42,47 @@ def test_recipe_rejects_bad_values():
         Recipe.from_dict({"lr_max": 1})
 
 
+def test_recipe_and_supernet_share_the_sgd_cosine_settings_and_their_checks():
+    from nas.supernets.train import SupernetSettings
+    from nas.train.recipe import SgdCosine
+
+    assert isinstance(NB201, SgdCosine) and isinstance(SupernetSettings(), SgdCosine)
+    assert SupernetSettings().lr == 0.05 and SupernetSettings().momentum == NB201.momentum
+    assert set(SupernetSettings().to_dict()) >= {"lr", "momentum", "nesterov", "weight_decay"}
+    with pytest.raises(ConfigError, match=r"recipe: need 0 <= momentum < 1 and weight_decay >= 0, got 1.0 and"):
+        Recipe(momentum=1.0)
+    with pytest.raises(ConfigError, match="supernet.lr must be > 0, got 0"):
+        SupernetSettings(lr=0)
+    with pytest.raises(ConfigError, match="recipe.lr must be > 0, got True"):
+        Recipe(lr=True)
+
+
+def test_sgd_cosine_steps_to_zero_and_groups_keep_their_weight_decay():
+    from nas.train.optim import sgd_cosine
+
+    a, b = torch.nn.Parameter(torch.ones(2, 2)), torch.nn.Parameter(torch.ones(2))
+    opt, sched = sgd_cosine(Recipe(lr=0.2, weight_decay=0.01), [{"params": [a]}, {"params": [b], "weight_decay": 0.0}], 4)
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.01, 0.0] and opt.defaults["nesterov"]
+    lrs = []
+    for _ in range(4):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[0] == pytest.approx(0.2) and lrs[2] == pytest.approx(0.1) and opt.param_groups[0]["lr"] == pytest.approx(0)
+    # Nesterov needs momentum: with none the optimiser is plain SGD instead of an error from torch
+    assert not sgd_cosine(Recipe(momentum=0.0), [a], 0)[0].defaults["nesterov"]
+
+
+def test_normaliser_and_channel_stats():
+    from nas.data.normalise import Normaliser, channel_stats
+
+    images = torch.tensor([[[[0, 255]], [[51, 51]]]], dtype=torch.uint8)  # one 1x2 image, two channels
+    mean, std = channel_stats(images)
+    assert mean == pytest.approx((0.5, 0.2)) and std == pytest.approx((0.7071068, 0.0))
+    out = Normaliser((0.5, 0.2), (0.5, 0.1)).images(images)
+    assert torch.allclose(out, torch.tensor([[[[-1.0, 1.0]], [[0.0, 0.0]]]]), atol=1e-6)
+
+
 def test_digits_split():
     d = digits()
     assert d.shape == (1, 8, 8) and d.num_classes == 10

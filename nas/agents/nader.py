@@ -164,14 +164,14 @@ def parse_block_reply(text: str) -> str:
     if tagged is not None:
         bodies.append((tagged, False))
     bodies.append((text, True))
-    found = next((t for body, cut in bodies if (t := _trim(body, cut)) is not None), None)
-    if found is None:
+    block = next((t for body, cut in bodies if (t := _trim(body, cut)) is not None), None)
+    if block is None:
         raise ParseError(f"no block file (a ##Name## header line) in reply {snippet(text)}")
     try:
-        parse_block_file(found, "reply")
+        parse_block_file(block, "reply")
     except EncodingError as err:
         raise ParseError(f"the block file does not parse: {err}") from None
-    return found
+    return block
 
 
 _LEAD = re.compile(r"^\s*(?:[-*•]\s*|\d+[.)]\s*)?(?:\*\*)?(?:tip|suggestion)s?\s*(?:\*\*)?\s*[:\-]\s*", re.IGNORECASE)

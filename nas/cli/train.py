@@ -84,7 +84,7 @@ def main(argv: list[str]) -> None:
 
         # a model .py trains in the sandbox, which reports no epochs: the title alone then
         with EpochDisplay(f"training {argv[0][:60]} ({arch.space}, key {arch.key()})") as display:
-            evaluator.on_epoch = display
+            evaluator.on_epoch = display  # type: ignore[attr-defined]  # "train" is a TrainEvaluator
             result = evaluator.evaluate(arch, seed=seed)
     except ConfigError as err:
         fail(str(err))

@@ -11,6 +11,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from nas.data.normalise import Normaliser, to_unit
 from nas.data.sources import ImageData, Split
 
 
@@ -48,8 +49,7 @@ class ImageDataModule(pl.LightningDataModule):
         self.subsets = {"train": train_subset, "valid": valid_subset, "test": test_subset}
         self.seed = seed
         self.aug_generator = torch.Generator().manual_seed(seed)
-        self.mean = torch.tensor(self.data.mean).view(1, -1, 1, 1)
-        self.std = torch.tensor(self.data.std).view(1, -1, 1, 1)
+        self.normalise = Normaliser(data.mean, data.std)
 
     def split(self, name: str) -> Split:
         return getattr(self.data, name).subset(self.subsets[name])
@@ -71,11 +71,10 @@ class ImageDataModule(pl.LightningDataModule):
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
         x, y = batch
-        x = x.float().div_(255)
+        x = to_unit(x)
         if self.trainer is not None and self.trainer.training:
             if self.crop:
                 x = random_crop(x, self.data.pad, self.aug_generator)
             if self.flip and self.data.mirror:
                 x = random_flip(x, self.aug_generator)
-        x = (x - self.mean.to(x.device)) / self.std.to(x.device)
-        return x, y
+        return self.normalise(x), y

@@ -33,6 +33,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from nas.data.normalise import channel_stats
 from nas.errors import MissingDependencyError
 
 FASHION_MNIST_ROOT = "/usr/share/datasets/fashion-mnist"
@@ -72,17 +73,13 @@ class ImageData:
             return self
         if self.shape[0] != 1:
             raise ValueError(f"{self.name}: cannot make {self.shape[0]}-channel images RGB")
-        three = [Split(s.images.expand(-1, 3, -1, -1), s.labels) for s in (self.train, self.valid, self.test)]
-        return ImageData(self.name, *three, self.num_classes, self.mean * 3, self.std * 3, self.pad, self.mirror)
+        train, valid, test = (Split(s.images.expand(-1, 3, -1, -1), s.labels)
+                              for s in (self.train, self.valid, self.test))
+        return ImageData(self.name, train, valid, test, self.num_classes, self.mean * 3, self.std * 3, self.pad, self.mirror)
 
 
 def _missing(name: str, path: Path, expected: str, how: str) -> MissingDependencyError:
     return MissingDependencyError(f"{name} not found at {path} (expected {expected}); {how}")
-
-
-def _stats(images: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    x = images.float() / 255
-    return tuple(x.mean(dim=(0, 2, 3)).tolist()), tuple(x.std(dim=(0, 2, 3)).tolist())
 
 
 def _perm(n: int, seed: int = 0) -> torch.Tensor:
@@ -158,7 +155,7 @@ def fashion_mnist(root: str | None = None, **_: object) -> ImageData:
     ys = torch.from_numpy(read("train-labels-idx1-ubyte", 2049).astype(np.int64))
     xt = torch.from_numpy(read("t10k-images-idx3-ubyte", 2051).copy()).unsqueeze(1)
     yt = torch.from_numpy(read("t10k-labels-idx1-ubyte", 2049).astype(np.int64))
-    mean, std = _stats(xs[:50_000])
+    mean, std = channel_stats(xs[:50_000])
     return ImageData("fashion_mnist", Split(xs[:50_000], ys[:50_000]), Split(xs[50_000:], ys[50_000:]),
                      Split(xt, yt), 10, mean, std, pad=2)
 
@@ -174,7 +171,7 @@ def digits(**_: object) -> ImageData:
     order = _perm(len(labels))
     images, labels = images[order], labels[order]
     a, b = int(0.6 * len(labels)), int(0.8 * len(labels))
-    mean, std = _stats(images[:a])
+    mean, std = channel_stats(images[:a])
     return ImageData("digits", Split(images[:a], labels[:a]), Split(images[a:b], labels[a:b]),
                      Split(images[b:], labels[b:]), 10, mean, std, pad=0, mirror=False)
 
@@ -193,7 +190,7 @@ def cifar10(root: str | None = None, split_file: str | None = None, **_: object)
                  torch.tensor(np.concatenate([b["labels"] for b in batches]), dtype=torch.long))
     test = _load_batch(base / "test_batch")
     train, valid = _halves(full, _split_lists(split_file, ("train", "valid")))
-    mean, std = _stats(full.images)
+    mean, std = channel_stats(full.images)
     return ImageData("cifar10", train, valid, Split(_rows_to_images(test["data"], 32),
                      torch.tensor(test["labels"], dtype=torch.long)), 10, mean, std, pad=4)
 
@@ -207,7 +204,7 @@ def cifar100(root: str | None = None, split_file: str | None = None, **_: object
     train = Split(_rows_to_images(tr["data"], 32), torch.tensor(tr["fine_labels"], dtype=torch.long))
     test_all = Split(_rows_to_images(te["data"], 32), torch.tensor(te["fine_labels"], dtype=torch.long))
     valid, test = _halves(test_all, _split_lists(split_file, ("xvalid", "xtest")))
-    mean, std = _stats(train.images)
+    mean, std = channel_stats(train.images)
     return ImageData("cifar100", train, valid, test, 100, mean, std, pad=4)
 
 
@@ -227,7 +224,7 @@ def imagenet16_120(root: str | None = None, split_file: str | None = None, **_: 
 
     train = read(train_files)
     valid, test = _halves(read([base / "val_data"]), _split_lists(split_file, ("xvalid", "xtest")))
-    mean, std = _stats(train.images)
+    mean, std = channel_stats(train.images)
     return ImageData("imagenet16_120", train, valid, test, 120, mean, std, pad=2)
 
 

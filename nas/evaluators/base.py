@@ -47,7 +47,7 @@ class EvalResult:
 
 class Evaluator(ABC):
     name: str  # set by the registry
-    uses_seed: ClassVar[bool] = False  # whether results depend on the seed
+    uses_seed: bool = False  # whether results depend on the seed (an instance may say, from its settings)
     # Whether it scores by training the network with its own data, recipe, engine and seeds
     # (which export repeats to rebuild the weights it keeps none of).
     trains: ClassVar[bool] = False

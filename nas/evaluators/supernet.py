@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas.core.arch import Architecture, stable_hash
+from nas.data.normalise import Normaliser
 from nas.data.sources import SOURCES, ImageData, Split, load_data
 from nas.errors import ConfigError, MissingDependencyError
 from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
@@ -58,11 +59,10 @@ class Feeder:
         order = (torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))
                  if seed is not None else torch.arange(len(split)))
         n = len(split) if limit is None else min(len(split), limit * self.batch_size)
-        mean = torch.tensor(self.data.mean, device=self.device).view(1, -1, 1, 1)
-        std = torch.tensor(self.data.std, device=self.device).view(1, -1, 1, 1)
+        normalise = Normaliser(self.data.mean, self.data.std, self.device)
         for i in range(0, n, self.batch_size):
             idx = order[i:i + self.batch_size]
-            x = (split.images[idx].to(self.device).float().div_(255) - mean) / std
+            x = normalise.images(split.images[idx].to(self.device))
             yield resize(x, size), split.labels[idx].to(self.device)
 
 

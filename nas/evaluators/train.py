@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # torch and the data loaders load with the evaluator, not wit
 
 # A training run needs far more than a verification: the defaults allow an
 # hour of wall time on all cores and 8 GB on top of the data.
-SANDBOX_DEFAULTS = {"wall_s": 3600.0, "cpu_s": 4 * 3600, "memory_mb": 8192, "file_mb": 64}
+SANDBOX_DEFAULTS: dict[str, Any] = {"wall_s": 3600.0, "cpu_s": 4 * 3600, "memory_mb": 8192, "file_mb": 64}
 
 
 @EVALUATORS.register("train")
@@ -109,7 +109,8 @@ class TrainEvaluator(Evaluator):
         runs: list[list[TrainResult] | str] = [[] for _ in archs]
         sources = list(range(len(archs))) if not self.space.trusted else []
         with ThreadPoolExecutor(max_workers=self.engine.concurrent) as pool:  # sandbox children run in parallel
-            futures = {i: pool.submit(self._train_source, archs[i], seeds) for i in sources}
+            # an untrusted space's architectures are model files (SourceArch)
+            futures = {i: pool.submit(self._train_source, archs[i], seeds) for i in sources}  # type: ignore[arg-type]
             for s in seeds:
                 self._train_trusted(archs, [i for i in range(len(archs)) if i not in futures], s, runs)
             reported = set()
@@ -169,8 +170,8 @@ def _sizing(space: SearchSpace, options: dict[str, Any]) -> dict[str, Any]:
     has, and one that no space reads is refused."""
     from nas.spaces import SPACES
 
-    readers = [cls for cls in map(SPACES.get, SPACES.names()) if cls.trainable and cls.sizing]
-    known = {f.name for cls in readers for f in fields(cls.sizing)}
+    readers = [cls for cls in map(SPACES.get, SPACES.names()) if cls.trainable and cls.sizing is not None]
+    known = {f.name for cls in readers for f in fields(cls.sizing)}  # type: ignore[arg-type]  # not None, above
     unknown = sorted(set(options) - known)
     if unknown:
         named = [n for n in inspect.signature(TrainEvaluator).parameters if n not in ("space", "sizing")]

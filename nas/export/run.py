@@ -67,6 +67,7 @@ def _export(spec, space, arch, record: TrialRecord, tmp: Path, train: bool,
         built, graph, check, measured = export_untrusted(ev, spec, space, arch, record, tmp, train, say)
     else:
         built = rebuild(ev, spec, space, arch, record, train, say)
+        assert built.net is not None  # rebuilt here: only the sandbox path leaves it None
         net = built.net.cpu().eval()
         torch.save(net.state_dict(), tmp / "model.pt")
         (tmp / "model.py").write_text(built.source, encoding="utf-8")

@@ -116,6 +116,8 @@ def source_check(built: Built, net: nn.Module, x: torch.Tensor, tmp: Path, spec:
 def _import_file(path: Path) -> Any:
     """Import one of our generated files (trusted: built-in spaces only)."""
     spec = importlib.util.spec_from_file_location(f"nasflow_export_{os.getpid()}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

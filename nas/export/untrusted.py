@@ -30,7 +30,7 @@ from nas.search.record import TrialRecord
 REPORT_MAX = 64 << 10  # bytes of the sandboxed child's report.json read back
 
 
-def sandbox_limits(spec: Any, params: int | None) -> Limits:
+def sandbox_limits(spec: Any, params: float | None) -> Limits:
     """The run's `evaluator.sandbox` limits (train's defaults), with room for the written files."""
     from nas.evaluators.train import SANDBOX_DEFAULTS
 

@@ -206,7 +206,7 @@ class Reader:
     def _screen(self, paper: Paper) -> str:
         if self.screen == "off":
             return "yes"
-        if self.screen == "embed":
+        if self.screen == "embed" and self._embed_tagger is not None:  # __init__ requires the tagger
             score = self._embed_tagger.relevance(f"{paper.title}. {paper.abstract}")
             return "yes" if score >= self.screen_threshold else "no"
         answer = self._ask("reader_filter", self.filter_prompt,

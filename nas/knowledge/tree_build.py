@@ -82,7 +82,7 @@ def build_tree(client, *, models: dict[str, tuple[str, tuple[str, ...]]] | None 
     prompt = load_prompt("tree_analyst")
     models = models or REFERENCE_MODELS
     found: dict[str, list[str]] = {m: [] for m in base.mains()}
-    report = {"models": 0, "calls": 0, "failed": 0, "errors": [], "found": {}}
+    report: dict[str, Any] = {"models": 0, "calls": 0, "failed": 0, "errors": [], "found": {}}
 
     def parse(reply) -> list[tuple[str, str]]:
         data = extract_json(reply.text)

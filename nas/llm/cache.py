@@ -40,7 +40,7 @@ class ReplyCache:
         except FileNotFoundError:
             return None
         except (OSError, ValueError, RecursionError) as err:  # bad JSON, not UTF-8, nested too deep
-            problem = (str(err).splitlines() or [type(err).__name__])[0][:120]
+            problem: str | None = (str(err).splitlines() or [type(err).__name__])[0][:120]
         else:
             if not isinstance(record, dict) or record.get("key") != key:
                 return None

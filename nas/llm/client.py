@@ -90,7 +90,7 @@ class LLMClient:
             self._seq = len(self.transcript.previous)
             self.transcript.previous = []
         self.cache = ReplyCache(self.config.cache_path()) if self.config.cache else None
-        self.book = ReplayBook(self.config.replay_from) if self.config.backend == "replay" else None
+        self.book = ReplayBook(str(self.config.replay_from)) if self.config.backend == "replay" else None
         self._sleep = sleep
         self._sdk: Any = None
         self._key = ""
@@ -105,12 +105,11 @@ class LLMClient:
                  grammar: str | None = None, schema: dict[str, Any] | None = None, attempt: int = 0,
                  temperature: float | None = None, max_tokens: int | None = None) -> Reply:
         """One chat completion. Raises LLMError when no reply can be had."""
-        if isinstance(messages, str):
-            messages = [{"role": "user", "content": messages}]
-        messages = scrub_data(messages)  # a prompt built from a verdict or an error never sends a key on
+        chat: list[dict[str, str]] = scrub_data(  # a prompt built from a verdict or an error never sends a key on
+            [{"role": "user", "content": messages}] if isinstance(messages, str) else messages)
         settings = self.config.role(role)
-        model = settings.model
-        model_id = self.config.model_id(str(model))
+        model = str(settings.model)  # role() fills in the endpoint's model
+        model_id = self.config.model_id(model)
         if self.book is not None and role in self.book.settings:
             # Replay asks with the recorded settings, whatever the replaying config says.
             recorded = self.book.settings[role]
@@ -120,11 +119,11 @@ class LLMClient:
         params = {"temperature": settings.temperature if temperature is None else float(temperature),
                   "max_tokens": settings.max_tokens if max_tokens is None else int(max_tokens),
                   "grammar": grammar, "schema": schema}
-        key = call_key(str(model_id), messages, params, template, attempt)
+        key = call_key(str(model_id), chat, params, template, attempt)
         context = self.book.settings[role].get("context") if self.book is not None and role in self.book.settings \
             else self.config.context_window()
         base = {"key": key, "role": role, "model": model, "model_id": model_id, "template": template,
-                "attempt": attempt, "messages": messages, "params": params, "context": context}
+                "attempt": attempt, "messages": chat, "params": params, "context": context}
         if self.book is not None:
             hit = self.book.get(key)
             if hit is None:
@@ -138,7 +137,7 @@ class LLMClient:
         def fetch() -> Fetched:
             if self.cache is not None and (hit := self.cache.get(key)) is not None:
                 return hit, 0, "cache"
-            result, retries = self._live(role, model, messages, params)
+            result, retries = self._live(role, model, chat, params)
             if self.cache is not None:
                 self.cache.put({**base, **result})
             return result, retries, "live"
@@ -232,6 +231,7 @@ class LLMClient:
             from openai import OpenAI
 
             cfg = self.config
+            base_url: str | None
             if cfg.backend == "local":
                 from nas.llm.local import shared_server
 
@@ -382,7 +382,8 @@ class LLMClient:
 
 def _retry_after(err: Exception) -> float | None:
     headers = getattr(getattr(err, "response", None), "headers", None) or {}
+    value = headers.get("retry-after")
     try:
-        return max(0.0, float(headers.get("retry-after")))
+        return None if value is None else max(0.0, float(value))
     except (TypeError, ValueError):
         return None

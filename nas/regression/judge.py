@@ -171,9 +171,10 @@ def compare(baseline: dict[str, Any], results: list[dict[str, Any]]) -> list[dic
     rows = []
     for name in sorted(set(expected) | set(current)):
         base, cur = expected.get(name), current.get(name)
+        new, old = cur or base or {}, base or cur or {}  # each name is in one of them at least
         row = {"metric": name, "value": cur and cur["value"], "baseline": base and base["value"],
-               "unit": (cur or base).get("unit", ""), "direction": (base or cur)["direction"],
-               "tolerance": (base or cur).get("tolerance"), "ratio": None, "note": ""}
+               "unit": new.get("unit", ""), "direction": old["direction"],
+               "tolerance": old.get("tolerance"), "ratio": None, "note": ""}
         if base is None:
             row["status"] = "new"
         elif cur is None:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from nas.errors import ConfigError, MissingDependencyError
+from nas.errors import ConfigError, EvaluationError, MissingDependencyError
 from nas.search.record import best_so_far, read_history
 from nas.regression.judge import (
     HIGHER,
@@ -68,11 +68,19 @@ def table_probe(workdir: Path, overrides: Sequence[str], strategies: Sequence[st
                 curve = best_so_far(read_history(run_dir / "history.jsonl"))
                 curves.append(curve + [curve[-1]] * (trials - len(curve)))  # stopped early: keeps its best
             for n in at:
-                metrics[f"{label}.best_at_{n}"] = Metric(round(statistics.fmean(c[n - 1] for c in curves), 4),
+                metrics[f"{label}.best_at_{n}"] = Metric(round(statistics.fmean(_at(c, n, label) for c in curves), 4),
                                                           HIGHER, {"abs": 0.05}, unit="%")
     metrics["trials_per_s"] = Metric(round(done / seconds, 2), HIGHER, {"rel": 0.5}, timing=True,
                                      unit="trials/s")
     return metrics
+
+
+def _at(curve: list[float | None], n: int, label: str) -> float:
+    """Best accuracy after `n` trials; a run with no successful trial by then has no number to average."""
+    value = curve[n - 1]
+    if value is None:
+        raise EvaluationError(f"regression: a {label} run has no successful trial among its first {n}")
+    return value
 
 
 def throughput_probe(workdir: Path, overrides: Sequence[str], lookups: int,
@@ -257,7 +265,9 @@ class _progress:
     """A rich progress bar over the probes on stderr (or nothing)."""
 
     def __init__(self, enabled: bool, total: int) -> None:
-        self.enabled, self.total, self.bar, self.task, self.started = enabled, total, None, None, False
+        self.enabled, self.total, self.started = enabled, total, False
+        self.bar: Any = None  # a rich Progress once started
+        self.task: Any = None
 
     def __enter__(self) -> "_progress":
         if self.enabled:

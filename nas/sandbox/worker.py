@@ -276,6 +276,8 @@ def first_in_channels(net: nn.Module) -> int | None:
 def import_file(path: Path, name: str) -> Any:
     """Import an untrusted file as module `name` (only after `serve` installed the caps and policy)."""
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and typing look the module up by name
     spec.loader.exec_module(module)

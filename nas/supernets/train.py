@@ -27,7 +27,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytorch_lightning as pl
@@ -44,21 +44,21 @@ from nas.core.registry import check_keys
 from nas.core.space import CategoricalSpace
 from nas.train.engine import ACCELERATORS
 from nas.train.fit import _quiet
+from nas.train.optim import sgd_cosine
+from nas.train.recipe import SgdCosine
 from nas.supernets.base import SUPERNETS, Supernet
 
 SAMPLINGS = ("uniform", "sandwich")
 
 
 @dataclass(frozen=True)
-class SupernetSettings:
-    """`nas/conf/supernet/default.yaml` less `out` and `params`: SGD with momentum, cosine to 0 over all steps."""
+class SupernetSettings(SgdCosine):
+    """`nas/conf/supernet/default.yaml` less `out` and `params`: SgdCosine over all steps."""
 
+    section: ClassVar[str] = "supernet"
+    lr: float = 0.05  # momentum, nesterov, weight_decay: SgdCosine's
     epochs: int = 10
     batch_size: int = 128
-    lr: float = 0.05
-    momentum: float = 0.9
-    nesterov: bool = True
-    weight_decay: float = 5e-4  # not on BatchNorm/LayerNorm weights and biases (as OFA)
     flip: bool = True
     crop: bool = True
     train_subset: int | None = None  # train on the first N training images
@@ -72,16 +72,12 @@ class SupernetSettings:
     strategy: str | None = None  # None: DDP that tolerates unused parameters when devices > 1
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         for name, low in (("epochs", 1), ("batch_size", 1), ("n_random", 0), ("recal_batches", 0),
                           ("train_subset", 1), ("val_subset", 1), ("devices", 1)):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ConfigError(f"supernet.{name} must be an integer >= {low}, got {value!r}")
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
-            raise ConfigError(f"supernet.lr must be > 0, got {self.lr!r}")
-        if not 0 <= self.momentum < 1 or self.weight_decay < 0:
-            raise ConfigError(f"supernet: need 0 <= momentum < 1 and weight_decay >= 0, "
-                              f"got {self.momentum!r} and {self.weight_decay!r}")
         if self.accelerator not in ACCELERATORS:
             raise ConfigError(f"supernet.accelerator must be one of {', '.join(ACCELERATORS)}, got {self.accelerator!r}")
         if self.strategy is not None and not isinstance(self.strategy, str):
@@ -185,12 +181,11 @@ class SupernetModule(pl.LightningModule):
         self.log("phase", float(phase), prog_bar=True, batch_size=len(y))
 
     def configure_optimizers(self):
-        s = self.settings
+        """No weight decay on BatchNorm/LayerNorm weights and biases (as OFA)."""
         decay = [p for p in self.supernet.parameters() if p.ndim > 1]
         rest = [p for p in self.supernet.parameters() if p.ndim <= 1]
-        groups = [{"params": decay, "weight_decay": s.weight_decay}, {"params": rest, "weight_decay": 0.0}]
-        opt = torch.optim.SGD(groups, lr=s.lr, momentum=s.momentum, nesterov=s.nesterov and s.momentum > 0)
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=self.sampler.total_steps, eta_min=0.0)
+        groups = [{"params": decay}, {"params": rest, "weight_decay": 0.0}]
+        opt, sched = sgd_cosine(self.settings, groups, self.sampler.total_steps)
         return [opt], [sched]
 
 

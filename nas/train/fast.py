@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas.data.module import random_crop, random_flip
+from nas.data.normalise import Normaliser, to_unit
 from nas.data.sources import ImageData, Split
 from nas.errors import ConfigError, EvaluationError
 from nas.measure import count_flops, count_params
@@ -39,6 +40,7 @@ from nas.train.early_stop import failing
 from nas.train.engine import Engine
 from nas.train.graphs import StaticEval, StaticStep, padded_rows
 from nas.train.progress import EpochProgress, OnEpoch
+from nas.train.optim import sgd_cosine
 from nas.train.recipe import Recipe
 from nas.train.result import TrainResult
 
@@ -118,8 +120,7 @@ class _Group:
         self.on_epoch = on_epoch
         splits = _resident(data, device)
         self.splits = {name: splits[name].subset(getattr(recipe, f"{name}_subset")) for name in splits}
-        self.mean = torch.tensor(data.mean, device=device).view(1, -1, 1, 1)
-        self.std = torch.tensor(data.std, device=device).view(1, -1, 1, 1)
+        self.normalise = Normaliser(data.mean, data.std, device)
         self.steps = math.ceil(len(self.splits["train"]) / recipe.batch_size)
         self.graphs = _graphs(engine, device)
         self.static = self.graphs or engine.compile  # a graph, or one compilation, needs one batch shape
@@ -138,11 +139,7 @@ class _Group:
             run.static = StaticStep(model, forward, r, r.epochs * self.steps, self.batch_shape, self.device,
                                     e.bf16, e.channels_last, run.total)
             return run
-        run.opt = torch.optim.SGD(model.parameters(), lr=r.lr, momentum=r.momentum, nesterov=r.nesterov,
-                                  weight_decay=r.weight_decay, fused=True if cuda else None)
-        # per step to 0 over the whole run, as Classifier.configure_optimizers
-        run.sched = torch.optim.lr_scheduler.CosineAnnealingLR(run.opt, T_max=max(r.epochs * self.steps, 1),
-                                                               eta_min=0.0)
+        run.opt, run.sched = sgd_cosine(r, model.parameters(), r.epochs * self.steps, fused=True if cuda else None)
         return run
 
     def prepare(self) -> None:
@@ -159,12 +156,12 @@ class _Group:
 
     def _inputs(self, images: torch.Tensor, aug: torch.Generator | None) -> torch.Tensor:
         """uint8 batch -> normalised float batch, augmented when `aug` is given (as ImageDataModule)."""
-        x = images.float().div_(255)
+        x = to_unit(images)
         if aug is not None and self.recipe.crop:
             x = random_crop(x, self.data.pad, aug)
         if aug is not None and self.recipe.flip and self.data.mirror:
             x = random_flip(x, aug)
-        x = (x - self.mean) / self.std
+        x = self.normalise(x)
         return x.contiguous(memory_format=torch.channels_last) if self.engine.channels_last else x
 
     def _autocast(self) -> torch.autocast:

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nas.train.optim import sgd
 from nas.train.recipe import Recipe
 
 log = logging.getLogger(__name__)
@@ -122,9 +123,7 @@ class StaticStep(_Static):
         self.base_lr, self.period = recipe.lr, max(total_steps, 1)
         self.lr = torch.tensor(recipe.lr, dtype=torch.float32, device=device)  # fused SGD reads a float32 lr
         self.t = torch.zeros((), dtype=torch.float64, device=device)  # steps taken
-        self.opt = torch.optim.SGD(model.parameters(), lr=self.lr, momentum=recipe.momentum,
-                                   nesterov=recipe.nesterov, weight_decay=recipe.weight_decay,
-                                   fused=True if device.type == "cuda" else None)
+        self.opt = sgd(recipe, model.parameters(), lr=self.lr, fused=True if device.type == "cuda" else None)
         self.compile_seconds = 0.0
 
     def _compute(self) -> None:

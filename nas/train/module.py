@@ -8,6 +8,7 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
+from nas.train.optim import sgd_cosine
 from nas.train.recipe import Recipe
 
 
@@ -65,9 +66,5 @@ class Classifier(pl.LightningModule):
         self._accuracy(batch, "test")
 
     def configure_optimizers(self):
-        r = self.recipe
-        opt = torch.optim.SGD(self.parameters(), lr=r.lr, momentum=r.momentum, nesterov=r.nesterov,
-                              weight_decay=r.weight_decay)
-        steps = self.trainer.estimated_stepping_batches
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(int(steps), 1), eta_min=0.0)
+        opt, sched = sgd_cosine(self.recipe, self.parameters(), int(self.trainer.estimated_stepping_batches))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

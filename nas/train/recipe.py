@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 from nas.errors import ConfigError
 from nas.core.registry import check_keys
@@ -12,15 +12,31 @@ NB201_SEEDS = (777, 888, 999)
 
 
 @dataclass(frozen=True)
-class Recipe:
-    """NB201 defaults: SGD Nesterov 0.9, lr 0.1 cosine to 0, wd 5e-4, 200 epochs, batch 256, flip + crop."""
+class SgdCosine:
+    """SGD with momentum, the learning rate falling from `lr` to 0 along a cosine, stepped per batch:
+    the optimiser of both the training recipe and supernet training, built by `nas.train.optim`."""
 
-    epochs: int = 200
-    batch_size: int = 256
+    section: ClassVar[str] = "sgd"  # the config group named in errors
     lr: float = 0.1
     momentum: float = 0.9
-    nesterov: bool = True
+    nesterov: bool = True  # applies only with momentum > 0
     weight_decay: float = 5e-4
+
+    def __post_init__(self) -> None:
+        if isinstance(self.lr, bool) or not (isinstance(self.lr, (int, float)) and self.lr > 0):
+            raise ConfigError(f"{self.section}.lr must be > 0, got {self.lr!r}")
+        if not 0 <= self.momentum < 1 or self.weight_decay < 0:
+            raise ConfigError(f"{self.section}: need 0 <= momentum < 1 and weight_decay >= 0, "
+                              f"got {self.momentum!r} and {self.weight_decay!r}")
+
+
+@dataclass(frozen=True)
+class Recipe(SgdCosine):
+    """NB201 defaults: SGD Nesterov 0.9, lr 0.1 cosine to 0, wd 5e-4, 200 epochs, batch 256, flip + crop."""
+
+    section: ClassVar[str] = "recipe"
+    epochs: int = 200
+    batch_size: int = 256
     flip: bool = True
     crop: bool = True
     train_subset: int | None = None  # proxy recipes train on the first N images
@@ -32,11 +48,10 @@ class Recipe:
     min_loss_drop: float = 0.05  # ... by this fraction of the first epoch's loss
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         for name in ("epochs", "batch_size", "patience_epochs"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"recipe.{name} must be >= 1, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ConfigError(f"recipe.lr must be > 0, got {self.lr}")
         if not 0 <= self.min_loss_drop < 1:
             raise ConfigError(f"recipe.min_loss_drop must be in [0, 1), got {self.min_loss_drop}")
 
