@@ -214,7 +214,10 @@ def _serve(conn: Connection) -> None:
             result = evaluate_safely(evaluator, space.decode(encoding), seed)
         except Exception as err:  # a crash of one candidate must not end the worker
             result = EvalResult.failure(f"evaluator crashed: {type(err).__name__}: {err}")
-        conn.send((ticket, result.to_dict(), time.perf_counter() - start))
+        try:
+            conn.send((ticket, result.to_dict(), time.perf_counter() - start))
+        except OSError:  # the pool is gone (its process killed): nobody to answer
+            return
 
 
 

@@ -188,6 +188,7 @@ def test_worker_killed_mid_evaluation_reruns_then_fails_after_max_attempts(monke
 def test_cli_kill_9_mid_async_search_then_resume_loses_and_repeats_nothing(tmp_path, nas_env):
     run_dir = tmp_path / "run"
     args = ["search", "space=nb201", "evaluator=simulated", "runner=local", "budget.in_flight=2",
+            "runner.workers=1",  # one queued behind the running one: both in flight, one worker to start
             "budget.trials=12", "evaluator.median_seconds=0.2", "evaluator.sigma=0.5", "progress=false",
             f"hydra.run.dir={run_dir}"]
     proc = subprocess.Popen([*NAS, *args], env=nas_env, cwd=ROOT, stdout=subprocess.DEVNULL,
