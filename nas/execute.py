@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nas.core.registry import Registry
+from nas.errors import ConfigError
 
 if TYPE_CHECKING:
     from nas.evaluators.base import Evaluator
@@ -34,14 +35,30 @@ RUNNERS: Registry[SearchRunner] = Registry("runner", modules={name: FLOW_MODULE 
 
 @RUNNERS.register("local")
 class LocalRunner(SearchRunner):
-    """In this process, evaluations one after another (or one batch at a time): no Prefect."""
+    """No Prefect: in this process, evaluations one after another (or one batch at a time), or
+    on a pool of worker processes (nas/pool.py) with `workers` > 1 or `budget.in_flight` > 1."""
+
+    KEYS = ("name", "workers", "per_gpu", "max_attempts")
 
     def run(self, spec: SearchSpec, run_dir: Path, evaluator: Evaluator, progress: bool) -> dict[str, Any]:
         from nas.report import write_run_report
         from nas.search.loop import LocalExecutor, SearchLoop
 
-        executor = LocalExecutor(evaluator, spec.seed if evaluator.uses_seed else None)
-        summary = SearchLoop(spec, run_dir, executor, progress=progress, runner="local").run_search()
+        unknown = sorted(set(self.settings) - set(self.KEYS))
+        if unknown:
+            raise ConfigError(f"unknown key 'runner.{unknown[0]}' (valid keys of runner=local: "
+                              f"{', '.join(self.KEYS[1:])})")
+        if spec.in_flight > 1 or self.settings.get("workers") not in (None, 1):  # a bad value: assign_slots says
+            from nas.pool import WorkerPool
+
+            pool = WorkerPool.from_settings(spec.to_dict(), self.settings, spec.in_flight)
+            try:
+                summary = SearchLoop(spec, run_dir, pool, progress=progress, runner="local").run_search()
+            finally:
+                pool.close()
+        else:
+            executor = LocalExecutor(evaluator, spec.seed if evaluator.uses_seed else None)
+            summary = SearchLoop(spec, run_dir, executor, progress=progress, runner="local").run_search()
         write_run_report(run_dir, summary)  # the loop returns the summary; its caller writes the report
         return summary
 

@@ -43,6 +43,8 @@ NAS = [sys.executable, "-m", "nas.cli.main"]
 #   prefect  starts Prefect: a flow in-process, a server, or `nas search` on the default runner
 #   cli      runs the `nas` CLI in a subprocess
 MARKERS: dict[str, tuple[str, ...]] = {
+    "test_async_search.py": (),
+    "test_async_search.py::test_cli_kill_9_mid_async_search_then_resume_loses_and_repeats_nothing": ("cli",),
     "test_base_models.py": ("sandbox",),
     "test_baselines.py": (),
     "test_benchmark_smoke.py": ("slow",),
@@ -63,6 +65,14 @@ MARKERS: dict[str, tuple[str, ...]] = {
         ("cli",),
     "test_cli_e2e.py": ("cli", "prefect"),
     "test_cli_latency_imports.py": ("cli",),
+    "test_cluster_dask.py": (),
+    "test_cluster_dask.py::test_each_worker_sees_only_its_gpu_and_evaluations_ask_for_it": ("slow", "prefect"),
+    "test_cluster_dask.py::test_killed_worker_mid_evaluation_reruns_the_candidate_elsewhere": ("slow", "prefect"),
+    "test_cluster_dask.py::test_candidate_that_kills_every_worker_becomes_a_failed_trial": ("slow", "prefect"),
+    "test_cluster_ray.py": (),
+    "test_cluster_ray.py::test_local_ray_is_small_and_offers_the_gpus_it_was_given": (),
+    "test_cluster_ray.py::test_killed_worker_mid_evaluation_reruns_the_candidate": ("slow", "prefect"),
+    "test_cluster_ray.py::test_candidate_that_kills_every_worker_becomes_a_failed_trial": ("slow", "prefect"),
     "test_collm.py": ("llm",),
     "test_compare_checks.py": (),
     "test_compare_stats.py": (),

@@ -69,16 +69,16 @@ def test_incompatible_pairs_name_the_right_fix(args, message):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["budget.trial=5"], "unknown key 'budget.trial' (valid keys of budget: trials, batch_size)"),
-    (["+budget.trial=5"], "unknown key 'budget.trial' (valid keys of budget: trials, batch_size)"),
-    (["++budget.trial=5"], "unknown key 'budget.trial' (valid keys of budget: trials, batch_size)"),
+    (["budget.trial=5"], "unknown key 'budget.trial' (valid keys of budget: trials, batch_size, in_flight)"),
+    (["+budget.trial=5"], "unknown key 'budget.trial' (valid keys of budget: trials, batch_size, in_flight)"),
+    (["++budget.trial=5"], "unknown key 'budget.trial' (valid keys of budget: trials, batch_size, in_flight)"),
     (["+foo=1"], "unknown key 'foo' (valid keys at the top level: "),
     (["space=nb201", "strategy.populaton_size=3"], "unknown key 'strategy.populaton_size' (valid keys of "
                                                    "strategy: name, population_size, sample_size, unique"),
     (["+seed=1"], "'seed' is already in the config: write seed=1 (+ adds only keys the config does not have)"),
     (["+runner=local"], "runner already has a choice: write runner=local"),
     (["budget.trials"], "override 'budget.trials' has no value: write budget.trials=VALUE"),
-    (["budget=5"], "'budget' is a section, not a value: set its keys (trials, batch_size), e.g. budget.trials=5"),
+    (["budget=5"], "'budget' is a section, not a value: set its keys (trials, batch_size, in_flight), e.g. budget.trials=5"),
     (["seed.x=1"], "unknown key 'seed.x': 'seed' is a value, not a section"),
     (["strategy.max_params=1e5"], "; size limits live in the evaluator now: evaluator.budget.params=VALUE"),
     (["space=nb201", "seed=abc"], "seed must be an integer, got 'abc'"),

@@ -50,6 +50,7 @@ class Setup:
 
 SETUPS = {
     "table": Setup("nb201", lambda _: {}, {"metric": "qat_accuracy"}),
+    "simulated": Setup("nb201", lambda _: {"median_seconds": 0.01, "sigma": 0.1}, {"seed": 1}),
     "train": Setup("nader", lambda _: {"data": DIGITS, "recipe": {"epochs": 1, "batch_size": 64}, "seeds": [0],
                                        "cells_per_stage": 2},
                    {"recipe": {"epochs": 2, "batch_size": 64}}),

@@ -90,6 +90,10 @@ SKIP: dict[str, str] = {
     "nas train model.py data=fashion_mnist engine=fast 'evaluator.seeds=[777,888,999]' --out result.json":
         "model.py is the reader's model; three sandboxed trainings on Fashion-MNIST take minutes; "
         "tests/test_train_e2e.py runs `nas train` on a model file",
+    "nas search runner=dask runner.address=tcp://HEAD:8786 runner.per_gpu=1":
+        "needs a Dask scheduler at HEAD; tests/test_cluster_dask.py evaluates via a local scheduler's address",
+    "nas search runner=ray runner.address=HEAD:6379 runner.per_gpu=2 runner.max_retries=2":
+        "needs a Ray head at HEAD; tests/test_cluster_ray.py evaluates on a real local Ray",
 }
 
 

@@ -17,7 +17,7 @@ from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 from prefect_dask import DaskTaskRunner
 
 from conftest import run_nas
-from nas.orchestration.flows.runners import build_task_runner
+from nas.orchestration.flows.runners import build_task_runner, local_cluster
 from nas.errors import ConfigError, MissingDependencyError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,10 +31,10 @@ def test_each_runner_config_builds_its_task_runner():
     threads = build_task_runner(runner_conf("prefect"))
     assert isinstance(threads, ThreadPoolTaskRunner) and threads._max_workers == 4
     assert isinstance(build_task_runner(runner_conf("processes")), ProcessPoolTaskRunner)
-    local = build_task_runner(runner_conf("dask"))
-    assert isinstance(local, DaskTaskRunner) and local.address is None
+    local = build_task_runner(runner_conf("dask"), gpus=[])
+    assert isinstance(local, DaskTaskRunner) and local.address is None and local.cluster_class is local_cluster
     assert local.cluster_kwargs == {"n_workers": 2, "threads_per_worker": 1, "processes": True,
-                                    "dashboard_address": None}
+                                    "dashboard_address": None, "max_retries": 2}
     remote = build_task_runner({**runner_conf("dask"), "address": "tcp://10.0.0.5:8786"})
     assert remote.address == "tcp://10.0.0.5:8786" and remote.cluster_kwargs == {}
 

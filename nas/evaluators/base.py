@@ -111,5 +111,6 @@ def evaluate_safely(evaluator: Evaluator, arch: Architecture, seed: int | None) 
 
 
 EVALUATORS: Registry[Evaluator] = Registry("evaluator", modules={
-    "supernet": "nas.evaluators.supernet", "table": "nas.evaluators.table", "train": "nas.evaluators.train",
+    "simulated": "nas.evaluators.simulated", "supernet": "nas.evaluators.supernet", "table": "nas.evaluators.table",
+    "train": "nas.evaluators.train",
 })

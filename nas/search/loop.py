@@ -14,10 +14,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from nas import __version__
-from nas.errors import RunDirError
+from nas.errors import ConfigError, EncodingError, RunDirError
 from nas.evaluators.base import EvalResult, Evaluator, evaluate_safely
 from nas.search.record import TrialRecord, best_record, best_so_far
-from nas.search.rundir import RunDir
+from nas.search.rundir import Resume, RunDir
 from nas.search.spec import SearchSpec
 from nas.strategies.base import Candidate, SearchExhausted, Trial, random_only_note
 
@@ -87,6 +87,8 @@ class SearchLoop:
         self.on_batch = on_batch  # sees the history after each batch is saved (the flow's progress artifact)
         self.space = spec.build_space()
         self.strategy = spec.build_strategy(self.space)
+        self.history: list[TrialRecord] = []
+        self._bar: tuple[Any, Any] = (None, None)
 
     def run_search(self) -> dict[str, Any]:
         """Search and save summary.json; the caller writes the human-facing report (nas.report)."""
@@ -94,9 +96,12 @@ class SearchLoop:
             return self._search()
 
     def _search(self) -> dict[str, Any]:
+        if self.spec.in_flight > 1 and not isinstance(self.executor, AsyncExecutor):
+            raise ConfigError(f"budget.in_flight={self.spec.in_flight}: runner={self.runner} evaluates in "
+                              f"batches only; use budget.in_flight=1 with it")
         identity = self.spec.identity()
         resume = self.run.prepare(identity, self.spec.batch_size)
-        history: list[TrialRecord] = []
+        self.history = []
         elapsed_before = 0.0
         if resume is not None:
             try:
@@ -107,53 +112,110 @@ class SearchLoop:
                 self.strategy.restore(resume.history)
             except RunDirError as err:
                 raise RunDirError(f"{self.run.history_path}: {err}") from None
-            history = resume.history
+            self.history = resume.history
             elapsed_before = resume.elapsed_seconds
-        resumed = len(history)
+        resumed = len(self.history)
         note = random_only_note(self.spec.strategy.name, self.spec.strategy.params, self.spec.trials)
         if note is not None:
             log.warning(note)
         self.strategy.attach(self.run.path, self.llm_calls)
+        steady = self.spec.in_flight > 1
+        self._identity, self._elapsed_before, self._start = identity, elapsed_before, time.perf_counter()
         if resume is None:  # before the first history line: a crash never leaves history without state
-            self.run.save_state(identity, 0, self.strategy.state_dict(), 0.0)
-        trust = trusts_self_reported(self.spec)
-        start = time.perf_counter()
-        exhausted = None
+            self._save(**({"in_flight": [], "asked": 0} if steady else {}))
         progress_log.info("%s on %s: %d trials%s", self.spec.strategy.name, self.spec.space.name, self.spec.trials,
                           f", resuming after {resumed}" if resumed else "")
         with self._progress(resumed) as (bar, task):
+            self._bar = (bar, task)
             client = self.strategy.client
             if bar is not None and client is not None:  # LLM calls on the bar
                 client.on_status = lambda text: bar.update(task, llm=text)
-            while len(history) < self.spec.trials:
-                n = min(self.spec.batch_size, self.spec.trials - len(history))
-                try:
-                    candidates = self.strategy.ask(n)
-                except SearchExhausted as err:
-                    exhausted = str(err)
-                    break
-                outcomes = self._evaluate(candidates)
-                trials = [Trial.of(len(history) + i, cand, result, cached, wall)
-                          for i, (cand, (result, cached, wall)) in enumerate(zip(candidates, outcomes))]
-                records = [t.record for t in trials]
-                self.run.append(records)
-                history.extend(records)
-                self.strategy.tell(trials)
-                elapsed = elapsed_before + time.perf_counter() - start
-                self.run.save_state(identity, len(history), self.strategy.state_dict(), elapsed)
-                best = best_record(history, trust)
-                progress_log.info("trial %d/%d, best %s, elapsed %.1fs", len(history), self.spec.trials,
-                                  "-" if best is None else f"{best.accuracy:.2f}", elapsed)
-                if self.on_batch is not None:
-                    self.on_batch(history)
-                if bar is not None:
-                    bar.update(task, completed=len(history),
-                               best="-" if best is None else f"{best.accuracy:.2f}")
-        summary = summarise(self.spec, history, elapsed_before + time.perf_counter() - start,
+            exhausted = self._steady(resume) if steady else self._batches()
+        history = self.history
+        summary = summarise(self.spec, history, self._elapsed(),
                             resumed=resumed, runner=self.runner, exhausted=exhausted)
         summary.update(self.strategy.report(history))
         self.run.save_summary(summary)
         return summary
+
+    def _batches(self) -> str | None:
+        """Ask a batch, evaluate it whole, tell it; returns why the strategy stopped early, if it did."""
+        history = self.history
+        while len(history) < self.spec.trials:
+            n = min(self.spec.batch_size, self.spec.trials - len(history))
+            try:
+                candidates = self.strategy.ask(n)
+            except SearchExhausted as err:
+                return str(err)
+            outcomes = self._evaluate(candidates)
+            trials = [Trial.of(len(history) + i, cand, result, cached, wall)
+                      for i, (cand, (result, cached, wall)) in enumerate(zip(candidates, outcomes))]
+            self._record(trials)
+        return None
+
+    def _steady(self, resume: Resume | None) -> str | None:
+        """Keep `budget.in_flight` evaluations running: as each finishes, record and tell it
+        (history in completion order, each record with its ask index) and ask one more.
+        The state saved with each step lists the candidates running, which a resume re-queues."""
+        executor = self.executor
+        assert isinstance(executor, AsyncExecutor)  # checked before the run dir was touched
+        running: dict[int, Candidate] = {}
+        asked = 0 if resume is None else resume.asked
+        if resume is not None and resume.in_flight:
+            try:
+                running = {e["ask"]: Candidate(self.space.decode(e["encoding"]), e["info"]) for e in resume.in_flight}
+            except EncodingError as err:
+                raise RunDirError(f"{self.run.state_path}: in-flight candidate: {err}") from None
+            self.strategy.reclaim(list(running.values()))
+            log.info("re-queued %d candidates that were being evaluated", len(running))
+            for ticket, cand in running.items():
+                executor.submit(ticket, cand)
+        exhausted = None
+        while True:
+            fresh: dict[int, Candidate] = {}
+            while exhausted is None and len(running) + len(fresh) < self.spec.in_flight and \
+                    len(self.history) + len(running) + len(fresh) < self.spec.trials:
+                try:
+                    [fresh[asked]] = self.strategy.ask(1)
+                except SearchExhausted as err:
+                    exhausted = str(err)
+                    break
+                asked += 1
+            running.update(fresh)
+            if fresh:  # saved before they start: a crash from here on re-queues them
+                self._save(in_flight=_entries(running), asked=asked)
+            for ticket, cand in fresh.items():
+                executor.submit(ticket, cand)
+            if not running:
+                return exhausted
+            ticket, (result, cached, wall) = executor.next_done()
+            trial = Trial.of(len(self.history), running.pop(ticket), result, cached, wall)
+            trial.record.ask = ticket
+            self._record([trial], in_flight=_entries(running), asked=asked)
+
+    def _record(self, trials: list[Trial], **extra: Any) -> None:
+        """Append, tell, then save the state: a crash in between leaves lines the state does not
+        count, which resume cuts (their candidates are asked or re-queued again)."""
+        records = [t.record for t in trials]
+        self.run.append(records)
+        self.history.extend(records)
+        self.strategy.tell(trials)
+        self._save(**extra)
+        history = self.history
+        best = best_record(history, trusts_self_reported(self.spec))
+        progress_log.info("trial %d/%d, best %s, elapsed %.1fs", len(history), self.spec.trials,
+                          "-" if best is None else f"{best.accuracy:.2f}", self._elapsed())
+        if self.on_batch is not None:
+            self.on_batch(history)
+        bar, task = self._bar
+        if bar is not None:
+            bar.update(task, completed=len(history), best="-" if best is None else f"{best.accuracy:.2f}")
+
+    def _elapsed(self) -> float:
+        return self._elapsed_before + time.perf_counter() - self._start
+
+    def _save(self, **extra: Any) -> None:
+        self.run.save_state(self._identity, len(self.history), self.strategy.state_dict(), self._elapsed(), **extra)
 
     def _evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
         """Rejected drafts become failed trials without reaching the evaluator."""
@@ -193,6 +255,10 @@ class _NullProgress:
 
     def __exit__(self, *exc):
         return False
+
+
+def _entries(running: dict[int, Candidate]) -> list[dict[str, Any]]:
+    return [{"ask": t, "encoding": c.arch.encode(), "info": c.info} for t, c in sorted(running.items())]
 
 
 def trusts_self_reported(spec: SearchSpec | dict[str, Any]) -> bool:

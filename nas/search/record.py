@@ -22,7 +22,8 @@ from nas.io import read_jsonl
 class TrialRecord:
     """`accuracy` (percent) is None, and `error` says why, when the trial failed;
     `strategy` is the candidate's info (origin, parent, …); `curve` the training
-    loss per epoch, for evaluators that train (absent from the line when empty)."""
+    loss per epoch, for evaluators that train (absent from the line when empty);
+    `ask` only in asynchronous searches (absent otherwise, so batch lines stay as they were)."""
 
     trial: int
     key: str
@@ -37,6 +38,7 @@ class TrialRecord:
     cached: bool = False
     strategy: dict[str, Any] = field(default_factory=dict)
     curve: list[float] = field(default_factory=list)
+    ask: int | None = None  # the ask index, asynchronous searches only (history is in completion order)
 
     @property
     def ok(self) -> bool:
@@ -59,6 +61,7 @@ class TrialRecord:
             "cost_seconds": self.cost_seconds, "wall_seconds": self.wall_seconds,
             "cached": self.cached, "strategy": self.strategy,
             **({"curve": self.curve} if self.curve else {}),
+            **({"ask": self.ask} if self.ask is not None else {}),
         }
 
     @classmethod
@@ -133,6 +136,7 @@ _FIELDS: dict[str, tuple[bool, str, Callable[[Any], bool]]] = {
     "cached": (False, "true or false", lambda v: type(v) is bool),
     "strategy": (False, "an object", lambda v: isinstance(v, dict)),
     "curve": (False, "a list of numbers", lambda v: isinstance(v, list) and all(map(_number, v))),
+    "ask": (False, "an integer", lambda v: type(v) is int),
 }
 
 

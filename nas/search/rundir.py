@@ -6,6 +6,9 @@ pid) from before it reads anything until it ends; the kernel drops it when
 the process dies, so a crash never leaves a stale lock. A second search on
 the same dir stops at once and changes nothing.
 
+Asynchronous searches (`budget.in_flight`) append one line per finished evaluation and
+save, with the state, the candidates still being evaluated: resume evaluates those again.
+
 Crash safety: state.json is written (history_lines=0) before the first history
 line, and each batch's lines are appended before the state is replaced. So
 history without state is never left by a crash (it is an error), and on resume
@@ -47,6 +50,8 @@ class Resume:
     history: list[TrialRecord]
     strategy_state: dict[str, Any]
     elapsed_seconds: float
+    in_flight: list[dict[str, Any]]  # asynchronous searches: asked, not yet told ({ask, encoding, info})
+    asked: int  # asynchronous searches: the next ask index
 
 
 class RunDir:
@@ -120,6 +125,8 @@ class RunDir:
             keep = int(state["history_lines"])
             strategy_state = dict(state["strategy"])
             elapsed = float(state.get("elapsed_seconds", 0.0))
+            in_flight = [_in_flight(entry) for entry in state.get("in_flight", [])]
+            asked = int(state.get("asked", keep))
         except (KeyError, TypeError, ValueError) as err:
             raise RunDirError(f"{self.state_path}: malformed resume state ({type(err).__name__}: {err})") from None
         try:
@@ -143,20 +150,32 @@ class RunDir:
         if len(history) > keep:  # the crash case: the batch after the saved state
             history = history[:keep]
             rewrite_jsonl(self.history_path, lines[:keep])  # the lines as read: older ones stay byte for byte
-        return Resume(history, strategy_state, elapsed)
+        return Resume(history, strategy_state, elapsed, in_flight, asked)
 
     def append(self, records: list[TrialRecord]) -> None:
         append_jsonl(self.history_path, [r.to_json() for r in records])
 
     def save_state(self, identity: str, history_lines: int, strategy_state: dict[str, Any],
-                   elapsed_seconds: float) -> None:
+                   elapsed_seconds: float, in_flight: list[dict[str, Any]] | None = None,
+                   asked: int | None = None) -> None:
+        """`in_flight` and `asked`: an asynchronous search's candidates being evaluated and
+        its next ask index, saved with the strategy state that asked them (so resume re-queues them)."""
         atomic_write_json(self.state_path, {
             "version": STATE_VERSION, "identity": identity, "history_lines": history_lines,
             "strategy": strategy_state, "elapsed_seconds": elapsed_seconds,
+            **({"in_flight": in_flight, "asked": asked} if in_flight is not None else {}),
         })
 
     def save_summary(self, summary: dict[str, Any]) -> None:
         atomic_write_json(self.summary_path, summary)
+
+
+def _in_flight(entry: Any) -> dict[str, Any]:
+    """One in-flight entry of state.json, checked (a TypeError/KeyError is a malformed state)."""
+    if not isinstance(entry, dict) or type(entry["ask"]) is not int or not isinstance(entry["info"], dict) \
+            or entry["encoding"] is None:
+        raise TypeError(f"bad in_flight entry {entry!r:.60}")
+    return {"ask": entry["ask"], "encoding": entry["encoding"], "info": entry["info"]}
 
 
 def _holder(fd: int) -> str:

@@ -42,9 +42,11 @@ class SearchSpec:
     trials: int = 100
     batch_size: int = 1
     constraint: Constraint = Constraint()
+    in_flight: int = 1  # > 1: asynchronous steady state with this many evaluations running
+
 
     def __post_init__(self) -> None:
-        for name in ("seed", "trials", "batch_size"):
+        for name in ("seed", "trials", "batch_size", "in_flight"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ConfigError(f"{_where(name)} must be an integer, got {value!r}")
@@ -52,8 +54,14 @@ class SearchSpec:
             raise ConfigError(f"budget.trials must be > 0, got {self.trials}")
         if self.batch_size <= 0:
             raise ConfigError(f"budget.batch_size must be > 0, got {self.batch_size}")
+        if self.in_flight <= 0:
+            raise ConfigError(f"budget.in_flight must be > 0, got {self.in_flight}")
+        if self.in_flight > 1 and self.batch_size > 1:
+            raise ConfigError(f"budget.in_flight={self.in_flight} runs evaluations asynchronously, one asked "
+                              f"as each finishes: use budget.batch_size=1 with it (got {self.batch_size})")
         for where, value, bound in (("budget.trials", self.trials, MAX_TRIALS),
                                     ("budget.batch_size", self.batch_size, MAX_BATCH_SIZE),
+                                    ("budget.in_flight", self.in_flight, MAX_BATCH_SIZE),
                                     ("recipe.epochs", _epochs(self.evaluator), MAX_EPOCHS)):
             if isinstance(value, int) and value > bound:
                 raise ConfigError(f"{where}={value} is above the sanity bound of {bound:,}")
@@ -68,6 +76,7 @@ class SearchSpec:
             seed=cfg.get("seed", 0),
             trials=budget.get("trials", 100),
             batch_size=budget.get("batch_size", 1),
+            in_flight=budget.get("in_flight", 1),
             constraint=Constraint.from_config(cfg.get("constraint")),
         )
 
@@ -76,7 +85,7 @@ class SearchSpec:
         """Inverse of `to_dict`."""
         parts = {g: Component(**d[g]) for g in ("space", "strategy", "evaluator")}
         return cls(**parts, seed=d["seed"], trials=d["trials"], batch_size=d["batch_size"],
-                   constraint=Constraint(**d.get("constraint", {})))
+                   constraint=Constraint(**d.get("constraint", {})), in_flight=d.get("in_flight", 1))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,9 +93,13 @@ class SearchSpec:
     def identity(self) -> str:
         """Hash of everything that fixes the trajectory; the trial budget is
         excluded so a finished run can be extended by resuming with more, and
-        `evaluator.trust_self_reported` since it only changes which trial is reported best."""
+        `evaluator.trust_self_reported` since it only changes which trial is reported best.
+        `budget.in_flight` counts (history is in completion order), except its default 1,
+        so identities of batch runs predate it."""
         d = self.to_dict()
         d.pop("trials")
+        if self.in_flight == 1:
+            d.pop("in_flight")
         d["evaluator"]["params"].pop("trust_self_reported", None)
         if not self.constraint.active:  # identities of unconstrained runs predate constraints
             d.pop("constraint")
@@ -131,6 +144,11 @@ class SearchSpec:
         return SPACES.create(self.space.name, self.space.params)
 
     def build_strategy(self, space: SearchSpace) -> Strategy:
+        if self.in_flight > 1 and not STRATEGIES.get(self.strategy.name).asynchronous:
+            fits = [n for n in STRATEGIES.names() if STRATEGIES.get(n).asynchronous]
+            raise ConfigError(f"budget.in_flight={self.in_flight}: strategy={self.strategy.name} works in batches "
+                              f"(it needs each batch's results together); use budget.in_flight=1 with it, or "
+                              f"strategy={'|'.join(fits)}")
         strategy = STRATEGIES.create(self.strategy.name, self.strategy.params, space=space, seed=self.seed)
         strategy.constrain(self.constraint)
         return strategy

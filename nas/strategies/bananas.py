@@ -19,6 +19,8 @@ from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, SearchExha
 
 @STRATEGIES.register("bananas")
 class Bananas(Deduplicating, Strategy):
+    asynchronous = True
+
     def __init__(self, space: SearchSpace, seed: int, n_init: int = 10, pool: int = 100, parents: int = 10,
                  members: int = 5, epochs: int = 300, max_attempts: int = 100) -> None:
         super().__init__(space, seed)

@@ -77,6 +77,7 @@ class Strategy(ABC):
     name: str  # set by the registry
     random_moves: ClassVar[bool] = True  # uses space.sample/mutate (impossible in open-ended spaces)
     spaces: ClassVar[tuple[str, ...]] = ()  # the spaces it can search; empty: any
+    asynchronous: ClassVar[bool] = False  # takes results one at a time, in completion order (budget.in_flight)
     client: LLMClient | None = None  # an LLM strategy's, made by `attach`
 
     def __init__(self, space: SearchSpace, seed: int) -> None:
@@ -130,6 +131,10 @@ class Strategy(ABC):
         """Called on resume after `load_state_dict`: rebuild what the history determines
         (e.g. the architectures already seen), so the state holds only what it cannot."""
 
+    def reclaim(self, in_flight: list[Candidate]) -> None:
+        """Called on an asynchronous resume after `restore`: candidates asked before the crash
+        but never told, evaluated again now, so they must not be proposed again."""
+
     def report(self, history: list[TrialRecord]) -> dict[str, Any]:
         """Strategy-specific entries for summary.json (e.g. LLM usage, design metrics)."""
         return {}
@@ -168,6 +173,10 @@ class Deduplicating:
     def _pending(self) -> list[Any]:
         """Encodings proposed (so seen) but not yet in the history, e.g. a queued generation."""
         return []
+
+    def reclaim(self, in_flight: list[Candidate]) -> None:
+        for cand in in_flight:
+            self.seen.add(cand.arch)
 
     def restore(self, history: list[TrialRecord]) -> None:
         self._init_seen()

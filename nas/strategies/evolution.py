@@ -28,6 +28,7 @@ POPULATION_SIZE = 20
 
 @STRATEGIES.register("evolution")
 class Evolution(Deduplicating, Strategy):
+    asynchronous = True
     space: CategoricalSpace  # checked in __init__
 
     def __init__(self, space: SearchSpace, seed: int, population_size: int = POPULATION_SIZE,

@@ -8,6 +8,8 @@ from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, SearchExha
 
 @STRATEGIES.register("random")
 class RandomSearch(Deduplicating, Strategy):
+    asynchronous = True
+
     def __init__(self, space: SearchSpace, seed: int, unique: bool = True,
                  max_attempts: int = 1000) -> None:
         super().__init__(space, seed)

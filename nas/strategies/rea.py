@@ -16,6 +16,8 @@ POPULATION_SIZE = 20
 
 @STRATEGIES.register("rea")
 class RegularizedEvolution(Deduplicating, Strategy):
+    asynchronous = True
+
     def __init__(self, space: SearchSpace, seed: int, population_size: int = POPULATION_SIZE,
                  sample_size: int = 5, unique: bool = True, max_attempts: int = 100) -> None:
         super().__init__(space, seed)

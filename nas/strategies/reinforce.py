@@ -49,6 +49,7 @@ class Adam:
 
 @STRATEGIES.register("reinforce")
 class Reinforce(Deduplicating, Strategy):
+    asynchronous = True
     space: CategoricalSpace  # checked in __init__
 
     def __init__(self, space: SearchSpace, seed: int, learning_rate: float = 0.01, momentum: float = 0.9,

@@ -11,8 +11,8 @@ from prefect import flow
 from nas.evaluators.base import Evaluator
 from nas.execute import RUNNERS, SearchRunner
 from nas.orchestration.flows.artifacts import SearchArtifacts
+from nas.orchestration.flows.placement import open_executor
 from nas.orchestration.flows.runners import build_task_runner, shared_api
-from nas.orchestration.tasks.evaluate import PrefectExecutor
 from nas.orchestration.tasks.llm import prefect_calls
 from nas.report import write_run_report
 from nas.search.loop import SearchLoop, trusts_self_reported
@@ -21,10 +21,11 @@ from nas.search.spec import SearchSpec
 
 @flow(name="nas-search", persist_result=False, validate_parameters=False)
 def search_flow(spec: dict[str, Any], run_dir: str, retries: int = 1,
-                progress: bool = True, runner: str = "prefect") -> dict[str, Any]:
+                progress: bool = True, runner: str = "prefect",
+                runner_settings: dict[str, Any] | None = None) -> dict[str, Any]:
     search = SearchSpec.from_dict(spec)
     space = search.build_space()
-    executor = PrefectExecutor(search, search.build_evaluator(space), retries)
+    executor = open_executor(runner_settings or {"name": runner}, search, search.build_evaluator(space), retries)
     artifacts = SearchArtifacts(run_name(search), search.trials, trusts_self_reported(search))
     artifacts.start()
     loop = SearchLoop(search, Path(run_dir), executor, progress=progress, runner=runner,
@@ -50,7 +51,7 @@ def run_search_flow(spec: SearchSpec, run_dir: Path, *, progress: bool, retries:
         flow_run_name=run_name(spec),
     )
     with shared_api(runner):
-        return named(spec.to_dict(), str(run_dir), retries, progress, runner.get("name", "prefect"))
+        return named(spec.to_dict(), str(run_dir), retries, progress, runner.get("name", "prefect"), dict(runner))
 
 
 class FlowRunner(SearchRunner):

@@ -8,12 +8,16 @@ cache, and a resumed search never re-evaluates a finished candidate.
 from __future__ import annotations
 
 import json
+import queue
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from functools import lru_cache
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import INPUTS
+from prefect.futures import PrefectFuture
 
 from nas.evaluators.base import EvalResult, Evaluator, evaluate_safely
 from nas.search.spec import Component, SearchSpec, build_evaluator
@@ -51,35 +55,63 @@ def evaluate_task(space: dict[str, Any], evaluator: dict[str, Any], fingerprint:
 
 
 class PrefectExecutor:
-    """Submits a batch as concurrent task runs on the flow's task runner."""
+    """Evaluations as concurrent task runs on the flow's task runner: a whole batch
+    (`evaluate`) or one at a time as slots free up (`submit` / `next_done`, the `AsyncExecutor`
+    protocol). `placement` wraps each submission (a cluster's GPU share and re-runs)."""
 
-    def __init__(self, spec: SearchSpec, evaluator: Evaluator, retries: int) -> None:
+    def __init__(self, spec: SearchSpec, evaluator: Evaluator, retries: int,
+                 placement: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
         self.space = {"name": spec.space.name, "params": dict(spec.space.params)}
         self.evaluator = {"name": spec.evaluator.name, "params": dict(spec.evaluator.params)}
         self.fingerprint = evaluator.fingerprint()
         self.seed = spec.seed if evaluator.uses_seed else None
         self.task = evaluate_task.with_options(retries=retries)
         self.refresh = evaluate_task.with_options(retries=retries, refresh_cache=True)
+        self.placement = placement
+        self._running: dict[int, tuple[PrefectFuture[Any], float]] = {}
+        self._done: queue.SimpleQueue[int] = queue.SimpleQueue()  # tickets, in the order they finish
 
     def evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
-        start = time.perf_counter()
-        futures = []
-        for c in candidates:
-            inputs = {"space": self.space, "evaluator": self.evaluator, "fingerprint": self.fingerprint,
-                      "encoding": c.arch.encode(), "key": c.arch.key(), "seed": self.seed}
-            task = self.task if check_cache_entry(inputs) else self.refresh
-            futures.append(task.submit(**inputs))
-        out = []
-        for fut in futures:
-            fut.wait()
-            state = fut.state
-            if state.is_completed():
-                result = EvalResult.from_dict(fut.result())
-            else:
-                err = fut.result(raise_on_failure=False)
-                result = EvalResult.failure(f"evaluator crashed: {type(err).__name__}: {err}")
-            out.append((result, state.name == "Cached", time.perf_counter() - start))
-        return out
+        first = max(self._running, default=-1) + 1
+        for i, cand in enumerate(candidates):
+            self.submit(first + i, cand)
+        outcomes = dict(self.next_done() for _ in candidates)
+        return [outcomes[first + i] for i in range(len(candidates))]
+
+    def submit(self, ticket: int, candidate: Candidate) -> None:
+        if ticket in self._running:
+            raise ValueError(f"ticket {ticket} is already running")
+        inputs = {"space": self.space, "evaluator": self.evaluator, "fingerprint": self.fingerprint,
+                  "encoding": candidate.arch.encode(), "key": candidate.arch.key(), "seed": self.seed}
+        task = self.task if check_cache_entry(inputs) else self.refresh
+        with self.placement():
+            future = task.submit(**inputs)
+        self._running[ticket] = (future, time.perf_counter())
+        done = self._done  # a late callback after `close` goes to the queue it was registered with
+        future.add_done_callback(lambda _: done.put(ticket))
+
+    def next_done(self) -> tuple[int, tuple[EvalResult, bool, float]]:
+        if not self._running:
+            raise RuntimeError("next_done: nothing was submitted")
+        ticket = self._done.get()
+        future, start = self._running.pop(ticket)
+        return ticket, (*outcome(future), time.perf_counter() - start)
+
+    def close(self) -> None:
+        """Forgets what is still running: a local cluster stops with the flow's task runner,
+        and a resumed search re-queues those candidates (a shared cluster finishes them into the cache)."""
+        self._running.clear()
+        self._done = queue.SimpleQueue()
+
+
+def outcome(future: PrefectFuture[Any]) -> tuple[EvalResult, bool]:
+    """(result, served from the cache). A task that raised, or whose worker died more often than
+    the engine re-runs it (Dask `KilledWorker`, Ray `WorkerCrashedError`), is a failed trial saying why."""
+    try:
+        value = future.result(raise_on_failure=True)
+    except Exception as err:
+        return EvalResult.failure(f"evaluator crashed: {type(err).__name__}: {err}"), False
+    return EvalResult.from_dict(value), future.state.name == "Cached"
 
 
 def check_cache_entry(inputs: dict[str, Any]) -> bool:
