@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Sequence
 import json
 import os
 import re
@@ -31,6 +30,7 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nas.sandbox.isolation import SANDBOX_TMP, isolation, package_root
