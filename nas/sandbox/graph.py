@@ -317,16 +317,16 @@ class GraphNet(nn.Module):
         self.programs = {mode: _Program(graph.get(mode)) for mode in ("train", "eval")}
         if weights not in artifact.weights:
             raise GraphError(f"artifact has no weight set {weights!r}")
-        tensors, constants = artifact.weights[weights], artifact.weights.get(constants, {})
-        self._slots: dict[tuple[str, str], tuple[nn.Module, str]] = {}
+        tensors, consts = artifact.weights[weights], artifact.weights.get(constants, {})
+        self._slots: dict[tuple[str, str | None], tuple[nn.Module, str]] = {}
         for mode, program in self.programs.items():
             for kind, target in program.inputs:
                 if kind == "USER_INPUT" or (kind, target) in self._slots:
                     continue
                 if mode == "eval" and kind != "CONSTANT_TENSOR":
                     raise GraphError(f"eval graph uses {kind.lower()} {target!r} the train graph does not")
-                source = constants if kind == "CONSTANT_TENSOR" else tensors
-                if target not in source:
+                source = consts if kind == "CONSTANT_TENSOR" else tensors
+                if target is None or target not in source:
                     raise GraphError(f"artifact lacks the tensor {str(target)[:80]!r}")
                 self._slots[kind, target] = self._place(kind, target, source[target])
         expected = {t for k, t in self._slots if k != "CONSTANT_TENSOR"}

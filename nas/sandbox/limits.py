@@ -144,7 +144,7 @@ def install_policy(workdir: str, files: dict[str, str],
 
     sys.addaudithook(hook)
     # Python 3.11 audits subprocess.Popen but not the fork_exec it calls
-    _posixsubprocess.fork_exec = subprocess._fork_exec = _audited_fork_exec
+    _posixsubprocess.fork_exec = subprocess._fork_exec = _audited_fork_exec  # type: ignore[attr-defined]  # private
 
 
 def _audited_fork_exec(*args: object) -> NoReturn:

@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nas.sandbox.isolation import SANDBOX_TMP, isolation, package_root
@@ -151,7 +152,8 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
     if not 1 <= len(seeds) <= MAX_SEEDS:
         raise ValueError(f"seeds: between 1 and {MAX_SEEDS} seeds, got {len(seeds)}")
     start = time.monotonic()
-    verdict, trained = check_syntax(source, filename), []
+    verdict = check_syntax(source, filename)
+    trained: list[TrainResult] = []
     if verdict is None:
         request = {"data": data, "recipe": recipe, "engine": engine, "seeds": list(seeds), "gpu": gpu,
                    "threads": threads}
@@ -174,7 +176,7 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
 
 
 def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[int, ...], limits: Limits,
-                   with_parent: bool, seeds: list[int] = ()) -> tuple[Verdict, dict]:
+                   with_parent: bool, seeds: Sequence[int] = ()) -> tuple[Verdict, dict]:
     """Load, check and measure the exported graph here (the trusted side).
     Returns the verdict and the networks to train, one per seed."""
     import torch
@@ -316,6 +318,7 @@ def run_child(module: str, request: dict, limits: Limits, *, args: tuple[str, ..
         report = stack.enter_context(open(report_r, "rb", buffering=0))
         art = stack.enter_context(open(artifact_r, "rb", buffering=0)) if artifact_r is not None else None
         threading.Thread(target=_feed, args=(proc.stdin, json.dumps(request).encode()), daemon=True).start()
+        assert proc.stdout is not None  # stdout=PIPE
         with proc.stdout:
             try:
                 run = _collect(proc, report.fileno(), art.fileno() if art else None, deadline)
@@ -380,6 +383,7 @@ def _collect(proc: subprocess.Popen, report_fd: int, artifact_fd: int | None, de
     deadline passes, keeping bounded amounts of each, so a flooding child
     never blocks or bloats the caller."""
     run, report, artifact = ChildRun(), b"", bytearray()
+    assert proc.stdout is not None  # stdout=PIPE
     with selectors.DefaultSelector() as sel:
         for fd in (report_fd, artifact_fd, proc.stdout.fileno()):
             if fd is not None:
@@ -478,7 +482,8 @@ def conclude(run: ChildRun, limits: Limits) -> Verdict:
         return Verdict(ok=False, stage="limits", error=f"limits: killed by SIGKILL{during} (CPU or memory)")
     if run.malformed:
         return _crash(f"malformed report from the sandbox{during}", run)
-    how = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exited with status {rc}"
+    how = ("ended without an exit status" if rc is None else f"killed by {signal.Signals(-rc).name}" if rc < 0
+           else f"exited with status {rc}")
     return _crash(f"sandbox {how}{during} without a verdict", run)
 
 

@@ -118,7 +118,7 @@ class ViT(nn.Module):
 
 
 @SUPERNETS.register("autoformer")
-class AutoFormerSupernet(Supernet):
+class AutoFormerSupernet(Supernet[AutoFormerArch, AutoFormerSpace]):
     default_sampling = "uniform"  # AutoFormer trains one uniformly sampled subnet per step
 
     def __init__(self, space: AutoFormerSpace, num_classes: int, in_channels: int = 3) -> None:

@@ -89,7 +89,7 @@ def network_source(p: Plan) -> str:
     first = {pl.role: pl.analysis for pl in reversed(p.placements)}
     parts = ['"""Exported by nasflow from a NADER block file."""', "", "import torch", "from torch import nn", "", ""]
     ops = {n.op for b in p.blocks.sections().values() for n in b.nodes.values()}
-    helpers = [DropPath] if "DropPath" in ops else []
+    helpers: list[type] = [DropPath] if "DropPath" in ops else []
     if any(p.blocks.two_input(r) for r in ("base", "downsample")):
         helpers += [ReLUConvBN, TwoInputCell]
     for helper in helpers:

@@ -46,7 +46,7 @@ class MixedCell(nn.Module):
 
 
 @SUPERNETS.register("nb201")
-class NB201Supernet(Supernet):
+class NB201Supernet(Supernet[NB201Cell, NB201Space]):
     default_sampling = "uniform"
 
     def __init__(self, space: NB201Space, num_classes: int, in_channels: int = 3) -> None:

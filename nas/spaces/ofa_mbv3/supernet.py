@@ -24,7 +24,7 @@ from nas.supernets.base import SUPERNETS, Supernet
 
 
 @SUPERNETS.register("ofa_mbv3")
-class OFAMbv3Supernet(Supernet):
+class OFAMbv3Supernet(Supernet[OFAMbv3Arch, OFAMbv3Space]):
     default_sampling = "sandwich"
     phases = (("ks",), ("d",), ("e",))
 

@@ -69,7 +69,7 @@ def head(space: SPOSSpace, num_classes: int) -> nn.Sequential:
 
 
 @SUPERNETS.register("spos")
-class SPOSSupernet(Supernet):
+class SPOSSupernet(Supernet[SPOSArch, SPOSSpace]):
     default_sampling = "uniform"
 
     def __init__(self, space: SPOSSpace, num_classes: int, in_channels: int = 3) -> None:

@@ -78,9 +78,9 @@ def _graph(block: Block, normalise: Normaliser) -> _Graph:
         edges.append((vertex[a], vertex[b], pos))
     ins: list[list[tuple[int, int]]] = [[] for _ in nodes]
     outs: list[list[tuple[int, int]]] = [[] for _ in nodes]
-    for a, b, pos in edges:
-        ins[b].append((a, pos))
-        outs[a].append((b, pos))
+    for src, dst, pos in edges:
+        ins[dst].append((src, pos))
+        outs[src].append((dst, pos))
     return _Graph(
         labels=tuple(_label(node, normalise) for node in nodes),
         edges=tuple(edges),

@@ -35,7 +35,7 @@ class BlockModule(nn.Module):
         schedule = []
         for pos, idx in enumerate(analysis.order):
             info = analysis.nodes[idx]
-            if info.spec is None:
+            if info.spec is None or info.bound is None:  # input/output markers have neither
                 continue
             shapes = [analysis.nodes[i].shape for i in info.inputs]
             self.add_module(_attr(idx), info.spec.module(info.bound, shapes, env))  # same names as the exported source
@@ -75,7 +75,7 @@ def block_source(analysis: Analysis, name: str | None = None) -> str:
     uses_vars = False
     for idx in analysis.order:
         info = analysis.nodes[idx]
-        if info.spec is None:
+        if info.spec is None or info.bound is None:  # input/output markers have neither
             continue
         shapes = [analysis.nodes[i].shape for i in info.inputs]
         ctor = info.spec.ctor_source(info.bound, shapes)

@@ -192,7 +192,7 @@ def block_grammar(ops: list[str] | None = None, sections: tuple[str, ...] = ("ba
     optional = tuple(ordered[1:]) if optional is None else optional
     if ordered[0] in optional:
         raise ValueError(f"the first section ({ordered[0]}) cannot be optional")
-    parts = []
+    parts: list[str] = []
     for sec in ordered:
         piece = f"sec-{sec}" if not parts else f'"\\n" sec-{sec}'
         parts.append(f"({piece})?" if parts and sec in optional else piece)

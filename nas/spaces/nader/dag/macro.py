@@ -326,9 +326,9 @@ def search_width(
         if smallest is not None:
             p, f = costs[smallest]  # type: ignore[misc]
             detail = f"; at width {smallest} it has {p / 1e6:.3f} M params and {f / 1e9:.4f} GFLOPs"
-        raise EncodingError(
-            f"no width fits the budget ({budget.params / 1e6:g} M params, {budget.flops / 1e9:g} GFLOPs){detail}"
-        )
+        limits = [f"{v / scale:g} {unit}" for v, scale, unit in
+                  ((budget.params, 1e6, "M params"), (budget.flops, 1e9, "GFLOPs")) if v is not None]
+        raise EncodingError(f"no width fits the budget ({', '.join(limits)}){detail}")
     rounded = range(best - best % multiple, max(0, best - ANCHOR_WINDOW), -multiple)
     best = next((v for v in rounded if cost(v) is not None), best)
     params, flops = costs[best]  # type: ignore[misc]

@@ -148,13 +148,13 @@ class OpSpec:
         if len(positional) > len(self.params):
             raise OpError(f"{self.name} takes at most {len(self.params)} positional arguments ({', '.join(allowed) or 'none'})")
         given = dict(zip(allowed, positional))
-        for key, value in keyword.items():
+        for key, arg in keyword.items():
             if key not in allowed:
                 hint = f"allowed: {', '.join(allowed)}" if allowed else "it takes no arguments"
                 raise OpError(f"{self.name} got unknown argument '{key}' ({hint})")
             if key in given:
                 raise OpError(f"{self.name} got argument '{key}' twice")
-            given[key] = value
+            given[key] = arg
         for p in self.params:
             text = given.get(p.name, p.default)
             if text is None:
