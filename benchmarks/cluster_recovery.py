@@ -15,8 +15,11 @@ Writes benchmarks/results/cluster_recovery.json (+ .md).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,8 @@ def run(engine: str, n: int, cost: float, kill: bool) -> dict[str, Any]:
     spec = SearchSpec(Component("nb201"), Component("random"),
                       Component("table", {"simulated_cost_seconds": cost}), seed=0, trials=n)
     evaluator = spec.build_evaluator(spec.build_space())
-    rng, cells = np.random.default_rng(1000 * kill + n), {}
+    # Cells no other run of this process evaluated: none is served from the shared cache.
+    rng, cells = np.random.default_rng([ord(engine[0]), kill, n]), {}
     while len(cells) < n:
         arch = spec.build_space().sample(rng)
         cells[arch.key()] = Candidate(arch)
@@ -76,7 +80,8 @@ def run(engine: str, n: int, cost: float, kill: bool) -> dict[str, Any]:
         wall = time.perf_counter() - start
         tickets = sorted(t for t, _ in done)
         correct = all(r.ok and r.accuracy == evaluator.table.score(cands[t].arch) for t, (r, _, _) in done)
-        return {"wall_seconds": round(wall, 2), "all_back_once": tickets == list(range(n)), "correct": correct}
+        return {"wall_seconds": round(wall, 2), "all_back_once": tickets == list(range(n)), "correct": correct,
+                "cache_hits": sum(cached for _, (_, cached, _) in done)}
 
     with shared_api(runner):
         return body.with_options(task_runner=build_task_runner(runner, gpus=[]))()
@@ -88,7 +93,9 @@ def main() -> None:
     parser.add_argument("--engines", default="dask,ray")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "cluster_recovery.json")
     args = parser.parse_args()
-    os.environ.setdefault("NASFLOW_HOME", str(Path(os.environ.get("TMPDIR", "/tmp")) / f"nasflow-bench-{os.getpid()}"))
+    home = tempfile.mkdtemp(prefix="nasflow-cluster-recovery-")  # a cache of its own, removed at the end
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    os.environ["NASFLOW_HOME"] = home
     from nas.orchestration.env import configure_prefect_env
 
     configure_prefect_env()
