@@ -14,6 +14,7 @@ from prefect_dask import DaskTaskRunner
 from nas.errors import ConfigError
 from nas.orchestration.flows.placement import Placement, open_executor
 from nas.orchestration.flows.runners import build_task_runner, shared_api, slot_cluster
+from nas.search.loop import AsyncExecutor
 from support.cluster import candidates, inside_flow, slow_spec, wait_for
 
 FAKE_GPUS = ["0", "1"]
@@ -60,9 +61,11 @@ def test_each_worker_sees_only_its_gpu_and_evaluations_ask_for_it(cluster):
         seen = client.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"])
         executor = open_executor({"name": "dask", "per_gpu": 2}, slow_spec(), slow_spec().build_evaluator(
             slow_spec().build_space()), retries=0)
-        return sorted(seen.values()), executor.placement
+        return sorted(seen.values()), executor
 
-    seen, placement = in_cluster(cluster, body)
+    seen, executor = in_cluster(cluster, body)
+    assert isinstance(executor, AsyncExecutor)  # what the asynchronous loop drives
+    placement = executor.placement
     assert seen == FAKE_GPUS
     assert placement == Placement("dask", 0.5, 2)
 

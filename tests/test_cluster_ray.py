@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nas.errors import ConfigError
 from nas.orchestration.flows.placement import Placement, open_executor
 from nas.orchestration.flows.runners import build_task_runner, shared_api
 from support.cluster import candidates, inside_flow, slow_spec, wait_for
@@ -27,6 +28,8 @@ def test_local_ray_is_small_and_offers_the_gpus_it_was_given():
                                   "object_store_memory": 80 * 2**20, "namespace": "prefect"}
     assert build_task_runner({"name": "ray", "address": "10.0.0.5:6379"}).address == "10.0.0.5:6379"
     assert os.environ["RAY_AUTH_MODE"] == "disabled"  # no token written into ~/.ray
+    with pytest.raises(ConfigError, match=r"^runner.per_gpu: expected a positive integer, got 0$"):
+        build_task_runner({"name": "ray", "address": "h:6379", "per_gpu": 0})
 
 
 @pytest.fixture(scope="module")

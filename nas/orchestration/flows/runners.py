@@ -34,11 +34,12 @@ def build_task_runner(runner: dict[str, Any], gpus: list[str] | None = None) -> 
         except ImportError:
             raise MissingDependencyError("runner=dask needs prefect-dask: pip install prefect-dask==0.3.7") from None
         max_retries = count_setting(runner, "max_retries", 2)
+        per_gpu = positive_setting(runner, "per_gpu", 1)
         if runner.get("address"):  # its scheduler's `allowed-failures` decides re-runs after a lost worker
             return DaskTaskRunner(address=str(runner["address"]))
         gpus = visible_gpus() if gpus is None else gpus
         if gpus:  # one worker process per slot, each seeing its own GPU
-            slots = assign_slots(gpus, per_gpu=positive_setting(runner, "per_gpu", 1))
+            slots = assign_slots(gpus, per_gpu=per_gpu)
             return DaskTaskRunner(cluster_class=slot_cluster, cluster_kwargs={
                 "slots": [(s.gpu, s.share) for s in slots], "max_retries": max_retries,
                 "dashboard_address": runner.get("dashboard_address")})
@@ -54,7 +55,8 @@ def build_task_runner(runner: dict[str, Any], gpus: list[str] | None = None) -> 
             from prefect_ray import RayTaskRunner
         except ImportError:
             raise MissingDependencyError("runner=ray needs prefect-ray and ray: pip install 'nasflow[ray]'") from None
-        count_setting(runner, "max_retries", 2)
+        count_setting(runner, "max_retries", 2)  # used per task (flows/placement.py): a bad value fails now
+        positive_setting(runner, "per_gpu", 1)
         address = runner.get("address") or None
         if address is not None:
             return RayTaskRunner(address=address)
