@@ -4,8 +4,10 @@ baseline_accuracy over cells sampled with a seed, and the CPU seconds per archit
 
 The table's CIFAR-10 is not available offline, so the proxies see Fashion-MNIST (resized to
 32x32, grey as three equal channels) and, separately, random normal images: neither is the data the
-table's networks trained on, and both are reported. Networks are NB201's own (C=16, 5 cells per
-stage, 10 classes), freshly initialised with the seed.
+table's networks trained on, and both are reported. Networks are NB201's skeleton at width C=16
+with 10 classes, freshly initialised with the seed; by default with 1 cell per stage instead of the
+table's 5 (`--cells-per-stage 5` for the full network): on a shared 2-core CPU the full network
+takes ~10 s per cell for all six proxies, which makes 1,000 cells a multi-hour run.
 
     python benchmarks/proxies.py                          # 1,000 cells, both data sources, report
     python benchmarks/proxies.py --score random           # score one data source (resumable) ...
@@ -59,7 +61,7 @@ def make_batch(source: str, size: int, seed: int) -> Any:
     return data_batch(load_data(source), size, seed, shape=(3, 32, 32))
 
 
-def score(source: str, cells: list[NB201Cell], batch_size: int, seed: int, path: Path) -> None:
+def score(source: str, cells: list[NB201Cell], batch_size: int, seed: int, cells_per_stage: int, path: Path) -> None:
     """Append one line per cell not yet in `path`: each proxy's score and seconds."""
     import torch
 
@@ -75,7 +77,7 @@ def score(source: str, cells: list[NB201Cell], batch_size: int, seed: int, path:
 
     for cell in track([c for c in cells if c.to_string() not in done], description=f"proxies on {source}"):
         start = time.perf_counter()
-        net = build_model(space, cell, batch.shape, batch.num_classes, {}, seed)
+        net = build_model(space, cell, batch.shape, batch.num_classes, {"channels": 16, "cells_per_stage": cells_per_stage}, seed)
         row: dict[str, Any] = {"cell": cell.to_string(), "build_seconds": time.perf_counter() - start,
                                "scores": {}, "seconds": {}}
         for name in NAMES:
@@ -91,7 +93,8 @@ def correlations(scores: list[float], truth: list[float]) -> dict[str, float]:
     return {"spearman": round(float(rho), 4), "kendall": round(float(tau), 4)}
 
 
-def report(cells: list[NB201Cell], paths: dict[str, Path], out: Path, batch_size: int, seed: int) -> dict[str, Any]:
+def report(cells: list[NB201Cell], paths: dict[str, Path], out: Path, batch_size: int, seed: int,
+           cells_per_stage: int) -> dict[str, Any]:
     from nas.proxies import VOTE, mean_rank
 
     table = NB201Space().benchmark(None, "baseline_accuracy", 10, 32)
@@ -117,7 +120,8 @@ def report(cells: list[NB201Cell], paths: dict[str, Path], out: Path, batch_size
         }
     payload = {
         "benchmark": "zero-cost proxies vs analog-nasbench NB201 CIFAR-10 baseline_accuracy",
-        "cells": len(cells), "sample_seed": seed, "batch_size": batch_size, "network": "NB201 C=16 N=5, 10 classes, 32x32x3",
+        "cells": len(cells), "sample_seed": seed, "batch_size": batch_size, 
+        "network": f"NB201 skeleton C=16, {cells_per_stage} cell(s) per stage (the table's: 5), 10 classes, 32x32x3",
         "data_note": ("the table's CIFAR-10 is not available offline: the proxies saw Fashion-MNIST (train split, "
                       "resized 28->32, grey as 3 channels) or random normal images, never CIFAR-10"),
         "cpu": f"1 thread (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}) on a shared 2-core machine, "
@@ -134,7 +138,7 @@ def markdown(payload: dict[str, Any]) -> str:
     sources = list(payload["results"])
     head = " | ".join(f"{s} Spearman | {s} Kendall" for s in sources)
     rows = [f"Zero-cost proxies vs NB201 CIFAR-10 (analog-nasbench), {payload['cells']} cells, batch "
-            f"{payload['batch_size']}. {payload['data_note']}.", "",
+            f"{payload['batch_size']}, network: {payload['network']}. {payload['data_note']}.", "",
             f"| proxy | {head} |", "|---|" + "---|" * (2 * len(sources))]
     for name in [*NAMES, "vote"]:
         cells = " | ".join(f"{payload['results'][s]['correlation'][name]['spearman']:.3f} | "
@@ -175,7 +179,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cells", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--cells-per-stage", type=int, default=1)
     ap.add_argument("--score", choices=SOURCES, help="only score this data source (resumable), no report")
     ap.add_argument("--report", action="store_true", help="only report the score files")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "proxies.json")
@@ -183,9 +188,9 @@ def main() -> None:
     cells = sample_cells(args.cells, args.seed)
     paths = {s: args.out.parent / f"{args.out.stem}_scores_{s}.jsonl" for s in SOURCES}
     for source in ([args.score] if args.score else [] if args.report else SOURCES):
-        score(source, cells, args.batch_size, args.seed, paths[source])
+        score(source, cells, args.batch_size, args.seed, args.cells_per_stage, paths[source])
     if not args.score:
-        payload = report(cells, paths, args.out, args.batch_size, args.seed)
+        payload = report(cells, paths, args.out, args.batch_size, args.seed, args.cells_per_stage)
         print(markdown(payload))
 
 
