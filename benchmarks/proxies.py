@@ -61,8 +61,15 @@ def make_batch(source: str, size: int, seed: int) -> Any:
     return data_batch(load_data(source), size, seed, shape=(3, 32, 32))
 
 
-def score(source: str, cells: list[NB201Cell], batch_size: int, seed: int, cells_per_stage: int, path: Path) -> None:
-    """Append one line per cell not yet in `path`: each proxy's score and seconds."""
+def scored(path: Path, repair: bool) -> set[str]:
+    """Cells in `path`; `repair` cuts a torn last line (a killed run's), only safe with no other writer."""
+    return {row["cell"] for row in read_jsonl(path, repair=repair)} if path.exists() else set()
+
+
+def score(source: str, cells: list[NB201Cell], batch_size: int, seed: int, cells_per_stage: int, path: Path,
+          reverse: bool = False) -> None:
+    """Append one line per cell not yet in `path`: each proxy's score and seconds. A second process
+    with `reverse` works from the other end; both re-read `path` every 10 cells and stop where they meet."""
     import torch
 
     from nas.proxies import score_network
@@ -72,10 +79,15 @@ def score(source: str, cells: list[NB201Cell], batch_size: int, seed: int, cells
     path.parent.mkdir(parents=True, exist_ok=True)
     batch = make_batch(source, batch_size, seed)
     space = NB201Space()
-    done = {row["cell"] for row in read_jsonl(path, repair=True)} if path.exists() else set()
+    done = scored(path, repair=not reverse)
     from rich.progress import track
 
-    for cell in track([c for c in cells if c.to_string() not in done], description=f"proxies on {source}"):
+    todo = [c for c in (reversed(cells) if reverse else cells) if c.to_string() not in done]
+    for n, cell in enumerate(track(todo, description=f"proxies on {source}")):
+        if n % 10 == 9:
+            done = scored(path, repair=False)
+        if cell.to_string() in done:
+            continue
         start = time.perf_counter()
         net = build_model(space, cell, batch.shape, batch.num_classes, {"channels": 16, "cells_per_stage": cells_per_stage}, seed)
         row: dict[str, Any] = {"cell": cell.to_string(), "build_seconds": time.perf_counter() - start,
@@ -101,7 +113,7 @@ def report(cells: list[NB201Cell], paths: dict[str, Path], out: Path, batch_size
     wanted = [c.to_string() for c in cells]
     results: dict[str, Any] = {}
     for source, path in paths.items():
-        rows = {r["cell"]: r for r in read_jsonl(path, repair=True)} if path.exists() else {}
+        rows = {r["cell"]: r for r in read_jsonl(path, repair=True)} if path.exists() else {}  # duplicates: equal
         missing = [c for c in wanted if c not in rows]
         if missing:
             raise SystemExit(f"{path}: {len(missing)} of {len(wanted)} cells not scored yet (run --score {source})")
@@ -183,12 +195,13 @@ def main() -> None:
     ap.add_argument("--cells-per-stage", type=int, default=1)
     ap.add_argument("--score", choices=SOURCES, help="only score this data source (resumable), no report")
     ap.add_argument("--report", action="store_true", help="only report the score files")
+    ap.add_argument("--reverse", action="store_true", help="with --score: from the last cell (a second process)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "proxies.json")
     args = ap.parse_args()
     cells = sample_cells(args.cells, args.seed)
     paths = {s: args.out.parent / f"{args.out.stem}_scores_{s}.jsonl" for s in SOURCES}
     for source in ([args.score] if args.score else [] if args.report else SOURCES):
-        score(source, cells, args.batch_size, args.seed, args.cells_per_stage, paths[source])
+        score(source, cells, args.batch_size, args.seed, args.cells_per_stage, paths[source], args.reverse)
     if not args.score:
         payload = report(cells, paths, args.out, args.batch_size, args.seed, args.cells_per_stage)
         print(markdown(payload))

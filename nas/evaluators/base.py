@@ -112,4 +112,5 @@ def evaluate_safely(evaluator: Evaluator, arch: Architecture, seed: int | None) 
 
 EVALUATORS: Registry[Evaluator] = Registry("evaluator", modules={
     "supernet": "nas.evaluators.supernet", "table": "nas.evaluators.table", "train": "nas.evaluators.train",
+    "proxy": "nas.evaluators.proxy",
 })

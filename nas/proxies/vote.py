@@ -19,20 +19,23 @@ from nas.train.build import build_model
 
 def score_network(net: nn.Module, batch: Batch, names: Sequence[str], seed: int) -> dict[str, float]:
     """Each proxy of `names` on its own copy of the untrained `net` (synflow rewrites weights),
-    torch seeded with `seed` before each."""
+    torch seeded with `seed` before each; the caller's random state and `net` are left as they were
+    (training may follow on the same network)."""
     proxies = [PROXIES.get(n)() for n in names]  # unknown names fail before any work
     scores = {}
-    for proxy in proxies:
-        torch.manual_seed(seed)
-        scores[proxy.name] = proxy.score(copy.deepcopy(net), batch)
+    with torch.random.fork_rng(devices=[]):
+        for proxy in proxies:
+            torch.manual_seed(seed)
+            scores[proxy.name] = proxy.score(copy.deepcopy(net), batch)
     return scores
 
 
 def score_arch(space: SearchSpace, arch: Architecture, batch: Batch, names: Sequence[str], seed: int,
                options: Mapping[str, Any] | None = None) -> dict[str, float]:
     """Proxies of `arch`'s network, built by its (trusted) space for the batch's shape and classes with
-    weights seeded by `seed`; `options`: the space's sizing (`SearchSpace.build_options`)."""
-    net = build_model(space, arch, batch.shape, batch.num_classes, type(space).build_options(options or {}), seed)
+    weights seeded by `seed`; `options`: sizing settings (`SearchSpace.build_options`), None: the space's own."""
+    sizing = {} if options is None else type(space).build_options(options)
+    net = build_model(space, arch, batch.shape, batch.num_classes, sizing, seed)
     return score_network(net, batch, names, seed)
 
 
