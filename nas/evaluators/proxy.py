@@ -77,13 +77,13 @@ class ProxyEvaluator(Evaluator):
 
         return data_batch(self.data, self.batch_size, self.seed)
 
-    def _scores(self, arch: Architecture, batch: Any) -> tuple[dict[str, float], int]:
-        from nas.measure import count_params
+    def _scores(self, arch: Architecture, batch: Any) -> tuple[dict[str, float], Any]:
+        """The proxies' scores and the network they scored."""
         from nas.proxies import score_network
         from nas.train.build import build_model
 
         net = build_model(self.space, arch, batch.shape, batch.num_classes, self.build, self.seed)
-        return score_network(net, batch, self.proxies, self.seed), count_params(net)
+        return score_network(net, batch, self.proxies, self.seed), net
 
     def reference_scores(self) -> dict[str, np.ndarray]:
         """Each proxy's sorted scores over the reference sample (computed once, on first use)."""
@@ -97,10 +97,13 @@ class ProxyEvaluator(Evaluator):
     def evaluate(self, arch: Architecture, seed: int | None = None) -> EvalResult:
         start = time.perf_counter()
         reference = self.reference_scores()
-        scores, params = self._scores(arch, self._batch())
+        from nas.measure import count_flops, count_params
+
+        batch = self._batch()
+        scores, net = self._scores(arch, batch)
         shares = [(np.searchsorted(ref, scores[n], "left") + np.searchsorted(ref, scores[n], "right")) / 2 / len(ref)
                   for n, ref in reference.items()]
         percentile = round(100.0 * float(np.mean(shares)), 4)
         metrics = {f"proxy_{n}": s for n, s in scores.items()} | {"vote_percentile": percentile}
-        return EvalResult(accuracy=percentile, metrics=metrics, params=params,
-                          cost_seconds=time.perf_counter() - start)
+        return EvalResult(accuracy=percentile, metrics=metrics, params=count_params(net),
+                          flops=count_flops(net, (1, *batch.shape)), cost_seconds=time.perf_counter() - start)
