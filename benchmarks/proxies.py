@@ -190,6 +190,7 @@ def plot(cells: list[NB201Cell], paths: dict[str, Path], table: Any, out: Path) 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cells", type=int, default=1000)
+    ap.add_argument("--limit", type=int, help="only the first N of the --cells sample (a subset of the same cells)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--cells-per-stage", type=int, default=1)
@@ -198,7 +199,7 @@ def main() -> None:
     ap.add_argument("--reverse", action="store_true", help="with --score: from the last cell (a second process)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "proxies.json")
     args = ap.parse_args()
-    cells = sample_cells(args.cells, args.seed)
+    cells = sample_cells(args.cells, args.seed)[:args.limit]
     paths = {s: args.out.parent / f"{args.out.stem}_scores_{s}.jsonl" for s in SOURCES}
     for source in ([args.score] if args.score else [] if args.report else SOURCES):
         score(source, cells, args.batch_size, args.seed, args.cells_per_stage, paths[source], args.reverse)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import time
 from dataclasses import fields
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -72,38 +73,38 @@ class ProxyEvaluator(Evaluator):
         return stable_hash("proxy", self.data_cfg, self.proxies, self.batch_size, self.reference, self.seed,
                            self.build)
 
-    def _batch(self) -> Any:
+    @cached_property
+    def batch(self) -> Any:
+        """The one minibatch every candidate and the reference are scored on."""
         from nas.proxies.batch import data_batch
 
         return data_batch(self.data, self.batch_size, self.seed)
 
-    def _scores(self, arch: Architecture, batch: Any) -> tuple[dict[str, float], Any]:
+    def _scores(self, arch: Architecture) -> tuple[dict[str, float], Any]:
         """The proxies' scores and the network they scored."""
         from nas.proxies import score_network
         from nas.train.build import build_model
 
-        net = build_model(self.space, arch, batch.shape, batch.num_classes, self.build, self.seed)
-        return score_network(net, batch, self.proxies, self.seed), net
+        net = build_model(self.space, arch, self.batch.shape, self.batch.num_classes, self.build, self.seed)
+        return score_network(net, self.batch, self.proxies, self.seed), net
 
     def reference_scores(self) -> dict[str, np.ndarray]:
         """Each proxy's sorted scores over the reference sample (computed once, on first use)."""
         if self._reference is None:
             rng = np.random.default_rng(self.seed)
-            batch = self._batch()
-            rows = [self._scores(self.space.sample(rng), batch)[0] for _ in range(self.reference)]
+            rows = [self._scores(self.space.sample(rng))[0] for _ in range(self.reference)]
             self._reference = {n: np.sort([r[n] for r in rows]) for n in self.proxies}
         return self._reference
 
     def evaluate(self, arch: Architecture, seed: int | None = None) -> EvalResult:
-        start = time.perf_counter()
-        reference = self.reference_scores()
         from nas.measure import count_flops, count_params
 
-        batch = self._batch()
-        scores, net = self._scores(arch, batch)
+        start = time.perf_counter()
+        reference = self.reference_scores()  # the first candidate pays for it
+        scores, net = self._scores(arch)
         shares = [(np.searchsorted(ref, scores[n], "left") + np.searchsorted(ref, scores[n], "right")) / 2 / len(ref)
                   for n, ref in reference.items()]
         percentile = round(100.0 * float(np.mean(shares)), 4)
         metrics = {f"proxy_{n}": s for n, s in scores.items()} | {"vote_percentile": percentile}
         return EvalResult(accuracy=percentile, metrics=metrics, params=count_params(net),
-                          flops=count_flops(net, (1, *batch.shape)), cost_seconds=time.perf_counter() - start)
+                          flops=count_flops(net, (1, *self.batch.shape)), cost_seconds=time.perf_counter() - start)
