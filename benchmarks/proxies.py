@@ -105,31 +105,45 @@ def correlations(scores: list[float], truth: list[float]) -> dict[str, float]:
     return {"spearman": round(float(rho), 4), "kendall": round(float(tau), 4)}
 
 
-def report(cells: list[NB201Cell], paths: dict[str, Path], out: Path, batch_size: int, seed: int,
-           cells_per_stage: int) -> dict[str, Any]:
+def scored_rows(path: Path, wanted: list[str], source: str) -> list[dict[str, Any]]:
+    rows = {r["cell"]: r for r in read_jsonl(path)} if path.exists() else {}  # duplicates are equal
+    missing = [c for c in wanted if c not in rows]
+    if missing:
+        raise SystemExit(f"{path}: {len(missing)} of {len(wanted)} cells not scored yet (run --score {source})")
+    return [rows[c] for c in wanted]
+
+
+def correlation_table(rows: list[dict[str, Any]], truth: list[float]) -> dict[str, dict[str, float]]:
     from nas.proxies import VOTE, mean_rank
+
+    columns = {n: [r["scores"][n] for r in rows] for n in NAMES}
+    columns["vote"] = mean_rank({n: columns[n] for n in VOTE})
+    return {n: correlations(v, truth) for n, v in columns.items()}
+
+
+def report(cells: list[NB201Cell], paths: dict[str, Path], out: Path, batch_size: int, seed: int,
+           cells_per_stage: int, compare: Path | None = None) -> dict[str, Any]:
+    """`compare`: another run's report path; its scores of the same cells are correlated too."""
+    from nas.proxies import VOTE
 
     table = NB201Space().benchmark(None, "baseline_accuracy", 10, 32)
     wanted = [c.to_string() for c in cells]
+    truth = [table.score(c) for c in cells]
     results: dict[str, Any] = {}
     for source, path in paths.items():
-        rows = {r["cell"]: r for r in read_jsonl(path, repair=True)} if path.exists() else {}  # duplicates: equal
-        missing = [c for c in wanted if c not in rows]
-        if missing:
-            raise SystemExit(f"{path}: {len(missing)} of {len(wanted)} cells not scored yet (run --score {source})")
-        ordered = [rows[c] for c in wanted]
-        truth = [table.score(NB201Cell.from_string(c)) for c in wanted]
-        columns = {n: [r["scores"][n] for r in ordered] for n in NAMES}
-        columns["vote"] = mean_rank({n: columns[n] for n in VOTE})
+        ordered = scored_rows(path, wanted, source)
         totals = [r["total_seconds"] for r in ordered]
         results[source] = {
-            "correlation": {n: correlations(v, truth) for n, v in columns.items()},
+            "correlation": correlation_table(ordered, truth),
             "seconds_per_arch": {"mean": round(statistics.fmean(totals), 4),
                                  "median": round(statistics.median(totals), 4), "max": round(max(totals), 4),
                                  "per_proxy_mean": {n: round(statistics.fmean(r["seconds"][n] for r in ordered), 4)
                                                     for n in NAMES},
                                  "build_mean": round(statistics.fmean(r["build_seconds"] for r in ordered), 4)},
         }
+        if compare is not None:
+            other = scored_rows(compare.parent / f"{compare.stem}_scores_{source}.jsonl", wanted, source)
+            results[source]["same_cells_in"] = {"run": compare.name, "correlation": correlation_table(other, truth)}
     payload = {
         "benchmark": "zero-cost proxies vs analog-nasbench NB201 CIFAR-10 baseline_accuracy",
         "cells": len(cells), "sample_seed": seed, "batch_size": batch_size, 
@@ -156,6 +170,14 @@ def markdown(payload: dict[str, Any]) -> str:
         cells = " | ".join(f"{payload['results'][s]['correlation'][name]['spearman']:.3f} | "
                            f"{payload['results'][s]['correlation'][name]['kendall']:.3f}" for s in sources)
         rows.append(f"| {name} | {cells} |")
+    compared = [s for s in sources if "same_cells_in" in payload["results"][s]]
+    if compared:
+        run = payload["results"][compared[0]]["same_cells_in"]["run"]
+        rows += ["", f"The same cells in {run}:", "", f"| proxy | {' | '.join(f'{s} Spearman' for s in compared)} |",
+                 "|---|" + "---|" * len(compared)]
+        for name in [*NAMES, "vote"]:
+            rows.append(f"| {name} | " + " | ".join(
+                f"{payload['results'][s]['same_cells_in']['correlation'][name]['spearman']:.3f}" for s in compared) + " |")
     rows += ["", "| data | s / arch (all 6 proxies, mean) | median | max |", "|---|---|---|---|"]
     for s in sources:
         t = payload["results"][s]["seconds_per_arch"]
@@ -196,6 +218,7 @@ def main() -> None:
     ap.add_argument("--cells-per-stage", type=int, default=1)
     ap.add_argument("--score", choices=SOURCES, help="only score this data source (resumable), no report")
     ap.add_argument("--report", action="store_true", help="only report the score files")
+    ap.add_argument("--compare-with", type=Path, help="another run's JSON: correlate its scores of the same cells too")
     ap.add_argument("--reverse", action="store_true", help="with --score: from the last cell (a second process)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "proxies.json")
     args = ap.parse_args()
@@ -204,7 +227,7 @@ def main() -> None:
     for source in ([args.score] if args.score else [] if args.report else SOURCES):
         score(source, cells, args.batch_size, args.seed, args.cells_per_stage, paths[source], args.reverse)
     if not args.score:
-        payload = report(cells, paths, args.out, args.batch_size, args.seed, args.cells_per_stage)
+        payload = report(cells, paths, args.out, args.batch_size, args.seed, args.cells_per_stage, args.compare_with)
         print(markdown(payload))
 
 
