@@ -151,7 +151,8 @@ def report(cells: list[NB201Cell], paths: dict[str, Path], out: Path, batch_size
         "data_note": ("the table's CIFAR-10 is not available offline: the proxies saw Fashion-MNIST (train split, "
                       "resized 28->32, grey as 3 channels) or random normal images, never CIFAR-10"),
         "cpu": f"1 thread (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}) on a shared 2-core machine, "
-               "other jobs running: seconds are upper bounds",
+               "other jobs running (the committed results: 4 scoring processes at once, a forward and a --reverse per "
+               "data source): seconds are upper bounds",
         "vote": list(VOTE), "literature": LITERATURE, "results": results,
     }
     atomic_write_json(out, payload)
