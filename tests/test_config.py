@@ -43,6 +43,8 @@ def _load(group: str, name: str, overrides: tuple[str, ...] = ()) -> Component:
 
 # Tiny settings so that building and running every evaluator stays a unit test.
 SMALL = {"train": ("data=digits", "recipe.epochs=1", "recipe.train_subset=128", "evaluator.channels=4",
+                   "evaluator.cells_per_stage=1"),
+         "proxy": ("data=digits", "evaluator.batch_size=8", "evaluator.reference=3", "evaluator.channels=4",
                    "evaluator.cells_per_stage=1")}
 
 

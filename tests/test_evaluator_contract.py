@@ -54,6 +54,8 @@ SETUPS = {
     "train": Setup("nader", lambda _: {"data": DIGITS, "recipe": {"epochs": 1, "batch_size": 64}, "seeds": [0],
                                        "cells_per_stage": 2},
                    {"recipe": {"epochs": 2, "batch_size": 64}}),
+    "proxy": Setup("nb201", lambda _: {"data": DIGITS, "batch_size": 8, "reference": 3, "channels": 4,
+                                       "cells_per_stage": 1}, {"seed": 1}),
     "supernet": Setup("autoformer_small", lambda ckpt: {"checkpoint": str(ckpt), "recal_batches": 1,
                                                         "batch_size": 64, "val_subset": 50},
                       {"recal_batches": 2}),

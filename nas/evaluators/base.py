@@ -111,6 +111,6 @@ def evaluate_safely(evaluator: Evaluator, arch: Architecture, seed: int | None) 
 
 
 EVALUATORS: Registry[Evaluator] = Registry("evaluator", modules={
-    "simulated": "nas.evaluators.simulated", "supernet": "nas.evaluators.supernet", "table": "nas.evaluators.table",
-    "train": "nas.evaluators.train",
+    "proxy": "nas.evaluators.proxy", "simulated": "nas.evaluators.simulated", "supernet": "nas.evaluators.supernet",
+    "table": "nas.evaluators.table", "train": "nas.evaluators.train",
 })

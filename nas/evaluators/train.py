@@ -5,7 +5,10 @@ to choose). Spaces that are `trainable` train: trusted ones (NB201 cells, NADER
 block files) are built in-process by the space; untrusted ones (FairNAD's model
 source) are not: the sandbox exports them as graph data, which trains here (see
 `nas.sandbox.graph`); one that cannot be exported trains inside the sandbox
-and its metrics say `self_reported: 1.0`. With `seeds` (NB201 uses
+and its metrics say `self_reported: 1.0`. Before training, zero-cost
+`proxies` (nas.proxies) score each candidate's untrained network on one
+minibatch, recorded as `proxy_<name>` metrics (a network trained in the
+sandbox has none: its graph never leaves it). With `seeds` (NB201 uses
 777, 888, 999) every candidate trains once per seed and the mean is the
 objective; otherwise the run's seed is used. Data, recipe, engine and seeds
 enter the cache key; early-terminated candidates are failures with the reason,
@@ -40,6 +43,8 @@ if TYPE_CHECKING:  # torch and the data loaders load with the evaluator, not wit
 # A training run needs far more than a verification: the defaults allow an
 # hour of wall time on all cores and 8 GB on top of the data.
 SANDBOX_DEFAULTS: dict[str, Any] = {"wall_s": 3600.0, "cpu_s": 4 * 3600, "memory_mb": 8192, "file_mb": 64}
+# Images the zero-cost proxies see per candidate: one small minibatch keeps them ~1 s on a CPU.
+PROXY_BATCH = 32
 
 
 @EVALUATORS.register("train")
@@ -53,10 +58,12 @@ class TrainEvaluator(Evaluator):
     def __init__(self, space: SearchSpace, data: dict[str, Any], recipe: dict[str, Any],
                  engine: dict[str, Any] | None = None, seeds: list[int] | None = None,
                  sandbox: dict[str, float] | None = None, trust_self_reported: bool = False,
-                 **sizing: Any) -> None:
+                 proxies: list[str] | None = None, **sizing: Any) -> None:
         """`sizing`: the networks' settings, each space's own (`SearchSpace.sizing`: NB201's
-        `channels`, a block file's `skeleton` and `budget`...)."""
+        `channels`, a block file's `skeleton` and `budget`...). `proxies`: the zero-cost proxies
+        recorded per candidate (None: the vote's synflow, jacob_cov, snip; []: none)."""
         from nas.data.sources import SOURCES, load_data
+        from nas.proxies import PROXIES, VOTE
 
         super().__init__(space)
         # May numbers a model reported from inside the sandbox be a run's best (nas.search.record.TrialRecord.counts_for_best)?
@@ -81,6 +88,12 @@ class TrainEvaluator(Evaluator):
         self.uses_seed = self.seeds is None  # with fixed seeds, the run's seed changes nothing
         check_keys("evaluator.sandbox", sandbox or {}, list(SANDBOX_DEFAULTS))
         self.limits = Limits(**{**SANDBOX_DEFAULTS, **(sandbox or {})})
+        self.proxies = list(VOTE if proxies is None else proxies)
+        if not all(isinstance(p, str) for p in self.proxies):
+            raise ConfigError(f"evaluator.proxies must be a list of proxy names, got {proxies!r}")
+        for name in self.proxies:
+            PROXIES.get(name)  # an unknown name: one line listing the valid ones
+        # Not in the fingerprint: the proxies are extra metrics, they change no result.
         self.data = load_data(**self.data_cfg)  # a missing dataset fails here, before any trial
         if not space.trusted:
             from nas.sandbox.isolation import isolation
@@ -107,18 +120,45 @@ class TrainEvaluator(Evaluator):
         build or verify get their error, the rest train together (`engine.concurrent`)."""
         seeds = self.seeds or [0 if seed is None else seed]
         runs: list[list[TrainResult] | str] = [[] for _ in archs]
+        proxies: list[dict[str, float]] = [{} for _ in archs]
         sources = list(range(len(archs))) if not self.space.trusted else []
         with ThreadPoolExecutor(max_workers=self.engine.concurrent) as pool:  # sandbox children run in parallel
             # an untrusted space's architectures are model files (SourceArch)
-            futures = {i: pool.submit(self._train_source, archs[i], seeds) for i in sources}  # type: ignore[arg-type]
+            futures = {i: pool.submit(self._train_source, archs[i], seeds, proxies[i])  # type: ignore[arg-type]
+                       for i in sources}
+            trusted = [i for i in range(len(archs)) if i not in futures]
+            for i in trusted:
+                proxies[i] = self._proxies_of_trusted(archs[i], seeds[0])
             for s in seeds:
-                self._train_trusted(archs, [i for i in range(len(archs)) if i not in futures], s, runs)
+                self._train_trusted(archs, trusted, s, runs)
             reported = set()
             for i, future in futures.items():
                 runs[i], self_reported = future.result()
                 if self_reported:
                     reported.add(i)
-        return [_combine(r, seeds, i in reported) for i, r in enumerate(runs)]
+        results = [_combine(r, seeds, i in reported) for i, r in enumerate(runs)]
+        for result, scores in zip(results, proxies):
+            result.metrics.update({f"proxy_{n}": v for n, v in scores.items()})
+        return results
+
+    def _score_proxies(self, net: torch.nn.Module, seed: int) -> dict[str, float]:
+        """The proxies of the untrained `net` on `PROXY_BATCH` training images drawn with `seed`."""
+        from nas.proxies import score_network
+        from nas.proxies.batch import data_batch
+
+        shape = getattr(net, "input_shape", self.data.shape)  # an exported graph may take RGB of grey data
+        batch = data_batch(self.data, min(PROXY_BATCH, len(self.data.train)), seed, shape=tuple(shape))
+        return score_network(net, batch, self.proxies, seed)
+
+    def _proxies_of_trusted(self, arch: Architecture, seed: int) -> dict[str, float]:
+        """{} when no proxies are asked for or the network does not build (training then records why)."""
+        if not self.proxies:
+            return {}
+        try:
+            net = build_model(self.space, arch, self.data.shape, self.data.num_classes, self.build, seed)
+        except NasError:
+            return {}
+        return self._score_proxies(net, seed)
 
     def _train_trusted(self, archs: list[Architecture], todo: list[int], seed: int,
                        runs: list[list[TrainResult] | str]) -> None:
@@ -149,18 +189,29 @@ class TrainEvaluator(Evaluator):
         for i, result in zip(built, results):
             runs[i].append(result)  # type: ignore[union-attr]
 
-    def _train_source(self, arch: SourceArch, seeds: list[int]) -> tuple[list[TrainResult] | str, bool]:
-        """(results or the error, whether the sandbox trained it and reported the numbers itself)."""
+    def _train_source(self, arch: SourceArch, seeds: list[int],
+                      proxies: dict[str, float]) -> tuple[list[TrainResult] | str, bool]:
+        """(results or the error, whether the sandbox trained it and reported the numbers itself);
+        `proxies` gets the exported graph's proxy scores."""
         import torch
 
         from nas.sandbox.verify import train_model_source
+
+        def on_graph(net: torch.nn.Module) -> None:
+            if not self.proxies:
+                return
+            try:
+                proxies.update(self._score_proxies(net, seeds[0]))
+            except Exception:  # noqa: BLE001 - an exported op a proxy cannot run (float64, say): no proxies
+                return
 
         gpu = self.engine.accelerator == "gpu" or (self.engine.accelerator == "auto" and torch.cuda.is_available())
         verdict, results = train_model_source(
             arch.source, data=self.data_cfg, recipe=self.recipe.to_dict(), engine=self.engine.to_dict(),
             seeds=seeds, num_classes=self.data.num_classes, input_shape=(2, *self.data.shape), gpu=gpu,
             threads=torch.get_num_threads(), limits=self.limits, filename=arch.filename, loaded=self.data,
-            on_epoch=combine(self.on_epoch, prefect_progress()), label=f"{arch.space} {arch.key()}")
+            on_epoch=combine(self.on_epoch, prefect_progress()), label=f"{arch.space} {arch.key()}",
+            on_graph=on_graph)
         return (results if verdict.ok else verdict.error or verdict.stage), verdict.self_reported
 
 

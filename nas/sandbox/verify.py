@@ -135,7 +135,7 @@ def verify_model_source(source: str, *, num_classes: int = 10,
 def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, seeds: list[int],
                        num_classes: int, input_shape: tuple[int, ...], gpu: bool = False, threads: int = 1,
                        limits: Limits = Limits(), filename: str = "model.py", loaded=None,
-                       on_epoch=None, label: str | None = None) -> tuple[Verdict, list]:
+                       on_epoch=None, label: str | None = None, on_graph=None) -> tuple[Verdict, list]:
     """Verify `source` as `verify_model_source` does, then train a fresh
     instance per seed: here, on the exported graph with the seed's initial
     weights from the child; or, for a model that cannot be exported, in the
@@ -143,7 +143,9 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
     `engine` are the settings dicts of `nas.data`, `Recipe` and `Engine`;
     `loaded` is the `ImageData` of `data` if the caller has it; `on_epoch`
     (nas.train.progress) hears each epoch of the graphs trained here, under
-    `label` (default: the file name). Returns the
+    `label` (default: the file name); `on_graph` is called with the first
+    seed's exported network before any trains (evaluator=train's zero-cost
+    proxies: trusted code on the graph, here). Returns the
     verdict (stage "train" if training raised) and one checked `TrainResult`
     per seed that finished."""
     from nas.train.result import TrainResult
@@ -161,6 +163,8 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
         verdict = conclude(run, limits)
         if verdict.ok and not verdict.self_reported:
             verdict, nets = _graph_verdict(run.artifact, num_classes, input_shape, limits, False, seeds)
+            if verdict.ok and on_graph is not None:
+                on_graph(nets[seeds[0]])
             if verdict.ok:
                 verdict, trained = _train_graphs(verdict, nets, data, recipe, engine, loaded, on_epoch, label or filename)
         elif verdict.ok:

@@ -1,0 +1,110 @@
+"""Pure proxy search: score each candidate by zero-cost proxies on one minibatch of the run's data,
+with no training (seconds per candidate on a CPU).
+
+The loop ranks by `accuracy`, and a proxy's raw value means nothing on its own and does not compare
+across proxies, so `accuracy` here is NOT an accuracy: it is the vote's percentile (0-100) against a
+fixed reference sample of the space (`reference` architectures drawn with `seed`). Per proxy, the
+share of the reference the candidate beats (ties count half), averaged over `proxies`. It is fixed per
+candidate (cacheable, comparable across a run and across runs with the same settings); the raw scores
+are in `metrics` as `proxy_<name>` and the same value as `vote_percentile`. Weights, minibatch and
+reference are all drawn with the evaluator's own `seed`, so the run's seed changes nothing.
+
+Only trusted, sampleable spaces (NB201): untrusted model source is never built in-process (its
+proxies are the `proxy_*` metrics evaluator=train computes on the sandbox's exported graph), and an
+open-ended space has no random sample to be a reference."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import fields
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from nas.core.arch import Architecture, stable_hash
+from nas.core.registry import check_count, check_keys
+from nas.core.space import SearchSpace
+from nas.errors import ConfigError
+from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
+
+
+@EVALUATORS.register("proxy")
+class ProxyEvaluator(Evaluator):
+    @classmethod
+    def accepts(cls, space: type[SearchSpace]) -> bool:
+        return space.trainable and space.trusted and not space.open_ended
+
+    def __init__(self, space: SearchSpace, data: dict[str, Any], proxies: list[str] | None = None,
+                 batch_size: int = 64, reference: int = 32, seed: int = 0, **sizing: Any) -> None:
+        """`sizing`: the networks' settings, as evaluator=train's (NB201's `channels`, `cells_per_stage`)."""
+        from nas.data.sources import SOURCES, load_data
+        from nas.proxies import PROXIES, VOTE
+
+        super().__init__(space)
+        if not isinstance(data, dict) or data.get("name") not in SOURCES:
+            got = data.get("name") if isinstance(data, dict) else data
+            raise ConfigError(f"data: unknown dataset '{got}' (valid: {', '.join(SOURCES)})")
+        self.data_cfg = dict(data)
+        check_keys("data", self.data_cfg, ["name", "root", "split_file"])
+        self.proxies = list(VOTE if proxies is None else proxies)
+        if not self.proxies or not all(isinstance(p, str) for p in self.proxies):
+            raise ConfigError(f"evaluator.proxies must be a non-empty list of proxy names, got {proxies!r}")
+        for name in self.proxies:
+            PROXIES.get(name)  # an unknown name: one line listing the valid ones
+        check_count("evaluator.batch_size", batch_size)
+        check_count("evaluator.reference", reference)
+        self.batch_size, self.reference, self.seed = batch_size, reference, seed
+        known = sorted(f.name for f in fields(space.sizing)) if space.sizing else []
+        unknown = sorted(set(sizing) - set(known))
+        if unknown:
+            named = [n for n in inspect.signature(ProxyEvaluator).parameters if n not in ("space", "sizing")]
+            raise ConfigError(f"evaluator 'proxy': unknown parameter '{unknown[0]}' "
+                              f"(accepted: {', '.join(sorted({*named, *known}))})")
+        self.build = type(space).build_options(sizing)
+        self.data = load_data(**self.data_cfg)  # a missing dataset fails here, before any trial
+        if batch_size > len(self.data.train):
+            raise ConfigError(f"evaluator.batch_size={batch_size} is more than the {len(self.data.train)} "
+                              f"training images of {self.data.name}")
+        self._reference: dict[str, np.ndarray] | None = None
+
+    def fingerprint(self) -> str:
+        return stable_hash("proxy", self.data_cfg, self.proxies, self.batch_size, self.reference, self.seed,
+                           self.build)
+
+    @cached_property
+    def batch(self) -> Any:
+        """The one minibatch every candidate and the reference are scored on."""
+        from nas.proxies.batch import data_batch
+
+        return data_batch(self.data, self.batch_size, self.seed)
+
+    def _scores(self, arch: Architecture) -> tuple[dict[str, float], Any]:
+        """The proxies' scores and the network they scored."""
+        from nas.proxies import score_network
+        from nas.train.build import build_model
+
+        net = build_model(self.space, arch, self.batch.shape, self.batch.num_classes, self.build, self.seed)
+        return score_network(net, self.batch, self.proxies, self.seed), net
+
+    def reference_scores(self) -> dict[str, np.ndarray]:
+        """Each proxy's sorted scores over the reference sample (computed once, on first use)."""
+        if self._reference is None:
+            rng = np.random.default_rng(self.seed)
+            rows = [self._scores(self.space.sample(rng))[0] for _ in range(self.reference)]
+            self._reference = {n: np.sort([r[n] for r in rows]) for n in self.proxies}
+        return self._reference
+
+    def evaluate(self, arch: Architecture, seed: int | None = None) -> EvalResult:
+        from nas.measure import count_flops, count_params
+
+        start = time.perf_counter()
+        reference = self.reference_scores()  # the first candidate pays for it
+        scores, net = self._scores(arch)
+        shares = [(np.searchsorted(ref, scores[n], "left") + np.searchsorted(ref, scores[n], "right")) / 2 / len(ref)
+                  for n, ref in reference.items()]
+        percentile = round(100.0 * float(np.mean(shares)), 4)
+        metrics = {f"proxy_{n}": s for n, s in scores.items()} | {"vote_percentile": percentile}
+        return EvalResult(accuracy=percentile, metrics=metrics, params=count_params(net),
+                          flops=count_flops(net, (1, *self.batch.shape)), cost_seconds=time.perf_counter() - start)

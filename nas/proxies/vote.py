@@ -1,0 +1,53 @@
+"""Scoring architectures with several proxies, and the rank vote that combines them."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.stats import rankdata
+from torch import nn
+
+from nas.core.arch import Architecture
+from nas.core.space import SearchSpace
+from nas.proxies.base import PROXIES, VOTE, Batch
+from nas.train.build import build_model
+
+
+def score_network(net: nn.Module, batch: Batch, names: Sequence[str], seed: int) -> dict[str, float]:
+    """Each proxy of `names` on its own copy of the untrained `net` (synflow rewrites weights),
+    torch seeded with `seed` before each; the caller's random state and `net` are left as they were
+    (training may follow on the same network)."""
+    proxies = [PROXIES.get(n)() for n in names]  # unknown names fail before any work
+    scores = {}
+    with torch.random.fork_rng(devices=[]):
+        for proxy in proxies:
+            torch.manual_seed(seed)
+            scores[proxy.name] = proxy.score(copy.deepcopy(net), batch)
+    return scores
+
+
+def score_arch(space: SearchSpace, arch: Architecture, batch: Batch, names: Sequence[str], seed: int,
+               options: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """Proxies of `arch`'s network, built by its (trusted) space for the batch's shape and classes with
+    weights seeded by `seed`; `options`: sizing settings (`SearchSpace.build_options`), None: the space's own."""
+    sizing = {} if options is None else type(space).build_options(options)
+    net = build_model(space, arch, batch.shape, batch.num_classes, sizing, seed)
+    return score_network(net, batch, names, seed)
+
+
+def mean_rank(columns: Mapping[str, Sequence[float]]) -> list[float]:
+    """Per row, the mean over columns of its rank among the rows (1 = lowest, ties averaged):
+    the vote; higher is better, and only orderings matter, not the proxies' scales."""
+    ranks = [rankdata(np.asarray(values, dtype=float)) for values in columns.values()]
+    return [float(r) for r in np.mean(ranks, axis=0)]
+
+
+def vote_scores(space: SearchSpace, archs: Sequence[Architecture], batch: Batch, seed: int) -> list[float]:
+    """The vote of synflow, jacob_cov and snip over `archs` (mean rank within this set: scores of
+    different sets do not compare)."""
+    rows = [score_arch(space, arch, batch, VOTE, seed) for arch in archs]
+    return mean_rank({name: [row[name] for row in rows] for name in VOTE})
