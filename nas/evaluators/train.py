@@ -18,6 +18,7 @@ so strategies skip them and the cache keeps them.
 from __future__ import annotations
 
 import inspect
+import logging
 import statistics
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
@@ -42,6 +43,8 @@ if TYPE_CHECKING:  # torch and the data loaders load with the evaluator, not wit
 
 # A training run needs far more than a verification: the defaults allow an
 # hour of wall time on all cores and 8 GB on top of the data.
+log = logging.getLogger(__name__)
+
 SANDBOX_DEFAULTS: dict[str, Any] = {"wall_s": 3600.0, "cpu_s": 4 * 3600, "memory_mb": 8192, "file_mb": 64}
 # Images the zero-cost proxies see per candidate: one small minibatch keeps them ~1 s on a CPU.
 PROXY_BATCH = 32
@@ -202,8 +205,8 @@ class TrainEvaluator(Evaluator):
                 return
             try:
                 proxies.update(self._score_proxies(net, seeds[0]))
-            except Exception:  # noqa: BLE001 - an exported op a proxy cannot run (float64, say): no proxies
-                return
+            except Exception as err:  # noqa: BLE001 - an exported op a proxy cannot run (float64, say): no proxies
+                log.warning("%s %s: no proxy scores (%s: %s)", arch.space, arch.key(), type(err).__name__, err)
 
         gpu = self.engine.accelerator == "gpu" or (self.engine.accelerator == "auto" and torch.cuda.is_available())
         verdict, results = train_model_source(
