@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from nas.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
 from nas.search.loop import LocalExecutor, SearchLoop  # noqa: E402
 from nas.search.record import best_so_far, read_history  # noqa: E402
+from nas.search.screen import ScreenSettings  # noqa: E402
 from nas.search.spec import Component, SearchSpec  # noqa: E402
 
 BASELINES: dict[str, tuple[str, dict[str, Any]]] = {  # label → (registered strategy, params)
@@ -58,9 +59,10 @@ def local_llm(cache: Path) -> dict[str, Any]:
     return {**cfg, "cache_dir": str(cache), "timeout_s": 600, "local": {**cfg["local"], "n_threads": 1}}
 
 
-def run(label: str, name: str, params: dict[str, Any], seed: int, trials: int, workdir: Path) -> dict[str, Any]:
+def run(label: str, name: str, params: dict[str, Any], seed: int, trials: int, workdir: Path,
+        screen: ScreenSettings = ScreenSettings()) -> dict[str, Any]:
     spec = SearchSpec(space=Component("nb201"), strategy=Component(name, params),
-                      evaluator=Component("table"), seed=seed, trials=trials)
+                      evaluator=Component("table"), seed=seed, trials=trials, screen=screen)
     space = spec.build_space()
     run_dir = workdir / f"{label}_s{seed}"
     start = time.perf_counter()

@@ -16,10 +16,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from nas import __version__
 from nas.errors import RunDirError
 from nas.evaluators.base import EvalResult, Evaluator, evaluate_safely
-from nas.search.record import TrialRecord, best_record, best_so_far
+from nas.search.record import TrialRecord, best_record, best_so_far, evaluated
 from nas.search.rundir import RunDir
+from nas.search.screen import Screen
 from nas.search.spec import SearchSpec
-from nas.strategies.base import Candidate, SearchExhausted, Trial, random_only_note
+from nas.strategies.base import Candidate, SearchExhausted, random_only_note
 
 log = logging.getLogger(__name__)
 progress_log = logging.getLogger("nas.progress")  # search.log only under `nas search` (nas/conf/config.yaml)
@@ -87,6 +88,7 @@ class SearchLoop:
         self.on_batch = on_batch  # sees the history after each batch is saved (the flow's progress artifact)
         self.space = spec.build_space()
         self.strategy = spec.build_strategy(self.space)
+        self.screen = Screen(spec.screen, self.space, spec.seed)
 
     def run_search(self) -> dict[str, Any]:
         """Search and save summary.json; the caller writes the human-facing report (nas.report)."""
@@ -95,7 +97,7 @@ class SearchLoop:
 
     def _search(self) -> dict[str, Any]:
         identity = self.spec.identity()
-        resume = self.run.prepare(identity, self.spec.batch_size)
+        resume = self.run.prepare(identity, self.spec.batch_size * self.spec.screen.factor)
         history: list[TrialRecord] = []
         elapsed_before = 0.0
         if resume is not None:
@@ -109,7 +111,7 @@ class SearchLoop:
                 raise RunDirError(f"{self.run.history_path}: {err}") from None
             history = resume.history
             elapsed_before = resume.elapsed_seconds
-        resumed = len(history)
+        resumed = len(evaluated(history))
         note = random_only_note(self.spec.strategy.name, self.spec.strategy.params, self.spec.trials)
         if note is not None:
             log.warning(note)
@@ -125,16 +127,15 @@ class SearchLoop:
             client = self.strategy.client
             if bar is not None and client is not None:  # LLM calls on the bar
                 client.on_status = lambda text: bar.update(task, llm=text)
-            while len(history) < self.spec.trials:
-                n = min(self.spec.batch_size, self.spec.trials - len(history))
+            while (done := len(evaluated(history))) < self.spec.trials:
+                n = min(self.spec.batch_size, self.spec.trials - done)
                 try:
-                    candidates = self.strategy.ask(n)
+                    picks = self.screen.ask(self.strategy, n, history)
                 except SearchExhausted as err:
                     exhausted = str(err)
                     break
-                outcomes = self._evaluate(candidates)
-                trials = [Trial.of(len(history) + i, cand, result, cached, wall)
-                          for i, (cand, (result, cached, wall)) in enumerate(zip(candidates, outcomes))]
+                outcomes = self._evaluate([p.candidate for p in picks if p.kept])
+                trials = self.screen.trials(picks, outcomes, len(history))
                 records = [t.record for t in trials]
                 self.run.append(records)
                 history.extend(records)
@@ -142,12 +143,13 @@ class SearchLoop:
                 elapsed = elapsed_before + time.perf_counter() - start
                 self.run.save_state(identity, len(history), self.strategy.state_dict(), elapsed)
                 best = best_record(history, trust)
-                progress_log.info("trial %d/%d, best %s, elapsed %.1fs", len(history), self.spec.trials,
+                done = len(evaluated(history))
+                progress_log.info("trial %d/%d, best %s, elapsed %.1fs", done, self.spec.trials,
                                   "-" if best is None else f"{best.accuracy:.2f}", elapsed)
                 if self.on_batch is not None:
                     self.on_batch(history)
                 if bar is not None:
-                    bar.update(task, completed=len(history),
+                    bar.update(task, completed=done,
                                best="-" if best is None else f"{best.accuracy:.2f}")
         summary = summarise(self.spec, history, elapsed_before + time.perf_counter() - start,
                             resumed=resumed, runner=self.runner, exhausted=exhausted)
@@ -204,7 +206,8 @@ def trusts_self_reported(spec: SearchSpec | dict[str, Any]) -> bool:
 
 def summarise(spec: SearchSpec, history: list[TrialRecord], wall: float, *, resumed: int,
               runner: str, exhausted: str | None) -> dict[str, Any]:
-    ok = [r for r in history if r.accuracy is not None]
+    trials = evaluated(history)
+    ok = [r for r in trials if r.accuracy is not None]
     trust = trusts_self_reported(spec)
     best = best_record(history, trust)
     curve = best_so_far(history, trust)
@@ -213,7 +216,8 @@ def summarise(spec: SearchSpec, history: list[TrialRecord], wall: float, *, resu
         "best": None if best is None else {
             k: getattr(best, k) for k in ("accuracy", "key", "encoding", "trial", "params", "flops")
         },
-        "trials": len(history), "failed": len(history) - len(ok),
+        "trials": len(trials), "failed": len(trials) - len(ok),
+        **({"screened": len(history) - len(trials)} if spec.screen.active else {}),
         "self_reported": sum(1 for r in history if r.self_reported),
         "cache_hits": sum(1 for r in history if r.cached),
         "resumed_trials": resumed, "best_at": checkpoints,

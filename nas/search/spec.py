@@ -8,6 +8,7 @@ from typing import Any
 from nas.core.arch import stable_hash
 from nas.errors import ConfigError
 from nas.core.constraint import Constraint
+from nas.search.screen import ScreenSettings
 from nas.evaluators import EVALUATORS, Evaluator
 from nas.spaces import SPACES, SearchSpace
 from nas.strategies import STRATEGIES, Strategy
@@ -42,6 +43,7 @@ class SearchSpec:
     trials: int = 100
     batch_size: int = 1
     constraint: Constraint = Constraint()
+    screen: ScreenSettings = ScreenSettings()
 
     def __post_init__(self) -> None:
         for name in ("seed", "trials", "batch_size"):
@@ -69,6 +71,7 @@ class SearchSpec:
             trials=budget.get("trials", 100),
             batch_size=budget.get("batch_size", 1),
             constraint=Constraint.from_config(cfg.get("constraint")),
+            screen=ScreenSettings.from_config(cfg.get("screen")),
         )
 
     @classmethod
@@ -76,7 +79,7 @@ class SearchSpec:
         """Inverse of `to_dict`."""
         parts = {g: Component(**d[g]) for g in ("space", "strategy", "evaluator")}
         return cls(**parts, seed=d["seed"], trials=d["trials"], batch_size=d["batch_size"],
-                   constraint=Constraint(**d.get("constraint", {})))
+                   constraint=Constraint(**d.get("constraint", {})), screen=ScreenSettings(**d.get("screen", {})))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,12 +87,15 @@ class SearchSpec:
     def identity(self) -> str:
         """Hash of everything that fixes the trajectory; the trial budget is
         excluded so a finished run can be extended by resuming with more, and
-        `evaluator.trust_self_reported` since it only changes which trial is reported best."""
+        `evaluator.trust_self_reported` since it only changes which trial is reported best.
+        Screening is in it (when on): it changes which candidates are evaluated."""
         d = self.to_dict()
         d.pop("trials")
         d["evaluator"]["params"].pop("trust_self_reported", None)
         if not self.constraint.active:  # identities of unconstrained runs predate constraints
             d.pop("constraint")
+        if not self.screen.active:  # nor do those of unscreened runs predate screening
+            d.pop("screen")
         return stable_hash(d)
 
     # --- checks before anything is built or written ------------------------
