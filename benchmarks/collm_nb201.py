@@ -104,9 +104,9 @@ def plot(results: dict[str, Any], trials: int, path: Path, *, xlabel: str = "tri
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    x = np.arange(1, trials + 1)
     for label, res in results.items():
         mean, std = np.array(res["curve_mean"]), np.array(res["curve_std"])
+        x = np.arange(1, len(mean) + 1)  # an arm may have run fewer trials than `trials`
         ax.plot(x, mean, label=f"{label} ({res['seeds']} seeds)")
         ax.fill_between(x, mean - std, mean + std, alpha=0.2)
     ax.set_xlabel(xlabel)

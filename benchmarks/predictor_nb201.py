@@ -61,13 +61,15 @@ GOAL, OPTIMUM = 94.00, 94.0664
 ANCHOR = {"rea": {"50": 93.69}, "note": "issue 22: REA 93.69 at 50 trials (benchmarks/search_efficiency.py)"}
 
 
-def paired(results: dict[str, list[float]], a: str, b: str) -> dict[str, Any]:
-    """Wilcoxon signed-rank of per-seed best: `a` against `b` on the seeds both ran (0..n-1)."""
-    pairs = min(len(results[a]), len(results[b]))
-    x, y = np.array(results[a][:pairs]), np.array(results[b][:pairs])
+def paired(curves: dict[str, list[list[float]]], a: str, b: str) -> dict[str, Any]:
+    """Wilcoxon signed-rank of per-seed best: `a` against `b` on the seeds both ran (0..n-1),
+    at the smaller of their trial budgets."""
+    pairs = min(len(curves[a]), len(curves[b]))
+    at = min(len(curves[a][0]), len(curves[b][0]))
+    x, y = np.array([c[at - 1] for c in curves[a][:pairs]]), np.array([c[at - 1] for c in curves[b][:pairs]])
     diff = x - y
     test = wilcoxon(x, y) if pairs >= MIN_PAIRS and np.any(diff != 0) else None
-    return {"a": a, "b": b, "pairs": pairs, "mean_diff": round(float(diff.mean()), 4), "wins": int((diff > 0).sum()),
+    return {"a": a, "b": b, "at": at, "pairs": pairs, "mean_diff": round(float(diff.mean()), 4), "wins": int((diff > 0).sum()),
             "ties": int((diff == 0).sum()), "losses": int((diff < 0).sum()),
             "p_value": None if test is None else round(float(test.pvalue), 6)}
 
@@ -84,27 +86,34 @@ def run_arm(label: str, seed: int, trials: int, work: Path) -> dict[str, Any]:
             return {"curve": curve, "seconds": summary["wall_seconds"], "summary": summary}
     if label in LLM_ARMS:
         params = {**params, "llm": local_llm(work / "llm-cache" / f"seed{seed}")}
-    return run(label, name, params, seed, trials, work, screen)
+    out = run(label, name, params, seed, trials, work, screen)
+    return {**out, "seconds": out["summary"]["wall_seconds"]}  # a resumed run: its time over every session
 
 
 def markdown(results: dict[str, Any], tests: list[dict[str, Any]], trials: int) -> str:
-    rows = [f"| strategy | screening | seeds | best @ {trials} | to the {GOAL:.2f} goal | screened / run | s / run |",
-            "|---|---|---|---|---|---|---|"]
+    rows = [f"| strategy | screening | seeds | trials | best | to the {GOAL:.2f} goal | screened / run | s / run |",
+            "|---|---|---|---|---|---|---|---|"]
     for label, res in results.items():
-        b = res["best_at"][str(trials)]
+        b = res["best_at"][str(res["trials"])]
         sc = res["screen"]
         screening = f"x{sc['factor']} {sc['scorer']}" if sc["factor"] > 1 else "-"
-        rows.append(f"| {label} | {screening} | {res['seeds']} | {b['mean']:.2f} ± {b['std']:.2f} | "
+        rows.append(f"| {label} | {screening} | {res['seeds']} | {res['trials']} | {b['mean']:.2f} ± {b['std']:.2f} | "
                     f"{b['mean'] - GOAL:+.2f} | {res['screened_per_run']:.0f} | {res['seconds_per_run']:.1f} |")
-    rows += ["", "| paired (Wilcoxon over seeds) | pairs | mean diff | wins / ties / losses | p |",
-             "|---|---|---|---|---|"]
+    rows += ["", "| paired (Wilcoxon over seeds) | at trials | pairs | mean diff | wins / ties / losses | p |",
+             "|---|---|---|---|---|---|"]
     for t in tests:
         p = f"- (< {MIN_PAIRS} pairs)" if t["p_value"] is None and t["pairs"] < MIN_PAIRS else \
             "-" if t["p_value"] is None else f"{t['p_value']:.4f}"
-        rows.append(f"| {t['a']} vs {t['b']} | {t['pairs']} | {t['mean_diff']:+.3f} | "
+        rows.append(f"| {t['a']} vs {t['b']} | {t['at']} | {t['pairs']} | {t['mean_diff']:+.3f} | "
                     f"{t['wins']} / {t['ties']} / {t['losses']} | {p} |")
     rows.append("")
     rows.append(f"Table: analog-nasbench CIFAR-10 (optimum {OPTIMUM:.2f}); goal {GOAL:.2f} mean best at {trials} trials.")
+    rows.append("REA+screening's factor 8 was picked after one probe of seeds 0-2 (factor 8 only).")
+    for label, res in results.items():
+        if label in LLM_ARMS and (res["seeds"] < max(r["seeds"] for r in results.values()) or res["trials"] < trials):
+            rows.append(f"{label}: {res['seeds']} seed(s) x {res['trials']} trials only: the embedded SmolLM2-135M on "
+                        f"shared CPU cores took {res['seconds_per_run']:.0f} s per run; its tests pair at "
+                        f"{res['trials']} trials.")
     return "\n".join(rows) + "\n"
 
 
@@ -113,6 +122,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--trials", type=int, default=50)
     ap.add_argument("--llm-seeds", type=int, default=1, help="seeds for the CoLLM arm (the local LLM is slow)")
+    ap.add_argument("--llm-trials", type=int, default=None,
+                    help="trials of the CoLLM arm (default: --trials); fewer when the LLM is too slow, said in the table")
     ap.add_argument("--quick", action="store_true", help="3 seeds, 25 trials")
     ap.add_argument("--no-collm", action="store_true", help="leave out the LLM arm")
     ap.add_argument("--only", action="append", choices=list(ARMS), help="run only this arm (repeatable); "
@@ -125,33 +136,36 @@ def main() -> None:
     arms = args.only or [a for a in ARMS if not (args.no_collm and a in LLM_ARMS)]
     start = time.perf_counter()
     results: dict[str, Any] = {}
-    finals: dict[str, list[float]] = {}
+    curves: dict[str, list[list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp, Progress() as bar:
         work = args.work or Path(tmp)
-        plan = [(label, args.llm_seeds if label in LLM_ARMS else args.seeds) for label in arms]
-        task = bar.add_task("searches", total=sum(n for _, n in plan))
-        for label, seeds in plan:
+        llm_trials = args.llm_trials or args.trials
+        plan = [(label, args.llm_seeds, llm_trials) if label in LLM_ARMS else (label, args.seeds, args.trials)
+                for label in arms]
+        task = bar.add_task("searches", total=sum(n for _, n, _ in plan))
+        for label, seeds, trials in plan:
             name, params, screen = ARMS[label]
             runs = []
             for seed in range(seeds):
                 bar.update(task, description=f"{label} seed {seed}")
-                runs.append(run_arm(label, seed, args.trials, work))
+                runs.append(run_arm(label, seed, trials, work))
                 bar.advance(task)
-            results[label] = {"strategy": name, "params": params, "screen": asdict(screen),
-                              **summarise(runs, [args.trials]),
+            results[label] = {"strategy": name, "params": params, "screen": asdict(screen), "trials": trials,
+                              **summarise(runs, [trials]),
                               "screened_per_run": float(np.mean([r["summary"].get("screened", 0) for r in runs]))}
-            finals[label] = [r["curve"][-1] for r in runs]
-            results[label]["per_seed"] = [round(x, 4) for x in finals[label]]
+            curves[label] = [r["curve"] for r in runs]
+            results[label]["per_seed"] = [round(r["curve"][-1], 4) for r in runs]
     if args.only:
         return
-    tests = [paired(finals, a, b) for a, b in TESTS if a in finals and b in finals]
+    tests = [paired(curves, a, b) for a, b in TESTS if a in curves and b in curves]
     for label, res in results.items():
-        b = res["best_at"][str(args.trials)]
-        print(f"{label:8s} {b['mean']:.2f} ± {b['std']:.2f} at {args.trials} ({res['seconds_per_run']:.1f} s/run)")
+        b = res["best_at"][str(res["trials"])]
+        print(f"{label:8s} {b['mean']:.2f} ± {b['std']:.2f} at {res['trials']} ({res['seconds_per_run']:.1f} s/run)")
     payload = {"benchmark": "predictor_nb201", "space": "nb201", "evaluator": "table",
                "metric": "CIFAR-10 test accuracy (analog-nasbench baseline_accuracy)", "table_optimum": OPTIMUM,
                "goal": GOAL, "quick": args.quick, "trials": args.trials, "seeds": args.seeds,
                "llm_seeds": 0 if args.no_collm else args.llm_seeds,
+               "llm_trials": 0 if args.no_collm else (args.llm_trials or args.trials),
                "llm_note": "collm+screen: SmolLM2-135M-Instruct Q4_1 on CPU (llama.cpp, grammar-constrained); "
                            "fewer seeds than the other arms (minutes per seed on shared cores)",
                "strategies": results, "paired_tests": tests, "anchor": ANCHOR,
