@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from nas.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
 from nas.search.loop import LocalExecutor, SearchLoop  # noqa: E402
 from nas.search.record import best_so_far, read_history  # noqa: E402
+from nas.search.screen import ScreenSettings  # noqa: E402
 from nas.search.spec import Component, SearchSpec  # noqa: E402
 
 BASELINES: dict[str, tuple[str, dict[str, Any]]] = {  # label → (registered strategy, params)
@@ -58,9 +59,10 @@ def local_llm(cache: Path) -> dict[str, Any]:
     return {**cfg, "cache_dir": str(cache), "timeout_s": 600, "local": {**cfg["local"], "n_threads": 1}}
 
 
-def run(label: str, name: str, params: dict[str, Any], seed: int, trials: int, workdir: Path) -> dict[str, Any]:
+def run(label: str, name: str, params: dict[str, Any], seed: int, trials: int, workdir: Path,
+        screen: ScreenSettings = ScreenSettings()) -> dict[str, Any]:
     spec = SearchSpec(space=Component("nb201"), strategy=Component(name, params),
-                      evaluator=Component("table"), seed=seed, trials=trials)
+                      evaluator=Component("table"), seed=seed, trials=trials, screen=screen)
     space = spec.build_space()
     run_dir = workdir / f"{label}_s{seed}"
     start = time.perf_counter()
@@ -102,9 +104,9 @@ def plot(results: dict[str, Any], trials: int, path: Path, *, xlabel: str = "tri
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    x = np.arange(1, trials + 1)
     for label, res in results.items():
         mean, std = np.array(res["curve_mean"]), np.array(res["curve_std"])
+        x = np.arange(1, len(mean) + 1)  # an arm may have run fewer trials than `trials`
         ax.plot(x, mean, label=f"{label} ({res['seeds']} seeds)")
         ax.fill_between(x, mean - std, mean + std, alpha=0.2)
     ax.set_xlabel(xlabel)

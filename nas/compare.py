@@ -121,8 +121,9 @@ def load_curves(runs: list[Path], allow_mixed: bool = False) -> dict[str, list[d
         history = read_history(run / "history.jsonl")
         extra = ", ".join(f"{f}={_show(settings[run].get(f, '?'))}" for f in shown)
         setting = f"{summary['space']}/{summary['evaluator']}" + (f" [{extra}]" if extra else "")
-        label = f"{summary['strategy']} @ {setting}"
         spec = summary.get("spec") or {}
+        strategy_label = summary["strategy"] + screen_label(spec)  # screened and unscreened runs side by side
+        label = f"{strategy_label} @ {setting}"
         trust = trusts_self_reported(spec)
         points = [{k: getattr(r, k) for k in ("trial", "key", "encoding", "accuracy", "params", "flops")}
                   for r in history if r.counts_for_best(trust)]
@@ -130,10 +131,18 @@ def load_curves(runs: list[Path], allow_mixed: bool = False) -> dict[str, list[d
         random_only = random_only_note(summary["strategy"], strategy.get("params") or {}, spec["trials"]) \
             if "trials" in spec else None
         groups[label].append({"seed": summary["seed"], "curve": best_so_far(history, trust), "points": points,
-                              "run": str(run), "strategy": summary["strategy"], "space": summary["space"],
+                              "screened": sum(1 for r in history if r.screened),
+                              "run": str(run), "strategy": strategy_label, "space": summary["space"],
                               "evaluator": summary["evaluator"], "setting": setting, "fields": settings[run],
                               "random_only": random_only})
     return dict(groups)
+
+
+def screen_label(spec: dict[str, Any]) -> str:
+    """'+screen(x4,predictor)' for a run with screening on, '' otherwise (and for runs older than it)."""
+    node = spec.get("screen") or {}
+    factor, scorer = node.get("factor", 1), node.get("scorer", "?")
+    return f"+screen(x{factor},{scorer})" if isinstance(factor, int) and factor > 1 else ""
 
 
 def auto_at(groups: dict[str, list[dict[str, Any]]]) -> list[int]:
@@ -181,7 +190,8 @@ def random_only_notes(groups: dict[str, list[dict[str, Any]]]) -> dict[str, str]
 def aggregate(groups: dict[str, list[dict[str, Any]]], at: list[int]) -> dict[str, Any]:
     out = {}
     for label, runs in sorted(groups.items()):
-        row: dict[str, Any] = {"runs": len(runs), "seeds": sorted(r["seed"] for r in runs), "at": {}}
+        row: dict[str, Any] = {"runs": len(runs), "seeds": sorted(r["seed"] for r in runs), "at": {},
+                               "screened": float(np.mean([r.get("screened", 0) for r in runs]))}
         for n in at:
             vals = _values_at(runs, n)
             row["at"][str(n)] = None if not vals else {
@@ -399,22 +409,29 @@ def render_table(table: dict[str, Any], at: list[int], notes: dict[str, str] | N
     """Groups with a note (random search in disguise) are marked †; a known random-search
     expectation is a last row."""
     notes = notes or {}
-    head = "| strategy @ space/evaluator | runs | " + " | ".join(f"best @ {n}" for n in at) + " |"
-    lines = [head, "| --- | --- | " + " | ".join("---" for _ in at) + " |"]
+    screened = any(row.get("screened") for row in table.values())  # the column only where some run screened
+    head = "| strategy @ space/evaluator | runs | " + ("screened / run | " if screened else "") \
+        + " | ".join(f"best @ {n}" for n in at) + " |"
+    lines = [head, "| --- | --- | " + ("--- | " if screened else "") + " | ".join("---" for _ in at) + " |"]
     for label, row in table.items():
         cells = []
         for n in at:
             s = row["at"][str(n)]
             cells.append("-" if s is None else f"{s['mean']:.2f} ± {s['std']:.2f} (n={s['n']})")
         mark = " †" if label in notes else ""
-        lines.append(f"| {label}{mark} | {row['runs']} | " + " | ".join(cells) + " |")
+        count = f"{row.get('screened', 0):.0f} | " if screened else ""
+        lines.append(f"| {label}{mark} | {row['runs']} | {count}" + " | ".join(cells) + " |")
     if reference is not None:
         expected = reference["random_expected"]
         cells = [f"{expected[n - 1]:.2f}" if n <= len(expected) else "-" for n in at]
-        lines.append(f"| random search, expected ({reference['source']}) | - | " + " | ".join(cells) + " |")
+        lines.append(f"| random search, expected ({reference['source']}) | - | " + ("- | " if screened else "")
+                     + " | ".join(cells) + " |")
     lines.append("")
     if reference is not None:
         lines.append(f"Optimum of the {reference['source']}: {reference['optimum']:.2f}.")
+    if screened:
+        lines.append("Screened / run: candidates asked and scored but not evaluated (screen.factor); "
+                     "not trials, not failures.")
     lines += [f"- † {label}: {note}" for label, note in notes.items()]
     return "\n".join(lines).rstrip("\n") + "\n"
 

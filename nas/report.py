@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.io import atomic_write_bytes, atomic_write_text
-from nas.search.record import TrialRecord, best_so_far, read_history
+from nas.search.record import TrialRecord, best_so_far, evaluated, read_history
 
 
 def _pyplot():
@@ -37,7 +37,7 @@ def write_run_report(run_dir: Path, summary: dict[str, Any]) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     xs = [i + 1 for i, v in enumerate(curve) if v is not None]
     ax.plot(xs, [v for v in curve if v is not None], drawstyle="steps-post", label=summary["strategy"])
-    ok = [(r.trial + 1, r.accuracy) for r in history if r.accuracy is not None]
+    ok = [(i, r.accuracy) for i, r in enumerate(evaluated(history), 1) if r.accuracy is not None]
     if ok:
         ax.scatter(*zip(*ok), s=6, alpha=0.3, color="gray", label="evaluated")
     ax.set_xlabel("trials")
@@ -63,6 +63,7 @@ def render_markdown(history: list[TrialRecord], summary: dict[str, Any], top: in
         f"| seed | {summary['seed']} |",
         f"| trials | {summary['trials']} (failed {summary['failed']}, cache hits {summary['cache_hits']}"
         + (f", self-reported {self_reported}{'' if trust else ': not ranked'}" if self_reported else "") + ") |",
+        *([f"| screened out | {summary['screened']} (asked, scored, not evaluated) |"] if "screened" in summary else []),
         f"| best accuracy | {_fmt(best.get('accuracy'))} |",
         f"| best encoding | {_code(best.get('encoding'))} |",
         f"| wall seconds | {summary['wall_seconds']:.2f} |",
@@ -106,7 +107,8 @@ def _design_section(history: list[TrialRecord], summary: dict[str, Any]) -> list
         if "valid" not in info:
             continue
         retries = info.get("retries", info.get("debug_retries", 0) + info.get("downscale_retries", 0))
-        outcome = "trained" if r.accuracy is not None else _cell(r.error or "failed", 80)
+        outcome = "trained" if r.accuracy is not None else "screened out" if r.screened \
+            else _cell(r.error or "failed", 80)
         lines.append(f"| {r.trial} | {info.get('stage', '-')} | {info.get('parent', '-')} | "
                      f"{_cell(info.get('idea') or '-', 70)} | {retries} | {outcome} | {_fmt(r.accuracy)} |")
     return lines + [""]

@@ -137,6 +137,8 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_runners.py": (),
     "test_runners.py::test_dask_search_matches_the_other_runners_and_fills_the_cache": ("cli", "llm", "prefect"),
     "test_sandbox.py": ("sandbox",),
+    "test_screening.py": (),
+    "test_screening.py::test_works_with_an_llm_strategy_asking_n_times_factor": ("llm",),
     "test_search_loop.py": (),
     "test_secrets.py": (),
     "test_secrets.py::test_reply_that_echoes_the_key_is_stored_and_sent_on_scrubbed": ("llm",),

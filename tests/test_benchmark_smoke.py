@@ -58,6 +58,21 @@ def test_collm_nb201_quick_baselines(tmp_path):
     assert (tmp_path / "c.png").is_file() and "| evolution | 3 |" in (tmp_path / "c.md").read_text()
 
 
+
+@pytest.mark.slow
+def test_predictor_nb201_small_run_screens_and_pairs(tmp_path):
+    out = tmp_path / "p.json"  # smaller than --quick: 2 seeds, 5 trials past the predictor's start
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "predictor_nb201.py"), "--seeds", "2", "--trials",
+                        "15", "--no-collm", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert set(result["strategies"]) == {"random", "rea", "rea+screen", "bananas"}
+    screened = result["strategies"]["rea+screen"]
+    assert screened["screen"]["factor"] == 8 and screened["screened_per_run"] == 7 * (15 - 10)
+    assert result["strategies"]["rea"]["screened_per_run"] == 0
+    assert {(t["a"], t["b"]) for t in result["paired_tests"]} >= {("rea+screen", "rea"), ("bananas", "rea")}
+    assert "| rea+screen | x8 predictor | 2 | 15 |" in (tmp_path / "p.md").read_text()
+
 def test_import_time_quick_merges_beside_the_committed_before(tmp_path):
     out = tmp_path / "i.json"
     committed = json.loads((ROOT / "benchmarks" / "results" / "import_time.json").read_text())

@@ -38,6 +38,9 @@ def load_trial(run_dir: Path, trial: int | None) -> tuple[SearchSpec, TrialRecor
     if trial not in by_trial:
         raise ExportError(f"{run_dir}: trial {trial} out of range (history.jsonl has trials 0..{len(history) - 1})")
     record = by_trial[trial]
+    if record.screened:
+        raise ExportError(f"{run_dir}: trial {trial} was screened out (score {record.score}), never evaluated; "
+                          "nothing to export")
     if record.accuracy is None:
         raise ExportError(f"{run_dir}: trial {trial} failed ({record.error}); nothing to export")
     return spec, record

@@ -16,8 +16,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from nas import __version__
 from nas.errors import ConfigError, EncodingError, RunDirError
 from nas.evaluators.base import EvalResult, Evaluator, evaluate_safely
-from nas.search.record import TrialRecord, best_record, best_so_far
+from nas.search.record import TrialRecord, best_record, best_so_far, evaluated
 from nas.search.rundir import Resume, RunDir
+from nas.search.screen import Screen
 from nas.search.spec import SearchSpec
 from nas.strategies.base import Candidate, SearchExhausted, Trial, random_only_note
 
@@ -89,6 +90,7 @@ class SearchLoop:
         self.strategy = spec.build_strategy(self.space)
         self.history: list[TrialRecord] = []
         self._bar: tuple[Any, Any] = (None, None)
+        self.screen = Screen(spec.screen, self.space, spec.seed)
 
     def run_search(self) -> dict[str, Any]:
         """Search and save summary.json; the caller writes the human-facing report (nas.report)."""
@@ -100,7 +102,7 @@ class SearchLoop:
             raise ConfigError(f"budget.in_flight={self.spec.in_flight}: runner={self.runner} evaluates in "
                               f"batches only; use budget.in_flight=1 with it")
         identity = self.spec.identity()
-        resume = self.run.prepare(identity, self.spec.batch_size)
+        resume = self.run.prepare(identity, self.spec.batch_size * self.spec.screen.factor)
         self.history = []
         elapsed_before = 0.0
         if resume is not None:
@@ -114,7 +116,7 @@ class SearchLoop:
                 raise RunDirError(f"{self.run.history_path}: {err}") from None
             self.history = resume.history
             elapsed_before = resume.elapsed_seconds
-        resumed = len(self.history)
+        resumed = len(evaluated(self.history))
         note = random_only_note(self.spec.strategy.name, self.spec.strategy.params, self.spec.trials)
         if note is not None:
             log.warning(note)
@@ -139,18 +141,17 @@ class SearchLoop:
         return summary
 
     def _batches(self) -> str | None:
-        """Ask a batch, evaluate it whole, tell it; returns why the strategy stopped early, if it did."""
+        """Ask a batch (screened when `screen.factor` > 1), evaluate the kept candidates whole,
+        tell them all; returns why the strategy stopped early, if it did."""
         history = self.history
-        while len(history) < self.spec.trials:
-            n = min(self.spec.batch_size, self.spec.trials - len(history))
+        while (done := len(evaluated(history))) < self.spec.trials:
+            n = min(self.spec.batch_size, self.spec.trials - done)
             try:
-                candidates = self.strategy.ask(n)
+                picks = self.screen.ask(self.strategy, n, history)
             except SearchExhausted as err:
                 return str(err)
-            outcomes = self._evaluate(candidates)
-            trials = [Trial.of(len(history) + i, cand, result, cached, wall)
-                      for i, (cand, (result, cached, wall)) in enumerate(zip(candidates, outcomes))]
-            self._record(trials)
+            outcomes = self._evaluate([p.candidate for p in picks if p.kept])
+            self._record(self.screen.trials(picks, outcomes, len(history)))
         return None
 
     def _steady(self, resume: Resume | None) -> str | None:
@@ -203,13 +204,14 @@ class SearchLoop:
         self._save(**extra)
         history = self.history
         best = best_record(history, trusts_self_reported(self.spec))
-        progress_log.info("trial %d/%d, best %s, elapsed %.1fs", len(history), self.spec.trials,
+        done = len(evaluated(history))
+        progress_log.info("trial %d/%d, best %s, elapsed %.1fs", done, self.spec.trials,
                           "-" if best is None else f"{best.accuracy:.2f}", self._elapsed())
         if self.on_batch is not None:
             self.on_batch(history)
         bar, task = self._bar
         if bar is not None:
-            bar.update(task, completed=len(history), best="-" if best is None else f"{best.accuracy:.2f}")
+            bar.update(task, completed=done, best="-" if best is None else f"{best.accuracy:.2f}")
 
     def _elapsed(self) -> float:
         return self._elapsed_before + time.perf_counter() - self._start
@@ -270,7 +272,8 @@ def trusts_self_reported(spec: SearchSpec | dict[str, Any]) -> bool:
 
 def summarise(spec: SearchSpec, history: list[TrialRecord], wall: float, *, resumed: int,
               runner: str, exhausted: str | None) -> dict[str, Any]:
-    ok = [r for r in history if r.accuracy is not None]
+    trials = evaluated(history)
+    ok = [r for r in trials if r.accuracy is not None]
     trust = trusts_self_reported(spec)
     best = best_record(history, trust)
     curve = best_so_far(history, trust)
@@ -279,7 +282,8 @@ def summarise(spec: SearchSpec, history: list[TrialRecord], wall: float, *, resu
         "best": None if best is None else {
             k: getattr(best, k) for k in ("accuracy", "key", "encoding", "trial", "params", "flops")
         },
-        "trials": len(history), "failed": len(history) - len(ok),
+        "trials": len(trials), "failed": len(trials) - len(ok),
+        **({"screened": len(history) - len(trials)} if spec.screen.active else {}),
         "self_reported": sum(1 for r in history if r.self_reported),
         "cache_hits": sum(1 for r in history if r.cached),
         "resumed_trials": resumed, "best_at": checkpoints,

@@ -39,6 +39,8 @@ class TrialRecord:
     strategy: dict[str, Any] = field(default_factory=dict)
     curve: list[float] = field(default_factory=list)
     ask: int | None = None  # the ask index, asynchronous searches only (history is in completion order)
+    screened: bool = False  # asked but screened out before evaluation: no trial of the budget, not a failure
+    score: float | None = None  # the screening scorer's value (screen.factor > 1)
 
     @property
     def ok(self) -> bool:
@@ -62,6 +64,8 @@ class TrialRecord:
             "cached": self.cached, "strategy": self.strategy,
             **({"curve": self.curve} if self.curve else {}),
             **({"ask": self.ask} if self.ask is not None else {}),
+            **({"screened": True} if self.screened else {}),
+            **({"score": self.score} if self.score is not None else {}),
         }
 
     @classmethod
@@ -94,6 +98,11 @@ def record_at(path: Path, index: int, line: Any) -> TrialRecord:
     return record
 
 
+def evaluated(history: list[TrialRecord]) -> list[TrialRecord]:
+    """The trials of the budget: every record but the screened-out candidates."""
+    return [r for r in history if not r.screened]
+
+
 def best_record(history: list[TrialRecord], trust: bool) -> TrialRecord | None:
     """The first trial with the highest accuracy among those that count for best."""
     scored = [(r.accuracy, r) for r in history if r.accuracy is not None and r.counts_for_best(trust)]
@@ -102,10 +111,11 @@ def best_record(history: list[TrialRecord], trust: bool) -> TrialRecord | None:
 
 
 def best_so_far(history: list[TrialRecord], trust: bool = False) -> list[float | None]:
-    """Best accuracy after each trial (None until the first that counts)."""
+    """Best accuracy after each evaluated trial (None until the first that counts);
+    screened-out candidates take no place on the curve."""
     out: list[float | None] = []
     best = None
-    for rec in history:
+    for rec in evaluated(history):
         acc = rec.accuracy
         if acc is not None and rec.counts_for_best(trust) and (best is None or acc > best):
             best = acc
@@ -137,6 +147,8 @@ _FIELDS: dict[str, tuple[bool, str, Callable[[Any], bool]]] = {
     "strategy": (False, "an object", lambda v: isinstance(v, dict)),
     "curve": (False, "a list of numbers", lambda v: isinstance(v, list) and all(map(_number, v))),
     "ask": (False, "an integer", lambda v: type(v) is int),
+    "screened": (False, "true or false", lambda v: type(v) is bool),
+    "score": (False, "null or a finite number", _optional(lambda v: _number(v) and math.isfinite(v))),
 }
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from nas.core.arch import stable_hash
 from nas.errors import ConfigError
 from nas.core.constraint import Constraint
+from nas.search.screen import ScreenSettings
 from nas.evaluators import EVALUATORS, Evaluator
 from nas.spaces import SPACES, SearchSpace
 from nas.strategies import STRATEGIES, Strategy
@@ -43,7 +44,7 @@ class SearchSpec:
     batch_size: int = 1
     constraint: Constraint = Constraint()
     in_flight: int = 1  # > 1: asynchronous steady state with this many evaluations running
-
+    screen: ScreenSettings = ScreenSettings()
 
     def __post_init__(self) -> None:
         for name in ("seed", "trials", "batch_size", "in_flight"):
@@ -59,6 +60,9 @@ class SearchSpec:
         if self.in_flight > 1 and self.batch_size > 1:
             raise ConfigError(f"budget.in_flight={self.in_flight} runs evaluations asynchronously, one asked "
                               f"as each finishes: use budget.batch_size=1 with it (got {self.batch_size})")
+        if self.in_flight > 1 and self.screen.active:
+            raise ConfigError(f"screen.factor={self.screen.factor} screens whole batches: it does not work with "
+                              f"budget.in_flight={self.in_flight} yet (use budget.batch_size instead)")
         for where, value, bound in (("budget.trials", self.trials, MAX_TRIALS),
                                     ("budget.batch_size", self.batch_size, MAX_BATCH_SIZE),
                                     ("budget.in_flight", self.in_flight, MAX_BATCH_SIZE),
@@ -78,6 +82,7 @@ class SearchSpec:
             batch_size=budget.get("batch_size", 1),
             in_flight=budget.get("in_flight", 1),
             constraint=Constraint.from_config(cfg.get("constraint")),
+            screen=ScreenSettings.from_config(cfg.get("screen")),
         )
 
     @classmethod
@@ -85,7 +90,8 @@ class SearchSpec:
         """Inverse of `to_dict`."""
         parts = {g: Component(**d[g]) for g in ("space", "strategy", "evaluator")}
         return cls(**parts, seed=d["seed"], trials=d["trials"], batch_size=d["batch_size"],
-                   constraint=Constraint(**d.get("constraint", {})), in_flight=d.get("in_flight", 1))
+                   constraint=Constraint(**d.get("constraint", {})), in_flight=d.get("in_flight", 1),
+                   screen=ScreenSettings(**d.get("screen", {})))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,7 +101,8 @@ class SearchSpec:
         excluded so a finished run can be extended by resuming with more, and
         `evaluator.trust_self_reported` since it only changes which trial is reported best.
         `budget.in_flight` counts (history is in completion order), except its default 1,
-        so identities of batch runs predate it."""
+        so identities of batch runs predate it. Screening is in it (when on): it changes
+        which candidates are evaluated."""
         d = self.to_dict()
         d.pop("trials")
         if self.in_flight == 1:
@@ -103,6 +110,8 @@ class SearchSpec:
         d["evaluator"]["params"].pop("trust_self_reported", None)
         if not self.constraint.active:  # identities of unconstrained runs predate constraints
             d.pop("constraint")
+        if not self.screen.active:  # nor do those of unscreened runs predate screening
+            d.pop("screen")
         return stable_hash(d)
 
     # --- checks before anything is built or written ------------------------

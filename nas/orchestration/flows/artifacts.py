@@ -19,7 +19,7 @@ from prefect.artifacts import (
 
 from nas.orchestration.progress import prefect_key
 from nas.report import render_markdown
-from nas.search.record import TrialRecord, best_record, read_history
+from nas.search.record import TrialRecord, best_record, evaluated, read_history
 
 PLOT_LINE = "![best so far](best_so_far.png)"  # nas/report.py's relative link, dead in the UI
 TOP = 10
@@ -46,8 +46,9 @@ class SearchArtifacts:
         assert self.progress_id is not None, "start() first"
         best = best_record(history, self.trust)
         best_text = "none yet" if best is None else f"{best.accuracy:.2f}%"
-        update_progress_artifact(self.progress_id, min(100.0, 100.0 * len(history) / self.trials),
-                                 description=f"{self.name}: {len(history)}/{self.trials} trials, best {best_text}")
+        done = len(evaluated(history))
+        update_progress_artifact(self.progress_id, min(100.0, 100.0 * done / self.trials),
+                                 description=f"{self.name}: {done}/{self.trials} trials, best {best_text}")
 
     def finish(self, run_dir: Path, summary: dict[str, Any]) -> None:
         """After the loop wrote history.jsonl and report.md; the search is over, so progress is 100
