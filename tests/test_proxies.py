@@ -193,3 +193,36 @@ class Network(nn.Module):
     assert result.ok and "self_reported" not in result.metrics
     assert {"proxy_synflow", "proxy_jacob_cov", "proxy_snip"} <= set(result.metrics)
     assert result.metrics["proxy_synflow"] > 0 and result.metrics["proxy_snip"] > 0
+
+
+def test_proxy_scorer_screens_from_the_first_batch_keeping_the_best_vote(tmp_path):
+    from nas.search.record import read_history
+    from nas.search.screen import ScreenSettings
+
+    settings = ScreenSettings(factor=3, scorer="proxy", min_history=0,
+                              params={"channels": 4, "cells_per_stage": 1, "batch_size": 8})
+    spec = SearchSpec(space=Component("nb201"), strategy=Component("random"), evaluator=Component("table"),
+                      trials=4, batch_size=2, screen=settings)
+    summary = SearchLoop(spec, tmp_path, LocalExecutor(spec.build_evaluator(spec.build_space()), None),
+                         progress=False).run_search()
+    history = read_history(tmp_path / "history.jsonl")
+    assert summary["trials"] == 4 and summary["screened"] == 8 and len(history) == 12
+    for start in range(0, 12, 6):  # each batch: 6 asked, the 2 with the best vote evaluated
+        batch = history[start:start + 6]
+        kept = [r.score for r in batch if not r.screened]
+        dropped = [r.score for r in batch if r.screened]
+        assert len(kept) == 2 and min(kept) >= max(dropped)  # type: ignore[type-var]
+        assert all(r.accuracy is not None for r in batch if not r.screened)
+
+
+@pytest.mark.parametrize("space, params, message", [
+    ("source", {}, "screen.scorer=proxy builds networks in this process: space 'source' is untrusted"),
+    ("nb201", {"data": "mnist9"}, "screen.params.data: unknown dataset 'mnist9'"),
+    ("nb201", {"width": 3}, "screen.params: unknown key 'width'"),
+])
+def test_proxy_scorer_bad_settings_are_one_line(space, params, message):
+    from nas.search.screen import SCORERS
+
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
+        SCORERS.create("proxy", params, space=SPACES.create(space, {}))
+    assert "\n" not in str(err.value)

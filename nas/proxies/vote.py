@@ -46,8 +46,9 @@ def mean_rank(columns: Mapping[str, Sequence[float]]) -> list[float]:
     return [float(r) for r in np.mean(ranks, axis=0)]
 
 
-def vote_scores(space: SearchSpace, archs: Sequence[Architecture], batch: Batch, seed: int) -> list[float]:
+def vote_scores(space: SearchSpace, archs: Sequence[Architecture], batch: Batch, seed: int,
+                options: Mapping[str, Any] | None = None) -> list[float]:
     """The vote of synflow, jacob_cov and snip over `archs` (mean rank within this set: scores of
-    different sets do not compare)."""
-    rows = [score_arch(space, arch, batch, VOTE, seed) for arch in archs]
+    different sets do not compare); `options` as in `score_arch`."""
+    rows = [score_arch(space, arch, batch, VOTE, seed, options) for arch in archs]
     return mean_rank({name: [row[name] for row in rows] for name in VOTE})

@@ -94,7 +94,8 @@ class Scorer(ABC):
         """One finite score per architecture, in their order."""
 
 
-SCORERS: Registry[Scorer] = Registry("scorer", modules={"predictor": "nas.search.screen"})
+SCORERS: Registry[Scorer] = Registry("scorer", modules={
+    "predictor": "nas.search.screen", "proxy": "nas.proxies.screen"})
 
 
 @SCORERS.register("predictor")
