@@ -2,15 +2,16 @@
 
 Throughput: REA on the NB201 table with evaluator=simulated (heavy-tailed lognormal training
 times, deterministic per architecture), time-scaled so a simulated hour of training takes
-`--median` real seconds at the median; worker utilisation (evaluation seconds the workers report
-/ (workers x search wall time)) is scale-free, trials/hour is in simulated time. Each engine
-(ENGINES: name -> factory of an executor on n workers) runs both modes; the lead adds Dask/Ray rows
-there. "clock" replays the same searches on the simulated clock: no overhead, the ideal.
+`--median` real seconds at the median; worker utilisation (seconds of training slept / (workers x
+search wall time)) is scale-free, trials/hour is in simulated time. Each engine (ENGINES: "local"
+worker pool, local "dask" and "ray" clusters driven by a Prefect flow as `nas search runner=dask`
+does) runs both modes; dask and ray run async once more at `--long-median`, where their per-task
+overhead weighs less. "clock" replays the same searches on the simulated clock: no overhead, the ideal.
 
 Quality: REA at equal trials, batch (batch_size=W) vs async (in_flight=W) on the simulated clock,
 20 seeds, paired Wilcoxon signed-rank over seeds of the best table accuracy: async must not be worse.
 
-    python benchmarks/scale_out.py            # 1,2,4,8 workers; 20 seeds x 150 trials: a few minutes
+    python benchmarks/scale_out.py            # 1,2,4,8 workers; 20 seeds x 150 trials: ~15 min on 2 cores
     python benchmarks/scale_out.py --quick    # 1,2 workers; 3 seeds: proves it runs
 
 Writes benchmarks/results/scale_out.json (+ .md table, .png)."""
@@ -154,26 +155,27 @@ def search(spec: SearchSpec, executor: Any) -> tuple[dict[str, Any], list[dict[s
         return summary, [r.to_json() for r in read_history(Path(tmp) / "history.jsonl")]
 
 
-def throughput(engine: str, workers_list: list[int], per_worker: int, median: float) -> Rows:
+def throughput(engine: str, workers_list: list[int], per_worker: int, median: float,
+               modes: tuple[str, ...] = ("batch", "async")) -> Rows:
     time_scale = median / HOUR
     rows: Rows = []
     for workers in workers_list:
         trials = per_worker * workers
         rows += ENGINES[engine](spec_for("async", workers, trials, 0, time_scale), workers,
-                                lambda executor, w=workers, t=trials: measure(engine, executor, w, t, time_scale))
+                                lambda executor, w=workers, t=trials: measure(engine, executor, w, t, median, modes))
     return rows
 
 
-def measure(engine: str, executor: Any, workers: int, trials: int, time_scale: float) -> Rows:
+def measure(engine: str, executor: Any, workers: int, trials: int, median: float, modes: tuple[str, ...]) -> Rows:
     """Batch then async on one executor. First one candidate per worker, unmeasured, so worker
     start-up (imports, loading the NB201 table) counts against neither mode."""
-    simulated = isinstance(executor, SimulatedClock)
+    simulated, time_scale = isinstance(executor, SimulatedClock), median / HOUR
     spec = spec_for("async", workers, trials, 0, time_scale)
     space = spec.build_space()
     rng = np.random.default_rng(12345)
     executor.evaluate([Candidate(space.sample(rng)) for _ in range(workers)])
     rows = []
-    for mode in ("batch", "async"):
+    for mode in modes:
         spec = spec_for(mode, workers, trials, 0, time_scale)
         scale = 1.0 if simulated else time_scale
         timed = Timed(executor, (lambda e=executor: e.now) if simulated else time.perf_counter, scale)
@@ -182,6 +184,7 @@ def measure(engine: str, executor: Any, workers: int, trials: int, time_scale: f
         wall = timed.now() - start
         busy = sum(r["cost_seconds"] for r in history) * scale
         rows.append({"engine": engine, "mode": mode, "workers": workers, "trials": summary["trials"],
+                     "real_seconds_per_simulated_hour": median,
                      "wall_seconds": round(wall, 3), "busy_seconds": round(busy, 3),
                      "utilisation": round(busy / (workers * wall), 4),
                      "steady_utilisation": round(timed.steady_utilisation(workers), 4),
@@ -223,16 +226,19 @@ def quality(seeds: int, trials: int, workers: int) -> dict[str, Any]:
 
 
 def markdown(rows: list[dict[str, Any]], q: dict[str, Any], median: float) -> str:
-    out = [f"Simulated training times: lognormal, median 1 h (sigma {SIGMA}), run at {median} s per simulated hour.",
-           "", "| engine | mode | workers | trials | utilisation | steady state | trials / hour | wall (s) |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = [f"Simulated training times: lognormal, median 1 h (sigma {SIGMA}), run at {median} s per simulated hour "
+           "(s / h: where a row differs).", "",
+           "| engine | mode | workers | s / h | trials | utilisation | steady state | trials / hour | wall (s) |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['engine']} | {r['mode']} | {r['workers']} | {r['trials']} | {r['utilisation']:.1%} | "
-                   f"{r['steady_utilisation']:.1%} | {r['trials_per_hour']:.2f} | {r['wall_seconds']:.1f} |")
+        out.append(f"| {r['engine']} | {r['mode']} | {r['workers']} | {r['real_seconds_per_simulated_hour']} | "
+                   f"{r['trials']} | {r['utilisation']:.1%} | {r['steady_utilisation']:.1%} | "
+                   f"{r['trials_per_hour']:.2f} | {r['wall_seconds']:.1f} |")
     d = q["async_minus_batch"]
-    out += ["", "Utilisation: evaluation seconds / (workers x wall); steady state: until the last candidate was "
+    out += ["", "Utilisation: training seconds slept / (workers x wall); steady state: until the last candidate was "
                 "handed out (then workers idle as the budget drains). clock: simulated clock, no overhead "
-                "(wall in simulated seconds).", "", f"REA quality at {q['trials']} trials, {q['workers']} workers, {q['seeds']} seeds (simulated clock):",
+                "(wall in simulated seconds). dask, ray: each evaluation is a Prefect task run (state reports to the "
+                "run's API server), whose overhead is a larger share of short evaluations.", "", f"REA quality at {q['trials']} trials, {q['workers']} workers, {q['seeds']} seeds (simulated clock):",
             "", "| mode | best (mean ± std) | simulated hours |", "|---|---|---|"]
     for m in ("batch", "async"):
         out.append(f"| {m} | {q['best'][m]['mean']:.2f} ± {q['best'][m]['std']:.2f} | {q['simulated_hours'][m]} |")
@@ -242,7 +248,7 @@ def markdown(rows: list[dict[str, Any]], q: dict[str, Any], median: float) -> st
     return "\n".join(out)
 
 
-def plot(rows: list[dict[str, Any]], q: dict[str, Any], path: Path) -> None:
+def plot(rows: list[dict[str, Any]], q: dict[str, Any], median: float, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -251,8 +257,10 @@ def plot(rows: list[dict[str, Any]], q: dict[str, Any], path: Path) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for engine in sorted({r["engine"] for r in rows}):
         for mode, style in (("batch", "--"), ("async", "-")):
-            pts = [(r["workers"], r["utilisation"]) for r in rows if r["engine"] == engine and r["mode"] == mode]
-            left.plot(*zip(*pts), style, marker="o", label=f"{engine} {mode}")
+            pts = [(r["workers"], r["utilisation"]) for r in rows if r["engine"] == engine and r["mode"] == mode
+                   and r["real_seconds_per_simulated_hour"] == median]
+            if pts:
+                left.plot(*zip(*pts), style, marker="o", label=f"{engine} {mode}")
     left.axhline(0.95, color="grey", lw=0.8)
     left.set(xlabel="workers", ylabel="worker utilisation", ylim=(0, 1.05), xscale="log", xticks=[1, 2, 4, 8],
              xticklabels=["1", "2", "4", "8"], title="Utilisation")
@@ -273,6 +281,8 @@ def main() -> None:
     ap.add_argument("--median", type=float, default=1.0, help="real seconds per simulated hour")
     ap.add_argument("--per-worker", type=int, default=8, help="trials per worker in the throughput runs")
     ap.add_argument("--engines", default="local,dask,ray,clock")
+    ap.add_argument("--long-median", type=float, default=4.0,
+                    help="dask, ray: async at the most workers again, with evaluations this much longer")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "scale_out.json")
     args = ap.parse_args()
     workers = [1, 2] if args.quick else [1, 2, 4, 8]
@@ -286,7 +296,10 @@ def main() -> None:
         configure_prefect_env()
     logging.getLogger("nas.search.loop").setLevel(logging.ERROR)  # REA's small-budget note, per run
     start, load_start = time.perf_counter(), [round(x, 2) for x in os.getloadavg()]
-    rows = [row for engine in args.engines.split(",") for row in throughput(engine, workers, per_worker, median)]
+    engines = args.engines.split(",")
+    rows = [row for engine in engines for row in throughput(engine, workers, per_worker, median)]
+    rows += [row for engine in engines if engine in ("dask", "ray") and not args.quick
+             for row in throughput(engine, [max(workers)], per_worker // 2, args.long_median, ("async",))]
     q = quality(seeds, trials, max(workers))
     payload = {"benchmark": "scale_out", "quick": args.quick,
                "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg_start": load_start,
@@ -294,13 +307,15 @@ def main() -> None:
                "per_worker_trials": per_worker, "median_real_seconds_per_simulated_hour": median,
                "sigma": SIGMA, "throughput": rows, "quality": q,
                "async_utilisation_goal": 0.95,
-               "async_steady_utilisation_met": {e: min(r["steady_utilisation"] for r in rows if r["engine"] == e and
-                                                    r["mode"] == "async") >= 0.95 for e in {r["engine"] for r in rows}},
+               "async_steady_utilisation_met": {f"{e} at {m} s/h": min(
+                   r["steady_utilisation"] for r in rows if (r["engine"], r["mode"], r["real_seconds_per_simulated_hour"])
+                   == (e, "async", m)) >= 0.95 for e, m in sorted({(r["engine"], r["real_seconds_per_simulated_hour"])
+                                                                    for r in rows})},
                "seconds": round(time.perf_counter() - start, 1)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(args.out, payload)
     atomic_write_text(args.out.with_suffix(".md"), markdown(rows, q, median))
-    plot(rows, q, args.out.with_suffix(".png"))
+    plot(rows, q, median, args.out.with_suffix(".png"))
     print(f"wrote {args.out} (+ .md, .png)")
 
 
