@@ -11,7 +11,7 @@ overhead weighs less. "clock" replays the same searches on the simulated clock: 
 Quality: REA at equal trials, batch (batch_size=W) vs async (in_flight=W) on the simulated clock,
 20 seeds, paired Wilcoxon signed-rank over seeds of the best table accuracy: async must not be worse.
 
-    python benchmarks/scale_out.py            # 1,2,4,8 workers; 20 seeds x 150 trials: ~15 min on 2 cores
+    python benchmarks/scale_out.py            # 1,2,4,8 workers; 20 seeds x 150 trials: ~16 min on 2 loaded cores
     python benchmarks/scale_out.py --quick    # 1,2 workers; 3 seeds: proves it runs
 
 Writes benchmarks/results/scale_out.json (+ .md table, .png)."""
