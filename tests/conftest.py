@@ -69,6 +69,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_cluster_dask.py::test_each_worker_sees_only_its_gpu_and_evaluations_ask_for_it": ("slow", "prefect"),
     "test_cluster_dask.py::test_killed_worker_mid_evaluation_reruns_the_candidate_elsewhere": ("slow", "prefect"),
     "test_cluster_dask.py::test_candidate_that_kills_every_worker_becomes_a_failed_trial": ("slow", "prefect"),
+    "test_cluster_dask.py::test_asynchronous_search_runs_on_the_cluster_each_ask_told_once": ("slow", "prefect"),
     "test_cluster_ray.py": (),
     "test_cluster_ray.py::test_local_ray_is_small_and_offers_the_gpus_it_was_given": (),
     "test_cluster_ray.py::test_killed_worker_mid_evaluation_reruns_the_candidate": ("slow", "prefect"),

@@ -1,12 +1,15 @@
 """Dask cluster executor: one worker process per GPU slot (each seeing only its GPU, offering
 it as the `GPU` resource), evaluations that ask for their share, a worker killed in the middle
 of an evaluation (the candidate re-runs on another, nothing lost or duplicated), and a
-candidate whose every worker dies (a failed trial saying why). GPUs are faked: ids only."""
+candidate whose every worker dies (a failed trial saying why), and the asynchronous search loop
+(`budget.in_flight`) driving the cluster. GPUs are faked: ids only."""
 
 from __future__ import annotations
 
 import os
 import signal
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from prefect_dask import DaskTaskRunner
@@ -14,7 +17,9 @@ from prefect_dask import DaskTaskRunner
 from nas.errors import ConfigError
 from nas.orchestration.flows.placement import Placement, open_executor
 from nas.orchestration.flows.runners import build_task_runner, shared_api, slot_cluster
-from nas.search.loop import AsyncExecutor
+from nas.search.loop import AsyncExecutor, SearchLoop
+from nas.search.record import read_history
+from nas.search.spec import Component
 from support.cluster import candidates, inside_flow, slow_spec, wait_for
 
 FAKE_GPUS = ["0", "1"]
@@ -119,3 +124,20 @@ def test_candidate_that_kills_every_worker_becomes_a_failed_trial(cluster):
     ticket, (result, cached, _) = in_cluster(cluster, body)
     assert ticket == 7 and not result.ok and not cached
     assert result.error.startswith("evaluator crashed: KilledWorker:"), result.error
+
+
+def test_asynchronous_search_runs_on_the_cluster_each_ask_told_once(cluster, tmp_path):
+    spec = replace(slow_spec(), strategy=Component("random"), trials=6, in_flight=2,
+                   evaluator=Component("simulated", {"median_seconds": 0.2, "sigma": 0.5}))
+    evaluator = spec.build_evaluator(spec.build_space())
+
+    def body():
+        executor = open_executor({"name": "dask"}, spec, evaluator, retries=0)
+        return SearchLoop(spec, Path(tmp_path), executor, progress=False, runner="dask").run_search()
+
+    summary = in_cluster(cluster, body)
+    records = read_history(tmp_path / "history.jsonl")
+    assert summary["trials"] == 6 and summary["cache_hits"] == 0
+    assert sorted(r.ask for r in records) == list(range(6)) and len({r.key for r in records}) == 6
+    for r in records:
+        assert r.error is None and r.accuracy == evaluator.score(spec.build_space().decode(r.encoding)).accuracy
