@@ -199,8 +199,9 @@ asyncio.run(provide_database_interface().create_db())
 """
 
 
-def seed_prefect_db(nasflow_home: Path) -> None:
-    """Give `nasflow_home` (not yet used) the migrated Prefect database."""
+def seed_prefect_db(prefect_home: Path) -> None:
+    """Give `prefect_home` (a PREFECT_HOME not yet used; NASFLOW_HOME/prefect for `nas`) the
+    migrated Prefect database."""
     if not _PREFECT_DB.is_file():
         home = Path(tempfile.mkdtemp(dir=_PREFECT_DB.parent))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
@@ -212,9 +213,8 @@ def seed_prefect_db(nasflow_home: Path) -> None:
             db.execute("PRAGMA journal_mode=DELETE")
         db.close()
         made.rename(_PREFECT_DB)  # only a complete template is ever there
-    target = nasflow_home / "prefect" / "prefect.db"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(_PREFECT_DB, target)
+    prefect_home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_PREFECT_DB, prefect_home / "prefect.db")
 
 
 @pytest.fixture
@@ -222,7 +222,7 @@ def nas_env(tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
     env["NASFLOW_HOME"] = str(tmp_path / "nasflow-home")
     if request.node.get_closest_marker("prefect"):
-        seed_prefect_db(tmp_path / "nasflow-home")
+        seed_prefect_db(tmp_path / "nasflow-home" / "prefect")
     env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "180"
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import NAS, ROOT
+from conftest import NAS, ROOT, seed_prefect_db
 
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 
@@ -149,6 +149,7 @@ def readme_runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess | str
     shutil.copy(ROOT / "nas" / "conf" / "serve" / "default.yaml", cwd / "my_serve.yaml")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
     env.update(NASFLOW_HOME=str(cwd / "home"), PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="180")
+    seed_prefect_db(cwd / "home" / "prefect")
     ctx = {"tmp": str(cwd)}
     results: dict[str, subprocess.CompletedProcess | str] = {}
     for command in (c for c in readme_commands() if c in RUN):
