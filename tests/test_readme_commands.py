@@ -53,7 +53,8 @@ RUN: dict[str, Run] = {
         Run(append="budget.trials=2 evaluator.val_subset=128 evaluator.recal_batches=1", needs=(FASHION,)),
     "nas search space=nb201 evaluator=train data=fashion_mnist recipe=cpu_proxy budget.trials=10 "
     "evaluator.channels=8 evaluator.cells_per_stage=1":
-        Run(append="budget.trials=1 recipe.epochs=1 runner=local", needs=(FASHION,)),
+        Run(append="budget.trials=1 recipe.epochs=1 recipe.train_subset=512 recipe.valid_subset=256 "
+                   "recipe.test_subset=256 runner=local", needs=(FASHION,)),
     "nas train tests/data/blocks/residual.txt data=digits recipe.epochs=3 evaluator.cells_per_stage=1":
         Run(append="recipe.epochs=1"),
     "nas search -m +experiment=ablation": Run(append="budget.trials=2 seed=0", checks=("ablation",)),
