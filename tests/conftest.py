@@ -6,6 +6,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -189,10 +190,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(marker)
 
 
+# A migrated Prefect database, made once per session (each xdist worker) and copied into the homes
+# of tests that start `nas` on Prefect: Prefect's migrations of a fresh database are about half the
+# ephemeral server's start-up, and no such test checks them (the in-process `prefect_home` tests
+# and `make run` still migrate a fresh home).
+_PREFECT_DB = Path(os.environ["NASFLOW_HOME"]) / "prefect-template.db"
+_MAKE_PREFECT_DB = """
+import asyncio
+from nas.orchestration.env import configure_prefect_env
+configure_prefect_env()
+from prefect.server.database import provide_database_interface
+asyncio.run(provide_database_interface().create_db())
+"""
+
+
+def seed_prefect_db(prefect_home: Path) -> None:
+    """Give `prefect_home` (a PREFECT_HOME not yet used; NASFLOW_HOME/prefect for `nas`) the
+    migrated Prefect database."""
+    if not _PREFECT_DB.is_file():
+        home = Path(tempfile.mkdtemp(dir=_PREFECT_DB.parent))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
+        env["NASFLOW_HOME"] = str(home)
+        subprocess.run([sys.executable, "-c", _MAKE_PREFECT_DB], env=env, check=True, timeout=300,
+                       capture_output=True)
+        made = home / "prefect" / "prefect.db"
+        with sqlite3.connect(made) as db:  # fold the write-ahead log in: one file to copy
+            db.execute("PRAGMA journal_mode=DELETE")
+        db.close()
+        made.rename(_PREFECT_DB)  # only a complete template is ever there
+    prefect_home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_PREFECT_DB, prefect_home / "prefect.db")
+
+
 @pytest.fixture
-def nas_env(tmp_path: Path) -> dict[str, str]:
+def nas_env(tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
     env["NASFLOW_HOME"] = str(tmp_path / "nasflow-home")
+    if request.node.get_closest_marker("prefect"):
+        seed_prefect_db(tmp_path / "nasflow-home" / "prefect")
     env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "180"
     env["PYTHONUNBUFFERED"] = "1"
     return env

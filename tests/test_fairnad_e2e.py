@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import seed_prefect_db
 from support.scripted import ScriptedServer
 from nas.spaces.source.bases import base_source
 
@@ -91,6 +92,7 @@ def search(tmp_path: Path, run: Path, runner: str, *llm: str) -> subprocess.Comp
 
 
 def test_fairnad_search_end_to_end(tmp_path):
+    seed_prefect_db(tmp_path / "home" / "prefect")
     marker = tmp_path / "pwned"
     designer = Designer(marker)
     run = tmp_path / "run"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import seed_prefect_db
 from support.scripted import ScriptedServer
 
 pytestmark = pytest.mark.slow
@@ -114,6 +115,7 @@ def test_ingest_as_a_prefect_flow(tmp_path):
     from nas.knowledge.papers import builtin_corpus
 
     (tmp_path / "bad.jsonl").write_text("not json\n")
+    seed_prefect_db(tmp_path / "home" / "prefect")
     out = nas(tmp_path / "home", "ingest", str(builtin_corpus()), str(tmp_path / "bad.jsonl"), "--prefect",
               "--out", str(tmp_path / "rec"))
     assert out.returncode == 0, out.stderr

@@ -599,11 +599,12 @@ def test_constrained_modifier_reply_always_parses(tmp_path, monkeypatch):
 
     monkeypatch.setenv("NASFLOW_HOME", str(tmp_path / "home"))
     parent = BlockSet.from_text(RESIDUAL, "parent")
-    # nas/conf/llm/local.yaml's modifier settings; the grammar's size bound (parent + 16 nodes,
+    # nas/conf/llm/local.yaml's modifier settings but greedy (temperature 0): the same reply on
+    # every run, so a failure is reproducible; the grammar's size bound (parent + 16 nodes,
     # at most 4 edges into each) keeps even a looping reply inside max_tokens.
     cfg = {"backend": "local", "cache": False, "local": {"n_ctx": 4096, "n_threads": None,
                                                           "startup_timeout_s": 180},
-           "roles": {"modifier": {"temperature": 0.7, "max_tokens": 768}}}
+           "roles": {"modifier": {"temperature": 0.0, "max_tokens": 768}}}
     client = LLMClient(cfg)
     try:
         for i, (idea, sections) in enumerate([("add a squeeze-and-excitation gate after the second BN", ("base",)),

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import NAS, ROOT
+from conftest import NAS, ROOT, seed_prefect_db
 
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 
@@ -53,7 +53,8 @@ RUN: dict[str, Run] = {
         Run(append="budget.trials=2 evaluator.val_subset=128 evaluator.recal_batches=1", needs=(FASHION,)),
     "nas search space=nb201 evaluator=train data=fashion_mnist recipe=cpu_proxy budget.trials=10 "
     "evaluator.channels=8 evaluator.cells_per_stage=1":
-        Run(append="budget.trials=1 recipe.epochs=1 runner=local", needs=(FASHION,)),
+        Run(append="budget.trials=1 recipe.epochs=1 recipe.train_subset=512 recipe.valid_subset=256 "
+                   "recipe.test_subset=256 runner=local", needs=(FASHION,)),
     "nas train tests/data/blocks/residual.txt data=digits recipe.epochs=3 evaluator.cells_per_stage=1":
         Run(append="recipe.epochs=1"),
     "nas search -m +experiment=ablation": Run(append="budget.trials=2 seed=0", checks=("ablation",)),
@@ -149,6 +150,7 @@ def readme_runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess | str
     shutil.copy(ROOT / "nas" / "conf" / "serve" / "default.yaml", cwd / "my_serve.yaml")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
     env.update(NASFLOW_HOME=str(cwd / "home"), PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="180")
+    seed_prefect_db(cwd / "home" / "prefect")
     ctx = {"tmp": str(cwd)}
     results: dict[str, subprocess.CompletedProcess | str] = {}
     for command in (c for c in readme_commands() if c in RUN):

@@ -16,7 +16,7 @@ import yaml
 from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 from prefect_dask import DaskTaskRunner
 
-from conftest import run_nas
+from conftest import run_nas, seed_prefect_db
 from nas.orchestration.flows.runners import build_task_runner, local_cluster
 from nas.errors import ConfigError, MissingDependencyError
 
@@ -96,6 +96,7 @@ def test_dask_search_matches_the_other_runners_and_fills_the_cache(tmp_path, nas
         return json.loads((tmp_path / tag / "summary.json").read_text()), [(h["key"], h["accuracy"]) for h in history]
 
     nas_env["NASFLOW_NO_KEY"] = ""
+    seed_prefect_db(tmp_path / "home" / "prefect")  # the Dask and Prefect searches' home
     with ScriptedServer(navigator_and_generator) as srv:
         args = ["space=nb201", "evaluator=table", "strategy=collm", "strategy.candidates_per_iteration=3",
                 "llm=openai", f"llm.base_url={srv.base_url}", "llm.api_key_env=NASFLOW_NO_KEY",

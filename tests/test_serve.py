@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NAS, ROOT, run_nas
+from conftest import NAS, ROOT, run_nas, seed_prefect_db
 
 PREFECT = str(Path(sys.executable).parent / "prefect")
 OVERRIDES = ["space=nb201", "strategy=random", "evaluator=table", "budget.trials=5"]
@@ -114,6 +114,7 @@ def _start_server(home: Path, env: dict[str, str], **extra: str) -> tuple[subpro
         except httpx.HTTPError:
             return False
 
+    seed_prefect_db(home / "server-home")
     server = _start([PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)], server_env,
                     home / "server.log")
     try:

