@@ -122,7 +122,7 @@ def test_multirun_and_compare(tmp_path, nas_env):
     ("strategy=foo", "unknown strategy 'foo' (valid: bananas, collm, evolution, fairnad, nader, random, rea, reinforce)"),
     ("space=nb999", "unknown space 'nb999' (valid: autoformer, autoformer_small, nader, nb201, ofa_mbv3, "
                     "ofa_mbv3_small, source, spos, spos_small)"),
-    ("evaluator=oracle", "unknown evaluator 'oracle' (valid: quick, supernet, table, train)"),
+    ("evaluator=oracle", "unknown evaluator 'oracle' (valid: proxy, quick, simulated, supernet, table, train)"),
     ("budget.trials=0", "budget.trials must be > 0, got 0"),
     ("budget.trials=-3", "budget.trials must be > 0, got -3"),
     ("+strategy.bogus=1", "strategy 'rea': unknown parameter 'bogus'"),
