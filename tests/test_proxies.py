@@ -172,24 +172,11 @@ def test_model_source_gets_its_proxies_from_the_exported_graph():
     from nas.evaluators.train import TrainEvaluator
     from nas.spaces.source.arch import SourceArch
     from nas.spaces.source.space import SourceSpace
+    from test_train_eval import SOURCE  # a one-conv digits classifier
 
-    source = """
-import torch
-from torch import nn
-
-
-class Network(nn.Module):
-    def __init__(self, num_classes=10):
-        super().__init__()
-        self.body = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, num_classes))
-
-    def forward(self, x):
-        return self.body(x)
-"""
     recipe = {"epochs": 1, "batch_size": 64, "train_subset": 128, "valid_subset": 64, "test_subset": 64}
     ev = TrainEvaluator(SourceSpace(), {"name": "digits"}, recipe, sandbox={"wall_s": 300})
-    result = ev.evaluate(SourceArch(source), seed=0)
+    result = ev.evaluate(SourceArch(SOURCE), seed=0)
     assert result.ok and "self_reported" not in result.metrics
     assert {"proxy_synflow", "proxy_jacob_cov", "proxy_snip"} <= set(result.metrics)
     assert result.metrics["proxy_synflow"] > 0 and result.metrics["proxy_snip"] > 0
