@@ -23,25 +23,37 @@
    when it is missing).  Synthetic CIFAR-shaped uint8 data on the GPU for the
    timings (throughput does not depend on the pixels).  Packing: N = 1, 2,
    4, 8 candidates per GPU as CUDA streams in one process
-   (`engine.concurrent=N`) and as N processes started together.
+   (`engine.concurrent=N`), as N processes started together, and as N
+   processes under CUDA MPS (when nvidia-cuda-mps-control is there); the
+   NB201 cell network and compiled candidates as streams.  Each section is
+   saved as it ends (a GPU lease can end first) and a failing one records
+   its error while the rest still run; `--sections` picks and orders them.
 6. CPU: the same parity check on Fashion-MNIST (the static-shape step with
    its padded, masked last batch, run eagerly, vs the eager step; 3 seeds)
    and the packing measurement at N = 1, 2 (a smoke test of the GPU code).
 Writes benchmarks/results/train_throughput.json (--quick: tiny sizes, to
 results/train_throughput_quick.json; a smoke test of every section);
 --skip-baseline leaves out section 4 (about 11 minutes); --gpu-only runs
-section 5 alone, to results/train_throughput_gpu.json (+ .md).
+section 5 alone, to results/train_throughput_gpu_<device>.json (+ .md), e.g.
+_h100 (about 8 minutes on an H200); --gpu-only --quick without CUDA runs
+section 5's code on CPU at tiny sizes (a smoke test, about 7 minutes).
 
-    python benchmarks/train_throughput.py [--quick] [--gpu-only] [--skip-baseline] [--out PATH]
-        [--fashion-root DIR]
+    python benchmarks/train_throughput.py [--quick] [--gpu-only] [--sections a,b] [--skip-baseline]
+        [--out PATH] [--fashion-root DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from queue import Empty
 from pathlib import Path
 
@@ -271,6 +283,15 @@ def parity(data: ImageData, epochs: int, seeds: tuple[int, ...], train_subset: i
     return out
 
 
+def packed_model(arch: str, seed: int, depth: int, width: int):
+    """A packing candidate: the ResNet skeleton at `width`, or NB201's cell network (C=16, N=5)."""
+    if arch == "nb201":
+        torch.manual_seed(seed)
+        return NB201Space(channels=16, cells_per_stage=5).build(NB201Cell.from_string(NB201_CELL), num_classes=10,
+                                                                in_channels=3)
+    return model(3, 32, 10, seed=seed, depth=depth, width=width)[0]
+
+
 def _packed_child(spec: dict, barrier, results) -> None:
     """One of N processes packed on one device: build the data and a candidate, warm up,
     then train together with the others (started at the barrier)."""
@@ -280,9 +301,9 @@ def _packed_child(spec: dict, barrier, results) -> None:
     recipe = Recipe(epochs=spec["epochs"], batch_size=spec["batch"], valid_subset=256, test_subset=256)
     warm = Recipe(epochs=1, batch_size=spec["batch"], train_subset=2 * spec["batch"], valid_subset=256,
                   test_subset=256)
-    train_many([model(3, 32, 10, seed=spec["index"], depth=spec["depth"], width=spec["width"])[0]], data, warm, 0,
-               engine)
-    net = model(3, 32, 10, seed=spec["index"], depth=spec["depth"], width=spec["width"])[0]
+    make = (spec["arch"], spec["index"], spec["depth"], spec["width"])
+    train_many([packed_model(*make)], data, warm, 0, engine)
+    net = packed_model(*make)
     barrier.wait()
     start = time.time()
     r = train_many([net], data, recipe, 0, engine)[0]
@@ -290,15 +311,55 @@ def _packed_child(spec: dict, barrier, results) -> None:
                  "cuda_graphs": r.cuda_graphs})
 
 
+def _mps_control() -> str | None:
+    for path in (shutil.which("nvidia-cuda-mps-control"), "/usr/local/nvidia/bin/nvidia-cuda-mps-control",
+                 "/usr/bin/nvidia-cuda-mps-control"):
+        if path and Path(path).exists():
+            return path
+    return None
+
+
+@contextmanager
+def mps_daemon():
+    """CUDA MPS for the processes started inside (their kernels share the GPU at once instead
+    of time-slicing); yields None when it runs, else why not."""
+    exe = _mps_control()
+    if exe is None:
+        yield "nvidia-cuda-mps-control not found"
+        return
+    root = Path(tempfile.mkdtemp(prefix="mps-"))
+    env = {"CUDA_MPS_PIPE_DIRECTORY": str(root / "pipe"), "CUDA_MPS_LOG_DIRECTORY": str(root / "log")}
+    for d in env.values():
+        Path(d).mkdir()
+    os.environ.update(env)
+    try:
+        r = subprocess.run([exe, "-d"], capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            yield f"nvidia-cuda-mps-control -d exited {r.returncode}: {(r.stderr or r.stdout).strip()[:200]}"
+            return
+        try:
+            yield None
+        finally:
+            subprocess.run([exe], input="quit\n", capture_output=True, text=True, timeout=30)
+    finally:
+        for k in env:
+            os.environ.pop(k, None)
+
+
 def packing(accelerator: str, images: int, epochs: int, batch: int, depth: int, width: int,
-            ns: tuple[int, ...], threads: int = 1) -> dict:
+            ns: tuple[int, ...], threads: int = 1, modes: tuple[str, ...] = ("streams", "processes"),
+            arch: str = "resnet", deadline: float = 300.0, compile_: bool = False) -> dict:
     """Several candidates on one device, per-candidate seconds of the 200-epoch, 50k-image recipe:
     (a) streams: one process, `engine.concurrent=N` with CUDA graphs (each candidate one graph
     replay per step on its own stream); (b) processes: N spawned processes, each training one
-    candidate, started together; the slowest one's end is the group's wall time."""
+    candidate, started together; the slowest one's end is the group's wall time.  A group of
+    processes that has not finished after `deadline` seconds is killed (an error).  `compile_`:
+    torch.compile each candidate too (the warm-up pays for it; the candidates share one
+    architecture here, so later ones reuse the compiled code: a distinct architecture pays its
+    compile once, see the rows' compile seconds)."""
     import multiprocessing as mp
 
-    engine = {**GPU_FAST, "accelerator": accelerator, "cuda_graphs": "on"}
+    engine = {**GPU_FAST, "accelerator": accelerator, "cuda_graphs": "on", "compile": compile_}
     if accelerator == "cpu":
         engine.update(bf16=False, channels_last=False)
     data = synthetic(images, (3, 32, 32))
@@ -307,135 +368,221 @@ def packing(accelerator: str, images: int, epochs: int, batch: int, depth: int, 
     scale = 200 * 50_000 / images / epochs  # measured epochs -> the 200-epoch, 50k-image recipe
 
     def nets(n: int) -> list:
-        return [model(3, 32, 10, seed=i, depth=depth, width=width)[0] for i in range(n)]
+        return [packed_model(arch, i, depth, width) for i in range(n)]
 
-    streams, processes = [], []
+    def row(n: int, wall: float, setup: float, graphs: str) -> dict:
+        r = {"n": n, "wall_seconds": round(wall, 3), "compile_seconds": round(setup, 3), "cuda_graphs": graphs,
+             "projected_seconds_per_candidate": round(((wall - setup) * scale + setup) / n, 1)}
+        print(f"  packing {arch} N={n}: {r['projected_seconds_per_candidate']} s per candidate "
+              f"(wall {r['wall_seconds']} s)", flush=True)
+        return r
+
+    out: dict = {"measured": True, "device": torch.cuda.get_device_name(0) if accelerator == "gpu"
+                 else platform.processor() or "cpu", "arch": arch, "engine": engine, "images": images,
+                 "epochs": epochs, "batch": batch, "cells_per_stage": depth, "width": width,
+                 "threads_per_process": threads,
+                 "note": "per-candidate seconds = (group wall time - graph capture) scaled to 200 epochs x 50k "
+                         "images, plus the capture once, divided by N"}
     for n in ns:
-        e = Engine(**{**engine, "concurrent": n})
-        train_many(nets(n), data, warm, 0, e)
-        group = nets(n)
-        start = time.perf_counter()
-        rs = train_many(group, data, recipe, 0, e)
-        wall = time.perf_counter() - start
-        setup = sum(r.compile_seconds for r in rs)  # captured one after the other
-        streams.append({"n": n, "wall_seconds": round(wall, 3), "compile_seconds": round(setup, 3),
-                        "cuda_graphs": rs[0].cuda_graphs,
-                        "projected_seconds_per_candidate": round(((wall - setup) * scale + setup) / n, 1)})
+        if "streams" in modes:
+            e = Engine(**{**engine, "concurrent": n})
+            train_many(nets(n), data, warm, 0, e)
+            group = nets(n)
+            start = time.perf_counter()
+            rs = train_many(group, data, recipe, 0, e)
+            wall = time.perf_counter() - start
+            setup = sum(r.compile_seconds for r in rs)  # captured one after the other
+            out.setdefault("streams", []).append(row(n, wall, setup, rs[0].cuda_graphs))
+        if "processes" not in modes:
+            continue
         ctx = mp.get_context("spawn")
         barrier, queue = ctx.Barrier(n), ctx.Queue()
         spec = {"images": images, "engine": engine, "epochs": epochs, "batch": batch, "depth": depth,
-                "width": width, "threads": threads}
+                "width": width, "threads": threads, "arch": arch}
         procs = [ctx.Process(target=_packed_child, args=({**spec, "index": i}, barrier, queue)) for i in range(n)]
         for p in procs:
             p.start()
-        got = []
-        while len(got) < n:
-            try:
-                got.append(queue.get(timeout=5))
-            except Empty:
-                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-                if dead:
-                    for p in procs:
-                        p.kill()
-                    raise RuntimeError(f"a packed training process exited with status {dead[0]}") from None
-        for p in procs:
-            p.join()
+        got: list[dict] = []
+        until = time.monotonic() + deadline
+        try:
+            while len(got) < n:
+                try:
+                    got.append(queue.get(timeout=5))
+                except Empty:
+                    dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                    if dead:
+                        raise RuntimeError(f"a packed training process exited with status {dead[0]}") from None
+                    if time.monotonic() > until:
+                        raise RuntimeError(f"{n} packed processes still running after {deadline:.0f} s") from None
+        finally:
+            for p in procs:
+                if len(got) < n:
+                    p.kill()
+                p.join()
         wall = max(g["end"] for g in got) - min(g["start"] for g in got)
         setup = max(g["compile_seconds"] for g in got)  # captured at the same time
-        processes.append({"n": n, "wall_seconds": round(wall, 3), "compile_seconds": round(setup, 3),
-                          "cuda_graphs": got[0]["cuda_graphs"],
-                          "projected_seconds_per_candidate": round(((wall - setup) * scale + setup) / n, 1)})
-    return {"measured": True, "device": torch.cuda.get_device_name(0) if accelerator == "gpu" else platform.processor()
-            or "cpu", "engine": engine, "images": images, "epochs": epochs, "batch": batch, "cells_per_stage": depth,
-            "width": width, "threads_per_process": threads, "streams": streams, "processes": processes,
-            "note": "per-candidate seconds = (group wall time - graph capture) scaled to 200 epochs x 50k "
-                    "images, plus the capture once, divided by N"}
+        out.setdefault("processes", []).append(row(n, wall, setup, got[0]["cuda_graphs"]))
+    return out
 
 
-def gpu_section(quick: bool, fashion_root: Path) -> dict:
-    n = 4096 if quick else 50_000
+GPU_SECTIONS = ("packing", "rows", "packing_mps", "packing_nb201", "packing_compiled", "parity", "reduce_overhead")
+
+
+def _error(exc: BaseException) -> dict:
+    line = next((t.strip() for t in str(exc).splitlines() if t.strip()), "")
+    return {"error": f"{type(exc).__name__}: {line}"[:300]}
+
+
+def gpu_section(quick: bool, fashion_root: Path, sections: tuple[str, ...] = GPU_SECTIONS,
+                save=None) -> dict:
+    """The GPU measurements, `sections` in their order (see GPU_SECTIONS); each one's failure is
+    recorded as its result and the rest still run; `save(out)` after each (a lease can end).
+    Without CUDA (quick only) the same code runs on CPU at tiny sizes: a smoke test."""
+    cuda = torch.cuda.is_available()
+    acc = "gpu" if cuda else "cpu"
+    n = (4096 if cuda else 768) if quick else 50_000
     epochs, batch = (1, 256) if quick else (2, 256)
     data = synthetic(n, (3, 32, 32))
     w_exact, w8 = resnet_width(1), resnet_width(8)
-    nb201 = NB201Cell.from_string(NB201_CELL)
+    fast = {**GPU_FAST, "accelerator": acc}
+    ns = (1, 2) if quick else (1, 2, 4, 8)
 
     def resnet(width: int):
         return lambda: model(3, 32, 10, width=width)[0]
 
     def cells():
-        torch.manual_seed(0)
-        return NB201Space(channels=16, cells_per_stage=5).build(nb201, num_classes=10, in_channels=3)
+        return packed_model("nb201", 0, 5, 16)
 
+    out: dict = {"device": torch.cuda.get_device_name(0) if cuda else "cpu (smoke test)",
+                 "data": f"synthetic: {n} random uint8 3x32x32 images resident on the GPU (throughput does "
+                         "not depend on the pixels)", "batch": batch, "budget_width": w_exact,
+                 "width_multiple_8": w8, "nader_seconds": NADER_SECONDS, "target_seconds": TARGET_SECONDS,
+                 "sections": list(sections)}
     warm = Recipe(epochs=1, batch_size=batch, train_subset=4 * batch, valid_subset=256, test_subset=256)
-    train_many([resnet(w8)()], data, warm, 0, Engine(**GPU_FAST, cuda_graphs="off"))  # CUDA/cuDNN start-up
-    rows = [
-        candidate_seconds(data, f"resnet w{w_exact}", resnet(w_exact), Engine(**GPU_FAST, cuda_graphs="off"),
-                          epochs, batch),
-        candidate_seconds(data, f"resnet w{w_exact}", resnet(w_exact), Engine(**GPU_FAST, cuda_graphs="on"),
-                          epochs, batch),
-        candidate_seconds(data, f"resnet w{w8}", resnet(w8), Engine(**GPU_FAST, cuda_graphs="on"), epochs, batch),
-        candidate_seconds(data, f"resnet w{w8}", resnet(w8), Engine(**GPU_FAST, cuda_graphs="on", compile=True),
-                          epochs, batch),
-        candidate_seconds(data, "nb201 C16 N5", cells, Engine(**GPU_FAST, cuda_graphs="off"), epochs, batch),
-        candidate_seconds(data, "nb201 C16 N5", cells, Engine(**GPU_FAST, cuda_graphs="on"), epochs, batch),
-    ]
-    for row, label in zip(rows, ("eager", "graphed", "graphed + width multiple of 8", "compiled + graphed",
-                                 "eager", "graphed")):
-        row["variant"] = label
-    out = {"device": torch.cuda.get_device_name(0), "data": f"synthetic: {n} random uint8 3x32x32 images "
-           "resident on the GPU (throughput does not depend on the pixels)", "batch": batch,
-           "budget_width": w_exact, "width_multiple_8": w8, "rows": rows,
-           "nader_seconds": NADER_SECONDS, "target_seconds": TARGET_SECONDS}
-    best = min(r["projected_seconds_200_epochs_50k"] for r in rows[:4])
-    out["best_resnet_projected_seconds"], out["meets_target"] = best, best <= TARGET_SECONDS
-    if not quick:
-        out["reduce_overhead"] = reduce_overhead_probe(data, w8, 20)
-    out["packing"] = packing("gpu", n, epochs, batch, depth=5, width=w8, ns=(1, 2) if quick else (1, 2, 4, 8))
-    if (fashion_root / "train-images-idx3-ubyte.gz").exists() or (fashion_root / "train-images-idx3-ubyte").exists():
-        out["parity"] = parity(fashion_mnist(str(fashion_root)), 1 if quick else 5, NB201_SEEDS,
-                               5000 if quick else None)
-    else:
-        out["parity"] = parity(digits(), 3 if quick else 30, NB201_SEEDS, None)
+    train_many([resnet(w8)()], data, warm, 0, Engine(**fast, cuda_graphs="off"))  # CUDA/cuDNN start-up
+
+    def rows() -> list[dict]:
+        variants = [(f"resnet w{w_exact}", resnet(w_exact), {"cuda_graphs": "off"}, "eager"),
+                    (f"resnet w{w_exact}", resnet(w_exact), {"cuda_graphs": "on"}, "graphed"),
+                    (f"resnet w{w8}", resnet(w8), {"cuda_graphs": "on"}, "graphed + width multiple of 8"),
+                    (f"resnet w{w8}", resnet(w8), {"cuda_graphs": "on", "compile": True}, "compiled + graphed"),
+                    ("nb201 C16 N5", cells, {"cuda_graphs": "off"}, "eager"),
+                    ("nb201 C16 N5", cells, {"cuda_graphs": "on"}, "graphed")]
+        if not cuda:
+            variants = [v for v in variants if "compile" not in v[2]]  # inductor on CPU: minutes, no news
+        result = []
+        for name, make, extra, label in variants:
+            r = candidate_seconds(data, name, make, Engine(**fast, **extra), epochs, batch)
+            r["variant"] = label
+            print(f"  {name} {label}: {r['projected_seconds_200_epochs_50k']} s per candidate", flush=True)
+            result.append(r)
+        return result
+
+    def mps() -> dict:
+        if not cuda:
+            return {"measured": False, "reason": "no CUDA device"}
+        with mps_daemon() as why:
+            if why is not None:
+                return {"measured": False, "reason": f"CUDA MPS unavailable: {why}"}
+            return {**packing(acc, n, epochs, batch, depth=5, width=w8, ns=ns, modes=("processes",)), "mps": True}
+
+    def parity_run() -> dict:
+        if (fashion_root / "train-images-idx3-ubyte.gz").exists() or (fashion_root / "train-images-idx3-ubyte").exists():
+            return parity(fashion_mnist(str(fashion_root)), 1 if quick else 5, NB201_SEEDS,
+                          5000 if quick else None, base=fast)
+        return parity(digits(), 3 if quick else 30, NB201_SEEDS, None, base=fast)
+
+    work = {"rows": rows,
+            "reduce_overhead": lambda: reduce_overhead_probe(data, w8, 20) if cuda else {"skipped": "no CUDA"},
+            "packing": lambda: packing(acc, n, epochs, batch, depth=5, width=w8, ns=ns),
+            "packing_mps": mps,
+            "packing_nb201": lambda: packing(acc, n, epochs, batch, depth=5, width=16, ns=ns, modes=("streams",),
+                                             arch="nb201"),
+            "packing_compiled": lambda: packing(acc, n, epochs, batch, depth=5, width=w8,
+                                                ns=(1, 2) if quick else (1, 8, 16), modes=("streams",),
+                                                compile_=cuda),
+            "parity": parity_run}
+    for name in sections:
+        start = time.perf_counter()
+        print(f"[gpu] {name} ...", flush=True)
+        try:
+            out[name] = work[name]()
+        except Exception as exc:  # noqa: BLE001 - one section's failure is its result; the rest still run
+            out[name] = _error(exc)
+        print(f"[gpu] {name}: {time.perf_counter() - start:.0f} s", flush=True)
+        if name == "rows" and isinstance(out["rows"], list):
+            best = min(r["projected_seconds_200_epochs_50k"] for r in out["rows"] if r["candidate"] != "nb201 C16 N5")
+            out["best_resnet_projected_seconds"], out["meets_target"] = best, best <= TARGET_SECONDS
+        if save is not None:
+            save(out)
     return out
 
 
-def packing_markdown(p: dict | None) -> list[str]:
+def packing_markdown(p: dict | None, title: str = "Packing") -> list[str]:
     if p is None:
         return []
+    if "error" in p:
+        return [f"{title}: failed ({p['error']}).", ""]
     if not p.get("measured"):
-        return [f"Packing (N = 1, 2, 4, 8 candidates per GPU, streams vs processes): not measured ({p['reason']}).",
+        return [f"{title} (N = 1, 2, 4, 8 candidates per GPU, streams vs processes): not measured ({p['reason']}).",
                 ""]
-    lines = [f"## Packing on {p['device']} (width {p['width']}, {p['epochs']} epochs of {p['images']:,} images)", "",
-             "| N | streams: projected s / candidate | processes: projected s / candidate |", "| --- | --- | --- |"]
-    for s, q in zip(p["streams"], p["processes"]):
-        lines.append(f"| {s['n']} | {s['projected_seconds_per_candidate']:,} | {q['projected_seconds_per_candidate']:,} |")
+    modes = [m for m in ("streams", "processes") if m in p]
+    what = f"{p.get('arch', 'resnet')} width {p['width']}"
+    lines = [f"## {title} on {p['device']} ({what}, {p['epochs']} epochs of {p['images']:,} images)", "",
+             "| N | " + " | ".join(f"{m}: projected s / candidate" for m in modes) + " |",
+             "| --- |" + " --- |" * len(modes)]
+    for i, first in enumerate(p[modes[0]]):
+        cells = [f"{p[m][i]['projected_seconds_per_candidate']:,}" if i < len(p[m]) else "-" for m in modes]
+        lines.append(f"| {first['n']} | " + " | ".join(cells) + " |")
     return lines + ["", p["note"] + ".", ""]
 
 
 def gpu_markdown(g: dict, machine: dict) -> str:
+    """The GPU section as markdown; sections that did not run (or failed) say so."""
     lines = [f"# Fast-engine training speed on {g['device']} (torch {machine['torch']})", "",
              f"{g['data']}; batch {g['batch']}; NB201 recipe projected to 200 epochs x 50k images. "
-             f"Budget width {g['budget_width']}, rounded to a multiple of 8: {g['width_multiple_8']}.", "",
-             "| candidate | variant | params | MFLOPs | graphs | compile s | s/epoch | images/s "
-             "| projected s / candidate |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in g["rows"]:
-        lines.append(f"| {r['candidate']} | {r['variant']} | {r['params']:,} | {r['mflops']} | {r['cuda_graphs']} | "
-                     f"{r['compile_seconds']} | {r['seconds_per_epoch']} | {r['images_per_second']:,.0f} | "
-                     f"{r['projected_seconds_200_epochs_50k']:,.0f} |")
-    lines += ["", f"NADER: {g['nader_seconds']:,} s per candidate; target {g['target_seconds']:.0f} s; "
-              f"best ResNet row: {g['best_resnet_projected_seconds']:,.0f} s.", ""]
+             f"Budget width {g['budget_width']}, rounded to a multiple of 8: {g['width_multiple_8']}.", ""]
+    rows = g.get("rows")
+    if isinstance(rows, list):
+        lines += ["| candidate | variant | params | MFLOPs | graphs | compile s | s/epoch | images/s "
+                  "| projected s / candidate |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in rows:
+            lines.append(f"| {r['candidate']} | {r['variant']} | {r['params']:,} | {r['mflops']} | "
+                         f"{r['cuda_graphs']} | {r['compile_seconds']} | {r['seconds_per_epoch']} | "
+                         f"{r['images_per_second']:,.0f} | {r['projected_seconds_200_epochs_50k']:,.0f} |")
+        lines += ["", f"NADER: {g['nader_seconds']:,} s per candidate; target {g['target_seconds']:.0f} s; "
+                  f"best ResNet row: {g['best_resnet_projected_seconds']:,.0f} s.", ""]
+    elif rows is not None:
+        lines += [f"Per-variant rows: failed ({rows['error']}).", ""]
     if "reduce_overhead" in g:
         lines += [f"torch.compile reduce-overhead on the skeleton: {g['reduce_overhead']}", ""]
     lines += packing_markdown(g.get("packing"))
-    p = g["parity"]
-    lines += [f"## Parity on {p['dataset']} ({p['recipe']['epochs']} epochs, width {p['width']}, seeds {p['seeds']})",
-              "", "| engine | valid accuracy per seed | mean | std |", "| --- | --- | --- | --- |"]
-    for name in ("eager", "graphed"):
-        lines.append(f"| {name} | {p[name]['valid_accuracy']} | {p[name]['mean']} | {p[name]['std']} |")
-    lines += ["", f"Difference of means {p['mean_difference']} (two standard errors: {p['noise_2se']}); "
-              f"within seed noise: {p['within_seed_noise']}.", ""]
+    lines += packing_markdown(g.get("packing_mps"), "Packing, processes under CUDA MPS")
+    lines += packing_markdown(g.get("packing_nb201"), "Packing the NB201 cell network (C=16, N=5)")
+    lines += packing_markdown(g.get("packing_compiled"), "Packing compiled candidates (torch.compile + graphs)")
+    p = g.get("parity")
+    if p is not None and "error" in p:
+        lines += [f"Parity: failed ({p['error']}).", ""]
+    elif p is not None:
+        lines += [f"## Parity on {p['dataset']} ({p['recipe']['epochs']} epochs, width {p['width']}, "
+                  f"seeds {p['seeds']})", "", "| engine | valid accuracy per seed | mean | std |",
+                  "| --- | --- | --- | --- |"]
+        for name in ("eager", "graphed"):
+            lines.append(f"| {name} | {p[name]['valid_accuracy']} | {p[name]['mean']} | {p[name]['std']} |")
+        lines += ["", f"Difference of means {p['mean_difference']} (two standard errors: {p['noise_2se']}); "
+                  f"within seed noise: {p['within_seed_noise']}.", ""]
+    missing = [s for s in GPU_SECTIONS if s not in g]
+    if missing:
+        lines += [f"Not run this time: {', '.join(missing)}.", ""]
     return "\n".join(lines)
+
+
+def device_slug() -> str:
+    """'h100' for 'NVIDIA H100 80GB HBM3': GPU results are kept per device kind."""
+    if not torch.cuda.is_available():
+        return "cpu"
+    found = re.search(r"\b([A-Z]+\d{2,4}[A-Za-z]*)\b", torch.cuda.get_device_name(0))
+    return found.group(1).lower() if found else "gpu"
 
 
 def main() -> None:
@@ -443,25 +590,35 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of every section")
     ap.add_argument("--skip-baseline", action="store_true")
-    ap.add_argument("--gpu-only", action="store_true", help="only the GPU section (needs CUDA)")
+    ap.add_argument("--gpu-only", action="store_true",
+                    help="only the GPU section (needs CUDA; with --quick and no CUDA, a CPU smoke test of it)")
+    ap.add_argument("--sections", default=",".join(GPU_SECTIONS),
+                    help=f"GPU sections to run, in this order (default: {','.join(GPU_SECTIONS)})")
     ap.add_argument("--fashion-root", type=Path, default=Path(FASHION_MNIST_ROOT),
                     help="Fashion-MNIST IDX files for the GPU parity check (digits when missing)")
     ap.add_argument("--out", type=Path, help="JSON path (default: benchmarks/results/train_throughput[_quick].json)")
     args = ap.parse_args()
     quick = args.quick
-    name = "train_throughput" + ("_gpu" if args.gpu_only else "") + ("_quick" if quick else "")
+    name = "train_throughput" + (f"_gpu_{device_slug()}" if args.gpu_only else "") + ("_quick" if quick else "")
     out = args.out or RESULTS / f"{name}.json"
     steps = 2 if quick else args.steps
     result = {"machine": {"python": platform.python_version(), "torch": torch.__version__,
                           "threads": torch.get_num_threads(),
                           "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None},
               "settings": {"quick": quick, "skip_baseline": args.skip_baseline, "steps": steps}}
+    sections = tuple(s.strip() for s in args.sections.split(",") if s.strip())
+    unknown = [s for s in sections if s not in GPU_SECTIONS]
+    if unknown:
+        sys.exit(f"--sections: unknown {', '.join(unknown)} (known: {', '.join(GPU_SECTIONS)})")
     if args.gpu_only:
-        if not torch.cuda.is_available():
-            sys.exit("--gpu-only needs a CUDA device")
-        result["gpu"] = gpu_section(quick, args.fashion_root)
-        atomic_write_json(out, result)
-        atomic_write_text(out.with_suffix(".md"), gpu_markdown(result["gpu"], result["machine"]))
+        if not (torch.cuda.is_available() or quick):
+            sys.exit("--gpu-only needs a CUDA device (or --quick, for a CPU smoke test)")
+
+        def save(gpu: dict) -> None:
+            atomic_write_json(out, {**result, "gpu": gpu})
+            atomic_write_text(out.with_suffix(".md"), gpu_markdown(gpu, result["machine"]))
+
+        result["gpu"] = gpu_section(quick, args.fashion_root, sections, save)
         print(gpu_markdown(result["gpu"], result["machine"]))
         print(f"wrote {out} (+ .md)")
         return
@@ -474,7 +631,7 @@ def main() -> None:
         gpu_data = synthetic(2048 if quick else 50_000, (3, 32, 32))
         result["engines_gpu"] = engines(gpu_data, "gpu", depth=5, width=None, batch=256, concurrent=4,
                                         compile_=False)
-        result["gpu"] = gpu_section(quick, args.fashion_root)
+        result["gpu"] = gpu_section(quick, args.fashion_root, sections)
     else:
         result["engines_gpu"] = {"skipped": "no CUDA device on this machine"}
         result["gpu"] = {"skipped": "no CUDA device on this machine: GPU numbers not measured"}

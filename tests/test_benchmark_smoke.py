@@ -31,6 +31,27 @@ def test_train_throughput_quick_writes_every_section(tmp_path):
 
 
 @pytest.mark.slow
+def test_train_throughput_gpu_sections_pick_and_save(tmp_path):
+    """--gpu-only --quick without CUDA runs the chosen GPU sections' code on CPU; the markdown
+    says what did not run, and an unknown section is refused in one line."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("with CUDA --gpu-only --quick measures the GPU instead")
+    out = tmp_path / "g.json"
+    result = run_bench("train_throughput.py", out, "--gpu-only", "--sections", "reduce_overhead,packing_mps")
+    gpu = result["gpu"]
+    assert gpu["sections"] == ["reduce_overhead", "packing_mps"]
+    assert gpu["packing_mps"] == {"measured": False, "reason": "no CUDA device"}
+    assert "rows" not in gpu and "packing" not in gpu
+    md = out.with_suffix(".md").read_text()
+    assert "Not run this time: packing, rows, packing_nb201, packing_compiled, parity." in md
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "train_throughput.py"), "--gpu-only", "--quick",
+                        "--sections", "rows,bogus"], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and r.stderr.strip().splitlines()[-1].startswith("--sections: unknown bogus")
+
+
+@pytest.mark.slow
 def test_llm_layer_quick(tmp_path):
     result = run_bench("llm_layer.py", tmp_path / "l.json")
     assert result["local_model"]["tokens_per_s"] > 0
