@@ -44,7 +44,7 @@ def test_deterministic_and_learns(data):
     assert a.epochs == 3 and a.terminated is None and len(a.loss_curve) == 3
     assert a.loss_curve[-1] < a.loss_curve[0] and a.valid_accuracy > 50 and a.test_accuracy > 50
     assert a.params > 0 and a.flops > 0 and a.device == "cpu"
-    assert a.wall_seconds >= a.device_seconds > 0
+    assert a.wall_seconds >= a.device_seconds > a.eval_seconds > 0  # the final passes are timed apart
 
 
 @pytest.mark.parametrize("graphs", ["off", "on"])  # on (CPU): the static-shape step, padded masked last batch

@@ -269,7 +269,8 @@ def train_fast(models: list[nn.Module], data: ImageData, recipe: Recipe, seed: i
     global RNG (dropout).  Each result's `wall_seconds` is its group's (the
     first group's includes the dataset upload); `device_seconds` is the group's
     synchronised time from training start to the last accuracy, compilation
-    and graph capture included (`compile_seconds`, per model).  Raises
+    and graph capture included (`compile_seconds`, per model), and the final valid/test
+    passes (`eval_seconds`, the group's).  Raises
     ConfigError when accelerator=gpu has no CUDA, EvaluationError when
     torch.compile fails (for the whole call)."""
     device = _device(engine.accelerator)
@@ -286,6 +287,8 @@ def train_fast(models: list[nn.Module], data: ImageData, recipe: Recipe, seed: i
             device_start = time.perf_counter()
             group.prepare()
             group.train()
+            _sync(device)
+            eval_start = time.perf_counter()
             group.evaluate()
         except Exception as exc:
             if not (engine.compile and isinstance(exc, torch._dynamo.exc.TorchDynamoException)):
@@ -301,6 +304,6 @@ def train_fast(models: list[nn.Module], data: ImageData, recipe: Recipe, seed: i
                 loss_curve=run.losses, epochs=len(run.losses), terminated=run.terminated,
                 wall_seconds=round(now - start, 3), device_seconds=round(now - device_start, 3),
                 params=params, flops=flops, device=str(device), cuda_graphs=run.graphs,
-                compile_seconds=round(run.compile_seconds, 3)))
+                compile_seconds=round(run.compile_seconds, 3), eval_seconds=round(now - eval_start, 3)))
         start = now
     return results

@@ -21,6 +21,7 @@ class TrainResult:
     world_size: int = 1  # processes that trained it (DDP ranks)
     cuda_graphs: str = "off"  # fast engine: "on" (captured), "off", or "failed: why" (trained eagerly instead)
     compile_seconds: float = 0.0  # torch.compile and graph capture before the first epoch (part of device_seconds)
+    eval_seconds: float = 0.0  # fast engine: the final valid/test passes, their capture included (part of device_seconds)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,7 +51,7 @@ class TrainResult:
             "device": lambda v: isinstance(v, str) and len(v) <= 32,
             "world_size": lambda v: type(v) is int and 1 <= v <= 1024,
             "cuda_graphs": lambda v: isinstance(v, str) and len(v) <= 300,
-            "compile_seconds": lambda v: num(v) and v >= 0,
+            "compile_seconds": lambda v: num(v) and v >= 0, "eval_seconds": lambda v: num(v) and v >= 0,
         }
         bad = [k for k, check in checks.items() if not check(data[k])]
         if bad:
