@@ -11,6 +11,7 @@ runs `--llm-seeds` seeds (default 1) with factor 2; the JSON records how many.
     python benchmarks/predictor_nb201.py                          # 20 seeds x 50 trials
     python benchmarks/predictor_nb201.py --quick --no-collm       # 3 seeds x 25 trials: proves it runs
     python benchmarks/predictor_nb201.py --work DIR --only collm+screen   # one arm; DIR keeps runs
+    python benchmarks/predictor_nb201.py --work DIR --only collm+screen --llm-seeds 20 --shard 1/2  # odd seeds
 
 `--work DIR` keeps every run dir; a run already finished there is read, not rerun, so
 arms can run in separate processes and a last call without `--only` writes the table.
@@ -129,11 +130,16 @@ def main() -> None:
     ap.add_argument("--only", action="append", choices=list(ARMS), help="run only this arm (repeatable); "
                     "writes no results, for filling --work")
     ap.add_argument("--work", type=Path, default=None, help="keep run dirs here and reuse finished ones")
+    ap.add_argument("--shard", default="0/1", help="with --only: run the seeds s with s %% N == I (I/N), so N "
+                    "processes can fill --work side by side")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "predictor_nb201.json")
     args = ap.parse_args()
     if args.quick:
         args.seeds, args.llm_seeds, args.trials = 3, 1, 25
     arms = args.only or [a for a in ARMS if not (args.no_collm and a in LLM_ARMS)]
+    index, shards = (int(x) for x in args.shard.split("/"))
+    if not 0 <= index < shards or (shards > 1 and not (args.only and args.work)):
+        sys.exit(f"--shard {args.shard}: needs 0 <= I < N, and --only with --work when N > 1")
     start = time.perf_counter()
     results: dict[str, Any] = {}
     curves: dict[str, list[list[float]]] = {}
@@ -147,9 +153,14 @@ def main() -> None:
             name, params, screen = ARMS[label]
             runs = []
             for seed in range(seeds):
+                if seed % shards != index:
+                    bar.advance(task)
+                    continue
                 bar.update(task, description=f"{label} seed {seed}")
                 runs.append(run_arm(label, seed, trials, work))
                 bar.advance(task)
+            if args.only:
+                continue  # filling --work: the table comes from a later call without --only
             results[label] = {"strategy": name, "params": params, "screen": asdict(screen), "trials": trials,
                               **summarise(runs, [trials]),
                               "screened_per_run": float(np.mean([r["summary"].get("screened", 0) for r in runs]))}

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from nas.compare import compare
@@ -117,6 +118,34 @@ def test_works_with_an_llm_strategy_asking_n_times_factor(tmp_path, evaluator, m
     assert summary["trials"] == 10 and summary["screened"] == 5 and len(history) == 15
     assert summary["collm"]["accepted"] + summary["collm"]["random_fill"] >= 15  # it was asked for all of them
     assert all(r.strategy.get("origin") in ("llm", "random_fill") for r in history)
+
+
+def test_a_strategy_short_of_new_candidates_is_asked_for_the_batch_unscreened():
+    """Exhausted at n x factor but not at n: the batch is still evaluated (the search ends
+    only when not even n can be asked)."""
+    from nas.search.record import TrialRecord
+    from nas.search.screen import Screen
+    from nas.strategies.base import Candidate, SearchExhausted
+
+    space, rng = NB201Space(), np.random.default_rng(0)
+
+    class Scarce:
+        asked: list[int] = []
+
+        def ask(self, n: int) -> list[Candidate]:
+            self.asked.append(n)
+            if n > 3:
+                raise SearchExhausted("scarce: 3 left")
+            return [Candidate(space.sample(rng)) for _ in range(n)]
+
+    cells = [space.sample(rng) for _ in range(6)]
+    history = [TrialRecord(trial=i, key=c.key(), encoding=c.encode(), accuracy=90.0 + i) for i, c in enumerate(cells)]
+    screen = Screen(ScreenSettings(factor=4, min_history=4, params=FAST), space, seed=0)
+    strategy = Scarce()
+    picks = screen.ask(strategy, 2, history)  # type: ignore[arg-type]
+    assert strategy.asked == [8, 2] and [(p.kept, p.score) for p in picks] == [(True, None)] * 2
+    with pytest.raises(SearchExhausted):
+        screen.ask(strategy, 5, history)  # type: ignore[arg-type]
 
 
 def test_compare_puts_screened_and_unscreened_runs_side_by_side(tmp_path, evaluator):

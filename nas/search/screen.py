@@ -31,7 +31,7 @@ from nas.errors import ConfigError
 from nas.evaluators.base import EvalResult
 from nas.search.predictor import EnsemblePredictor, PredictorSettings
 from nas.search.record import TrialRecord, evaluated
-from nas.strategies.base import Candidate, Strategy, Trial
+from nas.strategies.base import Candidate, SearchExhausted, Strategy, Trial
 
 MAX_FACTOR = 100
 
@@ -145,7 +145,12 @@ class Screen:
         ok = sum(1 for r in evaluated(history) if r.ok)
         if self.scorer is None or ok < self.settings.min_history:
             return [Pick(c, None, True) for c in strategy.ask(n)]
-        candidates = strategy.ask(n * self.settings.factor)
+        try:
+            candidates = strategy.ask(n * self.settings.factor)
+        except SearchExhausted:
+            # too few new candidates left to over-generate: evaluate what can still be asked, unscreened;
+            # the search ends only when not even `n` can
+            return [Pick(c, None, True) for c in strategy.ask(n)]
         valid = [i for i, c in enumerate(candidates) if c.rejected is None]
         seed = int(np.random.SeedSequence([self.seed, len(history)]).generate_state(1)[0])
         values = self.scorer.score([candidates[i].arch for i in valid], history, seed)
