@@ -118,6 +118,19 @@ def test_resume_requeues_the_candidates_in_flight_none_lost_none_twice(tmp_path,
     assert all(done[ask] == enc for ask, enc in in_flight.items())  # the re-queued ones, as asked
 
 
+def test_resume_with_fewer_trials_requeues_only_what_fits(tmp_path, clock_evaluator):
+    with pytest.raises(Crash):
+        SearchLoop(spec_of(trials=24), tmp_path, CrashingClock(clock_evaluator, 4, after=9), progress=False).run_search()
+    state = json.loads((tmp_path / "state.json").read_text())
+    done, asks = state["history_lines"], sorted(e["ask"] for e in state["in_flight"])
+    assert len(asks) == 4
+    summary = SearchLoop(spec_of(trials=done + 2), tmp_path, SimulatedClock(clock_evaluator, 4),
+                         progress=False).run_search()
+    after = lines(tmp_path)
+    assert len(after) == done + 2 and summary["trials"] == done + 2
+    assert sorted(r["ask"] for r in after[done:]) == asks[:2]  # the first asked of those in flight
+
+
 def test_in_flight_is_refused_for_batch_strategies_batch_sizes_and_batch_executors(tmp_path, clock_evaluator):
     with pytest.raises(ConfigError, match=r"^budget.in_flight=4: strategy=nader works in batches .*"
                                           r"use budget.in_flight=1 with it, or strategy=.*rea"):

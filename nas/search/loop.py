@@ -167,6 +167,11 @@ class SearchLoop:
                 running = {e["ask"]: Candidate(self.space.decode(e["encoding"]), e["info"]) for e in resume.in_flight}
             except EncodingError as err:
                 raise RunDirError(f"{self.run.state_path}: in-flight candidate: {err}") from None
+            room = max(self.spec.trials - len(self.history), 0)  # budget.trials may have been lowered
+            if len(running) > room:
+                log.info("budget.trials=%d leaves room for %d of the %d candidates in flight: the last asked "
+                         "are dropped", self.spec.trials, room, len(running))
+                running = {t: running[t] for t in sorted(running)[:room]}
             self.strategy.reclaim(list(running.values()))
             log.info("re-queued %d candidates that were being evaluated", len(running))
             for ticket, cand in running.items():
