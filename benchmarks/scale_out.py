@@ -84,8 +84,7 @@ def cluster(name: str) -> Callable[[SearchSpec, int, Callable[[Any], Rows]], Row
 
         @flow(name=f"scale-out-{name}", persist_result=False, validate_parameters=False)
         def on_cluster() -> Rows:
-            executor = open_executor(runner, spec, spec.build_evaluator(spec.build_space()), retries=0)
-            executor.task = executor.refresh
+            executor = open_executor(runner, spec, spec.build_evaluator(spec.build_space()), retries=0, cached=False)
             return body(executor)
 
         with shared_api(runner):

@@ -61,9 +61,11 @@ def placement_for(runner: dict[str, Any], task_runner: TaskRunner) -> Placement 
     return Placement(engine, share, count_setting(runner, "max_retries", 2))
 
 
-def open_executor(runner: dict[str, Any], spec: SearchSpec, evaluator: Evaluator, retries: int) -> PrefectExecutor:
-    """The flow's executor, placing evaluations on the flow's (started) task runner; call inside the flow."""
+def open_executor(runner: dict[str, Any], spec: SearchSpec, evaluator: Evaluator, retries: int,
+                  cached: bool = True) -> PrefectExecutor:
+    """The flow's executor, placing evaluations on the flow's (started) task runner; call inside the flow.
+    `cached=False`: every evaluation runs, none is served from Prefect's cache (benchmarks)."""
     context = FlowRunContext.get()
     if context is None:
         raise RuntimeError("open_executor: call it inside a flow run (it uses the flow's task runner)")
-    return PrefectExecutor(spec, evaluator, retries, placement_for(runner, context.task_runner))
+    return PrefectExecutor(spec, evaluator, retries, placement_for(runner, context.task_runner), cached)

@@ -57,16 +57,17 @@ def evaluate_task(space: dict[str, Any], evaluator: dict[str, Any], fingerprint:
 class PrefectExecutor:
     """Evaluations as concurrent task runs on the flow's task runner: a whole batch
     (`evaluate`) or one at a time as slots free up (`submit` / `next_done`, the `AsyncExecutor`
-    protocol). `placement` wraps each submission (a cluster's GPU share and re-runs)."""
+    protocol). `placement` wraps each submission (a cluster's GPU share and re-runs);
+    `cached=False` runs every evaluation instead of reading Prefect's cache."""
 
     def __init__(self, spec: SearchSpec, evaluator: Evaluator, retries: int,
-                 placement: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
+                 placement: Callable[[], AbstractContextManager[Any]] = nullcontext, cached: bool = True) -> None:
         self.space = {"name": spec.space.name, "params": dict(spec.space.params)}
         self.evaluator = {"name": spec.evaluator.name, "params": dict(spec.evaluator.params)}
         self.fingerprint = evaluator.fingerprint()
         self.seed = spec.seed if evaluator.uses_seed else None
-        self.task = evaluate_task.with_options(retries=retries)
         self.refresh = evaluate_task.with_options(retries=retries, refresh_cache=True)
+        self.task = evaluate_task.with_options(retries=retries) if cached else self.refresh
         self.placement = placement
         self._running: dict[int, tuple[PrefectFuture[Any], float]] = {}
         self._done: queue.SimpleQueue[int] = queue.SimpleQueue()  # tickets, in the order they finish
