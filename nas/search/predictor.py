@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nas.core.space import CategoricalSpace
 from nas.errors import ConfigError
 
 
@@ -90,6 +91,17 @@ class EnsemblePredictor:
             net = _MLP(dims, np.random.default_rng(int(rng.integers(2**63))))
             net.fit(x, target, self.settings)
             self.members.append(net)
+
+    @classmethod
+    def fitted(cls, space: CategoricalSpace, encodings: list, accuracies: list[float],
+               settings: PredictorSettings, rng: np.random.Generator) -> "EnsemblePredictor":
+        """Fitted on `space`'s features of the decoded `encodings` (a run's evaluated trials)."""
+        predictor = cls(settings)
+        predictor.fit(np.array([space.features(space.decode(e)) for e in encodings]), np.array(accuracies), rng)
+        return predictor
+
+    def predict_archs(self, space: CategoricalSpace, archs: list) -> tuple[np.ndarray, np.ndarray]:
+        return self.predict(np.array([space.features(a) for a in archs]))
 
     def predict(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not self.members:

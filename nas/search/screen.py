@@ -113,13 +113,12 @@ class PredictorScorer(Scorer):
         self.settings = PredictorSettings(members=members, hidden=hidden, epochs=epochs, lr=lr)
 
     def score(self, archs: list[Architecture], history: list[TrialRecord], seed: int) -> list[float]:
-        data = [r for r in history if r.ok and r.accuracy is not None and not r.self_reported]
+        data = [(r.encoding, r.accuracy) for r in history if r.ok and r.accuracy is not None and not r.self_reported]
         if len(data) < 2:  # nothing to learn from yet: keep the strategy's order
             return [0.0] * len(archs)
-        predictor = EnsemblePredictor(self.settings)
-        predictor.fit(np.array([self.cat.features(self.space.decode(r.encoding)) for r in data]),
-                      np.array([r.accuracy for r in data]), np.random.default_rng(seed))
-        mean, _ = predictor.predict(np.array([self.cat.features(a) for a in archs]))
+        predictor = EnsemblePredictor.fitted(self.cat, [e for e, _ in data], [a for _, a in data], self.settings,
+                                             np.random.default_rng(seed))
+        mean, _ = predictor.predict_archs(self.cat, archs)
         return [float(m) for m in mean]
 
 

@@ -46,10 +46,9 @@ class Bananas(Deduplicating, Strategy):
         neighbours = self._neighbours()
         if not neighbours:
             return [self._random() for _ in range(n)]
-        predictor = EnsemblePredictor(self.settings)
-        predictor.fit(np.array([self.cat.features(self.space.decode(e)) for e, _ in self.data]),
-                      np.array([a for _, a in self.data]), self.rng)
-        mean, std = predictor.predict(np.array([self.cat.features(a) for a, _ in neighbours]))
+        predictor = EnsemblePredictor.fitted(self.cat, [e for e, _ in self.data], [a for _, a in self.data],
+                                             self.settings, self.rng)
+        mean, std = predictor.predict_archs(self.cat, [a for a, _ in neighbours])
         score = expected_improvement(mean, std, max(a for _, a in self.data))
         out = []
         for i in np.argsort(-score, kind="stable")[:n]:
