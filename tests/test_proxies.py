@@ -205,7 +205,9 @@ def test_proxy_scorer_screens_from_the_first_batch_keeping_the_best_vote(tmp_pat
 @pytest.mark.parametrize("space, params, message", [
     ("source", {}, "screen.scorer=proxy builds networks in this process: space 'source' is untrusted"),
     ("nb201", {"data": "mnist9"}, "screen.params.data: unknown dataset 'mnist9'"),
-    ("nb201", {"width": 3}, "screen.params: unknown key 'width'"),
+    ("nb201", {"width": 3},
+     "screen.params: unknown parameter 'width' (accepted: batch_size, cells_per_stage, channels, data, num_classes, "
+     "shape)"),
 ])
 def test_proxy_scorer_bad_settings_are_one_line(space, params, message):
     from nas.search.screen import SCORERS

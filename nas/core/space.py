@@ -6,7 +6,7 @@ import importlib.util
 import inspect
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Protocol, TypeVar
@@ -131,6 +131,18 @@ class SearchSpace(ABC, Generic[A]):
             return {}
         names = {f.name for f in fields(cls.sizing)}
         return asdict(cls.sizing(**{k: v for k, v in options.items() if k in names}))
+
+    @classmethod
+    def own_options(cls, options: Mapping[str, Any], where: str, others: Iterable[str]) -> dict[str, Any]:
+        """`build_options` of settings meant for this space alone: a key that is neither one of
+        its sizing settings nor in `others` (the caller's own parameters) fails in one line
+        naming `where` and every accepted key."""
+        known = {f.name for f in fields(cls.sizing)} if cls.sizing else set()
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ConfigError(f"{where}: unknown parameter '{unknown[0]}' "
+                              f"(accepted: {', '.join(sorted({*others, *known}))})")
+        return cls.build_options(options)
 
     def build(self, arch: A, num_classes: int, in_channels: int = 3, input_size: int = 32,
               options: Mapping[str, Any] | None = None) -> "nn.Module":

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import inspect
 import time
-from dataclasses import fields
 from functools import cached_property
 from typing import Any
 
@@ -56,13 +55,8 @@ class ProxyEvaluator(Evaluator):
         check_count("evaluator.batch_size", batch_size)
         check_count("evaluator.reference", reference)
         self.batch_size, self.reference, self.seed = batch_size, reference, seed
-        known = sorted(f.name for f in fields(space.sizing)) if space.sizing else []
-        unknown = sorted(set(sizing) - set(known))
-        if unknown:
-            named = [n for n in inspect.signature(ProxyEvaluator).parameters if n not in ("space", "sizing")]
-            raise ConfigError(f"evaluator 'proxy': unknown parameter '{unknown[0]}' "
-                              f"(accepted: {', '.join(sorted({*named, *known}))})")
-        self.build = type(space).build_options(sizing)
+        named = [n for n in inspect.signature(ProxyEvaluator).parameters if n not in ("space", "sizing")]
+        self.build = type(space).own_options(sizing, "evaluator 'proxy'", named)
         self.data = load_data(**self.data_cfg)  # a missing dataset fails here, before any trial
         if batch_size > len(self.data.train):
             raise ConfigError(f"evaluator.batch_size={batch_size} is more than the {len(self.data.train)} "

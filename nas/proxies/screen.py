@@ -4,7 +4,6 @@ learned predictor has nothing to fit yet."""
 
 from __future__ import annotations
 
-from dataclasses import fields
 from functools import cached_property
 from typing import Any
 
@@ -39,11 +38,8 @@ class ProxyScorer(Scorer):
             raise ConfigError(f"screen.params.batch_size must be an integer >= 2, got {batch_size!r}")
         if len(shape) != 3 or not all(isinstance(v, int) and v > 0 for v in shape):
             raise ConfigError(f"screen.params.shape must be [channels, height, width], got {shape!r}")
-        known = {f.name for f in fields(space.sizing)} if space.sizing else set()
-        if set(sizing) - known:
-            raise ConfigError(f"screen.params: unknown key '{sorted(set(sizing) - known)[0]}' (valid: batch_size, "
-                              f"data, num_classes, shape{''.join(', ' + k for k in sorted(known))})")
-        self.options = sizing or None
+        checked = type(space).own_options(sizing, "screen.params", ["batch_size", "data", "num_classes", "shape"])
+        self.options = checked if sizing else None
         self.data, self.batch_size, self.num_classes = data, batch_size, num_classes
         self.shape = (int(shape[0]), int(shape[1]), int(shape[2]))
 
