@@ -25,7 +25,8 @@
    4, 8 candidates per GPU as CUDA streams in one process
    (`engine.concurrent=N`), as N processes started together, and as N
    processes under CUDA MPS (when nvidia-cuda-mps-control is there); the
-   NB201 cell network and compiled candidates as streams.  Each section is
+   NB201 cell network and compiled candidates as streams; whether cuDNN's
+   autotuner (cudnn.benchmark, off in the engine) helps.  Each section is
    saved as it ends (a GPU lease can end first) and a failing one records
    its error while the rest still run; `--sections` picks and orders them.
 6. CPU: the same parity check on Fashion-MNIST (the static-shape step with
@@ -430,7 +431,8 @@ def packing(accelerator: str, images: int, epochs: int, batch: int, depth: int, 
     return out
 
 
-GPU_SECTIONS = ("packing", "rows", "packing_mps", "packing_nb201", "packing_compiled", "parity", "reduce_overhead")
+GPU_SECTIONS = ("packing", "rows", "packing_mps", "packing_nb201", "packing_compiled", "cudnn_benchmark", "parity",
+                "reduce_overhead")
 
 
 def _error(exc: BaseException) -> dict:
@@ -491,6 +493,20 @@ def gpu_section(quick: bool, fashion_root: Path, sections: tuple[str, ...] = GPU
                 return {"measured": False, "reason": f"CUDA MPS unavailable: {why}"}
             return {**packing(acc, n, epochs, batch, depth=5, width=w8, ns=ns, modes=("processes",)), "mps": True}
 
+    def cudnn_benchmark() -> dict:
+        """Does cuDNN's autotuner (off in the engine) pick faster convolutions for these small
+        widths? The graphed row and compiled streams at N = 8 again with it on; the warm-up
+        steps before capture do the tuning."""
+        torch.backends.cudnn.benchmark = True
+        try:
+            row = candidate_seconds(data, f"resnet w{w8}", resnet(w8), Engine(**fast, cuda_graphs="on"), epochs, batch)
+            print(f"  resnet w{w8} graphed, cudnn.benchmark: {row['projected_seconds_200_epochs_50k']} s", flush=True)
+            packed = packing(acc, n, epochs, batch, depth=5, width=w8, ns=(1, 2) if quick else (8,),
+                             modes=("streams",), compile_=cuda)
+        finally:
+            torch.backends.cudnn.benchmark = False
+        return {"graphed": row, "packing_compiled": packed}
+
     def parity_run() -> dict:
         if (fashion_root / "train-images-idx3-ubyte.gz").exists() or (fashion_root / "train-images-idx3-ubyte").exists():
             return parity(fashion_mnist(str(fashion_root)), 1 if quick else 5, NB201_SEEDS,
@@ -506,6 +522,7 @@ def gpu_section(quick: bool, fashion_root: Path, sections: tuple[str, ...] = GPU
             "packing_compiled": lambda: packing(acc, n, epochs, batch, depth=5, width=w8,
                                                 ns=(1, 2) if quick else (1, 8, 16), modes=("streams",),
                                                 compile_=cuda),
+            "cudnn_benchmark": cudnn_benchmark,
             "parity": parity_run}
     for name in sections:
         start = time.perf_counter()
@@ -565,6 +582,13 @@ def gpu_markdown(g: dict, machine: dict) -> str:
     lines += packing_markdown(g.get("packing_mps"), "Packing, processes under CUDA MPS")
     lines += packing_markdown(g.get("packing_nb201"), "Packing the NB201 cell network (C=16, N=5)")
     lines += packing_markdown(g.get("packing_compiled"), "Packing compiled candidates (torch.compile + graphs)")
+    tuned = g.get("cudnn_benchmark")
+    if tuned is not None and "error" in tuned:
+        lines += [f"cudnn.benchmark: failed ({tuned['error']}).", ""]
+    elif tuned is not None:
+        lines += [f"With torch.backends.cudnn.benchmark: graphed width {g['width_multiple_8']} "
+                  f"{tuned['graphed']['projected_seconds_200_epochs_50k']:,.0f} s per candidate alone.", ""]
+        lines += packing_markdown(tuned["packing_compiled"], "Packing compiled candidates with cudnn.benchmark")
     p = g.get("parity")
     if p is not None and "error" in p:
         lines += [f"Parity: failed ({p['error']}).", ""]

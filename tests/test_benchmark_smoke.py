@@ -45,7 +45,7 @@ def test_train_throughput_gpu_sections_pick_and_save(tmp_path):
     assert gpu["packing_mps"] == {"measured": False, "reason": "no CUDA device"}
     assert "rows" not in gpu and "packing" not in gpu
     md = out.with_suffix(".md").read_text()
-    assert "Not run this time: packing, rows, packing_nb201, packing_compiled, parity." in md
+    assert "Not run this time: packing, rows, packing_nb201, packing_compiled, cudnn_benchmark, parity." in md
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "train_throughput.py"), "--gpu-only", "--quick",
                         "--sections", "rows,bogus"], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and r.stderr.strip().splitlines()[-1].startswith("--sections: unknown bogus")
