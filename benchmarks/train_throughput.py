@@ -347,6 +347,7 @@ def mps_daemon():
     finally:
         for k in env:
             os.environ.pop(k, None)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def packing(accelerator: str, images: int, epochs: int, batch: int, depth: int, width: int,
