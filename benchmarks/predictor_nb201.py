@@ -91,7 +91,20 @@ def run_arm(label: str, seed: int, trials: int, work: Path) -> dict[str, Any]:
     return {**out, "seconds": out["summary"]["wall_seconds"]}  # a resumed run: its time over every session
 
 
-def markdown(results: dict[str, Any], tests: list[dict[str, Any]], trials: int) -> str:
+def unscreened_collm(trials: int) -> dict[str, Any] | None:
+    """CoLLM without screening at `trials`, same settings, from collm_nb201.json (another run of
+    the same seeds 0..N-1, so a reference, not a pair: that file keeps no per-seed values)."""
+    path = ROOT / "benchmarks" / "results" / "collm_nb201.json"
+    if not path.is_file():
+        return None
+    collm = read_json(path)["strategies"].get("collm")
+    if collm is None or str(trials) not in collm["best_at"] or collm["params"] != COLLM:
+        return None
+    return {"source": "benchmarks/results/collm_nb201.json", "seeds": collm["seeds"], **collm["best_at"][str(trials)]}
+
+
+def markdown(results: dict[str, Any], tests: list[dict[str, Any]], trials: int,
+             collm: dict[str, Any] | None = None) -> str:
     rows = [f"| strategy | screening | seeds | trials | best | to the {GOAL:.2f} goal | screened / run | s / run |",
             "|---|---|---|---|---|---|---|---|"]
     for label, res in results.items():
@@ -110,6 +123,9 @@ def markdown(results: dict[str, Any], tests: list[dict[str, Any]], trials: int) 
     rows.append("")
     rows.append(f"Table: analog-nasbench CIFAR-10 (optimum {OPTIMUM:.2f}); goal {GOAL:.2f} mean best at {trials} trials.")
     rows.append("REA+screening's factor 8 was picked after one probe of seeds 0-2 (factor 8 only).")
+    if collm is not None:
+        rows.append(f"CoLLM without screening (same settings, {collm['seeds']} seeds, {collm['source']}; a reference, "
+                    f"not paired): {collm['mean']:.2f} ± {collm['std']:.2f} at {trials} trials.")
     for label, res in results.items():
         if label in LLM_ARMS and (res["seeds"] < max(r["seeds"] for r in results.values()) or res["trials"] < trials):
             rows.append(f"{label}: {res['seeds']} seed(s) x {res['trials']} trials only: the embedded SmolLM2-135M on "
@@ -180,11 +196,12 @@ def main() -> None:
                "llm_note": "collm+screen: SmolLM2-135M-Instruct Q4_1 on CPU (llama.cpp, grammar-constrained); "
                            "fewer seeds than the other arms (minutes per seed on shared cores)",
                "strategies": results, "paired_tests": tests, "anchor": ANCHOR,
+               "collm_unscreened": unscreened_collm(args.trials),
                "command": " ".join(["python benchmarks/predictor_nb201.py", *sys.argv[1:]]),
                "wall_seconds": round(time.perf_counter() - start, 2)}
     atomic_write_json(args.out, payload)
     plot(results, args.trials, args.out.with_suffix(".png"))
-    atomic_write_text(args.out.with_suffix(".md"), markdown(results, tests, args.trials))
+    atomic_write_text(args.out.with_suffix(".md"), markdown(results, tests, args.trials, payload["collm_unscreened"]))
     print(f"wrote {args.out} (+ .png, .md)")
 
 
