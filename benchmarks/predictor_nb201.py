@@ -56,8 +56,7 @@ ARMS: dict[str, tuple[str, dict[str, Any], ScreenSettings]] = {
 }
 LLM_ARMS = ("collm+screen",)
 TESTS = (("rea+screen", "rea"), ("rea+screen", "random"), ("collm+screen", "rea"), ("collm+screen", "random"),
-         ("bananas", "rea"),
-         ("bananas", "rea+screen"), ("rea", "random"))
+         ("bananas", "rea"), ("bananas", "rea+screen"), ("rea", "random"))
 MIN_PAIRS = 5  # the exact two-sided test cannot reach p < 0.0625 below this
 GOAL, OPTIMUM = 94.00, 94.0664
 ANCHOR = {"rea": {"50": 93.69}, "note": "issue 22: REA 93.69 at 50 trials (benchmarks/search_efficiency.py)"}
