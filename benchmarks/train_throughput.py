@@ -220,6 +220,12 @@ def candidate_seconds(data: ImageData, name: str, make, engine: Engine, epochs: 
             "projected_seconds_200_epochs_50k": round(200 * per_epoch * 50_000 / n + once, 1)}
 
 
+def _error(exc: BaseException) -> dict:
+    """An exception as a result: its type and first line."""
+    line = next((t.strip() for t in str(exc).splitlines() if t.strip()), "")
+    return {"error": f"{type(exc).__name__}: {line}"[:300]}
+
+
 def reduce_overhead_probe(data: ImageData, width: int, steps: int) -> dict:
     """Does torch.compile(mode="reduce-overhead") train the skeleton (it failed at the stem's
     aliasing before)? A few real steps, then the mean step time."""
@@ -249,8 +255,7 @@ def reduce_overhead_probe(data: ImageData, width: int, steps: int) -> dict:
             step()
         torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - the outcome is what is measured
-        line = next((t for t in str(exc).splitlines() if t.strip()), "")
-        return {"ok": False, "error": f"{type(exc).__name__}: {line}"[:300]}
+        return {"ok": False, **_error(exc)}
     ms = 1000 * (time.perf_counter() - start) / steps
     return {"ok": True, "first_call_seconds": round(first, 1), "ms_per_step": round(ms, 2),
             "images_per_second": round(256 / ms * 1000, 1)}
@@ -434,11 +439,6 @@ def packing(accelerator: str, images: int, epochs: int, batch: int, depth: int, 
 
 GPU_SECTIONS = ("packing", "rows", "packing_mps", "packing_nb201", "packing_compiled", "cudnn_benchmark", "parity",
                 "reduce_overhead")
-
-
-def _error(exc: BaseException) -> dict:
-    line = next((t.strip() for t in str(exc).splitlines() if t.strip()), "")
-    return {"error": f"{type(exc).__name__}: {line}"[:300]}
 
 
 def gpu_section(quick: bool, fashion_root: Path, sections: tuple[str, ...] = GPU_SECTIONS,

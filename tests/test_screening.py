@@ -130,7 +130,8 @@ def test_a_strategy_short_of_new_candidates_is_asked_for_the_batch_unscreened():
     space, rng = NB201Space(), np.random.default_rng(0)
 
     class Scarce:
-        asked: list[int] = []
+        def __init__(self) -> None:
+            self.asked: list[int] = []
 
         def ask(self, n: int) -> list[Candidate]:
             self.asked.append(n)
