@@ -153,7 +153,8 @@ def main() -> None:
     if args.quick:
         args.seeds, args.llm_seeds, args.trials = 3, 1, 25
     arms = args.only or [a for a in ARMS if not (args.no_collm and a in LLM_ARMS)]
-    index, shards = (int(x) for x in args.shard.split("/"))
+    i, _, n = args.shard.partition("/")
+    index, shards = (int(i), int(n)) if i.isdigit() and n.isdigit() else (0, 0)  # (0, 0): refused below
     if not 0 <= index < shards or (shards > 1 and not (args.only and args.work)):
         sys.exit(f"--shard {args.shard}: needs 0 <= I < N, and --only with --work when N > 1")
     start = time.perf_counter()

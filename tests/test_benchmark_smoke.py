@@ -93,9 +93,11 @@ def test_predictor_nb201_small_run_screens_and_pairs(tmp_path):
     assert result["strategies"]["rea"]["screened_per_run"] == 0
     assert {(t["a"], t["b"]) for t in result["paired_tests"]} >= {("rea+screen", "rea"), ("bananas", "rea")}
     assert "| rea+screen | x8 predictor | 2 | 15 |" in (tmp_path / "p.md").read_text()
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "predictor_nb201.py"), "--shard", "1/2"],
-                       capture_output=True, text=True, timeout=120)  # shards only fill a --work dir
-    assert r.returncode != 0 and r.stderr.strip().endswith("needs 0 <= I < N, and --only with --work when N > 1")
+    for shard in ("1/2", "x/2"):  # shards only fill a --work dir; I/N are numbers
+        r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "predictor_nb201.py"), "--shard", shard],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0 and r.stderr.strip() == (f"--shard {shard}: needs 0 <= I < N, and --only with "
+                                                           "--work when N > 1")
 
 def test_import_time_quick_merges_beside_the_committed_before(tmp_path):
     out = tmp_path / "i.json"
