@@ -244,6 +244,9 @@ def test_config_errors_are_one_line(monkeypatch):
         LLMConfig.from_dict({"roles": {"poet": {}}})
     with pytest.raises(ConfigError, match="temperature"):
         LLMConfig.from_dict({"roles": {"reader": {"temperature": 5}}})
+    for bad in (-1, 1.5, "big", True):
+        with pytest.raises(ConfigError, match=r"llm.local.prompt_cache_mb must be an integer >= 0 .*got " + repr(bad)):
+            LLMConfig.from_dict({"local": {"prompt_cache_mb": bad}})
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     client = LLMClient({"backend": "openai", "cache": False})
     with pytest.raises(ConfigError, match=r"\$OPENAI_API_KEY"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -43,12 +44,36 @@ def test_missing_smollm2_is_a_one_line_hint(monkeypatch):
         model_path()
 
 
-def test_command_line(tmp_path):
-    cmd = LocalServer(n_ctx=1024, n_threads=3, alias="tiny").command(4321)
-    assert cmd[1:3] == ["-m", "nas.llm.guard"] and cmd[4:6] == ["-m", "llama_cpp.server"]
+@pytest.mark.parametrize("cache_mb, cache", [(0, {}), (96, {"--cache": "true", "--cache_size": str(96 << 20)})])
+def test_command_line(tmp_path, cache_mb, cache):
+    cmd = LocalServer(n_ctx=1024, n_threads=3, alias="tiny", prompt_cache_mb=cache_mb).command(4321)
+    assert cmd[1:3] == ["-m", "nas.llm.guard"] and cmd[4:6] == ["-m", "nas.llm.llama_server"]
     opts = dict(zip(cmd[6::2], cmd[7::2]))
     assert opts == {"--model": str(model_path()), "--host": "127.0.0.1", "--port": "4321",
-                    "--n_ctx": "1024", "--n_threads": "3", "--model_alias": "tiny"}
+                    "--n_ctx": "1024", "--n_threads": "3", "--model_alias": "tiny", **cache}
+
+
+def _state(tokens: int, vocab: int = 1000) -> object:
+    import numpy as np
+    from llama_cpp.llama import LlamaState
+
+    return LlamaState(input_ids=np.zeros(tokens, dtype=np.intc), scores=np.zeros((tokens, vocab), dtype=np.single),
+                      n_tokens=tokens, llama_state=b"", llama_state_size=1000, seed=0)
+
+
+def test_prompt_cache_counts_the_logits_it_keeps(monkeypatch):
+    """llama-cpp-python counts only the KV state against the cache's capacity; ours counts the
+    logits copy too, so the capacity bounds the memory: 2 states of ~400 kB fit in 1 MB, not 3."""
+    from llama_cpp.llama_cache import LlamaRAMCache
+
+    from nas.llm.llama_server import _held_bytes
+
+    monkeypatch.setattr(LlamaRAMCache, "cache_size", property(_held_bytes))
+    cache = LlamaRAMCache(capacity_bytes=1 << 20)
+    for first in (1, 2, 3):
+        cache[(first, 0, 0)] = _state(100)
+    assert list(cache.cache_state) == [(2, 0, 0), (3, 0, 0)]  # the oldest went
+    assert cache.cache_size == 2 * (100 * 1000 * 4 + 100 * 4 + 1000)
 
 
 @pytest.mark.parametrize("omp, expected", [("1", 1), ("3", 3), ("", None), ("0", None), ("x", None)])
@@ -99,6 +124,25 @@ def test_closing_a_stream_stops_the_generation(server, client):
     resp = client.chat.completions.create(model=server.alias, temperature=0, max_tokens=4,
                                           messages=[{"role": "user", "content": "Say hi."}])
     assert resp.choices[0].message.content is not None
+
+
+@pytest.mark.slow
+def test_prompt_cache_restores_a_role_prefix_after_another_role(server, client):
+    """Two roles with long system prompts take turns: the second call of a role evaluates only what
+    follows its system prompt (restored from the prompt cache), not the whole prompt again."""
+    roles = {name: f"You are the {name}. " + f"Rule {name}: think about the architectures first. " * 25
+             for name in ("Navigator", "Generator")}
+    offset = server.log_path.stat().st_size
+    for turn in range(2):
+        for system in roles.values():
+            client.chat.completions.create(model=server.alias, temperature=0, max_tokens=2, messages=[
+                {"role": "system", "content": system}, {"role": "user", "content": f"Round {turn}."}])
+    with server.log_path.open("rb") as fh:
+        fh.seek(offset)
+        log = fh.read().decode("utf-8", "replace")
+    remaining = [int(n) for n in re.findall(r"prefix-match hit, remaining (\d+) prompt tokens", log)]
+    assert log.count("Llama._create_completion: cache hit") == 2, log[-2000:]
+    assert len(remaining) >= 2 and max(remaining[-2:]) < 20  # of ~300 prompt tokens
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ BACKENDS = ("local", "openai", "replay")
 STRUCTURED = ("auto", "grammar", "json_schema", "none")
 ROLES = ("reader", "tagger", "analyst", "proposer", "modifier", "reflector", "navigator", "generator",
          "mutator", "debugger")
-LOCAL_KEYS = ("n_ctx", "n_threads", "startup_timeout_s")
+LOCAL_KEYS = ("n_ctx", "n_threads", "startup_timeout_s", "prompt_cache_mb")
 
 
 @dataclass
@@ -42,7 +42,7 @@ class LLMConfig:
     chars_per_token: float = 2.0           # for fitting prompts into `context`; SmolLM2 on CoLLM's prompts: >= 2.2
     context_margin: int = 64               # tokens kept free besides prompt + max_tokens (chat template)
     local: dict[str, Any] = field(default_factory=lambda: {"n_ctx": 4096, "n_threads": None,
-                                                           "startup_timeout_s": 120.0})
+                                                           "startup_timeout_s": 120.0, "prompt_cache_mb": 1024})
     roles: dict[str, RoleSettings] = field(default_factory=dict)
 
     @classmethod
@@ -72,6 +72,9 @@ class LLMConfig:
         if self.timeout_s <= 0 or self.max_retries < 0 or self.backoff_s < 0:
             raise ConfigError("llm.timeout_s must be > 0 and llm.max_retries, llm.backoff_s >= 0")
         check_keys("llm.local", self.local, list(LOCAL_KEYS))
+        cache_mb = self.local.get("prompt_cache_mb", 0)
+        if type(cache_mb) is not int or cache_mb < 0:
+            raise ConfigError(f"llm.local.prompt_cache_mb must be an integer >= 0 (MB; 0: off), got {cache_mb!r}")
         if self.context is not None and int(self.context) <= 0:
             raise ConfigError(f"llm.context must be > 0 tokens (or null), got {self.context}")
         if float(self.chars_per_token) <= 0 or int(self.context_margin) < 0:

@@ -37,6 +37,10 @@ from nas.errors import MissingDependencyError, NasError
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_ALIAS = "smollm2-135m-instruct"
 _LLAMA_HINT = "pip install 'llama-cpp-python[server]==0.3.36'"
+# Memory for the server's prompt cache (model states after each reply, restored for a prompt that
+# shares their prefix): ~120 MB per state with SmolLM2 on CoLLM's prompts, so 1 GiB keeps ~8,
+# enough for every role of a search to find its own system prompt again. 0: off.
+PROMPT_CACHE_MB = 1024
 # Modules llama_cpp.server needs besides llama_cpp itself (the [server] extra).
 _SERVER_MODULES = ("uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
 
@@ -94,13 +98,15 @@ class LocalServer:
 
     def __init__(self, model: str | Path | None = None, *, alias: str = DEFAULT_ALIAS,
                  n_ctx: int = 4096, n_threads: int | None = None, port: int | None = None,
-                 startup_timeout_s: float = 120.0, log_path: Path | None = None) -> None:
+                 startup_timeout_s: float = 120.0, log_path: Path | None = None,
+                 prompt_cache_mb: int = PROMPT_CACHE_MB) -> None:
         self.model = Path(model) if model is not None else None
         self.alias = alias
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.port = port
         self.startup_timeout_s = startup_timeout_s
+        self.prompt_cache_mb = prompt_cache_mb
         self.log_path = Path(log_path) if log_path is not None else None
         self.base_url: str | None = None
         self._proc: subprocess.Popen | None = None
@@ -128,10 +134,11 @@ class LocalServer:
     def command(self, port: int) -> list[str]:
         model = self.model if self.model is not None else model_path()
         return [sys.executable, "-m", "nas.llm.guard",  # stops the server if we die without stopping it
-                sys.executable, "-m", "llama_cpp.server", "--model", str(model),
+                sys.executable, "-m", "nas.llm.llama_server", "--model", str(model),
                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(self.n_ctx),
                 "--n_threads", str(self.threads()),
-                "--model_alias", self.alias]
+                "--model_alias", self.alias,
+                *(["--cache", "true", "--cache_size", str(self.prompt_cache_mb << 20)] if self.prompt_cache_mb else [])]
 
     def start(self) -> str:
         """Start the server (if not running) and wait until it answers; returns base_url."""

@@ -123,7 +123,7 @@ def throughput_probe(workdir: Path, overrides: Sequence[str], lookups: int,
 def llm_probe(workdir: Path, overrides: Sequence[str], calls: int, max_tokens: int) -> dict[str, Metric]:
     """Completion tokens/s of the embedded model (the `llm=local` path), temperature 0."""
     from nas.config import compose_config
-    from nas.llm.local import LocalServer
+    from nas.llm.local import PROMPT_CACHE_MB, LocalServer
 
     llm = compose_config(list(overrides)).get("llm") or {}
     if llm.get("backend") != "local":
@@ -131,6 +131,7 @@ def llm_probe(workdir: Path, overrides: Sequence[str], calls: int, max_tokens: i
     local = llm.get("local") or {}
     server = LocalServer(n_ctx=int(local.get("n_ctx", 4096)), n_threads=local.get("n_threads"),
                          startup_timeout_s=float(local.get("startup_timeout_s", 120)),
+                         prompt_cache_mb=int(local.get("prompt_cache_mb", PROMPT_CACHE_MB)),
                          log_path=workdir / "llm-server.log")
     try:
         start = time.perf_counter()
