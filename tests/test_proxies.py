@@ -92,6 +92,29 @@ def test_scoring_leaves_the_network_and_the_random_state_as_they_were(batch):
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())
 
 
+def test_proxies_scored_together_score_as_each_alone(batch):
+    """Sharing one copy (and one backward pass for snip and grad_norm) changes no score, with
+    batch norm and dropout in the network."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Dropout(0.3),
+                        nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+    names = PROXIES.names()
+    together = score_network(net, batch, names, seed=5)
+    assert together == {n: score_network(net, batch, [n], seed=5)[n] for n in names}
+    assert together == score_network(net, batch, list(reversed(names)), seed=5)
+
+
+def test_gradient_proxies_share_one_backward_pass(batch):
+    net = conv_net(4, 2)
+    forwards: list[int] = []
+    net.register_forward_hook(lambda *_: forwards.append(1))  # copied with the network, list shared
+    score_network(net, batch, ["snip", "grad_norm"], seed=0)
+    assert len(forwards) == 1
+    score_network(net, batch, ["snip", "grad_norm", "synflow"], seed=0)
+    assert len(forwards) == 3  # synflow's own pass on its own copy
+
+
 def test_mean_rank_averages_ranks_and_ties():
     assert mean_rank({"a": [1.0, 2.0, 3.0], "b": [30.0, 20.0, 10.0]}) == [2.0, 2.0, 2.0]
     assert mean_rank({"a": [5.0, 5.0, 9.0], "b": [0.0, 1.0, 2.0]}) == [1.25, 1.75, 3.0]

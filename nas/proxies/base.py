@@ -32,14 +32,34 @@ class Batch:
 
 
 class Proxy(ABC):
-    """Higher is better. `score` may change the network's weights and gradients (synflow takes
-    their absolute values): callers score a fresh network, or a copy, per proxy."""
+    """Higher is better. `score` may change the network's gradients, batch-norm statistics and
+    mode; a proxy that also changes its weights (synflow takes their absolute values) says so in
+    `mutates_weights` and gets a copy of its own, the others share one (`score_network`)."""
 
     name: str  # set by the registry
+    mutates_weights: bool = False
 
     @abstractmethod
     def score(self, net: nn.Module, batch: Batch) -> float:
         """The proxy's value for `net` on `batch`; finite (a degenerate network gets `LOWEST`)."""
+
+
+# Weight tensors and their gradients of one loss backward pass.
+Gradients = list[tuple["torch.Tensor", "torch.Tensor"]]
+
+
+class GradientProxy(Proxy):
+    """A proxy computed from the weights' gradients of the batch's cross-entropy alone, so
+    several of them (snip, grad_norm) share one backward pass."""
+
+    @abstractmethod
+    def from_gradients(self, gradients: Gradients) -> float:
+        """The proxy's value from (weight, gradient) pairs of `loss_gradients`."""
+
+    def score(self, net: nn.Module, batch: Batch) -> float:
+        from nas.proxies.scores import loss_gradients
+
+        return self.from_gradients(loss_gradients(net, batch))
 
 
 # What a degenerate network scores (a constant output has no Jacobian correlation, all-dead ReLUs

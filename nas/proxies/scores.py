@@ -11,19 +11,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nas.proxies.base import LOWEST, PROXIES, Batch, Proxy
+from nas.proxies.base import LOWEST, PROXIES, Batch, GradientProxy, Gradients, Proxy
 
 
 def _weights(net: nn.Module) -> list[nn.Parameter]:
     return [p for p in net.parameters() if p.dim() > 1]
 
 
-def _loss_backward(net: nn.Module, batch: Batch) -> list[nn.Parameter]:
-    """Cross-entropy on the batch, backpropagated from zero gradients; the weights."""
+def loss_gradients(net: nn.Module, batch: Batch) -> Gradients:
+    """Cross-entropy on the batch, backpropagated from zero gradients: (weight, gradient) pairs of
+    the weights it reaches (the gradients stay valid when the network's are cleared later)."""
     net.train()
     net.zero_grad(set_to_none=True)
     F.cross_entropy(net(batch.images), batch.labels).backward()
-    return [p for p in _weights(net) if p.grad is not None]
+    return [(p, p.grad) for p in _weights(net) if p.grad is not None]
 
 
 def _finite(value: float) -> float:
@@ -37,6 +38,8 @@ class Synflow(Proxy):
     fresh network's statistics (an identity), as the original removes it; in float64 so deep
     networks do not overflow."""
 
+    mutates_weights = True
+
     def score(self, net: nn.Module, batch: Batch) -> float:
         net.eval().double()
         with torch.no_grad():
@@ -49,23 +52,21 @@ class Synflow(Proxy):
 
 
 @PROXIES.register("snip")
-class Snip(Proxy):
+class Snip(GradientProxy):
     """Connection sensitivity (Lee et al. 2019): sum |w * dL/dw| of the batch's loss."""
 
-    def score(self, net: nn.Module, batch: Batch) -> float:
-        weights = _loss_backward(net, batch)
+    def from_gradients(self, gradients: Gradients) -> float:
         with torch.no_grad():
-            return _finite(float(sum((p * p.grad).abs().sum() for p in weights)))  # type: ignore[operator]
+            return _finite(float(sum((w * g).abs().sum() for w, g in gradients)))
 
 
 @PROXIES.register("grad_norm")
-class GradNorm(Proxy):
+class GradNorm(GradientProxy):
     """Sum over weight tensors of the L2 norm of the loss gradient."""
 
-    def score(self, net: nn.Module, batch: Batch) -> float:
-        weights = _loss_backward(net, batch)
+    def from_gradients(self, gradients: Gradients) -> float:
         with torch.no_grad():
-            return _finite(float(sum(p.grad.norm() for p in weights)))  # type: ignore[union-attr]
+            return _finite(float(sum(g.norm() for _, g in gradients)))
 
 
 @PROXIES.register("jacob_cov")

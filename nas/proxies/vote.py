@@ -13,20 +13,33 @@ from torch import nn
 
 from nas.core.arch import Architecture
 from nas.core.space import SearchSpace
-from nas.proxies.base import PROXIES, VOTE, Batch
+from nas.proxies.base import PROXIES, VOTE, Batch, GradientProxy, Gradients
+from nas.proxies.scores import loss_gradients
 from nas.train.build import build_model
 
 
 def score_network(net: nn.Module, batch: Batch, names: Sequence[str], seed: int) -> dict[str, float]:
-    """Each proxy of `names` on its own copy of the untrained `net` (synflow rewrites weights),
-    torch seeded with `seed` before each; the caller's random state and `net` are left as they were
-    (training may follow on the same network)."""
+    """Each proxy of `names` on the untrained `net`, torch seeded with `seed` before each; the
+    caller's random state and `net` are left as they were (training may follow on the same network).
+    A proxy that rewrites weights scores its own copy; the others share one copy (what they change,
+    gradients, train-mode batch statistics, does not reach another's score), and the gradient
+    proxies one backward pass: the scores are those of a fresh copy per proxy, at a third of the copies."""
     proxies = [PROXIES.get(n)() for n in names]  # unknown names fail before any work
-    scores = {}
+    scores: dict[str, float] = {}
+    shared: nn.Module | None = None
+    gradients: Gradients | None = None
     with torch.random.fork_rng(devices=[]):
         for proxy in proxies:
             torch.manual_seed(seed)
-            scores[proxy.name] = proxy.score(copy.deepcopy(net), batch)
+            if proxy.mutates_weights:
+                scores[proxy.name] = proxy.score(copy.deepcopy(net), batch)
+                continue
+            shared = shared if shared is not None else copy.deepcopy(net)
+            if isinstance(proxy, GradientProxy):
+                gradients = gradients if gradients is not None else loss_gradients(shared, batch)
+                scores[proxy.name] = proxy.from_gradients(gradients)
+            else:
+                scores[proxy.name] = proxy.score(shared, batch)
     return scores
 
 
