@@ -5,13 +5,15 @@ baseline_accuracy over cells sampled with a seed, and the CPU seconds per archit
 The table's CIFAR-10 is not available offline, so the proxies see Fashion-MNIST (resized to
 32x32, grey as three equal channels) and, separately, random normal images: neither is the data the
 table's networks trained on, and both are reported. Networks are NB201's skeleton at width C=16
-with 10 classes, freshly initialised with the seed; by default with 1 cell per stage instead of the
-table's 5 (`--cells-per-stage 5` for the full network): on a shared 2-core CPU the full network
-takes ~10 s per cell for all six proxies, which makes 1,000 cells a multi-hour run.
+with 10 classes, freshly initialised with the seed, by default with the table's 5 cells per stage
+(~0.6 s per cell for all six proxies on one CPU thread; 1,000 cells in ~10 min with one process per
+data source); `--cells-per-stage 1` for the cheaper, less faithful network (proxies_shallow.json).
 
     python benchmarks/proxies.py                          # 1,000 cells, both data sources, report
     python benchmarks/proxies.py --score random           # score one data source (resumable) ...
     python benchmarks/proxies.py --report                 # ... report what the score files hold
+    python benchmarks/proxies.py --cells-per-stage 1 --out benchmarks/results/proxies_shallow.json  # shallow
+    python benchmarks/proxies.py --report --compare-with benchmarks/results/proxies_shallow.json  # both
     python benchmarks/proxies.py --cells 20 --out /tmp/p.json   # quick: proves it runs
 
 Scores go to benchmarks/results/proxies_scores_<data>.jsonl (one line per cell, appended, so an
@@ -130,8 +132,9 @@ def correlation_table(rows: list[dict[str, Any]], truth: list[float]) -> dict[st
 
 
 def report(cells: list[NB201Cell], paths: dict[str, Path], out: Path, batch_size: int, seed: int,
-           cells_per_stage: int, compare: Path | None = None) -> dict[str, Any]:
-    """`compare`: another run's report path; its scores of the same cells are correlated too."""
+           cells_per_stage: int, compare: Path | None = None, machine: str = "") -> dict[str, Any]:
+    """`compare`: another run's report path; its scores of the same cells are correlated too;
+    `machine`: what else ran while the scores were timed."""
     from nas.proxies import VOTE
 
     table = NB201Space().benchmark(None, "baseline_accuracy", 10, 32)
@@ -160,9 +163,8 @@ def report(cells: list[NB201Cell], paths: dict[str, Path], out: Path, batch_size
         "network": f"NB201 skeleton C=16, {cells_per_stage} cell(s) per stage (the table's: 5), 10 classes, 32x32x3",
         "data_note": ("the table's CIFAR-10 is not available offline: the proxies saw Fashion-MNIST (train split, "
                       "resized 28->32, grey as 3 channels) or random normal images, never CIFAR-10"),
-        "cpu": f"1 thread (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}) on a shared 2-core machine, "
-               "other jobs running (the committed results: 4 scoring processes at once, a forward and a --reverse per "
-               "data source): seconds are upper bounds",
+        "cpu": f"one thread per scoring process (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}), "
+               f"{os.cpu_count()} cores; {machine}",
         "vote": list(VOTE), "literature": LITERATURE, "results": results,
     }
     atomic_write_json(out, payload)
@@ -227,10 +229,12 @@ def main() -> None:
     ap.add_argument("--limit", type=int, help="only the first N of the --cells sample (a subset of the same cells)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--cells-per-stage", type=int, default=1)
+    ap.add_argument("--cells-per-stage", type=int, default=5)
     ap.add_argument("--score", choices=SOURCES, help="only score this data source (resumable), no report")
     ap.add_argument("--report", action="store_true", help="only report the score files")
     ap.add_argument("--compare-with", type=Path, help="another run's JSON: correlate its scores of the same cells too")
+    ap.add_argument("--machine", default="nothing else said to be running",
+                    help="for the report: how the machine was shared while scoring (the seconds depend on it)")
     ap.add_argument("--reverse", action="store_true", help="with --score: from the last cell (a second process)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "proxies.json")
     args = ap.parse_args()
@@ -239,7 +243,8 @@ def main() -> None:
     for source in ([args.score] if args.score else [] if args.report else SOURCES):
         score(source, cells, args.batch_size, args.seed, args.cells_per_stage, paths[source], args.reverse)
     if not args.score:
-        payload = report(cells, paths, args.out, args.batch_size, args.seed, args.cells_per_stage, args.compare_with)
+        payload = report(cells, paths, args.out, args.batch_size, args.seed, args.cells_per_stage, args.compare_with,
+                         args.machine)
         print(markdown(payload))
 
 
