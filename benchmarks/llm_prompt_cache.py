@@ -126,6 +126,8 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=2, help="runs per mode, taken in turn (off, on, off, on ...)")
+    ap.add_argument("--machine", default="nothing else said to be running",
+                    help="for the report: how the machine was shared (the seconds depend on it)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "llm_prompt_cache.json")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="nasflow-prompt-cache-") as tmp:
@@ -136,7 +138,7 @@ def main() -> None:
                   f"{r['evaluated_prompt_tokens']} of {r['prompt_tokens']} prompt tokens evaluated", flush=True)
     payload = {"benchmark": "local LLM prompt cache (llama.cpp state cache) on a live CoLLM search",
                "trials": args.trials, "seed": args.seed, "repeats": args.repeats,
-               "cpu": f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, {os.cpu_count()} cores",
+               "cpu": f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, {os.cpu_count()} cores; {args.machine}",
                "runs": [{k: v for k, v in r.items() if k != "archs"} for r in runs], "summary": summary(runs)}
     atomic_write_json(args.out, payload)
     atomic_write_text(args.out.with_suffix(".md"), markdown(payload))

@@ -148,6 +148,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=None, help="keep run dirs here and reuse finished ones")
     ap.add_argument("--shard", default="0/1", help="with --only: run the seeds s with s %% N == I (I/N), so N "
                     "processes can fill --work side by side")
+    ap.add_argument("--note", help="for the JSON: how the LLM arm's runs were made, where it matters")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "predictor_nb201.json")
     args = ap.parse_args()
     if args.quick:
@@ -194,8 +195,10 @@ def main() -> None:
                "goal": GOAL, "quick": args.quick, "trials": args.trials, "seeds": args.seeds,
                "llm_seeds": 0 if args.no_collm else args.llm_seeds,
                "llm_trials": 0 if args.no_collm else (args.llm_trials or args.trials),
-               "llm_note": "collm+screen: SmolLM2-135M-Instruct Q4_1 on CPU (llama.cpp, grammar-constrained); "
-                           "fewer seeds than the other arms (minutes per seed on shared cores)",
+               "llm_note": "collm+screen: SmolLM2-135M-Instruct Q4_1 on CPU (llama.cpp, grammar-constrained)"
+                           + ("; fewer seeds than the other arms (minutes per seed on shared cores)"
+                              if not args.no_collm and args.llm_seeds < args.seeds else "")
+                           + (f"; {args.note}" if args.note else ""),
                "strategies": results, "paired_tests": tests, "anchor": ANCHOR,
                "collm_unscreened": unscreened_collm(args.trials),
                "command": " ".join(["python benchmarks/predictor_nb201.py", *sys.argv[1:]]),
