@@ -20,11 +20,12 @@ def _weights(net: nn.Module) -> list[nn.Parameter]:
 
 def loss_gradients(net: nn.Module, batch: Batch) -> Gradients:
     """Cross-entropy on the batch, backpropagated from zero gradients: (weight, gradient) pairs of
-    the weights it reaches (the gradients stay valid when the network's are cleared later)."""
+    the weights it reaches, the gradients copied (a later proxy's backward pass on the same network
+    must not change them)."""
     net.train()
     net.zero_grad(set_to_none=True)
     F.cross_entropy(net(batch.images), batch.labels).backward()
-    return [(p, p.grad) for p in _weights(net) if p.grad is not None]
+    return [(p, p.grad.detach().clone()) for p in _weights(net) if p.grad is not None]
 
 
 def _finite(value: float) -> float:
