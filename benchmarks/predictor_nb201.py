@@ -23,6 +23,7 @@ Measured on 2 CPU cores: random/REA ~0.3 s per run; bananas and REA+screening re
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 import sys
 from dataclasses import asdict
 import tempfile
@@ -41,7 +42,7 @@ from collm_nb201 import COLLM, local_llm, plot, run, summarise  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 
 from nas.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
-from nas.search.record import best_so_far, read_history  # noqa: E402
+from nas.search.record import best_record, best_so_far, evaluated, read_history  # noqa: E402
 from nas.search.screen import ScreenSettings  # noqa: E402
 
 REA = {"population_size": 20, "sample_size": 5, "unique": True}
@@ -75,6 +76,13 @@ def paired(curves: dict[str, list[list[float]]], a: str, b: str) -> dict[str, An
             "p_value": None if test is None else round(float(test.pvalue), 6)}
 
 
+def best_origin(run_dir: Path, trials: int) -> str:
+    """Where the best of the first `trials` came from (the strategy's `origin`: for CoLLM, `llm`
+    or `random_fill`, a slot the model's repeats left empty); `-` for strategies that say nothing."""
+    best = best_record(evaluated(read_history(run_dir / "history.jsonl"))[:trials], trust=False)
+    return str(best.strategy.get("origin", "-")) if best is not None else "-"
+
+
 def run_arm(label: str, seed: int, trials: int, work: Path) -> dict[str, Any]:
     """One seed of an arm; a run already finished in `work` is read back instead."""
     name, params, screen = ARMS[label]
@@ -84,11 +92,13 @@ def run_arm(label: str, seed: int, trials: int, work: Path) -> dict[str, Any]:
         if summary["trials"] >= trials:
             curve = best_so_far(read_history(run_dir / "history.jsonl"))[:trials]
             curve += [curve[-1]] * (trials - len(curve))  # as `run`: a search that stopped early keeps its best
-            return {"curve": curve, "seconds": summary["wall_seconds"], "summary": summary}
+            return {"curve": curve, "seconds": summary["wall_seconds"], "summary": summary,
+                    "best_origin": best_origin(run_dir, trials)}
     if label in LLM_ARMS:
         params = {**params, "llm": local_llm(work / "llm-cache" / f"seed{seed}")}
     out = run(label, name, params, seed, trials, work, screen)
-    return {**out, "seconds": out["summary"]["wall_seconds"]}  # a resumed run: its time over every session
+    # a resumed run: its time over every session
+    return {**out, "seconds": out["summary"]["wall_seconds"], "best_origin": best_origin(run_dir, trials)}
 
 
 def unscreened_collm(trials: int) -> dict[str, Any] | None:
@@ -126,6 +136,10 @@ def markdown(results: dict[str, Any], tests: list[dict[str, Any]], trials: int,
     if collm is not None:
         rows.append(f"CoLLM without screening (same settings, {collm['seeds']} seeds, {collm['source']}; a reference, "
                     f"not paired): {collm['mean']:.2f} ± {collm['std']:.2f} at {trials} trials.")
+    for label, res in results.items():
+        if set(res["best_origin"]) - {"-"}:
+            rows.append(f"{label}: each seed's best came from " + ", ".join(
+                f"{origin} ({n} of {res['seeds']})" for origin, n in sorted(res["best_origin"].items())) + ".")
     for label, res in results.items():
         if label in LLM_ARMS and (res["seeds"] < max(r["seeds"] for r in results.values()) or res["trials"] < trials):
             rows.append(f"{label}: {res['seeds']} seed(s) x {res['trials']} trials only: the embedded SmolLM2-135M on "
@@ -184,6 +198,7 @@ def main() -> None:
                               "screened_per_run": float(np.mean([r["summary"].get("screened", 0) for r in runs]))}
             curves[label] = [r["curve"] for r in runs]
             results[label]["per_seed"] = [round(r["curve"][-1], 4) for r in runs]
+            results[label]["best_origin"] = dict(Counter(r["best_origin"] for r in runs))
     if args.only:
         return
     tests = [paired(curves, a, b) for a, b in TESTS if a in curves and b in curves]
