@@ -20,6 +20,7 @@ Measured on 2 CPU cores: the baselines take ~0.3 s per 100-trial run; a
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import tempfile
 import time
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -51,10 +53,13 @@ PAPER = {"collm": {"100": {"mean": 94.37, "std": 0.01}}, "note": "CoLLM-NAS Tabl
          "CIFAR-10 test, <=100 architectures, 10 runs, Qwen3-30B-A3B"}
 
 
-def local_llm(cache: Path) -> dict[str, Any]:
-    import yaml
+# Read when the code is imported, not per run: a long benchmark whose process keeps the code it
+# started with must not pick up a config file edited since (a new key its code would refuse).
+LOCAL_YAML: dict[str, Any] = yaml.safe_load((ROOT / "nas" / "conf" / "llm" / "local.yaml").read_text())
 
-    cfg = yaml.safe_load((ROOT / "nas" / "conf" / "llm" / "local.yaml").read_text())
+
+def local_llm(cache: Path) -> dict[str, Any]:
+    cfg = copy.deepcopy(LOCAL_YAML)
     # One llama.cpp thread: on oversubscribed cores its thread barriers stall (measured ~1.5 tokens/s with 2).
     return {**cfg, "cache_dir": str(cache), "timeout_s": 600, "local": {**cfg["local"], "n_threads": 1}}
 
