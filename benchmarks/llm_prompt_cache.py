@@ -37,16 +37,10 @@ MODES = {"off": 0, "on": 1024}
 EVALUATED = re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
 
 
-def log_tail(path: Path, offset: int) -> str:
-    with path.open("rb") as fh:
-        fh.seek(offset)
-        return fh.read().decode("utf-8", "replace")
-
-
 def one_mode(mode: str, index: int, seed: int, trials: int, work: Path) -> dict[str, Any]:
     """One CoLLM search with the prompt cache `mode`, on a server of its own."""
     from nas.home import home
-    from nas.llm.local import stop_shared
+    from nas.llm.local import log_since, stop_shared
 
     llm = local_llm(work / "unused-cache")
     llm = {**llm, "cache": False, "local": {**llm["local"], "prompt_cache_mb": MODES[mode]}}
@@ -59,7 +53,7 @@ def one_mode(mode: str, index: int, seed: int, trials: int, work: Path) -> dict[
     finally:
         stop_shared()
     calls = read_jsonl(work / f"{label}_s{seed}" / "llm" / "transcripts.jsonl")
-    evaluated = [(float(ms), int(n)) for ms, n in EVALUATED.findall(log_tail(log, offset))]
+    evaluated = [(float(ms), int(n)) for ms, n in EVALUATED.findall(log_since(log, offset))]
     history = read_jsonl(work / f"{label}_s{seed}" / "history.jsonl")
     return {"mode": mode, "prompt_cache_mb": MODES[mode], "calls": len(calls),
             "llm_seconds": round(sum(c["latency_s"] for c in calls), 2),

@@ -42,7 +42,7 @@ from collm_nb201 import COLLM, local_llm, plot, run, summarise  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 
 from nas.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
-from nas.search.record import best_record, best_so_far, evaluated, read_history  # noqa: E402
+from nas.search.record import TrialRecord, best_record, best_so_far, evaluated, read_history  # noqa: E402
 from nas.search.screen import ScreenSettings  # noqa: E402
 
 REA = {"population_size": 20, "sample_size": 5, "unique": True}
@@ -76,10 +76,10 @@ def paired(curves: dict[str, list[list[float]]], a: str, b: str) -> dict[str, An
             "p_value": None if test is None else round(float(test.pvalue), 6)}
 
 
-def best_origin(run_dir: Path, trials: int) -> str:
+def best_origin(history: list[TrialRecord], trials: int) -> str:
     """Where the best of the first `trials` came from (the strategy's `origin`: for CoLLM, `llm`
     or `random_fill`, a slot the model's repeats left empty); `-` for strategies that say nothing."""
-    best = best_record(evaluated(read_history(run_dir / "history.jsonl"))[:trials], trust=False)
+    best = best_record(evaluated(history)[:trials], trust=False)
     return str(best.strategy.get("origin", "-")) if best is not None else "-"
 
 
@@ -90,15 +90,16 @@ def run_arm(label: str, seed: int, trials: int, work: Path) -> dict[str, Any]:
     if (run_dir / "summary.json").is_file():
         summary = read_json(run_dir / "summary.json")
         if summary["trials"] >= trials:
-            curve = best_so_far(read_history(run_dir / "history.jsonl"))[:trials]
+            history = read_history(run_dir / "history.jsonl")
+            curve = best_so_far(history)[:trials]
             curve += [curve[-1]] * (trials - len(curve))  # as `run`: a search that stopped early keeps its best
             return {"curve": curve, "seconds": summary["wall_seconds"], "summary": summary,
-                    "best_origin": best_origin(run_dir, trials)}
+                    "best_origin": best_origin(history, trials)}
     if label in LLM_ARMS:
         params = {**params, "llm": local_llm(work / "llm-cache" / f"seed{seed}")}
     out = run(label, name, params, seed, trials, work, screen)
     # a resumed run: its time over every session
-    return {**out, "seconds": out["summary"]["wall_seconds"], "best_origin": best_origin(run_dir, trials)}
+    return {**out, "seconds": out["summary"]["wall_seconds"], "best_origin": best_origin(read_history(run_dir / "history.jsonl"), trials)}
 
 
 def unscreened_collm(trials: int) -> dict[str, Any] | None:

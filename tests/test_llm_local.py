@@ -137,9 +137,7 @@ def test_prompt_cache_restores_a_role_prefix_after_another_role(server, client):
         for system in roles.values():
             client.chat.completions.create(model=server.alias, temperature=0, max_tokens=2, messages=[
                 {"role": "system", "content": system}, {"role": "user", "content": f"Round {turn}."}])
-    with server.log_path.open("rb") as fh:
-        fh.seek(offset)
-        log = fh.read().decode("utf-8", "replace")
+    log = local.log_since(server.log_path, offset)
     remaining = [int(n) for n in re.findall(r"prefix-match hit, remaining (\d+) prompt tokens", log)]
     assert log.count("Llama._create_completion: cache hit") == 2, log[-2000:]
     assert len(remaining) >= 2 and max(remaining[-2:]) < 20  # of ~300 prompt tokens

@@ -8,6 +8,7 @@ from typing import Any
 
 from nas.errors import ConfigError
 from nas.core.registry import check_keys
+from nas.llm.local import PROMPT_CACHE_MB
 
 BACKENDS = ("local", "openai", "replay")
 STRUCTURED = ("auto", "grammar", "json_schema", "none")
@@ -42,7 +43,8 @@ class LLMConfig:
     chars_per_token: float = 2.0           # for fitting prompts into `context`; SmolLM2 on CoLLM's prompts: >= 2.2
     context_margin: int = 64               # tokens kept free besides prompt + max_tokens (chat template)
     local: dict[str, Any] = field(default_factory=lambda: {"n_ctx": 4096, "n_threads": None,
-                                                           "startup_timeout_s": 120.0, "prompt_cache_mb": 1024})
+                                                           "startup_timeout_s": 120.0,
+                                                           "prompt_cache_mb": PROMPT_CACHE_MB})
     roles: dict[str, RoleSettings] = field(default_factory=dict)
 
     @classmethod

@@ -78,14 +78,19 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _last_line(path: Path, offset: int) -> str:
-    """The last non-empty line written to `path` after byte `offset`."""
+def log_since(path: Path, offset: int) -> str:
+    """What the server wrote to its log `path` after byte `offset` ("" if unreadable)."""
     try:
         with path.open("rb") as fh:
             fh.seek(offset)
-            text = fh.read().decode("utf-8", "replace")
+            return fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def _last_line(path: Path, offset: int) -> str:
+    """The last non-empty line written to `path` after byte `offset`."""
+    text = log_since(path, offset)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if not lines:
         return ""
