@@ -93,6 +93,9 @@ def test_predictor_nb201_small_run_screens_and_pairs(tmp_path):
     assert result["strategies"]["rea"]["screened_per_run"] == 0
     assert {(t["a"], t["b"]) for t in result["paired_tests"]} >= {("rea+screen", "rea"), ("bananas", "rea")}
     assert "| rea+screen | x8 predictor | 2 | 15 |" in (tmp_path / "p.md").read_text()
+    assert result["strategies"]["random"]["best_origin"] == {"random": 2}  # where each seed's best came from
+    assert sum(result["strategies"]["bananas"]["best_origin"].values()) == 2
+    assert "random: each seed's best came from random (2 of 2)." in (tmp_path / "p.md").read_text()
     for shard in ("1/2", "x/2"):  # shards only fill a --work dir; I/N are numbers
         r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "predictor_nb201.py"), "--shard", shard],
                            capture_output=True, text=True, timeout=120)
