@@ -26,7 +26,9 @@
    (`engine.concurrent=N`), as N processes started together, and as N
    processes under CUDA MPS (when nvidia-cuda-mps-control is there); the
    NB201 cell network and compiled candidates as streams; whether cuDNN's
-   autotuner (cudnn.benchmark, off in the engine) helps.  Each section is
+   autotuner (cudnn.benchmark, off in the engine) helps; channels_last vs
+   NCHW (`layout`); and where a step's device time goes, by kernel kind
+   (`profile`, see kernel_profile.py).  Each section is
    saved as it ends (a GPU lease can end first) and a failing one records
    its error while the rest still run; `--sections` picks and orders them.
 6. CPU: the same parity check on Fashion-MNIST (the static-shape step with
@@ -72,6 +74,7 @@ from nas.spaces.nader.network import build_network  # noqa: E402
 from nas.spaces.nb201.space import NB201Space  # noqa: E402
 from nas.data.sources import FASHION_MNIST_ROOT, ImageData, Split, digits, fashion_mnist  # noqa: E402
 from nas.io import atomic_write_json, atomic_write_text  # noqa: E402
+from nas.measure import count_flops  # noqa: E402
 from nas.train.engine import Engine  # noqa: E402
 from nas.train.optim import sgd  # noqa: E402
 from nas.train.recipe import NB201, NB201_SEEDS, Recipe  # noqa: E402
@@ -437,8 +440,8 @@ def packing(accelerator: str, images: int, epochs: int, batch: int, depth: int, 
     return out
 
 
-GPU_SECTIONS = ("packing", "rows", "packing_mps", "packing_nb201", "packing_compiled", "cudnn_benchmark", "parity",
-                "reduce_overhead")
+GPU_SECTIONS = ("packing", "rows", "packing_mps", "packing_nb201", "packing_compiled", "cudnn_benchmark", "profile",
+                "layout", "parity", "reduce_overhead")
 
 
 def gpu_section(quick: bool, fashion_root: Path, sections: tuple[str, ...] = GPU_SECTIONS,
@@ -508,6 +511,49 @@ def gpu_section(quick: bool, fashion_root: Path, sections: tuple[str, ...] = GPU
             torch.backends.cudnn.benchmark = False
         return {"graphed": row, "packing_compiled": packed}
 
+    def layout() -> list[dict]:
+        """channels_last (the engine's default) vs NCHW for the multiple-of-8 width, graphed and
+        compiled + graphed: which memory format cuDNN and inductor serve better at 24 channels."""
+        result = []
+        groups = [({"cuda_graphs": "on"}, "graphed")]
+        if cuda:  # inductor on CPU: minutes, no news
+            groups.append(({"cuda_graphs": "on", "compile": True}, "compiled + graphed"))
+        for extra, label in groups:
+            for cl in (True, False):
+                engine = Engine(**{**fast, "channels_last": cl}, **extra)
+                r = candidate_seconds(data, f"resnet w{w8}", resnet(w8), engine, epochs, batch)
+                r["variant"] = f"{label}, {'channels_last' if cl else 'NCHW'}"
+                print(f"  resnet w{w8} {r['variant']}: {r['projected_seconds_200_epochs_50k']} s", flush=True)
+                result.append(r)
+        return result
+
+    def profile() -> dict:
+        """Kernel time by kind per training step (benchmarks/kernel_profile.py) for the ResNet
+        at the multiple-of-8 width alone (graphed; compiled with eager launches; compiled +
+        graphed) and for 8 compiled candidates as streams: where the packed time goes."""
+        from kernel_profile import profile_training
+
+        recipe = Recipe(epochs=1, batch_size=batch, valid_subset=256, test_subset=256)
+        variants = [("graphed", 1, {"cuda_graphs": "on"}),
+                    ("compiled, eager launches", 1, {"cuda_graphs": "off", "compile": True}),
+                    ("compiled + graphed", 1, {"cuda_graphs": "on", "compile": True}),
+                    ("compiled + graphed, 8 streams", 8, {"cuda_graphs": "on", "compile": True})]
+        if not cuda:  # the static step run eagerly; inductor on CPU takes minutes
+            variants = [("static step, eager", 1, {"cuda_graphs": "on"}),
+                        ("static step, eager, 2 in lockstep", 2, {"cuda_graphs": "on"})]
+        result = []
+        for label, k, extra in variants:
+            nets = [model(3, 32, 10, seed=i, width=w8)[0] for i in range(k)]
+            macs = count_flops(nets[0], (1, 3, 32, 32))
+            r = profile_training(nets, data, recipe, Engine(**fast, **extra, concurrent=k), 3 if quick else 30)
+            if r["measured"]:  # forward MACs x 2 FLOPs x 3 (forward, two backward GEMMs) per image
+                r["tflops_while_busy"] = round(6 * macs * batch * k / (r["busy_ms_per_step"] / 1000) / 1e12, 2)
+            result.append({"variant": label, "width": w8, "mflops": round(macs / 1e6, 1), **r})
+            print(f"  profile {label}: " + (f"busy {r['busy_ms_per_step']} ms / wall {r['wall_ms_per_step']} ms "
+                                            f"per step, {r['calls_per_step']} calls"
+                                            if r["measured"] else r["reason"]), flush=True)
+        return {"variants": result}
+
     def parity_run() -> dict:
         if (fashion_root / "train-images-idx3-ubyte.gz").exists() or (fashion_root / "train-images-idx3-ubyte").exists():
             return parity(fashion_mnist(str(fashion_root)), 1 if quick else 5, NB201_SEEDS,
@@ -524,6 +570,8 @@ def gpu_section(quick: bool, fashion_root: Path, sections: tuple[str, ...] = GPU
                                                 ns=(1, 2) if quick else (1, 8, 16), modes=("streams",),
                                                 compile_=cuda),
             "cudnn_benchmark": cudnn_benchmark,
+            "profile": profile,
+            "layout": layout,
             "parity": parity_run}
     for name in sections:
         start = time.perf_counter()
@@ -560,6 +608,43 @@ def packing_markdown(p: dict | None, title: str = "Packing") -> list[str]:
     return lines + ["", p["note"] + ".", ""]
 
 
+def profile_markdown(p: dict | None) -> list[str]:
+    """The profile section: one row per variant, then device time by kind (ms per step)
+    per variant, then the busiest kernels of the last variant."""
+    if p is None:
+        return []
+    if "error" in p:
+        return [f"Profile: failed ({p['error']}).", ""]
+    done = [v for v in p["variants"] if v["measured"]]
+    lines = ["## Where a training step's device time goes (torch.profiler)", "",
+             "| variant | candidates | busy ms / step | summed ms / step | wall ms / step | idle share | "
+             "calls / step | intervals under 5 us | TFLOP/s while busy |", "| --- |" + " --- |" * 8]
+    for v in p["variants"]:
+        if not v["measured"]:
+            lines.append(f"| {v['variant']} | {v['reason']} |" + " |" * 7)
+            continue
+        lines.append(f"| {v['variant']} | {v['candidates']} | {v['busy_ms_per_step']:,.2f} | "
+                     f"{v['summed_ms_per_step']:,.2f} | {v['wall_ms_per_step']:,.2f} | {v['idle_share_of_span']:.1%} | "
+                     f"{v['calls_per_step']:,.0f} | "
+                     f"{v['share_under_5us']:.0%} | {v['tflops_while_busy']} |")
+    if not done:
+        return lines + [""]
+    kinds = sorted({k["name"] for v in done for k in v["by_kind"]})
+    ms = [{k["name"]: k["ms_per_step"] for k in v["by_kind"]} for v in done]
+    lines += ["", "| kind (ms / step) | " + " | ".join(v["variant"] for v in done) + " |",
+              "| --- |" + " --- |" * len(done)]
+    for kind in sorted(kinds, key=lambda k: -ms[-1].get(k, 0.0)):
+        lines.append(f"| {kind} | " + " | ".join(f"{m.get(kind, 0.0):.3f}" for m in ms) + " |")
+    last = done[-1]
+    lines += ["", f"Busiest intervals, {last['variant']} ({last['source']}):", "",
+              "| name | ms / step | calls / step | share |", "| --- | --- | --- | --- |"]
+    lines += [f"| `{t['name'][:100]}` | {t['ms_per_step']} | {t['calls_per_step']} | {t['share']:.1%} |"
+              for t in last["top"]]
+    return lines + ["", "busy = time with at least one kernel running (union over streams); summed = kernel "
+                        "time added up (above busy when streams overlap); idle share = the profiled span with "
+                        "nothing running; TFLOP/s = 6 x forward MACs per image x images / busy time.", ""]
+
+
 def gpu_markdown(g: dict, machine: dict) -> str:
     """The GPU section as markdown; sections that did not run (or failed) say so."""
     lines = [f"# Fast-engine training speed on {g['device']} (torch {machine['torch']})", "",
@@ -590,6 +675,16 @@ def gpu_markdown(g: dict, machine: dict) -> str:
         lines += [f"With torch.backends.cudnn.benchmark: graphed width {g['width_multiple_8']} "
                   f"{tuned['graphed']['projected_seconds_200_epochs_50k']:,.0f} s per candidate alone.", ""]
         lines += packing_markdown(tuned["packing_compiled"], "Packing compiled candidates with cudnn.benchmark")
+    lay = g.get("layout")
+    if isinstance(lay, list):
+        lines += ["## Memory format", "", "| variant | graphs | compile s | s/epoch | projected s / candidate |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {r['variant']} | {r['cuda_graphs']} | {r['compile_seconds']} | {r['seconds_per_epoch']} | "
+                  f"{r['projected_seconds_200_epochs_50k']:,.0f} |" for r in lay]
+        lines.append("")
+    elif lay is not None:
+        lines += [f"Memory format: failed ({lay['error']}).", ""]
+    lines += profile_markdown(g.get("profile"))
     p = g.get("parity")
     if p is not None and "error" in p:
         lines += [f"Parity: failed ({p['error']}).", ""]

@@ -106,6 +106,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_io_compare.py": (),
     "test_isolation.py": ("sandbox",),
     "test_isolation.py::test_cli_refuses_model_source_without_isolation": ("cli",),
+    "test_kernel_profile.py": (),
     "test_knowledge_cli.py": ("cli",),
     "test_knowledge_cli.py::test_papers_through_an_endpoint_then_replayed": ("llm",),
     "test_knowledge_cli.py::test_ingest_as_a_prefect_flow": ("prefect",),

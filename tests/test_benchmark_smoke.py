@@ -39,12 +39,19 @@ def test_train_throughput_gpu_sections_pick_and_save(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("with CUDA --gpu-only --quick measures the GPU instead")
     out = tmp_path / "g.json"
-    result = run_bench("train_throughput.py", out, "--gpu-only", "--sections", "reduce_overhead,packing_mps")
+    result = run_bench("train_throughput.py", out, "--gpu-only", "--sections", "reduce_overhead,packing_mps,profile")
     gpu = result["gpu"]
-    assert gpu["sections"] == ["reduce_overhead", "packing_mps"]
+    assert gpu["sections"] == ["reduce_overhead", "packing_mps", "profile"]
     assert gpu["packing_mps"] == {"measured": False, "reason": "no CUDA device"}
     assert "rows" not in gpu and "packing" not in gpu
+    # on CPU the profile reads the operators' own time: the step is mostly convolutions and BN
+    one, two = gpu["profile"]["variants"]
+    assert one["measured"] and two["candidates"] == 2 and one["lanes"] >= 1
+    kinds = {k["name"]: k["ms_per_step"] for k in one["by_kind"]}
+    assert kinds["convolution"] == max(kinds.values()) and kinds["batchnorm"] > 0
+    assert 0 < one["busy_ms_per_step"] <= one["wall_ms_per_step"]
     md = out.with_suffix(".md").read_text()
+    assert "Where a training step's device time goes" in md
     assert "Not run this time: packing, rows, packing_nb201, packing_compiled, cudnn_benchmark, parity." in md
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "train_throughput.py"), "--gpu-only", "--quick",
                         "--sections", "rows,bogus"], capture_output=True, text=True, timeout=120)
