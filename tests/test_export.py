@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -285,8 +286,32 @@ def test_model_source_is_retrained_in_the_sandbox(capsys, tmp_path):
     weights = manifest["weights"]
     assert weights["origin"] == "retrained" and weights["seed"] == 3 and len(weights["loss_curve"]) == 1
     net = load_network(run / "export", 10)
-    torch.manual_seed(0)  # the sandbox instantiates under seed 0
+    torch.manual_seed(3)  # the sandbox instantiates under the run's seed, then trains
     assert not torch.equal(net.fc.weight, type(net)(num_classes=10).fc.weight)
+
+
+def test_model_source_retrained_in_the_sandbox_starts_from_its_seeds_initial_weights(tmp_path):
+    """The export child (`export`) trains a fresh `Network` drawn under the run's seed: with a
+    trainer that leaves it as it is, model.pt holds torch.manual_seed(seed)'s weights."""
+    from nas.export.child import export
+    from nas.sandbox.limits import Limits
+    from nas.sandbox.worker import Job, Reporter
+    from nas.train.result import TrainResult
+
+    (tmp_path / "model.py").write_text(SMALL_MODEL)
+    request = {"num_classes": 10, "input_shape": [1, 1, 8, 8], "train": {"seeds": [3]}, "seed": 0,
+               "weights": False, "reference": False}
+    read, write = os.pipe()
+    try:
+        job = Job(request, tmp_path, {}, Limits(), Reporter(write), lambda net, seed, rgb: TrainResult(10.0, 10.0))
+        assert export(job).ok and '"trained"' in os.read(read, 1 << 16).decode()
+    finally:
+        os.close(read)
+        os.close(write)
+    net = load_network(tmp_path, 10)
+    torch.manual_seed(3)
+    assert torch.equal(torch.load(tmp_path / "model.pt", weights_only=True)["conv.weight"],
+                       type(net)(num_classes=10).conv.weight)
 
 
 @pytest.mark.slow

@@ -3,10 +3,12 @@ batched (concurrent) evaluation, and untrusted model source trained in the sandb
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from nas.core.space import SearchSpace
 from nas.errors import ConfigError, EncodingError, EvaluationError
@@ -121,6 +123,33 @@ def test_model_source_trains_in_the_sandbox_per_seed():
     assert r.metrics["epochs"] == 2.0 and len(r.curve) == 2 and "valid_accuracy_std" in r.metrics
     assert [(p.label, p.epoch) for p in heard] == [(f"source {arch.key()} seed {s}", e) for s in (777, 888)
                                                    for e in (1, 2)]
+
+
+def test_sandbox_trains_each_seed_from_the_initial_weights_that_seed_draws(tmp_path):
+    """Not exportable, model source trains in the sandbox (`_train`): each seed starts from
+    torch.manual_seed(seed)'s weights, as the exported graph's `seed<N>` weights do."""
+    from nas.sandbox.worker import Reporter, _train, import_file
+    from nas.train.result import TrainResult
+
+    (tmp_path / "model.py").write_text(SOURCE)
+    module = import_file(tmp_path / "model.py", "nas_seeded_candidate")
+    first: list[torch.Tensor] = []
+
+    def trainer(net: torch.nn.Module, seed: int) -> TrainResult:  # records where training would start
+        first.append(net.body[0].weight.detach().clone())
+        return TrainResult(valid_accuracy=10.0, test_accuracy=10.0)
+
+    read, write = os.pipe()
+    try:
+        _train(module, "model.py", 10, [777, 888], trainer, Reporter(write))
+        assert os.read(read, 1 << 16).decode().count('"trained"') == 2
+    finally:
+        os.close(read)
+        os.close(write)
+    for seed, weight in zip([777, 888], first):
+        torch.manual_seed(seed)
+        assert torch.equal(weight, module.Network(num_classes=10).body[0].weight)
+    assert not torch.equal(first[0], first[1])
 
 
 @pytest.mark.parametrize("body, error", [

@@ -42,8 +42,7 @@ def export(job: Job) -> Verdict:
 
         def fit() -> nn.Module:
             seed = request["train"]["seeds"][0]
-            torch.manual_seed(seed)
-            fresh = instantiate(module, "model.py", num_classes)
+            fresh = instantiate(module, "model.py", num_classes, seed=seed)
             job.reporter.send(trained=trainer(fresh, seed, rgb).to_dict())
             return fresh
 

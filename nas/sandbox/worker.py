@@ -261,10 +261,10 @@ def make_trainer(training: dict) -> Callable[[nn.Module, int, bool], Any]:
 
 def _train(module: Any, filename: str, num_classes: int, seeds: list[int],
            trainer: Callable[[nn.Module, int], Any], reporter: Reporter) -> None:
-    """Train a fresh instance per seed (the checked one has seen a backward pass)."""
+    """Train a fresh instance per seed (the checked one has seen a backward pass), its
+    initial weights drawn under that seed, as `_export`'s `seed<N>` weights are."""
     for seed in seeds:
-        torch.manual_seed(seed)
-        net = instantiate(module, filename, num_classes)
+        net = instantiate(module, filename, num_classes, seed=seed)
         reporter.send(trained=trainer(net, seed).to_dict())
 
 
