@@ -236,6 +236,22 @@ def test_supernet_checkpoint_changed_or_missing_is_refused(supernet_run, capsys,
     assert not (tmp_path / "a").exists()
 
 
+def test_supernet_checkpoint_changed_so_it_cannot_be_read_is_refused_as_changed(supernet_run, capsys, tmp_path):
+    """The checksum is checked before the subnet is extracted: a checkpoint changed since training
+    that no longer loads is reported as changed, not as what loading it raised."""
+    run, _, trained = supernet_run
+    original = trained.path.read_bytes()
+    try:
+        torch.save({**torch.load(trained.path, weights_only=True), "state_dict": {}}, trained.path)
+        changed = hashlib.sha256(trained.path.read_bytes()).hexdigest()
+        err = export_error(capsys, str(run), "--out", str(tmp_path / "a"))
+        assert err.endswith(f"supernet checkpoint {trained.path}: sha256 {changed[:16]} differs "
+                            f"from {trained.sha256[:16]} in {trained.path.stem}.json (changed since training)")
+    finally:
+        trained.path.write_bytes(original)
+    assert not (tmp_path / "a").exists()
+
+
 def test_model_source_is_built_and_exported_only_in_the_sandbox(capsys, tmp_path):
     run = fake_run(tmp_path / "run", Component("source"), SourceArch(SMALL_MODEL))
     manifest = export(capsys, str(run), "--no-train")

@@ -30,10 +30,12 @@ Say = Callable[[str], None]
 
 
 def rebuild(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRecord, train: bool, say: Say) -> Built:
-    """The trial's network with the weights its evaluator `ev` (the run's, built) can give."""
+    """The trial's network with the weights its evaluator `ev` (the run's, built) can give;
+    their provenance first, so changed stored weights are refused before they are read."""
+    origin = ev.provenance(arch)
     sub = ev.weights(arch)
     if sub is not None:
-        return from_weights(ev, sub, space, arch, record, say)
+        return from_weights(ev, sub, origin, space, arch, record, say)
     if ev.trains:
         return from_training(ev, spec, space, arch, record, train, say)
     if not (hasattr(ev, "num_classes") and hasattr(ev, "resolution")):  # a table knows its networks' size
@@ -41,10 +43,10 @@ def rebuild(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRecord, trai
     return from_initial(ev, spec, space, arch)
 
 
-def from_weights(ev: Any, sub: nn.Module, space: Any, arch: Any, record: TrialRecord, say: Say) -> Built:
-    """The network `sub` with the evaluator's stored weights (where they come from: `provenance`),
-    refused if they or their score changed since the search."""
-    origin = ev.provenance(arch)
+def from_weights(ev: Any, sub: nn.Module, origin: dict[str, Any], space: Any, arch: Any, record: TrialRecord,
+                 say: Say) -> Built:
+    """The network `sub` with the evaluator's stored weights (where they come from: `origin`,
+    its checked `provenance`), refused if their score changed since the search."""
     say(f"weights from evaluator '{ev.name}' ("
         + ", ".join(f"{k} {v}" for k, v in origin.items() if k != "origin") + "), rescoring")
     valid, test = ev.rescore(sub, arch)
