@@ -4,6 +4,7 @@ batched (concurrent) evaluation, and untrusted model source trained in the sandb
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +104,50 @@ def test_seeds_are_averaged_and_replace_the_run_seed():
     assert r.curve == pytest.approx([(x + y) / 2 for x, y in zip(a.curve, b.curve)])
     with pytest.raises(ConfigError, match="evaluator.seeds must be a non-empty list"):
         evaluator(seeds=[])
+
+
+@pytest.mark.parametrize("engine", [{}, {"kind": "fast"}])
+def test_a_terminated_seed_measures_no_accuracy_and_the_trial_averages_only_finished_seeds(engine):
+    """Training stopped early is never evaluated: its accuracy is None, not 0 %, the trial's
+    accuracy metrics are the mean of the seeds that finished, and absent when none did."""
+    from nas.evaluators.train import _combine
+    from nas.train.result import TrainResult
+    from nas.train.run import train_one
+
+    stops = {"patience_epochs": 2, "min_loss_drop": 0.99}  # no loss drops 99 % in two epochs
+    arch = evaluator().space.sample(np.random.default_rng(4))
+
+    def trained(ev: TrainEvaluator, seed: int) -> TrainResult:
+        net = build_model(ev.space, arch, ev.data.shape, ev.data.num_classes, ev.build, seed)
+        return train_one(net, ev.data, ev.recipe, seed, ev.engine)
+
+    finished, stopped = trained(evaluator(engine=engine), 777), trained(evaluator(engine=engine, recipe=stops), 888)
+    assert stopped.terminated.startswith("loss not improving") and stopped.epochs == 2
+    assert stopped.valid_accuracy is None and stopped.test_accuracy is None and finished.valid_accuracy > 0
+    assert TrainResult.from_untrusted(stopped.to_dict(), max_epochs=2) == stopped
+    with pytest.raises(ValueError, match=r"^training report field\(s\) valid_accuracy, test_accuracy malformed$"):
+        TrainResult.from_untrusted({**stopped.to_dict(), "valid_accuracy": 0.0, "test_accuracy": 0.0}, 2)
+    r = _combine([finished, stopped], [777, 888])
+    assert r.accuracy is None and r.error.startswith("terminated early: loss not improving") and "seed 888" in r.error
+    assert (r.metrics["valid_accuracy"], r.metrics["test_accuracy"]) == (finished.valid_accuracy,
+                                                                       finished.test_accuracy)
+    assert r.metrics["valid_accuracy_seed777"] == finished.valid_accuracy
+    assert not {"valid_accuracy_seed888", "valid_accuracy_std"} & set(r.metrics)
+    none = evaluator(seeds=[777, 888], engine=engine, recipe=stops).evaluate(arch)
+    assert none.accuracy is None and none.error.startswith("terminated early: loss not improving")
+    assert not [k for k in none.metrics if "accuracy" in k] and none.metrics["epochs"] == 2.0
+
+
+def test_nas_train_prints_no_accuracy_for_a_terminated_run(capsys):
+    from nas.cli.main import main as nas_main
+
+    cell = "|nor_conv_3x3~0|+|none~0|nor_conv_3x3~1|+|skip_connect~0|none~1|skip_connect~2|"
+    with pytest.raises(SystemExit) as exc:
+        nas_main(["train", cell, "data=digits", "evaluator.channels=4", "evaluator.cells_per_stage=1",
+                  *(f"recipe.{k}={v}" for k, v in {**TINY, "patience_epochs": 2, "min_loss_drop": 0.99}.items())])
+    assert exc.value.code == 1
+    assert re.search(r": failed: terminated early: loss not improving: [^;]*; no accuracy measured, \d+ params, ",
+                     capsys.readouterr().out)
 
 
 def test_batch_isolates_a_candidate_that_cannot_be_built():

@@ -96,8 +96,12 @@ def main(argv: list[str]) -> None:
         atomic_write_json(out, record)
     m = result.metrics
     state = "ok" if result.ok else f"failed: {result.error}"
-    print(f"{arch.space} {arch.key()}: {state}; valid {m.get('valid_accuracy', 0):.2f}%, test "
-          f"{m.get('test_accuracy', 0):.2f}%, {result.params} params, {result.flops} FLOPs, "
+    accuracy = "no accuracy measured"  # a terminated (or unbuilt) network is never evaluated
+    if "valid_accuracy" in m:
+        accuracy = f"valid {m['valid_accuracy']:.2f}%, test {m['test_accuracy']:.2f}%"
+        if not result.ok:  # a seed terminated early: the mean is of those that finished
+            accuracy += " (mean of the seeds that finished)"
+    print(f"{arch.space} {arch.key()}: {state}; {accuracy}, {result.params} params, {result.flops} FLOPs, "
           f"{m.get('epochs', 0):g} epochs, {result.cost_seconds:.1f} s")
     if not result.ok:
         raise SystemExit(1)

@@ -237,28 +237,34 @@ def _sizing(space: SearchSpace, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _combine(runs: list[TrainResult] | str, seeds: list[int], self_reported: bool = False) -> EvalResult:
-    """Mean over seeds; any seed terminated early makes the candidate a failure."""
+    """Mean over seeds; any seed terminated early makes the candidate a failure. Accuracy is the
+    mean over the seeds that measured one (a terminated seed has none), absent when none did."""
     if isinstance(runs, str):
         return EvalResult.failure(runs)
-    valid = [r.valid_accuracy for r in runs]
-    metrics = {"valid_accuracy": round(statistics.fmean(valid), 4),
-               "test_accuracy": round(statistics.fmean(r.test_accuracy for r in runs), 4),
-               "epochs": float(statistics.fmean(r.epochs for r in runs)),
-               "device_seconds": round(sum(r.device_seconds * r.world_size for r in runs), 3),
-               # how the numbers were computed: compile/capture time, and the share of seeds whose
-               # training step ran as a captured CUDA graph (1.0 all, 0.0 eager: off, or failed)
-               "compile_seconds": round(sum(r.compile_seconds for r in runs), 3),
-               "cuda_graphs": round(statistics.fmean(r.cuda_graphs == "on" for r in runs), 4)}
-    if len(runs) > 1:
+    measured = [(s, r.valid_accuracy, r.test_accuracy) for s, r in zip(seeds, runs)
+                if r.valid_accuracy is not None and r.test_accuracy is not None]
+    valid = [v for _, v, _ in measured]
+    metrics: dict[str, float] = {}
+    if measured:
+        metrics["valid_accuracy"] = round(statistics.fmean(valid), 4)
+        metrics["test_accuracy"] = round(statistics.fmean(t for *_, t in measured), 4)
+    metrics.update({"epochs": float(statistics.fmean(r.epochs for r in runs)),
+                    "device_seconds": round(sum(r.device_seconds * r.world_size for r in runs), 3),
+                    # how the numbers were computed: compile/capture time, and the share of seeds whose
+                    # training step ran as a captured CUDA graph (1.0 all, 0.0 eager: off, or failed)
+                    "compile_seconds": round(sum(r.compile_seconds for r in runs), 3),
+                    "cuda_graphs": round(statistics.fmean(r.cuda_graphs == "on" for r in runs), 4)})
+    if len(measured) > 1:
         metrics["valid_accuracy_std"] = round(statistics.pstdev(valid), 4)
-        metrics.update({f"valid_accuracy_seed{s}": r.valid_accuracy for s, r in zip(seeds, runs)})
+    if len(runs) > 1:
+        metrics.update({f"valid_accuracy_seed{s}": v for s, v, _ in measured})
     curves = [r.loss_curve for r in runs]
     curve = [statistics.fmean(c[e] for c in curves) for e in range(min(map(len, curves)))]
     if curve:
         metrics["final_train_loss"] = curve[-1]
     if self_reported:
         metrics["self_reported"] = 1.0
-    result = EvalResult(accuracy=metrics["valid_accuracy"], metrics=metrics, params=runs[0].params,
+    result = EvalResult(accuracy=metrics.get("valid_accuracy"), metrics=metrics, params=runs[0].params,
                         flops=runs[0].flops, cost_seconds=round(sum(r.wall_seconds for r in runs), 3), curve=curve)
     stopped = [(s, r.terminated) for s, r in zip(seeds, runs) if r.terminated]
     if stopped:

@@ -94,7 +94,7 @@ class _Run:
     compile_seconds: float = 0.0
     losses: list[float] = field(default_factory=list)
     terminated: str | None = None
-    accuracy: dict[str, float] = field(default_factory=lambda: {"valid": 0.0, "test": 0.0})
+    accuracy: dict[str, float | None] = field(default_factory=lambda: {"valid": None, "test": None})  # None: terminated
 
 
 def _each(runs: list[_Run], fn: Callable[..., None], *batch: torch.Tensor) -> None:

@@ -71,14 +71,13 @@ def train(model: nn.Module, data: ImageData, recipe: Recipe, seed: int, engine: 
     )
     device_start = time.perf_counter()
     trainer.fit(module, datamodule=dm)
-    if module.stopped:
-        valid = test = 0.0
-    else:
-        valid = 100 * float(trainer.validate(module, datamodule=dm, verbose=False)[0]["valid_acc"])
-        test = 100 * float(trainer.test(module, datamodule=dm, verbose=False)[0]["test_acc"])
+    valid = test = None  # terminated early: nothing measured
+    if not module.stopped:
+        valid = round(100 * float(trainer.validate(module, datamodule=dm, verbose=False)[0]["valid_acc"]), 4)
+        test = round(100 * float(trainer.test(module, datamodule=dm, verbose=False)[0]["test_acc"]), 4)
     device_seconds = time.perf_counter() - device_start
     return TrainResult(
-        valid_accuracy=round(valid, 4), test_accuracy=round(test, 4), loss_curve=module.epoch_losses,
+        valid_accuracy=valid, test_accuracy=test, loss_curve=module.epoch_losses,
         epochs=len(module.epoch_losses), terminated=module.stopped,
         wall_seconds=round(time.perf_counter() - start, 3), device_seconds=round(device_seconds, 3),
         params=params, flops=flops, device=str(trainer.strategy.root_device), world_size=trainer.world_size,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 
 @dataclass
 class TrainResult:
-    valid_accuracy: float  # percent
-    test_accuracy: float
+    valid_accuracy: float | None  # percent; None when terminated early (nothing measured)
+    test_accuracy: float | None
     loss_curve: list[float] = field(default_factory=list)  # mean train loss per epoch
     epochs: int = 0
     terminated: str | None = None  # early-termination reason, when it fired
@@ -40,9 +41,12 @@ class TrainResult:
         def count(v: object) -> bool:
             return type(v) is int and v >= 0
 
+        def percent(v: Any) -> bool:
+            """Measured when training finished; None (not 0) when it was terminated."""
+            return v is None if data["terminated"] is not None else num(v) and 0 <= v <= 100
+
         checks = {
-            "valid_accuracy": lambda v: num(v) and 0 <= v <= 100,
-            "test_accuracy": lambda v: num(v) and 0 <= v <= 100,
+            "valid_accuracy": percent, "test_accuracy": percent,
             "loss_curve": lambda v: type(v) is list and len(v) <= max_epochs and all(num(x) for x in v),
             "epochs": lambda v: count(v) and v <= max_epochs,
             "terminated": lambda v: v is None or (isinstance(v, str) and len(v) <= 500),
