@@ -174,13 +174,21 @@ def engines(data: ImageData, accelerator: str, depth: int, width: int | None, ba
             "target_seconds": TARGET_SECONDS, "meets_target": best <= TARGET_SECONDS}
 
 
+def accuracy(r, seed: int) -> float:
+    """A run's valid accuracy; a run terminated early has none, and a comparison of means
+    without it would be wrong, so it stops the section."""
+    if r.valid_accuracy is None:
+        raise RuntimeError(f"seed {seed} was terminated early ({r.terminated}): no accuracy to compare")
+    return r.valid_accuracy
+
+
 def agreement(epochs: int, seeds: tuple[int, ...]) -> dict:
     """Plain vs fast on identical initial weights, per seed: same numbers within noise?"""
     data = digits()
     recipe = Recipe(epochs=epochs, batch_size=64)
     out = {"dataset": "digits", "recipe": recipe.to_dict(), "seeds": list(seeds)}
     for name, engine in (("plain", Engine()), ("fast", Engine(kind="fast", channels_last=True, bf16=True))):
-        acc = [train_many([model(1, 8, 10, seed=s, depth=1, width=16)[0]], data, recipe, s, engine)[0].valid_accuracy
+        acc = [accuracy(train_many([model(1, 8, 10, seed=s, depth=1, width=16)[0]], data, recipe, s, engine)[0], s)
                for s in seeds]
         out[name] = {"valid_accuracy": acc, "mean": round(statistics.fmean(acc), 2),
                      "std": round(statistics.pstdev(acc), 2)}
@@ -280,7 +288,7 @@ def parity(data: ImageData, epochs: int, seeds: tuple[int, ...], train_subset: i
         engine = Engine(**base, cuda_graphs=graphs)
         runs = [train_many([model(c, h, data.num_classes, seed=s, depth=depth, width=width)[0]], data, recipe, s,
                            engine)[0] for s in seeds]
-        acc = [r.valid_accuracy for r in runs]
+        acc = [accuracy(r, s) for r, s in zip(runs, seeds)]
         out[name] = {"valid_accuracy": acc, "test_accuracy": [r.test_accuracy for r in runs],
                      "final_loss": [round(r.loss_curve[-1], 4) for r in runs], "cuda_graphs": runs[0].cuda_graphs,
                      "mean": round(statistics.fmean(acc), 2),
@@ -805,7 +813,7 @@ def main() -> None:
         print(f"packing on CPU, {kind}: " + ", ".join(f"N={r['n']} {r['projected_seconds_per_candidate']} s"
                                                       for r in result["packing_cpu"][kind]))
     for base in result.get("fashion_mnist_baseline", []):
-        if "test_accuracy" in base:
+        if base.get("test_accuracy") is not None:
             print(f"fashion_mnist N={base['cells_per_stage']} width {base['width']}: valid {base['valid_accuracy']:.2f}%,"
                   f" test {base['test_accuracy']:.2f}% in {base['wall_seconds']:.0f} s")
     print(f"wrote {out}")
