@@ -11,7 +11,7 @@ from typing import Any
 from prefect import flow
 from prefect.runtime import flow_run
 
-from nas.config import check_job, compose_config
+from nas.config import check_config, check_job, compose_config
 from nas.execute import execute
 
 RUN_DIR = "hydra.run.dir="
@@ -66,7 +66,7 @@ def ingest_overrides_flow(paths: list[str] | None = None, overrides: list[str] |
     from nas.llm import LLMConfig
     from nas.orchestration.flows.knowledge import ingest_flow
 
-    cfg = compose_config(list(overrides or []))
+    cfg = check_config(list(overrides or []))
     settings = {"llm": cfg["llm"], "knowledge": cfg["knowledge"]}
     LLMConfig.from_dict(settings["llm"])  # bad settings fail before any paper is read
     KnowledgeConfig.from_dict(settings["knowledge"])
