@@ -5,6 +5,7 @@ line's are (nas/config.py): a search's unknown group option or key fails its run
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ RUN_DIR = "hydra.run.dir="
 def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs") -> dict[str, Any]:
     """Any `nas search` (table, supernet, open-ended design) under the chosen runner;
     writes to `hydra.run.dir=DIR` when given (resuming a run there), else to a new
-    ROOT/<strategy>-<space>-s<seed>[-N], and the flow run takes that directory's name."""
+    ROOT/<strategy>-<space>-s<seed>[-N], and the flow run takes that directory's name
+    (a run that fails before writing to it removes it again)."""
     from nas.orchestration.flows.search import run_name
 
     overrides = list(overrides or [])
@@ -30,8 +32,14 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     spec = check_job(job)
     cfg = compose_config(job)
     run_dir = Path(dirs[-1]).resolve() if dirs else new_run_dir(Path(root).resolve(), run_name(spec))
-    _rename_flow_run(run_dir.name if not dirs else run_name(spec))
-    summary = execute(spec, run_dir, cfg.get("runner") or {}, progress=False)
+    try:
+        _rename_flow_run(run_dir.name if not dirs else run_name(spec))
+        summary = execute(spec, run_dir, cfg.get("runner") or {}, progress=False)
+    except BaseException:
+        if not dirs:  # the dir this run made, while it holds nothing (rmdir refuses any other)
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
+        raise
     return {"run_dir": str(run_dir), **summary}
 
 
