@@ -101,6 +101,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_fault_tolerance.py::test_corrupt_history_line_and_state_are_one_line_errors": ("cli",),
     "test_flow.py": ("prefect",),
     "test_flow.py::test_llm_calls_are_cached_prefect_tasks": ("llm",),
+    "test_flow.py::test_llm_cache_false_asks_the_model_on_every_run": ("llm",),
     "test_graph.py": (),
     "test_hostile.py": ("sandbox", "cli"),
     "test_io_compare.py": (),

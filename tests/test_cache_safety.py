@@ -176,9 +176,10 @@ def test_poisoned_llm_call_record_is_refused_and_the_call_made_again(prefect_hom
 
     @flow(persist_result=False)
     def ask(base_url: str, text: str) -> tuple[str, str]:
-        client = LLMClient({"backend": "openai", "base_url": base_url, "model": "scripted", "cache": False,
-                            "api_key_env": "NASFLOW_NO_KEY", "max_retries": 0}, prefect_home / "run",
-                           calls=prefect_calls)
+        reply_cache = prefect_home / uuid.uuid4().hex   # empty each time: only Prefect's store can answer
+        client = LLMClient({"backend": "openai", "base_url": base_url, "model": "scripted",
+                            "cache_dir": str(reply_cache), "api_key_env": "NASFLOW_NO_KEY", "max_retries": 0},
+                           prefect_home / "run", calls=prefect_calls)
         reply = client.complete("mutator", text)
         return reply.text, reply.source
 

@@ -101,6 +101,24 @@ def test_bad_overrides_stop_in_one_line_before_any_file(args, message, tmp_path,
     assert list(tmp_path.iterdir()) == []  # no runs/<time>.../.hydra, no search.log
 
 
+@pytest.mark.parametrize("args, message", [
+    (["train", str(ROOT / "tests/data/blocks/residual.txt"), "recipe.epoch=1", "--out", "r.json"],
+     "unknown key 'recipe.epoch' (valid keys of recipe: epochs, batch_size, "),
+    (["train-supernet", "space=nb201", "supernet.bogus=1", "out=sn"],
+     "unknown key 'supernet.bogus' (valid keys of supernet: epochs, batch_size, "),
+    (["knowledge", "stats", "knowledge.bogus=1"], "unknown key 'knowledge.bogus' (valid keys of knowledge: "),
+])
+def test_other_commands_name_an_unknown_key_and_its_valid_ones(args, message, tmp_path, monkeypatch, capsys):
+    """Every command's overrides are checked as `nas search`'s are, not left to Hydra's "Could not override"."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("nas: error: ") and message in err[0], err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_bad_job_stops_a_sweep_before_its_first_job():
     jobs = job_overrides(["space=nb201", "strategy=random,nader"], multirun=True)
     check_job(jobs[0])

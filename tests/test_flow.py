@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections import Counter
 
 import pytest
@@ -94,8 +95,10 @@ def test_llm_calls_are_cached_prefect_tasks(run_flow, tmp_path):
 
     @flow(persist_result=False)
     def ask(base_url: str, text: str) -> tuple[str, str]:
-        client = LLMClient({"backend": "openai", "base_url": base_url, "model": "scripted", "cache": False,
-                            "api_key_env": "NASFLOW_NO_KEY", "max_retries": 0}, tmp_path, calls=prefect_calls)
+        reply_cache = tmp_path / uuid.uuid4().hex   # empty each time: only Prefect's store can answer
+        client = LLMClient({"backend": "openai", "base_url": base_url, "model": "scripted",
+                            "cache_dir": str(reply_cache), "api_key_env": "NASFLOW_NO_KEY", "max_retries": 0},
+                           tmp_path, calls=prefect_calls)
         reply = client.complete("mutator", text)
         return reply.text, reply.source
 
@@ -108,3 +111,26 @@ def test_llm_calls_are_cached_prefect_tasks(run_flow, tmp_path):
             ask(srv.base_url, "a failing call")
     with ScriptedServer([Step("answered now")]) as srv:
         assert ask(srv.base_url, "a failing call") == ("answered now", "live")
+
+
+def test_llm_cache_false_asks_the_model_on_every_run(run_flow, tmp_path):
+    """`llm.cache=false` under the flow: a repeated search asks the model again, and leaves
+    nothing in Prefect's store for a cached search to find; with the cache on, a repeat asks nothing."""
+    from support.scripted import ScriptedServer
+    from test_fault_tolerance import script
+
+    def search(run: str, **cache) -> int:
+        llm = {"backend": "openai", "base_url": srv.base_url, "model": "scripted", "api_key_env": "NASFLOW_NO_KEY",
+               "structured": "none", "max_retries": 0, **cache}
+        spec = SearchSpec(space=Component("nb201"), evaluator=Component("table"), seed=0, trials=4, batch_size=2,
+                          strategy=Component("collm", {"llm": llm, "candidates_per_iteration": 2}))
+        before = len(srv.requests)
+        assert run_flow(spec, tmp_path / run, workers=2, progress=False)["trials"] == 4
+        return len(srv.requests) - before
+
+    with ScriptedServer(script) as srv:
+        asked = search("a", cache=False)
+        assert asked == 4   # 2 iterations: a Navigator and a Generator call each
+        assert search("b", cache=False) == asked
+        assert search("c", cache_dir=str(tmp_path / "reply-cache")) == asked
+        assert search("d", cache_dir=str(tmp_path / "reply-cache")) == 0

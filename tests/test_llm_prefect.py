@@ -19,9 +19,9 @@ def test_failed_llm_task_logs_one_line_and_is_not_cached(prefect_home):
 
     @flow(persist_result=False)
     def ask(base_url: str) -> tuple[str, str, dict]:
-        client = LLMClient({"backend": "openai", "base_url": base_url, "model": "scripted", "cache": False,
-                            "api_key_env": "NASFLOW_NO_KEY", "max_retries": 0}, prefect_home / "run",
-                           calls=prefect_calls)
+        client = LLMClient({"backend": "openai", "base_url": base_url, "model": "scripted",
+                            "cache_dir": str(prefect_home / "llm-cache"), "api_key_env": "NASFLOW_NO_KEY",
+                            "max_retries": 0}, prefect_home / "run", calls=prefect_calls)
         try:
             client.complete("navigator", "a call that fails once")
         except LLMError as err:

@@ -155,6 +155,29 @@ def test_deployment_run_checks_overrides_as_nas_search_does(prefect_home, tmp_pa
 
 
 @pytest.mark.slow
+def test_a_failed_deployment_run_removes_its_run_dir_only_while_empty(prefect_home, tmp_path, monkeypatch):
+    """A run that fails in `execute` leaves no empty ROOT/<name> behind, and never removes one with files."""
+    import nas.orchestration.flows.entry as entry
+    from nas.errors import NasError
+
+    runs, missing = tmp_path / "runs", tmp_path / "none.pt"
+    job = ["space=nb201", "strategy=random", "evaluator=supernet", f"evaluator.checkpoint={missing}",
+           "runner=local"]
+    with pytest.raises(NasError, match=str(missing)):
+        entry.search_overrides_flow(job, root=str(runs))
+    assert list(runs.iterdir()) == []
+
+    def fails_after_writing(spec, run_dir, runner, progress):
+        (run_dir / "search.log").write_text("started\n")
+        raise NasError("failed mid-run")
+
+    monkeypatch.setattr(entry, "execute", fails_after_writing)
+    with pytest.raises(NasError, match="failed mid-run"):
+        entry.search_overrides_flow(job, root=str(runs))
+    assert [p.relative_to(runs).as_posix() for p in runs.rglob("*")] == ["random-nb201-s0", "random-nb201-s0/search.log"]
+
+
+@pytest.mark.slow
 def test_serve_runs_a_deployment_against_a_real_server(nas_env, tmp_path):
     import httpx
 

@@ -69,6 +69,14 @@ def test_block_file_builds_in_the_skeleton_within_the_budget():
         BlockSpace.build_options({"skeleton": "vit"})
 
 
+@pytest.mark.parametrize("space", [BlockSpace(), SourceSpace()], ids=["nader", "source"])
+def test_model_source_is_never_built_in_process_and_the_error_says_where_it_runs(space):
+    with pytest.raises(EvaluationError) as err:
+        build_model(space, SourceArch(SOURCE), (1, 8, 8), 10, {}, seed=0)
+    assert str(err.value) == (f"model source runs only in the sandbox, never in-process (space '{space.name}'): "
+                              "use space=source with evaluator=train, which trains each model file in its sandbox")
+
+
 def test_sizing_settings_are_checked_by_every_space_that_reads_them_and_kept_per_space():
     assert evaluator().build == {"channels": 4, "cells_per_stage": 1}  # NB201 reads no skeleton or budget
     assert evaluator(BlockSpace()).build == {"cells_per_stage": 1, "skeleton": "nb201", "budget": {},
@@ -155,7 +163,8 @@ def test_batch_isolates_a_candidate_that_cannot_be_built():
     good = ev.space.sample(np.random.default_rng(2))
     bad = BlockArch.from_text((BLOCKS / "residual.txt").read_text())  # not an NB201 cell: the space cannot build it
     results = ev.evaluate_batch([good, bad], seed=0)
-    assert results[0].ok and not results[1].ok and "cannot be built in-process" in results[1].error
+    assert results[0].ok and not results[1].ok
+    assert results[1].error.startswith(f"space 'nb201' builds no network of a nader architecture (BlockArch {bad.key()})")
 
 
 def test_model_source_trains_in_the_sandbox_per_seed():

@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> None:
     from nas.cli.main import check_group_overrides, fail
-    from nas.config import compose_config
+    from nas.config import check_config
 
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
@@ -60,7 +60,7 @@ def main(argv: list[str]) -> None:
     args = _parser().parse_args([argv[0], *[a for a in argv[1:] if a not in overrides]])
     check_group_overrides(overrides)
     try:
-        cfg = compose_config(overrides)
+        cfg = check_config(overrides)
         settings = {"llm": cfg["llm"], "knowledge": cfg["knowledge"]}
         from nas.knowledge.config import KnowledgeConfig
         from nas.llm import LLMConfig

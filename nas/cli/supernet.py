@@ -17,7 +17,7 @@ USAGE = "usage: nas train-supernet space=NAME [data=...] [supernet.KEY=...] [see
 
 def main(argv: list[str]) -> None:
     from nas.cli.main import check_group_overrides, fail
-    from nas.config import compose_config, data_source
+    from nas.config import check_config, data_source
 
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__.strip() + "\n\n" + USAGE)
@@ -28,7 +28,7 @@ def main(argv: list[str]) -> None:
     try:
         from nas.supernets.train import SupernetSettings, train_supernet
 
-        cfg = compose_config(rest)
+        cfg = check_config(rest)
         group = dict(cfg["supernet"])
         out = Path(outs[-1][4:] if outs else group.pop("out"))
         group.pop("out", None)

@@ -53,9 +53,9 @@ def load_arch(spec: str) -> tuple[SearchSpace, Architecture]:
 
 def compose(overrides: list[str]) -> tuple[dict, int]:
     """The `evaluator=train` config with `data`, `recipe` and `engine` resolved into it, and the seed."""
-    from nas.config import compose_config
+    from nas.config import check_config
 
-    cfg = compose_config(["evaluator=train", *overrides])
+    cfg = check_config(["evaluator=train", *overrides])
     return cfg["evaluator"], int(cfg["seed"])
 
 

@@ -149,7 +149,16 @@ class SearchSpace(ABC, Generic[A]):
         """The trainable network of `arch` for `num_classes` classes and `in_channels` x `input_size`^2
         inputs, freshly initialised (seed torch first for reproducible weights). `options` are its
         `sizing` settings (`build_options`); None: the space's own."""
-        raise EvaluationError(f"{type(arch).__name__} cannot be built in-process (space '{self.name}')")
+        raise self.unbuildable(arch)
+
+    def unbuildable(self, arch: Architecture) -> EvaluationError:
+        """Why this space builds no network of `arch` in-process: model source (an untrusted space's)
+        runs only in the sandbox, which evaluator=train starts for it."""
+        if not self.trusted or not SPACES.get(arch.space).trusted:
+            return EvaluationError(f"model source runs only in the sandbox, never in-process (space '{self.name}'): "
+                                   "use space=source with evaluator=train, which trains each model file in its sandbox")
+        return EvaluationError(f"space '{self.name}' builds no network of a {arch.space} architecture "
+                               f"({type(arch).__name__} {arch.key()})")
 
     def benchmark(self, path: str | None, metric: str, num_classes: int, resolution: int) -> Benchmark[A]:
         """The space's benchmark table (`path`: its file, None: the installed one) giving `metric`, its

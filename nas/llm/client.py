@@ -29,7 +29,7 @@ log = logging.getLogger("nas.llm")
 progress_log = logging.getLogger("nas.progress")  # one line per live call in a search's search.log
 T = TypeVar("T")
 Fetched = tuple[dict[str, Any], int, str]          # (result, retries, source)
-Calls = Callable[[str, str, Callable[[], Fetched]], Fetched]
+Calls = Callable[[str, str, Callable[[], Fetched], bool], Fetched]   # (role, key, fetch, cached)
 
 
 class LLMError(NasError):
@@ -76,8 +76,9 @@ class _Abandoned(Exception):
 class LLMClient:
     def __init__(self, config: LLMConfig | dict[str, Any] | None = None, run_dir: Path | None = None, *,
                  sleep: Callable[[float], None] = time.sleep, calls: Calls | None = None) -> None:
-        """`calls(role, key, fetch)` runs each non-replayed call's `fetch()` (e.g. as a
-        cached Prefect task, `nas/orchestration/tasks/llm.py`) and returns its (result, retries, source)."""
+        """`calls(role, key, fetch, cached)` runs each non-replayed call's `fetch()` (e.g. as a
+        cached Prefect task, `nas/orchestration/tasks/llm.py`) and returns its (result, retries, source);
+        `cached` is `llm.cache`, so that with it off no store answers the call either."""
         self.config = config if isinstance(config, LLMConfig) else LLMConfig.from_dict(config)
         register(os.environ.get(self.config.api_key_env))  # never written, whatever writes it
         self.calls = calls
@@ -143,7 +144,7 @@ class LLMClient:
             return result, retries, "live"
 
         try:
-            result, retries, source = self.calls(role, key, fetch) if self.calls is not None else fetch()
+            result, retries, source = self.calls(role, key, fetch, self.config.cache) if self.calls is not None else fetch()
         except LLMError as err:
             self._finish(base, None, retries=getattr(err, "retries", 0), error=str(err))
             raise

@@ -122,10 +122,10 @@ def throughput_probe(workdir: Path, overrides: Sequence[str], lookups: int,
 
 def llm_probe(workdir: Path, overrides: Sequence[str], calls: int, max_tokens: int) -> dict[str, Metric]:
     """Completion tokens/s of the embedded model (the `llm=local` path), temperature 0."""
-    from nas.config import compose_config
+    from nas.config import check_config
     from nas.llm.local import PROMPT_CACHE_MB, LocalServer
 
-    llm = compose_config(list(overrides)).get("llm") or {}
+    llm = check_config(list(overrides)).get("llm") or {}
     if llm.get("backend") != "local":
         raise ProbeSkipped(f"llm.backend is '{llm.get('backend')}'; this probe measures the embedded model")
     local = llm.get("local") or {}
@@ -162,7 +162,7 @@ def design_probe(workdir: Path, overrides: Sequence[str], trials: int, lif_tries
     """A tiny open-ended design run (the default job: NADER, the configured LLM, digits, evaluator=quick):
     the root block trains and the LLM path proposes, with few Modifier retries to bound the LLM time;
     an LLM's output varies, so tolerances are loose."""
-    from nas.config import compose_config
+    from nas.config import check_config
     from nas.execute import execute
     from nas.llm.local import stop_shared
     from nas.search.spec import SearchSpec
@@ -170,7 +170,7 @@ def design_probe(workdir: Path, overrides: Sequence[str], trials: int, lif_tries
     run_dir = workdir / "design-run"
     shutil.rmtree(run_dir, ignore_errors=True)  # a retried probe measures afresh, never resumes
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        cfg = compose_config(["space=nader", "strategy=nader", "evaluator=quick", "data=digits", "recipe=quick",
+        cfg = check_config(["space=nader", "strategy=nader", "evaluator=quick", "data=digits", "recipe=quick",
                               f"budget.trials={trials}", "seed=0", "llm.cache=false",  # measure afresh
                               f"strategy.lif_tries={lif_tries}", f"knowledge.path={Path(tmp) / 'qdrant'}",
                               *overrides])

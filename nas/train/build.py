@@ -24,7 +24,7 @@ def build_model(space: SearchSpace, arch: Architecture, shape: tuple[int, int, i
     import torch  # here: naming the train evaluator must not load torch
 
     if not space.trusted or arch.space != space.name:
-        raise EvaluationError(f"{type(arch).__name__} cannot be built in-process (space '{space.name}')")
+        raise space.unbuildable(arch)
     torch.manual_seed(seed)
     try:
         return space.build(arch, num_classes, shape[0], shape[1], options)

@@ -5,13 +5,14 @@ line's are (nas/config.py): a search's unknown group option or key fails its run
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 from prefect import flow
 from prefect.runtime import flow_run
 
-from nas.config import check_job, compose_config
+from nas.config import check_config, check_job, compose_config
 from nas.execute import execute
 
 RUN_DIR = "hydra.run.dir="
@@ -21,7 +22,8 @@ RUN_DIR = "hydra.run.dir="
 def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs") -> dict[str, Any]:
     """Any `nas search` (table, supernet, open-ended design) under the chosen runner;
     writes to `hydra.run.dir=DIR` when given (resuming a run there), else to a new
-    ROOT/<strategy>-<space>-s<seed>[-N], and the flow run takes that directory's name."""
+    ROOT/<strategy>-<space>-s<seed>[-N], and the flow run takes that directory's name
+    (a run that fails before writing to it removes it again)."""
     from nas.orchestration.flows.search import run_name
 
     overrides = list(overrides or [])
@@ -30,8 +32,14 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     spec = check_job(job)
     cfg = compose_config(job)
     run_dir = Path(dirs[-1]).resolve() if dirs else new_run_dir(Path(root).resolve(), run_name(spec))
-    _rename_flow_run(run_dir.name if not dirs else run_name(spec))
-    summary = execute(spec, run_dir, cfg.get("runner") or {}, progress=False)
+    try:
+        _rename_flow_run(run_dir.name if not dirs else run_name(spec))
+        summary = execute(spec, run_dir, cfg.get("runner") or {}, progress=False)
+    except BaseException:
+        if not dirs:  # the dir this run made, while it holds nothing (rmdir refuses any other)
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
+        raise
     return {"run_dir": str(run_dir), **summary}
 
 
@@ -66,7 +74,7 @@ def ingest_overrides_flow(paths: list[str] | None = None, overrides: list[str] |
     from nas.llm import LLMConfig
     from nas.orchestration.flows.knowledge import ingest_flow
 
-    cfg = compose_config(list(overrides or []))
+    cfg = check_config(list(overrides or []))
     settings = {"llm": cfg["llm"], "knowledge": cfg["knowledge"]}
     LLMConfig.from_dict(settings["llm"])  # bad settings fail before any paper is read
     KnowledgeConfig.from_dict(settings["knowledge"])

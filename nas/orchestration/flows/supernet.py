@@ -11,7 +11,7 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import INPUTS, NO_CACHE
 
-from nas.config import compose_config, data_source
+from nas.config import check_config, data_source
 from nas.errors import ConfigError
 from nas.orchestration.tasks.records import (
     SERIALIZER,
@@ -74,7 +74,7 @@ def train_supernet_flow(overrides: list[str] | None = None) -> dict[str, Any]:
 
     overrides = list(overrides or [])
     outs = [o[4:] for o in overrides if o.startswith("out=")]
-    cfg = compose_config([o for o in overrides if not o.startswith("out=")])
+    cfg = check_config([o for o in overrides if not o.startswith("out=")])
     group = dict(cfg["supernet"])
     out = Path(outs[-1] if outs else group["out"]).resolve()
     group.pop("out")

@@ -1,7 +1,8 @@
 """Agent LLM calls as Prefect tasks, cached by the call's key (model, messages,
 parameters, prompt template version, attempt): under `runner=prefect` every
 Proposer/Modifier/Mutator/... call is a task run in the UI, and a repeated
-search answers from Prefect's result store without calling the model."""
+search answers from Prefect's result store without calling the model
+(with `llm.cache=false` the task neither reads nor writes that store)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 
 from nas.llm.client import Fetched, LLMError
 from nas.orchestration.tasks.records import SERIALIZER, check_fields, is_count, is_number, read_record
@@ -50,6 +52,11 @@ def llm_call(role: str, key: str, fetch: Callable[[], Fetched]) -> list[Any]:
     return [result, retries, source]
 
 
+# `llm.cache=false`: still a task run in the UI, but its reply is neither read from nor kept in the store.
+fresh_llm_call = task(name="llm_call", persist_result=False, cache_policy=NO_CACHE, retries=0,
+                      task_run_name="llm-{role}")(llm_call.fn)
+
+
 def call_shape(data: Any) -> str | None:
     """The problem of a cached `llm_call` result, or None for [result, retries, source]."""
     if not isinstance(data, list) or len(data) != 3:
@@ -60,11 +67,15 @@ def call_shape(data: Any) -> str | None:
     return check_fields(result, REPLY_FIELDS, exact=False)
 
 
-def prefect_calls(role: str, key: str, fetch: Callable[[], Fetched]) -> Fetched:
+def prefect_calls(role: str, key: str, fetch: Callable[[], Fetched], cached: bool) -> Fetched:
     """`LLMClient(calls=...)`: one task run per call; a Prefect cache hit is a cached reply.
-    The call's record is checked first (nas/orchestration/tasks/records.py): a refused one is asked again."""
-    _, rejected = read_record(cache_key(key), call_shape, f"the {role} call {key}", "asking the model again")
-    call = llm_call.with_options(refresh_cache=True) if rejected else llm_call
+    The call's record is checked first (nas/orchestration/tasks/records.py): a refused one is asked again.
+    Uncached (`llm.cache=false`), every call reaches `fetch`."""
+    if cached:
+        _, rejected = read_record(cache_key(key), call_shape, f"the {role} call {key}", "asking the model again")
+        call = llm_call.with_options(refresh_cache=True) if rejected else llm_call
+    else:
+        call = fresh_llm_call
     state = call(role, key, fetch, return_state=True)
     if not state.is_completed():
         err = state.result(raise_on_failure=False)
