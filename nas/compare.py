@@ -34,7 +34,8 @@ AUTO_AT = (0.25, 0.5, 0.75, 1.0)  # default trial counts: these fractions of the
 # Evaluator settings that change no result (a sleep, sandbox limits, where the data lives, the device):
 # runs may differ in them and still share an axis.
 IGNORED_SETTINGS = ("evaluator.simulated_cost_seconds", "evaluator.sandbox", "evaluator.data.root",
-                    "evaluator.device")
+                    "evaluator.device", "strategy.llm.cache_dir", "strategy.llm.local.prompt_cache_mb",
+                    "strategy.llm.local.startup_timeout_s")
 LABEL_FIELDS = ("space", "evaluator")  # settings the group label already shows
 
 
@@ -106,23 +107,38 @@ def check_compatible(settings: dict[Path, dict[str, Any]]) -> None:
                       f"them on one axis (pass --allow-mixed to compare them anyway, one group per setting)")
 
 
+def strategy_settings(summary: dict[str, Any]) -> dict[str, Any]:
+    """The strategy's parameters as flat fields without the 'strategy.' prefix (none for a
+    summary without a spec)."""
+    fields: dict[str, Any] = {}
+    _flatten("strategy", ((summary.get("spec") or {}).get("strategy") or {}).get("params") or {}, fields)
+    return {f.removeprefix("strategy."): v for f, v in fields.items()}
+
+
 def load_curves(runs: list[Path], allow_mixed: bool = False) -> dict[str, list[dict[str, Any]]]:
-    """Group label ('strategy @ space/evaluator', plus '[field=value, …]' for the settings that
-    differ when `allow_mixed`) → [{seed, curve, points, run, strategy, space, evaluator, setting,
-    fields, random_only}]; `points` are the trials that count for best (`TrialRecord.counts_for_best`), kept for
-    the Pareto fronts. Runs that differ in a setting raise ConfigError unless `allow_mixed`."""
+    """Group label ('strategy[param=value, …] @ space/evaluator', the parameters being those that
+    differ between runs of that strategy, plus '[field=value, …]' for the settings that differ when
+    `allow_mixed`) → [{seed, curve, points, run, strategy, space, evaluator, setting, fields,
+    random_only}]; `points` are the trials that count for best (`TrialRecord.counts_for_best`), kept for
+    the Pareto fronts. Runs that differ in a setting raise ConfigError unless `allow_mixed`; runs that
+    differ in strategy parameters are compared, each setting its own group."""
     summaries = {run: read_json(run / "summary.json") for run in runs}
     settings = {run: run_setting(s) for run, s in summaries.items()}
     if not allow_mixed:
         check_compatible(settings)
     shown = [f for f in mixed_fields(settings) if f not in LABEL_FIELDS]
+    params = {run: strategy_settings(s) for run, s in summaries.items()}
+    names = {s["strategy"] for s in summaries.values()}
+    tuned = {n: mixed_fields({r: params[r] for r, s in summaries.items() if s["strategy"] == n}) for n in names}
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for run, summary in summaries.items():
         history = read_history(run / "history.jsonl")
         extra = ", ".join(f"{f}={_show(settings[run].get(f, '?'))}" for f in shown)
         setting = f"{summary['space']}/{summary['evaluator']}" + (f" [{extra}]" if extra else "")
         spec = summary.get("spec") or {}
-        strategy_label = summary["strategy"] + screen_label(spec)  # screened and unscreened runs side by side
+        own = ", ".join(f"{f}={_show(params[run].get(f, '?'))}" for f in tuned[summary["strategy"]])
+        # screened and unscreened runs, and runs with other strategy parameters, side by side
+        strategy_label = summary["strategy"] + (f"[{own}]" if own else "") + screen_label(spec)
         label = f"{strategy_label} @ {setting}"
         trust = trusts_self_reported(spec)
         points = [{k: getattr(r, k) for k in ("trial", "key", "encoding", "accuracy", "params", "flops")}

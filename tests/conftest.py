@@ -118,6 +118,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_llm_client.py": ("llm",),
     "test_llm_local.py": ("llm",),
     "test_llm_prefect.py": ("llm", "prefect"),
+    "test_llm_prompt_cache_summary.py": (),
     "test_llm_scripted.py": ("llm",),
     "test_macro.py": (),
     "test_markers.py": (),

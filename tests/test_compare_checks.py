@@ -1,6 +1,6 @@
 """`nas compare` stays honest: it refuses runs that do not share an axis, warns on
-duplicate seeds and on trial counts past a run's end, picks `--at` from the runs'
-lengths, draws the NB201 table's optimum and random search's expectation, and
+duplicate seeds and on trial counts past a run's end, keeps strategy settings apart,
+picks `--at` from the runs' lengths, draws the NB201 table's optimum and random search's expectation, and
 flags rea/evolution budgets that never leave the random initial population."""
 
 from __future__ import annotations
@@ -114,6 +114,25 @@ def test_duplicate_seeds_warn_once_per_group(tmp_path, capsys):
     assert f"- {expected}" in (tmp_path / "out" / "compare.md").read_text()
     cli.main(["compare", str(root), "--at", "8", "--out", str(tmp_path / "cli")])
     assert capsys.readouterr().err == f"nas: warning: compare: {expected}\n"
+
+
+def test_strategy_settings_split_groups_and_name_the_differing_key(tmp_path):
+    root = tmp_path / "runs"
+    for size in (10, 20):
+        for seed in range(2):
+            make_run(root / f"pop{size}", "rea", seed, [70.0 + size + seed] * 8,
+                     strategy_params={"population_size": size, "sample_size": 3})
+    make_run(root / "random", "random", 0, [60.0] * 8)
+    report = compare([root], tmp_path / "out", [8])
+    assert report["warnings"] == []
+    assert report["groups"]["rea[population_size=10] @ nb201/table"]["at"]["8"]["mean"] == pytest.approx(80.5)
+    assert report["groups"]["rea[population_size=20] @ nb201/table"]["at"]["8"]["mean"] == pytest.approx(90.5)
+    assert set(report["groups"]) == {"rea[population_size=10] @ nb201/table",
+                                     "rea[population_size=20] @ nb201/table", "random @ nb201/table"}
+    # identical strategy settings still make one group, labelled by the strategy alone
+    groups = load_curves(find_runs([root / "pop10", root / "random"]))
+    assert {label: len(runs) for label, runs in groups.items()} == {"rea @ nb201/table": 2,
+                                                                    "random @ nb201/table": 1}
 
 
 def test_at_defaults_to_quartiles_of_the_shortest_run(tmp_path, capsys):

@@ -123,3 +123,14 @@ def test_the_default_job_is_an_open_ended_design_with_the_local_model():
     assert cfg["strategy"]["budget"] == cfg["evaluator"]["budget"] == {"params": 2e5, "flops": 3e7}
     spec = SearchSpec.from_config(cfg)
     assert spec.build_strategy(spec.build_space()).name == "nader"
+
+
+@pytest.mark.parametrize("overrides", [[], ["data=cifar10"], ["space=source", "data=imagenet16_120"]])
+def test_design_strategies_verify_at_the_data_size(overrides):
+    """NADER's and FairNAD's verifiers check designs at the size the evaluator trains at."""
+    from nas.config import compose_config
+
+    cfg = compose_config(overrides)
+    assert cfg["strategy"]["name"] in ("nader", "fairnad")
+    assert cfg["strategy"]["input_size"] == cfg["data"]["input_size"]
+    assert compose_config([*overrides, "strategy.input_size=12"])["strategy"]["input_size"] == 12

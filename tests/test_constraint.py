@@ -69,3 +69,39 @@ def test_a_space_without_a_cost_model_refuses_a_constraint():
     with pytest.raises(ConfigError, match="cannot measure FLOPs/params before evaluation"):
         Constraint(flops=1e6).validate(SourceSpace(), SourceSpace().base)
     assert np.isfinite(NB201Space().cost(NONE).flops)
+
+
+TRAIN = {"data": {"name": "digits", "root": None, "split_file": None}, "channels": 16, "cells_per_stage": 5}
+
+
+@pytest.mark.parametrize("evaluator, differ", [
+    (TRAIN, "data=digits"),
+    ({**TRAIN, "data": {"name": "cifar10"}, "cells_per_stage": 1}, "cells_per_stage=1"),
+    ({**TRAIN, "channels": 8}, "data=digits, channels=8"),
+    ({**TRAIN, "data": {"name": "cifar10"}}, None),
+    ({"metric": "baseline_accuracy", "num_classes": 10, "resolution": 32}, None),  # a table builds nothing
+])
+def test_nb201_names_what_its_cost_does_not_price(evaluator, differ):
+    why = NB201Space().cost_mismatch(evaluator)
+    assert why == (None if differ is None else
+                   "constraint: space nb201 prices its cifar10 network (32 px, 10 classes, channels=16, "
+                   f"cells_per_stage=5), but the evaluator scores one with {differ}: the limits apply to another "
+                   "network")
+
+
+def test_a_constrained_search_warns_once_when_its_cost_prices_another_network(tmp_path, caplog):
+    """The loop says so when it starts; unconstrained runs, whose cost filters nothing, stay quiet."""
+    from nas.evaluators.base import EvalResult
+    from nas.search.loop import SearchLoop
+
+    class Stub:
+        def evaluate(self, candidates):
+            return [(EvalResult(accuracy=50.0), False, 0.0) for _ in candidates]
+
+    base = {"space": "nb201", "strategy": "random", "evaluator": {"name": "train", **TRAIN},
+            "budget": {"trials": 2}}
+    for constraint, warned in ((None, 0), ({"flops": 1e9}, 1)):
+        caplog.clear()
+        spec = SearchSpec.from_config({**base, "constraint": constraint})
+        SearchLoop(spec, tmp_path / str(warned), Stub(), progress=False).run_search()
+        assert sum("prices its cifar10 network" in r.message for r in caplog.records) == warned

@@ -84,7 +84,7 @@ def search(tmp_path: Path, run: Path, runner: str, *llm: str) -> subprocess.Comp
                PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="180")
     return subprocess.run(
         [sys.executable, "-m", "nas.cli.main", "search", "space=source", "strategy=fairnad", "evaluator=train",
-         "data=digits", "recipe.epochs=1", "strategy.input_size=8", "strategy.init=4",
+         "data=digits", "recipe.epochs=1", "strategy.init=4",
          "strategy.fair_parents=1", "strategy.pareto_parents=1", "strategy.iterative_parents=1",
          "strategy.iterative_steps=1", "budget.trials=8", f"runner={runner}", "progress=false", *llm,
          f"knowledge.path={tmp_path / 'qdrant'}", f"hydra.run.dir={run}"],

@@ -108,6 +108,12 @@ class SearchSpace(ABC, Generic[A]):
         (then FLOPs/params constraints cannot be checked before evaluation)."""
         return None
 
+    def cost_mismatch(self, evaluator: Mapping[str, Any]) -> str | None:
+        """Why `cost`, what constraints filter on, prices another network than the one an evaluator
+        with these parameters scores (its `data` and sizing settings), in one line; None when it is
+        the same network or unknown."""
+        return None
+
     def describe(self) -> str:
         """The space and its encoding format in words, for LLM prompts."""
         return f"search space '{self.name}'"

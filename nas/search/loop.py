@@ -120,6 +120,9 @@ class SearchLoop:
         note = random_only_note(self.spec.strategy.name, self.spec.strategy.params, self.spec.trials)
         if note is not None:
             log.warning(note)
+        mismatch = self.space.cost_mismatch(self.spec.evaluator.params) if self.spec.constraint.active else None
+        if mismatch is not None:
+            log.warning(mismatch)
         self.strategy.attach(self.run.path, self.llm_calls)
         steady = self.spec.in_flight > 1
         self._identity, self._elapsed_before, self._start = identity, elapsed_before, time.perf_counter()

@@ -40,7 +40,7 @@ class NB201Space(CategoricalSpace[NB201Cell]):
     sizing = Sizing
     source_kind = "standalone PyTorch (NB201 network, torch only)"
     # Costs are those of NB201's CIFAR-10 network (32x32 inputs, 10 classes).
-    COST_RESOLUTION, COST_CLASSES = 32, 10
+    COST_DATA, COST_RESOLUTION, COST_CLASSES = "cifar10", 32, 10
 
     def __init__(self, channels: int = 16, cells_per_stage: int = 5) -> None:
         self.channels = channels
@@ -77,6 +77,22 @@ class NB201Space(CategoricalSpace[NB201Cell]):
 
     def cost(self, arch: NB201Cell) -> Cost:
         return self.cost_at(arch, self.COST_CLASSES, self.COST_RESOLUTION)
+
+    def cost_mismatch(self, evaluator: Mapping[str, Any]) -> str | None:
+        """A network trained on other data or built with other sizing settings than the space's
+        (evaluator=train's `channels`, `cells_per_stage`) costs other than `cost` says."""
+        data = evaluator.get("data")
+        if not isinstance(data, Mapping):  # a table or simulated evaluator: no network is built
+            return None
+        own = {"channels": self.channels, "cells_per_stage": self.cells_per_stage}
+        differ = [f"{k}={evaluator[k]}" for k in own if k in evaluator and evaluator[k] != own[k]]
+        if data.get("name") != self.COST_DATA:
+            differ.insert(0, f"data={data.get('name')}")
+        if not differ:
+            return None
+        return (f"constraint: space nb201 prices its {self.COST_DATA} network ({self.COST_RESOLUTION} px, "
+                f"{self.COST_CLASSES} classes, channels={self.channels}, cells_per_stage={self.cells_per_stage}), "
+                f"but the evaluator scores one with {', '.join(differ)}: the limits apply to another network")
 
     def cost_at(self, arch: NB201Cell, num_classes: int, resolution: int) -> Cost:
         """Params and FLOPs of `arch`'s network for `num_classes` classes at `resolution`² RGB inputs."""
