@@ -108,11 +108,15 @@ def check_compatible(settings: dict[Path, dict[str, Any]]) -> None:
 
 
 def strategy_settings(summary: dict[str, Any]) -> dict[str, Any]:
-    """The strategy's parameters as flat fields without the 'strategy.' prefix (none for a
-    summary without a spec)."""
+    """The strategy's parameters as flat fields without the 'strategy.' prefix, and how it was
+    asked (`budget.batch_size`, `budget.in_flight`: they change what it learns before each ask);
+    none for a summary without a spec."""
+    spec = summary.get("spec") or {}
     fields: dict[str, Any] = {}
-    _flatten("strategy", ((summary.get("spec") or {}).get("strategy") or {}).get("params") or {}, fields)
-    return {f.removeprefix("strategy."): v for f, v in fields.items()}
+    _flatten("strategy", (spec.get("strategy") or {}).get("params") or {}, fields)
+    out = {f.removeprefix("strategy."): v for f, v in fields.items()}
+    out.update({f"budget.{k}": spec[k] for k in ("batch_size", "in_flight") if k in spec})
+    return out
 
 
 def load_curves(runs: list[Path], allow_mixed: bool = False) -> dict[str, list[dict[str, Any]]]:

@@ -32,11 +32,11 @@ TRAIN = {"data": {"name": "digits", "root": None}, "channels": 16, "recipe": {"e
 
 def make_run(root: Path, strategy: str, seed: int, accs: list[float], *, trials: int | None = None,
              space: str = "nb201", evaluator: str = "table", evaluator_params: dict | None = None,
-             strategy_params: dict | None = None, constraint: dict | None = None) -> Path:
+             strategy_params: dict | None = None, constraint: dict | None = None, in_flight: int = 1) -> Path:
     """A run dir with what compare reads; summary.json's spec is a real SearchSpec's."""
     spec = SearchSpec(Component(space), Component(strategy, strategy_params or {}),
                       Component(evaluator, evaluator_params or {}), seed=seed,
-                      trials=trials or len(accs), constraint=Constraint(**(constraint or {})))
+                      trials=trials or len(accs), constraint=Constraint(**(constraint or {})), in_flight=in_flight)
     run = root / f"{strategy}_s{seed}"
     run.mkdir(parents=True)
     (run / "history.jsonl").write_text("".join(
@@ -133,6 +133,15 @@ def test_strategy_settings_split_groups_and_name_the_differing_key(tmp_path):
     groups = load_curves(find_runs([root / "pop10", root / "random"]))
     assert {label: len(runs) for label, runs in groups.items()} == {"rea @ nb201/table": 2,
                                                                     "random @ nb201/table": 1}
+
+
+def test_asynchronous_and_batch_runs_of_one_strategy_are_their_own_groups(tmp_path):
+    """budget.in_flight changes what the strategy has learnt before each ask: another setting."""
+    root = tmp_path / "runs"
+    for k in (1, 4):
+        make_run(root / f"k{k}", "rea", 0, [70.0 + k] * 8, in_flight=k)
+    assert set(load_curves(find_runs([root]))) == {"rea[budget.in_flight=1] @ nb201/table",
+                                                   "rea[budget.in_flight=4] @ nb201/table"}
 
 
 def test_at_defaults_to_quartiles_of_the_shortest_run(tmp_path, capsys):
