@@ -52,7 +52,7 @@ def test_train_throughput_gpu_sections_pick_and_save(tmp_path):
     assert 0 < one["busy_ms_per_step"] <= one["wall_ms_per_step"]
     md = out.with_suffix(".md").read_text()
     assert "Where a training step's device time goes" in md
-    assert "Not run this time: packing, rows, packing_nb201, packing_compiled, cudnn_benchmark, parity." in md
+    assert "Not run this time: packing, rows, packing_nb201, packing_compiled, cudnn_benchmark, layout, parity." in md
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "train_throughput.py"), "--gpu-only", "--quick",
                         "--sections", "rows,bogus"], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and r.stderr.strip().splitlines()[-1].startswith("--sections: unknown bogus")
