@@ -215,14 +215,21 @@ def tiny_space():
     return TinySpace()
 
 
-def test_exhausted_strategy_stops_the_loop(tmp_path, evaluator, tiny_space):
+def test_exhausted_strategy_stops_the_loop_and_says_why(tmp_path, evaluator, tiny_space, caplog, capsys):
+    from nas.cli.search import print_summary
+
     loop = SearchLoop(make_spec("random", trials=10), tmp_path, LocalExecutor(evaluator, None),
                       progress=False)
     loop.strategy = RandomSearch(tiny_space, seed=0)
-    summary = loop.run_search()
+    with caplog.at_level("INFO", logger="nas.progress"):
+        summary = loop.run_search()
     assert summary["trials"] == 3 == len(history(tmp_path))
     assert "no unvisited architecture" in summary["exhausted"]
     assert summary["best"]["encoding"] == NB201Cell(("nor_conv_3x3",) * 6).to_string()
+    ended = f"ended after 3 of 10 trials: {summary['exhausted']}"
+    assert f"search {ended}" in caplog.messages  # search.log says it
+    print_summary(tmp_path, summary)
+    assert capsys.readouterr().out.splitlines()[1] == ended  # and so does `nas search`
 
 
 # --- resume ------------------------------------------------------------------------

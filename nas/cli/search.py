@@ -59,6 +59,9 @@ def _hydra_entry() -> None:
 
 def print_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     print(f"run dir: {run_dir}")
+    if summary.get("exhausted"):  # fewer trials than asked for: say why, not just the count
+        budget = (summary.get("spec") or {}).get("trials", "?")
+        print(f"ended after {summary['trials']} of {budget} trials: {summary['exhausted']}")
     best = summary.get("best")
     if best is None:
         print(f"best: none ({summary['trials']} trials, all failed)")

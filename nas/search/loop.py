@@ -137,6 +137,9 @@ class SearchLoop:
                 client.on_status = lambda text: bar.update(task, llm=text)
             exhausted = self._steady(resume) if steady else self._batches()
         history = self.history
+        if exhausted is not None:
+            progress_log.warning("search ended after %d of %d trials: %s", len(evaluated(history)),
+                                 self.spec.trials, exhausted)
         summary = summarise(self.spec, history, self._elapsed(),
                             resumed=resumed, runner=self.runner, exhausted=exhausted)
         summary.update(self.strategy.report(history))
