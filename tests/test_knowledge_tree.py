@@ -275,34 +275,11 @@ def _llm_tree() -> AttributeTree:
     })
 
 
-def test_merge_adds_new_subs_once_and_keeps_order():
-    merged = TREE.merge(_llm_tree())
-    assert merged.size() == (16, 58)
-    assert merged.subs("activation") == ["siLU", "gelu", "relu", "relu6", "hardswish", "mish"]
-    assert merged.subs("efficient convolution")[-1] == "shift operation"
-    assert merged.mains("efficiency", "network")[-1] == "quantisation-aware design"
-    assert merged.mains("performance") == TREE.mains("performance")
-    assert merged.check("performance*operation*activation*Mish").sub == "mish"
-    assert merged.merge(_llm_tree()) == merged
-    assert TREE.merge(TREE) == TREE
-    assert TREE.size() == (15, 55)  # unchanged
-
-
-def test_merged_tree_round_trips(tmp_path: Path):
-    merged = TREE.merge(_llm_tree())
-    merged.save(tmp_path / "t.json")
-    assert AttributeTree.load(tmp_path / "t.json") == merged
-
-
-def test_merge_rejects_a_main_moved_elsewhere():
-    moved = AttributeTree.from_dict({
-        "version": 1, "granularities": dict(TREE.granularity_names),
-        "targets": {"efficiency": [{"granularity": "block", "main": "activation", "description": "x"}]},
-    })
-    with pytest.raises(ValueError, match="'activation'.*efficiency/block.*performance/operation"):
-        TREE.merge(moved)
-    assert moved.source == ""
-    assert AttributeTree.from_dict(moved.to_dict()) == moved
+def test_a_tree_round_trips_through_its_file_and_dict(tmp_path: Path):
+    tree = _llm_tree()
+    tree.save(tmp_path / "t.json")
+    assert AttributeTree.load(tmp_path / "t.json") == tree
+    assert AttributeTree.from_dict(tree.to_dict()) == tree
 
 
 # --- the built-in corpus -------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import os
 import pickle
 import sys
@@ -18,7 +20,7 @@ from nas.measure import count_flops, count_params
 from nas.spaces import SPACES
 from nas.spaces.nb201.cost import cost_model
 from nas.spaces.nb201.space import NB201Space
-from nas.spaces.nb201.table import SCALAR_METRICS, default_table_path, load_table
+from nas.spaces.nb201.table import SCALAR_METRICS, _file_sha256, default_table_path, load_table
 
 BEST_TUPLE = (2, 2, 0, 2, 3, 2)
 BEST_ACC = 94.0664
@@ -206,6 +208,20 @@ def test_truncated_real_table_is_missing_dependency(tmp_path, evaluator):
     path.write_bytes(evaluator.table.path.read_bytes()[:100_000])
     with pytest.raises(MissingDependencyError, match="unreadable"):
         load_table(str(path), "baseline_accuracy")
+
+
+def test_a_table_replaced_in_place_is_read_again(tmp_path, evaluator):
+    """The caches are keyed by the file's mtime and size, not its path alone: a long-lived
+    process (a `nas serve` worker) never scores from, or fingerprints, a table that is gone."""
+    path = tmp_path / "table.anb"
+    real = evaluator.table.path.read_bytes()
+    path.write_bytes(real)
+    before = TableEvaluator(NB201Space(), path=str(path)).fingerprint()
+    assert before.startswith(hashlib.sha256(real).hexdigest()[:16])
+    path.write_bytes(real[:100_000])
+    with pytest.raises(MissingDependencyError, match="unreadable"):
+        load_table(str(path), "baseline_accuracy")
+    assert _file_sha256(str(path)) == hashlib.sha256(real[:100_000]).hexdigest()
 
 
 class _Evil:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
@@ -248,30 +248,6 @@ class AttributeTree:
         sub = next(s for s in main.subs if s.name == tag.sub)
         middle = f" — {sub.description}" if sub.description else ""
         return f"{main.name}: {sub.name}{middle} ({main.description})"
-
-    # --- combining ----------------------------------------------------------------
-
-    def merge(self, other: AttributeTree) -> AttributeTree:
-        """Union of sub-categories per main (this tree's order and descriptions first);
-        mains only `other` has are appended. Used when an LLM rebuilds the tree."""
-        merged = list(self.categories)
-        index = {_key(m.name): i for i, m in enumerate(merged)}
-        for theirs in other.categories:
-            i = index.get(_key(theirs.name))
-            if i is None:
-                index[_key(theirs.name)] = len(merged)
-                merged.append(theirs)
-                continue
-            mine = merged[i]
-            if (mine.target, mine.granularity) != (theirs.target, theirs.granularity):
-                raise ValueError(f"cannot merge main category {theirs.name!r}: it is under "
-                                 f"{theirs.target}/{theirs.granularity} in the other tree but "
-                                 f"{mine.target}/{mine.granularity} here")
-            known = {_key(s.name) for s in mine.subs}
-            new = tuple(s for s in theirs.subs if _key(s.name) not in known)
-            merged[i] = replace(mine, subs=mine.subs + new)
-        merged.sort(key=lambda m: TARGETS.index(m.target))  # stable: keeps each target's order
-        return replace(self, categories=tuple(merged))
 
     # --- lookups ------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import pickle
 from dataclasses import dataclass
 from functools import lru_cache
@@ -50,9 +51,23 @@ def default_table_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "data.anb"
 
 
-@lru_cache(maxsize=4)
+def _stamp(path: str) -> tuple[int, int]:
+    """(mtime_ns, size) of `path`, part of the caches' keys: a table replaced in place (a long-lived
+    `nas serve` worker, a test) is read again instead of answering from the old one."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 0, -1
+    return st.st_mtime_ns, st.st_size
+
+
 def load_table(path: str, metric: str) -> dict[tuple[int, ...], float]:
     """Map analog-nasbench 6-tuple → metric value (percent)."""
+    return _load_table(path, metric, *_stamp(path))
+
+
+@lru_cache(maxsize=4)
+def _load_table(path: str, metric: str, mtime_ns: int, size: int) -> dict[tuple[int, ...], float]:
     p = Path(path)
     if not p.is_file():
         raise MissingDependencyError(f"NB201 table not found at {p}: {INSTALL_HINT}")
@@ -110,6 +125,10 @@ class NB201Table:
         return f"{_file_sha256(str(self.path))[:16]}:{self.metric}"
 
 
-@lru_cache(maxsize=8)
 def _file_sha256(path: str) -> str:
+    return _sha256(path, *_stamp(path))
+
+
+@lru_cache(maxsize=8)
+def _sha256(path: str, mtime_ns: int, size: int) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
