@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from nas.llm.client import Fetched, LLMError
 from nas.orchestration.tasks.records import SERIALIZER, check_fields, is_count, is_number, read_record
@@ -52,10 +51,6 @@ def llm_call(role: str, key: str, fetch: Callable[[], Fetched]) -> list[Any]:
     return [result, retries, source]
 
 
-# `llm.cache=false`: still a task run in the UI, but its reply is neither read from nor kept in the store.
-fresh_llm_call = task(name="llm_call", persist_result=False, cache_policy=NO_CACHE, retries=0,
-                      task_run_name="llm-{role}")(llm_call.fn)
-
 
 def call_shape(data: Any) -> str | None:
     """The problem of a cached `llm_call` result, or None for [result, retries, source]."""
@@ -74,8 +69,8 @@ def prefect_calls(role: str, key: str, fetch: Callable[[], Fetched], cached: boo
     if cached:
         _, rejected = read_record(cache_key(key), call_shape, f"the {role} call {key}", "asking the model again")
         call = llm_call.with_options(refresh_cache=True) if rejected else llm_call
-    else:
-        call = fresh_llm_call
+    else:  # still a task run in the UI, but its reply is neither read from nor kept in the store
+        call = llm_call.with_options(refresh_cache=True, persist_result=False)
     state = call(role, key, fetch, return_state=True)
     if not state.is_completed():
         err = state.result(raise_on_failure=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -84,7 +84,7 @@ class NB201Space(CategoricalSpace[NB201Cell]):
         data = evaluator.get("data")
         if not isinstance(data, Mapping):  # a table or simulated evaluator: no network is built
             return None
-        own = {"channels": self.channels, "cells_per_stage": self.cells_per_stage}
+        own = {f.name: getattr(self, f.name) for f in fields(self.sizing)}
         differ = [f"{k}={evaluator[k]}" for k in own if k in evaluator and evaluator[k] != own[k]]
         if data.get("name") != self.COST_DATA:
             differ.insert(0, f"data={data.get('name')}")
