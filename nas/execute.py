@@ -53,12 +53,14 @@ class LocalRunner(SearchRunner):
 
             pool = WorkerPool.from_settings(spec.to_dict(), self.settings, spec.in_flight)
             try:
-                summary = SearchLoop(spec, run_dir, pool, progress=progress, runner="local").run_search()
+                summary = SearchLoop(spec, run_dir, pool, progress=progress, runner="local",
+                                     evaluator_fingerprint=evaluator.fingerprint()).run_search()
             finally:
                 pool.close()
         else:
             executor = LocalExecutor(evaluator, spec.seed if evaluator.uses_seed else None)
-            summary = SearchLoop(spec, run_dir, executor, progress=progress, runner="local").run_search()
+            summary = SearchLoop(spec, run_dir, executor, progress=progress, runner="local",
+                                 evaluator_fingerprint=evaluator.fingerprint()).run_search()
         write_run_report(run_dir, summary)  # the loop returns the summary; its caller writes the report
         return summary
 

@@ -110,6 +110,11 @@ def test_dask_search_matches_the_other_runners_and_fills_the_cache(tmp_path, nas
     assert dask["llm"]  # the LLM calls ran (in the flow process) under the Dask runner
     assert threads["cache_hits"] == 6 and threads_history == dask_history
     assert local_history == dask_history and all(acc is not None for _, acc in dask_history)
+    from nas.evaluators.table import TableEvaluator
+    from nas.spaces.nb201.space import NB201Space
+
+    table = TableEvaluator(NB201Space()).fingerprint()  # which table scored: recorded by every runner
+    assert dask["evaluator_fingerprint"] == threads["evaluator_fingerprint"] == local["evaluator_fingerprint"] == table
 
 
 # -- DDP for supernet training (no GPU here: the Trainer's settings, not a launch) ------------------

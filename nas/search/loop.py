@@ -78,8 +78,10 @@ class LocalExecutor:
 class SearchLoop:
     def __init__(self, spec: SearchSpec, run_dir: Path, executor: Executor, *,
                  progress: bool = True, runner: str = "local", llm_calls=None,
-                 on_batch: Callable[[list[TrialRecord]], None] | None = None) -> None:
+                 on_batch: Callable[[list[TrialRecord]], None] | None = None,
+                 evaluator_fingerprint: str | None = None) -> None:
         self.spec = spec
+        self.evaluator_fingerprint = evaluator_fingerprint  # in summary.json: which table/data/recipe scored
         self.run = RunDir(run_dir)
         self.executor = executor
         self.progress = progress
@@ -142,6 +144,8 @@ class SearchLoop:
                                  self.spec.trials, exhausted)
         summary = summarise(self.spec, history, self._elapsed(),
                             resumed=resumed, runner=self.runner, exhausted=exhausted)
+        if self.evaluator_fingerprint is not None:
+            summary["evaluator_fingerprint"] = self.evaluator_fingerprint
         summary.update(self.strategy.report(history))
         self.run.save_summary(summary)
         return summary

@@ -25,11 +25,13 @@ def search_flow(spec: dict[str, Any], run_dir: str, retries: int = 1,
                 runner_settings: dict[str, Any] | None = None) -> dict[str, Any]:
     search = SearchSpec.from_dict(spec)
     space = search.build_space()
-    executor = open_executor(runner_settings or {"name": runner}, search, search.build_evaluator(space), retries)
+    evaluator = search.build_evaluator(space)
+    executor = open_executor(runner_settings or {"name": runner}, search, evaluator, retries)
     artifacts = SearchArtifacts(run_name(search), search.trials, trusts_self_reported(search))
     artifacts.start()
     loop = SearchLoop(search, Path(run_dir), executor, progress=progress, runner=runner,
-                      llm_calls=prefect_calls, on_batch=artifacts.on_batch)
+                      llm_calls=prefect_calls, on_batch=artifacts.on_batch,
+                      evaluator_fingerprint=evaluator.fingerprint())
     summary = loop.run_search()
     write_run_report(Path(run_dir), summary)
     artifacts.finish(Path(run_dir), summary)
