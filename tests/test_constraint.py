@@ -79,7 +79,8 @@ TRAIN = {"data": {"name": "digits", "root": None, "split_file": None}, "channels
     ({**TRAIN, "data": {"name": "cifar10"}, "cells_per_stage": 1}, "cells_per_stage=1"),
     ({**TRAIN, "channels": 8}, "data=digits, channels=8"),
     ({**TRAIN, "data": {"name": "cifar10"}}, None),
-    ({"metric": "baseline_accuracy", "num_classes": 10, "resolution": 32}, None),  # a table builds nothing
+    ({"metric": "baseline_accuracy", "num_classes": 10, "resolution": 32}, None),  # the table at the space's costs
+    ({"metric": "baseline_accuracy", "num_classes": 100, "resolution": 16}, "resolution=16, num_classes=100"),
 ])
 def test_nb201_names_what_its_cost_does_not_price(evaluator, differ):
     why = NB201Space().cost_mismatch(evaluator)

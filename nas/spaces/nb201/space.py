@@ -80,14 +80,17 @@ class NB201Space(CategoricalSpace[NB201Cell]):
 
     def cost_mismatch(self, evaluator: Mapping[str, Any]) -> str | None:
         """A network trained on other data or built with other sizing settings than the space's
-        (evaluator=train's `channels`, `cells_per_stage`) costs other than `cost` says."""
+        (evaluator=train's `channels`, `cells_per_stage`), or a table read at another resolution
+        or class count (evaluator=table's `resolution`, `num_classes`), costs other than `cost` says."""
         data = evaluator.get("data")
-        if not isinstance(data, Mapping):  # a table or simulated evaluator: no network is built
-            return None
-        own = {f.name: getattr(self, f.name) for f in fields(self.sizing)}
-        differ = [f"{k}={evaluator[k]}" for k in own if k in evaluator and evaluator[k] != own[k]]
-        if data.get("name") != self.COST_DATA:
-            differ.insert(0, f"data={data.get('name')}")
+        if isinstance(data, Mapping):
+            own = {f.name: getattr(self, f.name) for f in fields(self.sizing)}
+            differ = [f"{k}={evaluator[k]}" for k in own if k in evaluator and evaluator[k] != own[k]]
+            if data.get("name") != self.COST_DATA:
+                differ.insert(0, f"data={data.get('name')}")
+        else:  # a table's costs are those of the network at its resolution and class count
+            own = {"resolution": self.COST_RESOLUTION, "num_classes": self.COST_CLASSES}
+            differ = [f"{k}={evaluator[k]}" for k in own if k in evaluator and evaluator[k] != own[k]]
         if not differ:
             return None
         return (f"constraint: space nb201 prices its {self.COST_DATA} network ({self.COST_RESOLUTION} px, "
