@@ -167,6 +167,18 @@ def test_a_failed_deployment_run_removes_its_run_dir_only_while_empty(prefect_ho
         entry.search_overrides_flow(job, root=str(runs))
     assert list(runs.iterdir()) == []
 
+    def fails_after_mkdir(spec, run_dir, runner, progress):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        raise NasError("failed at start")
+
+    monkeypatch.setattr(entry, "execute", fails_after_mkdir)
+    given, kept = tmp_path / "given", tmp_path / "kept"  # hydra.run.dir=: removed only if this run made it
+    kept.mkdir()
+    for run_dir in (given, kept):
+        with pytest.raises(NasError, match="failed at start"):
+            entry.search_overrides_flow([*job, f"hydra.run.dir={run_dir}"], root=str(runs))
+    assert not given.exists() and kept.is_dir()
+
     def fails_after_writing(spec, run_dir, runner, progress):
         (run_dir / "search.log").write_text("started\n")
         raise NasError("failed mid-run")

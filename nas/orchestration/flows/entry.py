@@ -23,7 +23,7 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     """Any `nas search` (table, supernet, open-ended design) under the chosen runner;
     writes to `hydra.run.dir=DIR` when given (resuming a run there), else to a new
     ROOT/<strategy>-<space>-s<seed>[-N], and the flow run takes that directory's name
-    (a run that fails before writing to it removes it again)."""
+    (a run that fails before writing to a dir it made removes it again)."""
     from nas.orchestration.flows.search import run_name
 
     overrides = list(overrides or [])
@@ -32,11 +32,12 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     spec = check_job(job)
     cfg = compose_config(job)
     run_dir = Path(dirs[-1]).resolve() if dirs else new_run_dir(Path(root).resolve(), run_name(spec))
+    made = not dirs or not run_dir.exists()  # a given dir that is not there yet is this run's too
     try:
         _rename_flow_run(run_dir.name if not dirs else run_name(spec))
         summary = execute(spec, run_dir, cfg.get("runner") or {}, progress=False)
     except BaseException:
-        if not dirs:  # the dir this run made, while it holds nothing (rmdir refuses any other)
+        if made:  # the dir this run made, while it holds nothing (rmdir refuses any other)
             with contextlib.suppress(OSError):
                 run_dir.rmdir()
         raise
