@@ -53,7 +53,7 @@ def test_rebuilt_network_matches_the_original() -> None:
 
 def test_dry_run_bounds_memory_on_the_meta_device() -> None:
     g = rebuilt(Small())
-    assert g.dry_run(2, 1 << 30) == [2, 10]
+    assert g.dry_run(2, 1 << 30)[0] == [2, 10]
     with pytest.raises(GraphError, match="needs over 0 MB"):
         g.dry_run(4096, 1 << 19)
 
@@ -89,7 +89,11 @@ def _first_op(graph: dict, op: str) -> None:
     (lambda g: _first_op(g, "aten.save.default"), "not allowed"),
     (lambda g: _first_op(g, "aten.as_strided.default"), "not allowed"),
     (lambda g: _first_op(g, "builtins.eval"), "not allowed"),
-    (lambda g: _first_op(g, "aten.no_such_op.default"), "does not exist"),
+    (lambda g: _first_op(g, "aten.no_such_op.default"), "not allowed"),
+    (lambda g: _first_op(g, "aten.add.no_such_overload"), "does not exist"),
+    (lambda g: _first_op(g, "aten._reshape_alias.default"), "not allowed"),  # any sizes and strides: heap access
+    (lambda g: _first_op(g, "aten._reshape_alias_copy.default"), "not allowed"),
+    (lambda g: _first_op(g, "aten.add.out"), "not allowed"),  # resizes the tensor passed as out=
     (lambda g: _first_op(g, "os.system"), "not allowed"),
     (lambda g: g["train"]["nodes"][0]["args"].__setitem__(0, {"ref": 10**6}), "before it is defined"),
     (lambda g: g["train"]["nodes"][0]["args"].__setitem__(0, {"pickle": "x"}), "not allowed"),
@@ -132,3 +136,49 @@ def test_tensor_paths_cannot_reach_attributes(target: str, error: str) -> None:
     art.weights["init"][target] = art.weights["init"].pop(old)
     with pytest.raises(GraphError, match=error):
         GraphNet(art)
+
+
+def _node(op: str, *args) -> dict:
+    return {"op": op, "args": list(args), "kwargs": {"map": {}}}
+
+
+def _append(nodes) -> callable:
+    """An edit adding `nodes(first)` to both graphs (`first`: the ref the first added node gets)
+    and returning the last added value."""
+    def edit(graph: dict) -> None:
+        for mode in ("train", "eval"):
+            g = graph[mode]
+            first = len(g["inputs"]) + len(g["nodes"])
+            g["nodes"] += nodes(first)
+            g["outputs"] = [{"ref": len(g["inputs"]) + len(g["nodes"]) - 1}]
+    return edit
+
+
+def test_a_graph_that_asks_for_hours_of_compute_is_refused_before_it_runs() -> None:
+    """Two constant images and 2,000 convolutions of one by the other: tiny outputs, ~1e10
+    multiply-accumulates each. The dry run counts them on the meta device, computing nothing."""
+    def nodes(first: int) -> list[dict]:
+        conv = _node("aten.convolution.default", {"ref": first}, {"ref": first + 1}, None, [1, 1], [0, 0], [1, 1],
+                     False, [0, 0], 1)
+        return [_node("aten.ones.default", [1, 1, 2048, 2048]), _node("aten.ones.default", [1, 1, 2000, 2000]),
+                *[conv] * 2000, _node("aten.zeros.default", [2, 10])]
+
+    net = GraphNet(unpack(_tamper(artifact(Small()), _append(nodes)), 1 << 28))
+    with pytest.raises(GraphError, match=r"train graph needs 1\.\d+e\+13 operations .* over the limit"):
+        net.dry_run(2, 1 << 30)
+    assert rebuilt(Small()).dry_run(2, 1 << 30)[1].macs > 0  # the model itself passes
+
+
+def test_uninitialised_memory_is_zero_filled() -> None:
+    """`empty` would hand the graph whatever this process's heap held; it runs zero-filled."""
+    data = _tamper(artifact(Small()), _append(lambda first: [_node("aten.empty.memory_format", [2, 10])]))
+    net = GraphNet(unpack(data, 1 << 28))
+    assert net.dry_run(2, 1 << 30)[0] == [2, 10]
+    assert torch.equal(net(torch.randn(2, 3, 16, 16)), torch.zeros(2, 10))
+
+
+def test_the_dry_run_computes_nothing_even_where_the_graph_names_a_device() -> None:
+    ones = {"op": "aten.ones.default", "args": [[2, 10]], "kwargs": {"map": {"device": "cpu"}}}
+    net = GraphNet(unpack(_tamper(artifact(Small()), _append(lambda first: [ones])), 1 << 28))
+    with pytest.raises(GraphError, match="names a device other than its input's"):
+        net.dry_run(2, 1 << 30)

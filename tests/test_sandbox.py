@@ -261,3 +261,35 @@ def test_bad_arguments_fail_fast() -> None:
         verify_model_source(PARENT, filename="../escape.py")
     with pytest.raises(ValueError, match="batch of >= 2"):
         verify_model_source(PARENT, input_shape=(1, 3, 32, 32))
+
+
+HIDDEN_FLOPS = '''
+import torch
+from torch import nn
+
+
+class Network(nn.Module):
+    """A 3072x512 and a 512x10 matrix product spelled as broadcast multiply-and-sum."""
+
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(3072, 512) * 0.02)
+        self.w2 = nn.Parameter(torch.randn(512, num_classes) * 0.02)
+        self.bn = nn.BatchNorm1d(512)
+
+    def forward(self, x):
+        h = torch.relu(self.bn((x.flatten(1)[:, :, None] * self.w1[None]).sum(1)))
+        return (h[:, :, None] * self.w2[None]).sum(1)
+'''
+
+
+@pytest.mark.slow
+def test_products_hidden_from_the_flops_count_are_refused() -> None:
+    """fvcore counts no element-wise products or sums: spelled that way, 1.6M multiply-accumulates
+    per image would count as ~1e3 FLOPs and pass any budget."""
+    v = verify_model_source(HIDDEN_FLOPS, limits=FAST)
+    assert (v.ok, v.stage) == (False, "graph"), v.error
+    assert "operations per image outside convolutions and matrix products, more than its" in v.error
+    assert verify_model_source(HIDDEN_FLOPS.replace("(x.flatten(1)[:, :, None] * self.w1[None]).sum(1)",
+                                                    "x.flatten(1) @ self.w1").replace(
+        "(h[:, :, None] * self.w2[None]).sum(1)", "h @ self.w2"), limits=FAST).ok

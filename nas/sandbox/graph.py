@@ -5,10 +5,10 @@ The sandbox child builds the model and captures its forward with
 ZIP of plain data: the graphs as JSON (aten operator names and literal
 arguments) and the initial weights as safetensors. `torch.export.save` is
 not used because its loader unpickles. This process rebuilds a `GraphNet`
-from that data, accepting only aten operators (and a few integer operators
-for symbolic sizes), runs it once on the meta device to bound its memory,
-then counts parameters and FLOPs and trains it itself: nothing the model's
-code says about itself is believed.
+from that data, accepting only allowed aten operators (`aten_ops.py`; and a
+few integer operators for symbolic sizes), runs it once on the meta device to
+bound its memory and its work, then counts parameters and FLOPs and trains it
+itself: nothing the model's code says about itself is believed.
 
 What the graph fixes at capture time: Python control flow and random choices
 in `forward` (e.g. a Python-level drop path) take the value they had then;
@@ -28,15 +28,17 @@ from typing import Any
 import torch
 from torch import nn
 
+from nas.sandbox.aten_ops import WorkCounter, allowed, zero_filled
+
 GRAPH_FILE = "graph.json"
 FORMAT = 1
 MAX_NODES = 50_000
 _OPERATORS = {f"operator.{name}": getattr(operator, name) for name in (
     "getitem", "add", "sub", "mul", "floordiv", "truediv", "mod", "neg", "pow", "eq", "ne", "lt", "le", "gt", "ge")}
-# Operators that touch files or print, or re-point storage (as_strided & co. trust
-# the caller's sizes and strides); plus, below, any taking a string that is not an option name.
-_OPS_DENIED = frozenset({"save", "from_file", "_print", "warn", "format", "set_", "resize_", "resize_as_",
-                         "as_strided", "as_strided_", "as_strided_scatter", "_fw_primal_copy"})
+# A forward pass may do at most this many operations (multiply-accumulates plus elements read or
+# written, `aten_ops.WorkCounter`) at the verification batch: this process runs the graph, and a
+# graph of a few nodes can ask for hours of compute (a ResNet-50 at 224 px, batch 2: 8e9).
+MAX_WORK = 5e10
 _STR_OPTIONS = frozenset({"reduce", "reduction", "rounding_mode", "approximate", "padding_mode", "mode",
                           "interpolation_mode", "equation", "indexing", "side", "pad_mode", "padding_side"})
 _OP_NAME = re.compile(r"aten\.[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
@@ -281,9 +283,12 @@ def _resolve(name: Any) -> Any:
         raise GraphError("graph operation name malformed")
     if name in _OPERATORS:
         return _OPERATORS[name]
-    if not _OP_NAME.fullmatch(name) or name.split(".")[1] in _OPS_DENIED:
+    if not _OP_NAME.fullmatch(name):
         raise GraphError(f"graph operation {name[:60]!r} not allowed (aten tensor operators only)")
     _, op, overload = name.split(".")
+    if not allowed(op, overload):
+        raise GraphError(f"graph operation {name!r} not allowed (not among the operators a model may use: "
+                         f"nas/sandbox/aten_ops.py)")
     try:
         fn = getattr(getattr(torch.ops.aten, op), overload)
     except (AttributeError, RuntimeError):
@@ -292,7 +297,7 @@ def _resolve(name: Any) -> Any:
         raise GraphError(f"graph operation {name!r} is not an operator")
     if any("str" in str(a.type) and a.name not in _STR_OPTIONS for a in fn._schema.arguments):
         raise GraphError(f"graph operation {name!r} not allowed (takes a string)")
-    return fn
+    return zero_filled(fn)
 
 
 _PATH_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+")
@@ -334,7 +339,8 @@ class GraphNet(nn.Module):
             raise GraphError("artifact weights do not match the graph's parameters and buffers")
 
     def _place(self, kind: str, target: str, value: torch.Tensor) -> tuple[nn.Module, str]:
-        parts = target.split(".") if kind != "CONSTANT_TENSOR" else ["_constants", target]
+        # a constant's name may be dotted (a `torch.tensor(...)` lifted out of a submodule's forward)
+        parts = target.split(".") if kind != "CONSTANT_TENSOR" else ["_constants", target.replace(".", "__")]
         if not all(_PATH_PART.fullmatch(p) for p in parts) or len(parts) > 32:
             raise GraphError(f"graph tensor path {target[:80]!r} malformed")
         owner: nn.Module = self
@@ -362,24 +368,30 @@ class GraphNet(nn.Module):
         program = self.programs["train" if self.training else "eval"]
         return program.run(self._bound(program), x)
 
-    def dry_run(self, batch: int, budget_bytes: int) -> list[int]:
+    def dry_run(self, batch: int, budget_bytes: int) -> tuple[list[int], WorkCounter]:
         """Run both graphs on the meta device (no memory, no compute) to check they
-        execute and stay within `budget_bytes` per forward; returns the output shape."""
-        shapes = []
-        for program in self.programs.values():
+        execute and stay within `budget_bytes` and `MAX_WORK` per forward; returns the output
+        shape and the eval graph's work (what one forward costs)."""
+        shapes, work = [], WorkCounter()
+        for mode, program in self.programs.items():
             bound = [v if v is _INPUT else v.to("meta") for v in self._bound(program)]
+            work = WorkCounter()
             try:
-                out = program.run(bound, torch.empty((batch, *self.input_shape), device="meta"), budget_bytes)
+                with work:
+                    out = program.run(bound, torch.empty((batch, *self.input_shape), device="meta"), budget_bytes)
             except GraphError:
                 raise
             except Exception as err:  # an operator rejected its arguments
                 raise GraphError(f"graph does not run: {type(err).__name__}: {str(err).splitlines()[0][:200]}") from None
             if not isinstance(out, torch.Tensor):
                 raise GraphError(f"graph returns {type(out).__name__}, not a tensor")
+            if work.macs + work.other > MAX_WORK:
+                raise GraphError(f"{mode} graph needs {work.macs + work.other:.3g} operations for one forward pass "
+                                 f"of {batch} images, over the limit of {MAX_WORK:.3g}")
             shapes.append(list(out.shape))
         if shapes[0] != shapes[1]:
             raise GraphError(f"train and eval graphs disagree on the output shape ({shapes[0]} vs {shapes[1]})")
-        return shapes[0]
+        return shapes[0], work
 
     def layers(self) -> int:
         """Modules that own parameters (FairNAD discards single-layer networks)."""

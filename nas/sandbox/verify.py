@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import re
 import selectors
@@ -41,6 +42,9 @@ STAGES = ("syntax", "import", "instantiate", "forward", "output_shape", "backwar
 MAX_SEEDS = 16
 _MAX_SOURCE = 1 << 20
 _MAX_ARTIFACT = 512 << 20  # bytes of graph + weights read from the artifact pipe
+# Work outside convolutions and matrix products (per image) that a graph may do beyond its counted
+# FLOPs, per input element: vision models in torchvision do 0.6-20 % of their FLOPs there.
+UNCOUNTED_PER_INPUT = 64
 _MAX_REPORT = 1 << 20  # bytes read from the report pipe; a flood beyond is a malformed report
 _OUTPUT_TAIL = 64 << 10  # bytes of the child's stdout+stderr kept, for crash diagnostics
 
@@ -197,7 +201,7 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
         if net.input_shape[1:] != tuple(input_shape[2:]) or channels not in (input_shape[1], 3):
             raise GraphError(f"graph takes input {list(net.input_shape)}, not {list(input_shape[1:])}")
         shape = (input_shape[0], channels, *input_shape[2:])
-        out_shape = net.dry_run(shape[0], limits.memory_mb * MB)
+        out_shape, work = net.dry_run(shape[0], limits.memory_mb * MB)
         expected = [shape[0], num_classes]
         if out_shape != expected:
             return Verdict(ok=False, stage="output_shape", output_shape=out_shape,
@@ -208,7 +212,14 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
             return Verdict(ok=False, stage="output_shape", output_shape=expected,
                            error="output_shape: output contains NaN or Inf values"), {}
         torch.nn.functional.cross_entropy(out.float(), torch.randint(0, num_classes, (shape[0],))).backward()
-        verdict = Verdict(ok=True, stage="done", params=count_params(net), flops=count_flops(net, (1, *shape[1:])),
+        flops = count_flops(net, (1, *shape[1:]))
+        hidden = work.other // shape[0]  # per image, outside convolutions and matrix products
+        if hidden > max(flops, UNCOUNTED_PER_INPUT * math.prod(shape[1:])):
+            return Verdict(ok=False, stage="graph", error=(
+                f"graph: {hidden:,} operations per image outside convolutions and matrix products, more than its "
+                f"{flops:,} counted FLOPs: products spelled as element-wise multiply-and-sum hide from the FLOPs "
+                f"count (use matmul, linear or conv)")), {}
+        verdict = Verdict(ok=True, stage="done", params=count_params(net), flops=flops,
                           output_shape=expected, layers=net.layers())
         if with_parent:
             parent = GraphNet(art, "parent", "parent_const", art.graph.get("parent"))
