@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.io import atomic_write_bytes, atomic_write_text
-from nas.search.record import TrialRecord, best_so_far, evaluated, read_history
+from nas.search.record import SELF_REPORTED, TrialRecord, best_so_far, evaluated, read_history
 
 
 def _pyplot():
@@ -55,6 +55,8 @@ def render_markdown(history: list[TrialRecord], summary: dict[str, Any], top: in
     best = summary.get("best") or {}
     trust = trusts_self_reported(summary.get("spec") or {})
     self_reported = summary.get("self_reported") or 0
+    best_record = next((r for r in history if r.trial == best.get("trial")), None)
+    best_note = f" ({SELF_REPORTED})" if best_record is not None and best_record.self_reported else ""
     lines = [
         f"# Search report: {summary['strategy']} on {summary['space']}",
         "",
@@ -64,7 +66,7 @@ def render_markdown(history: list[TrialRecord], summary: dict[str, Any], top: in
         f"| trials | {summary['trials']} (failed {summary['failed']}, cache hits {summary['cache_hits']}"
         + (f", self-reported {self_reported}{'' if trust else ': not ranked'}" if self_reported else "") + ") |",
         *([f"| screened out | {summary['screened']} (asked, scored, not evaluated) |"] if "screened" in summary else []),
-        f"| best accuracy | {_fmt(best.get('accuracy'))} |",
+        f"| best accuracy | {_fmt(best.get('accuracy'))}{best_note} |",
         f"| best encoding | {_code(best.get('encoding'))} |",
         f"| wall seconds | {summary['wall_seconds']:.2f} |",
     ]
@@ -75,7 +77,7 @@ def render_markdown(history: list[TrialRecord], summary: dict[str, Any], top: in
               "| rank | trial | accuracy | params | FLOPs | encoding |",
               "| --- | --- | --- | --- | --- | --- |"]
     for i, r in enumerate(ranked, 1):
-        lines.append(f"| {i} | {r.trial} | {_fmt(r.accuracy)} | {_fmt_int(r.params)} | "
+        lines.append(f"| {i} | {r.trial} | {_score(r)} | {_fmt_int(r.params)} | "
                      f"{_fmt_int(r.flops)} | {_code(r.encoding)} |")
     lines += ["", "![best so far](best_so_far.png)", ""]
     if "design" in summary:
@@ -110,7 +112,7 @@ def _design_section(history: list[TrialRecord], summary: dict[str, Any]) -> list
         outcome = "trained" if r.accuracy is not None else "screened out" if r.screened \
             else _cell(r.error or "failed", 80)
         lines.append(f"| {r.trial} | {info.get('stage', '-')} | {info.get('parent', '-')} | "
-                     f"{_cell(info.get('idea') or '-', 70)} | {retries} | {outcome} | {_fmt(r.accuracy)} |")
+                     f"{_cell(info.get('idea') or '-', 70)} | {retries} | {outcome} | {_score(r)} |")
     return lines + [""]
 
 
@@ -127,6 +129,11 @@ def _code(encoding: Any) -> str:
     if isinstance(encoding, str) and "\n" in encoding:
         return f"{len(encoding.splitlines())}-line design (see history.jsonl)"
     return f"`{_cell(encoding, 200)}`"
+
+
+def _score(r: TrialRecord) -> str:
+    """A trial's accuracy in a table cell, marked when the model reported it itself."""
+    return _fmt(r.accuracy) + (" (self-reported, not verified)" if r.accuracy is not None and r.self_reported else "")
 
 
 def _fmt(x: float | None) -> str:

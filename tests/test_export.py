@@ -293,17 +293,77 @@ def test_model_source_that_breaks_the_policy_fails_in_one_line(capsys, tmp_path)
     assert not target.exists() and not (run / "export").exists()
 
 
+# Forges the training reports the sandbox sends (`Reporter.send`): 99.8765 % and a loss curve [0.01].
+FORGE_REPORTS = """
+
+def _forge():
+    from nas.sandbox import worker
+    from nas.train.result import TrainResult
+
+    send = worker.Reporter.send
+
+    def forged(self, **message):
+        if "trained" in message:
+            message["trained"] = TrainResult(valid_accuracy=99.8765, test_accuracy=99.8765, loss_curve=[0.01],
+                                              epochs=1, wall_seconds=1.0, device_seconds=1.0, params=1,
+                                              flops=1).to_dict()
+        return send(self, **message)
+
+    worker.Reporter.send = forged
+
+
+_forge()
+"""
+# The same network with a data-dependent branch: torch.export cannot trace it.
+UNTRACEABLE = SMALL_MODEL.replace("        x = torch.relu(", "        if float(x.mean()) > -1e9:\n            x = x + 0\n"
+                                  "        x = torch.relu(")
+
+
 @pytest.mark.slow
-def test_model_source_is_retrained_in_the_sandbox(capsys, tmp_path):
-    run = fake_run(tmp_path / "run", Component("source"), SourceArch(SMALL_MODEL))
+def test_model_source_is_retrained_here_as_its_exported_graph(capsys, tmp_path):
+    """A model that forges the sandbox's training reports gets none of its numbers into export.json:
+    its graph trains here, and model.pt holds that graph's trained parameters."""
+    run = fake_run(tmp_path / "run", Component("source"), SourceArch(SMALL_MODEL + FORGE_REPORTS))
     nas_main(["export", str(run)])
-    assert "retraining in the sandbox: 1 epochs on digits" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "retraining the exported graph here: 1 epochs on digits" in captured.err
+    assert "self-reported" not in captured.out + captured.err
+    manifest = json.loads((run / "export" / "export.json").read_text())
+    check_files(run / "export", manifest)
+    weights = manifest["weights"]
+    assert weights["origin"] == "retrained" and weights["seed"] == 3 and "self_reported" not in weights
+    assert weights["valid_accuracy"] != 99.8765 and weights["loss_curve"] != [0.01] and len(weights["loss_curve"]) == 1
+    assert manifest["params"] == 8 * 27 + 16 + 8 * 10 + 10 and manifest["source_check"]["passed"]
+    assert manifest["graph"]["check"]["passed"]
+    state = torch.load(run / "export" / "model.pt", weights_only=True)
+    assert set(state) == {"conv.weight", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var",
+                          "bn.num_batches_tracked", "fc.weight", "fc.bias"}
+    fresh = _small_network(3)  # the graph starts from the run's seed's initial weights, then trains here
+    assert not torch.equal(state["conv.weight"], fresh.conv.weight) and not torch.equal(state["fc.weight"],
+                                                                                        fresh.fc.weight)
+
+
+@pytest.mark.slow
+def test_model_source_that_cannot_be_exported_is_retrained_in_the_sandbox_and_marked_self_reported(capsys, tmp_path):
+    run = fake_run(tmp_path / "run", Component("source"), SourceArch(UNTRACEABLE + FORGE_REPORTS))
+    nas_main(["export", str(run)])
+    captured = capsys.readouterr()
+    assert "retraining in the sandbox: 1 epochs on digits" in captured.err
+    assert "self-reported by the model's own code, not verified" in captured.out.splitlines()[-1]
     manifest = json.loads((run / "export" / "export.json").read_text())
     weights = manifest["weights"]
-    assert weights["origin"] == "retrained" and weights["seed"] == 3 and len(weights["loss_curve"]) == 1
+    assert weights["origin"] == "retrained" and weights["self_reported"] is True
+    assert weights["valid_accuracy"] == 99.8765 and "self-reported" in weights["note"]  # the forgery, marked
     net = load_network(run / "export", 10)
-    torch.manual_seed(3)  # the sandbox instantiates under the run's seed, then trains
-    assert not torch.equal(net.fc.weight, type(net)(num_classes=10).fc.weight)
+    assert not torch.equal(net.fc.weight, _small_network(3).fc.weight)
+
+
+def _small_network(seed: int) -> torch.nn.Module:
+    """SMALL_MODEL's `Network` as torch.manual_seed(seed) initialises it (this test's own source)."""
+    namespace: dict = {}
+    exec(compile(SMALL_MODEL, "small_model.py", "exec"), namespace)
+    torch.manual_seed(seed)
+    return namespace["Network"](num_classes=10)
 
 
 def test_model_source_retrained_in_the_sandbox_starts_from_its_seeds_initial_weights(tmp_path):

@@ -96,6 +96,20 @@ def test_iterative_chain_goes_on_from_the_new_model_or_the_same_parent():
     assert len(s.queue) == 2  # step 2 of 2 ends the chain
 
 
+@pytest.mark.parametrize("trust", [False, True])
+def test_a_self_reported_score_is_a_failed_model_unless_trusted(trust):
+    """A model that trained inside the sandbox claims 99.9 % with 1 param and 1 FLOP: told as the
+    search loop tells it (`TrialRecord.as_told`), it is ranked and Pareto-dominant only if trusted."""
+    s = make(pareto_parents=2)
+    evaluated(s, [(50.0, 0.47e6), (60.0, 0.5e6)])
+    s.models.append(Model(2, 1, "", "fair", "forged", "pending"))
+    forged = Trial.of(2, Candidate(s.space.base, {"stage": "fair", "node": 2, "valid": True}),
+                      EvalResult(accuracy=99.9, params=1, flops=1, metrics={"self_reported": 1.0}))
+    s.tell([Trial(forged.candidate, forged.record.as_told(trust))])
+    assert s.models[2].status == ("evaluated" if trust else "failed")
+    assert (s._ranked()[0] == 2) is trust and (2 in s._pareto_parents(2)) is trust
+
+
 def test_state_round_trip():
     s = make(init=3)
     s.pool = pool()

@@ -36,6 +36,7 @@ from hostile_support import (
     start_time,
 )
 from nas.measure import count_flops, count_params
+from nas.search.record import SELF_REPORTED
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 
@@ -97,6 +98,7 @@ class Scene:
         return {"PATH": os.environ["PATH"], "LANG": "C.UTF-8", "HOME": str(self.home),
                 "NASFLOW_HOME": str(self.nasflow_home), "TMPDIR": str(self.tmp), "OMP_NUM_THREADS": "1",
                 "PYTHONUNBUFFERED": "1", "MPLCONFIGDIR": str(self.root / "mpl"),  # nas's own plotting cache
+                "PYTHONPATH": str(ROOT),  # this checkout's nas, whichever the venv's `nas` script was installed from
                 "OPENAI_API_KEY": self.key, "NASFLOW_CANARY_TOKEN": self.token}
 
     def watched(self) -> dict[str, dict]:
@@ -258,6 +260,8 @@ def verdict_problems(case: Hostile, scene: Scene, out: Outcome) -> list[str]:
                                 f"{TRUE_PARAMS} params, {TRUE_FLOPS['validate']} FLOPs")
     elif out.returncode == 0:
         problems += train_problems(out.result)
+        if self_reported(out.result) and SELF_REPORTED not in out.stdout:
+            problems.append(f"(e) the printed result does not say it is {SELF_REPORTED}")
     seconds_allowed = (VALIDATE_WALL_S if case.cli == "validate" else TRAIN_WALL_S) + SLACK_S
     if case.expect in ("invalid", "limits") and out.returncode != 1:
         problems.append(f"expected a rejection (exit 1), got exit {out.returncode}")

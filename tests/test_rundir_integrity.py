@@ -348,7 +348,10 @@ def test_trust_comes_from_the_evaluator_config():
     assert not trusts_self_reported(make_spec()) and not trusts_self_reported(make_spec().to_dict())
     assert not trusts_self_reported(make_spec(evaluator=Component("table", {"trust_self_reported": "yes"})))
     assert not trusts_self_reported({})  # a summary.json without a spec
-    assert trusting.identity() == make_spec().identity()  # it changes which trial is best, not the search
+    # it changes what the strategy learns from: a run that trusts them is another search (the default keeps
+    # the identities of runs from before it counted)
+    assert trusting.identity() != make_spec().identity()
+    assert make_spec(evaluator=Component("table", {"trust_self_reported": False})).identity() == make_spec().identity()
 
 
 @pytest.mark.parametrize("trust", [False, True])
@@ -371,6 +374,9 @@ def test_self_reported_results_are_not_best_unless_trusted(tmp_path, evaluator, 
     report = (run / "report.md").read_text()
     top_rows = report.split("## Top")[1].split("![best so far]")[0]
     assert (top.encoding.replace("|", "\\|") in top_rows) is trust
+    assert ("| 1 | %d | %.2f (self-reported, not verified) |" % (top.trial, top.accuracy) in top_rows) is trust
+    assert ("best accuracy | %.2f (self-reported by the model's own code, not verified) |" % top.accuracy
+            in report) is trust
     assert f"self-reported 1{'' if trust else ': not ranked'})" in report
     curves = load_curves([run])
     (group,) = curves.values()
@@ -378,6 +384,33 @@ def test_self_reported_results_are_not_best_unless_trusted(tmp_path, evaluator, 
     assert (top.trial in {p["trial"] for p in group[0]["points"]}) is trust
     _, chosen = load_trial(run, None)
     assert chosen.trial == best.trial
+
+
+@pytest.mark.parametrize("trust", [False, True])
+def test_strategies_learn_from_self_reported_results_only_when_trusted(tmp_path, evaluator, trust):
+    """A forged score must not steer the search: untrusted, a self-reported trial is told as a
+    failed one (`TrialRecord.as_told`), on `tell`, on resume (`restore`) and to the screen's predictor."""
+    spec = make_spec(seed=2, trials=12, strategy="bananas",
+                     evaluator=Component("table", {"trust_self_reported": trust}))
+    plain = tmp_path / "plain"
+    search(spec, plain, evaluator)
+    marked = set(keys(plain)[::2])
+    run = tmp_path / "run"
+    loop = SearchLoop(spec, run, SelfReporting(evaluator, marked), progress=False)
+    loop.run_search()
+    told = {enc for enc, _ in loop.strategy.data}
+    recorded = read_history(run / "history.jsonl")
+    reported = {r.encoding for r in recorded if r.self_reported}
+    assert reported and (reported <= told) is trust and (not reported & told) is not trust
+    assert told - reported == {r.encoding for r in recorded if not r.self_reported}
+    more = dataclasses.replace(spec, trials=14)  # resumed: `restore` rebuilds the data from the history
+    resumed = SearchLoop(more, run, SelfReporting(evaluator, marked), progress=False)
+    resumed.run_search()
+    history = read_history(run / "history.jsonl")
+    assert {enc for enc, _ in resumed.strategy.data} == {r.encoding for r in history if r.counts_for_best(trust)}
+    unscored = TrialRecord(0, "a", "a", 99.9, metrics={"self_reported": 1.0}, params=1, flops=1).as_told(False)
+    assert (unscored.accuracy, unscored.params, unscored.flops, unscored.ok) == (None, None, None, False)
+    assert "self-reported by the model's own code, not verified" in unscored.error
 
 
 def test_export_says_when_only_self_reported_trials_succeeded(tmp_path, evaluator):
@@ -410,6 +443,6 @@ def test_train_evaluator_accepts_trust_as_a_bool_outside_its_fingerprint():
     spec, plain = evaluator()
     trusting_spec, trusting = evaluator("evaluator.trust_self_reported=true")
     assert plain.trust_self_reported is False and trusting.trust_self_reported is True
-    assert plain.fingerprint() == trusting.fingerprint() and spec.identity() == trusting_spec.identity()
+    assert plain.fingerprint() == trusting.fingerprint() and spec.identity() != trusting_spec.identity()
     with pytest.raises(ConfigError, match="parameter 'trust_self_reported' must be bool, got 1"):
         evaluator("evaluator.trust_self_reported=1")

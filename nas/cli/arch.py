@@ -99,9 +99,11 @@ def block_errors(text: str, source: str, args: argparse.Namespace) -> list[str]:
 def _validate(args: argparse.Namespace) -> int:
     text = _read(args.file)
     if args.file.suffix == ".py":
+        from nas.search.record import SELF_REPORTED
+
         verdict = _verify(args, text)
         if verdict.ok:
-            how = (f"; self-reported: the model could not be exported as a graph ({verdict.export_error})"
+            how = (f"; {SELF_REPORTED}: the model could not be exported as a graph ({verdict.export_error})"
                    if verdict.self_reported else "")
             print(f"{args.file}: valid model ({verdict.params:,} params, {verdict.flops:,} FLOPs{how})")
             return 0

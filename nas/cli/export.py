@@ -48,8 +48,12 @@ def main(argv: list[str]) -> None:
         kind = f"{graph['file']} ({check['method']}: {diff}, {'ok' if check['passed'] else 'MISMATCH'})"
         if graph["format"] == "torchscript":
             kind += f"; ONNX failed: {graph['onnx_error']}"
-    print(f"exported trial {manifest['trial']} ({manifest['accuracy']:.2f}%, {manifest['params']:,} params, "
-          f"weights: {manifest['weights']['origin']}) to {manifest['out']}: model.py, model.pt, {kind}")
+    from nas.search.record import SELF_REPORTED
+
+    searched = f" {SELF_REPORTED}" if (manifest.get("metrics") or {}).get("self_reported") else ""
+    retrained = f", {SELF_REPORTED}" if manifest["weights"].get("self_reported") else ""
+    print(f"exported trial {manifest['trial']} ({manifest['accuracy']:.2f}%{searched}, {manifest['params']:,} params, "
+          f"weights: {manifest['weights']['origin']}{retrained}) to {manifest['out']}: model.py, model.pt, {kind}")
     failed = [name for name, check in (("graph", graph["check"]), ("source", manifest["source_check"]))
               if check is not None and not check["passed"]]
     if failed or graph["format"] is None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from nas.core.arch import Architecture
 from nas.errors import ConfigError, EncodingError, NasError
 from nas.io import atomic_write_json
+from nas.search.record import SELF_REPORTED
 
 if TYPE_CHECKING:
     from nas.core.space import SearchSpace
@@ -96,6 +97,9 @@ def main(argv: list[str]) -> None:
         atomic_write_json(out, record)
     m = result.metrics
     state = "ok" if result.ok else f"failed: {result.error}"
+    if m.get("self_reported"):  # trained inside the sandbox: its numbers are its own claim
+        state += (f" ({SELF_REPORTED}: the model could not be exported as a graph, so it trained inside "
+                  "the sandbox and reported these numbers itself)")
     accuracy = "no accuracy measured"  # a terminated (or unbuilt) network is never evaluated
     if "valid_accuracy" in m:
         accuracy = f"valid {m['valid_accuracy']:.2f}%, test {m['test_accuracy']:.2f}%"

@@ -21,10 +21,18 @@ class Built:
     num_classes: int
 
 
-def note_retraining(weights: dict[str, Any], result: Any, ev: Any, say: Callable[[str], None]) -> None:
-    """Record a retraining's outcome (a `TrainResult` under `ev`'s recipe) in the manifest's weights entry."""
+def note_retraining(weights: dict[str, Any], result: Any, ev: Any, say: Callable[[str], None],
+                    self_reported: bool = False) -> None:
+    """Record a retraining's outcome (a `TrainResult` under `ev`'s recipe) in the manifest's weights entry;
+    `self_reported`: the model trained inside the sandbox and its own code reported these numbers."""
+    from nas.search.record import SELF_REPORTED
+
     say(f"retrained: valid {result.valid_accuracy:.2f}%, test {result.test_accuracy:.2f}% "
-        f"({result.epochs} epochs, {result.wall_seconds:.1f} s)")
+        f"({result.epochs} epochs, {result.wall_seconds:.1f} s)" + (f", {SELF_REPORTED}" if self_reported else ""))
     weights.update(origin="retrained", recipe=ev.recipe.to_dict(), engine=ev.engine.to_dict(),
                    valid_accuracy=result.valid_accuracy, test_accuracy=result.test_accuracy,
                    loss_curve=result.loss_curve)
+    if self_reported:
+        weights.update(self_reported=True, note=f"the model could not be exported as a graph, so it retrained "
+                                                f"inside the sandbox: its accuracies, loss curve, params and "
+                                                f"FLOPs are {SELF_REPORTED}")

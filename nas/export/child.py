@@ -28,15 +28,23 @@ PRELOAD = ("torch.onnx.utils", "onnx.reference")
 
 def export(job: Job) -> Verdict:
     """Build `Network` from model.py; load weights.pt, or train, or keep the initial weights;
-    compare with reference.pt if given; else write model.pt, io.pt and the graph."""
+    compare with reference.pt if given; with `export` (default: when no weights were given)
+    write model.pt, io.pt and the graph, and report the state dict's keys. Weights given
+    for export are the parent's trained graph's: the entries of `Network`'s state dict are
+    loaded from them (the graph also holds non-persistent buffers); else they load strictly."""
     request, workdir, stage = job.request, job.workdir, job.stage
     num_classes, shape = request["num_classes"], tuple(request["input_shape"])
+    exporting = request.get("export", not request["weights"])
     module = stage("import", import_file, workdir / "model.py", "nas_candidate")
     net = stage("instantiate", instantiate, module, "model.py", num_classes)
     rgb = shape[1] == 1 and stage("instantiate", first_in_channels, net) == 3
     shape = (shape[0], 3, *shape[2:]) if rgb else shape
     if request["weights"]:
-        stage("instantiate", lambda: net.load_state_dict(torch.load(workdir / "weights.pt", weights_only=True)))
+        def load() -> None:
+            state = torch.load(workdir / "weights.pt", weights_only=True)
+            net.load_state_dict({k: state[k] for k in net.state_dict()} if exporting else state)
+
+        stage("instantiate", load)
     elif job.trainer is not None:
         trainer = job.trainer
 
@@ -58,11 +66,12 @@ def export(job: Job) -> Verdict:
         ref = torch.load(workdir / "reference.pt", weights_only=True)
         out = stage("forward", _forward_no_grad, net, x)
         report["reference"] = output_diff("sandbox: model.py + model.pt", out, ref)
-    if not request["weights"]:
+    if exporting:
         out = stage("forward", _forward_no_grad, net, x)
         stage("forward", lambda: torch.save(net.state_dict(), workdir / "model.pt"))
         stage("forward", lambda: torch.save({"input": x, "output": out}, workdir / "io.pt"))
         report["graph"] = stage("forward", export_graph, net, x, workdir)
+        report["state_keys"] = list(net.state_dict())
     params, flops = stage("measure", lambda: (count_params(net), count_flops(net, tuple(x.shape))))
     (workdir / "report.json").write_text(json.dumps(report), encoding="utf-8")
     job.reporter.enter("done")

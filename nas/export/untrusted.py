@@ -5,7 +5,9 @@ Model source (spaces that are not `trusted`) and generated source that is not
 the public sandbox API (`nas.sandbox.verify.run_child`, `python -m nas.export.child`
 under the same isolation, rlimits, audit policy, empty environment and
 process-group kill as verification), which writes its files into a private
-directory for this process to collect and check field by field.
+directory for this process to collect and check field by field. Retrained, a model
+that exports as a graph trains here (`_from_graph`), so no number comes from its
+code; one that cannot be exported trains in the sandbox, marked `self_reported`.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from nas.export.built import Built, note_retraining
 from nas.export.graph import one_line
 from nas.sandbox.limits import Limits
 from nas.sandbox.verify import Verdict, check_syntax, conclude, run_child
-from nas.search.record import TrialRecord
+from nas.search.record import SELF_REPORTED, TrialRecord
 
-REPORT_MAX = 64 << 10  # bytes of the sandboxed child's report.json read back
+REPORT_MAX = 1 << 20  # bytes of the sandboxed child's report.json read back (it lists the state dict's keys)
 
 
 def sandbox_limits(spec: Any, params: float | None) -> Limits:
@@ -42,42 +44,106 @@ def sandbox_limits(spec: Any, params: float | None) -> Limits:
 
 def export_untrusted(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRecord, tmp: Path, train: bool,
                      say: Callable[[str], None]) -> tuple[Built, dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """Build (and retrain) the model in the sandbox, writing model.py, model.pt and the graph into
-    `tmp`; then check model.py + model.pt in a fresh sandbox. Returns (built, graph entry,
-    source check, measured params and FLOPs). Untrusted networks never load here, so only an
-    evaluator that trains (`Evaluator.trains`: its data, recipe, engine and seeds) can rebuild them."""
-    from nas.train.result import TrainResult
-
+    """Build (and retrain) the model, writing model.py, model.pt and the graph into `tmp`; then
+    check model.py + model.pt in a fresh sandbox. Returns (built, graph entry, source check,
+    measured params and FLOPs). Untrusted networks never load here, so only an evaluator that
+    trains (`Evaluator.trains`: its data, recipe, engine and seeds) can rebuild them. Retrained,
+    a model that exports as a graph trains here, as the search's evaluator trains it, and
+    model.pt holds that graph's trained parameters (so every number is ours); one that cannot
+    be exported retrains in the sandbox, and the manifest marks its numbers `self_reported`."""
     if not ev.trains:
         raise ExportError(f"evaluator '{ev.name}' does not train: space '{space.name}' is model source, "
                           "rebuilt only by retraining it in the sandbox; no network to export")
     seed = ev.seeds[0] if ev.seeds else spec.seed
     data = ev.data
-    request = None
-    if train:
-        gpu = ev.engine.accelerator == "gpu" or (ev.engine.accelerator == "auto" and torch.cuda.is_available())
-        request = {"data": ev.data_cfg, "recipe": ev.recipe.to_dict(), "engine": ev.engine.to_dict(),
-                   "seeds": [seed], "gpu": gpu, "threads": torch.get_num_threads()}
-        r = ev.recipe
-        say(f"retraining in the sandbox: {r.epochs} epochs on {ev.data_cfg['name']} (batch {r.batch_size}, "
-            f"lr {r.lr}), seed {seed}")
-    else:
+    source = space.source(arch, data.num_classes, data.shape[0], data.shape[1])
+    if not train:
         say("building the model in the sandbox (initial weights)")
+        return _in_sandbox(ev, spec, space, arch, record, tmp, seed, source, None, say)
+    from nas.sandbox.verify import export_model_graph
+
+    say("exporting the model as a graph in the sandbox")
+    verdict, nets = export_model_graph(arch.source, seeds=[seed], num_classes=data.num_classes,
+                                       input_shape=(2, *data.shape), limits=sandbox_limits(spec, record.params))
+    if not verdict.ok:
+        raise ExportError(f"model.py in the sandbox: {verdict.error}")
+    if not verdict.self_reported:
+        return _from_graph(ev, spec, space, arch, tmp, seed, source, verdict, nets[seed], say)
+    say(f"the model cannot be exported as a graph ({verdict.export_error}): it retrains inside the sandbox, "
+        f"so its numbers are {SELF_REPORTED}")
+    gpu = ev.engine.accelerator == "gpu" or (ev.engine.accelerator == "auto" and torch.cuda.is_available())
+    request = {"data": ev.data_cfg, "recipe": ev.recipe.to_dict(), "engine": ev.engine.to_dict(),
+               "seeds": [seed], "gpu": gpu, "threads": torch.get_num_threads()}
+    r = ev.recipe
+    say(f"retraining in the sandbox: {r.epochs} epochs on {ev.data_cfg['name']} (batch {r.batch_size}, "
+        f"lr {r.lr}), seed {seed}")
+    return _in_sandbox(ev, spec, space, arch, record, tmp, seed, source, request, say)
+
+
+def _from_graph(ev: Any, spec: Any, space: Any, arch: Any, tmp: Path, seed: int, source: str, verdict: Verdict,
+                net: Any, say: Callable[[str], None]) -> tuple[Built, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Train the exported graph `net` (seed `seed`'s initial weights) here; model.pt is its
+    state dict (the graph's tensors sit at the model's parameter paths), restricted to the
+    keys of `Network`'s state dict, which the sandbox loads to write the ONNX graph."""
+    from nas.sandbox.verify import train_graphs
+
+    data, r = ev.data, ev.recipe
+    say(f"retraining the exported graph here: {r.epochs} epochs on {ev.data_cfg['name']} (batch {r.batch_size}, "
+        f"lr {r.lr}), seed {seed}, engine {ev.engine.kind}")
+    verdict, trained = train_graphs(verdict, {seed: net}, ev.data_cfg, r.to_dict(), ev.engine.to_dict(), data,
+                                    label="model.py")
+    if not verdict.ok:
+        raise ExportError(f"retraining the exported graph: {verdict.error}")
+    result = trained[0]
+    if result.terminated:
+        raise ExportError(f"retraining terminated early: {result.terminated}")
+    weights: dict[str, Any] = {"seed": seed, "data": ev.data_cfg}
+    note_retraining(weights, result, ev, say)
+    net = net.cpu().eval()
+    state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    torch.manual_seed(spec.seed)
+    x = torch.randn((1, *net.input_shape))
+    with torch.no_grad():
+        ref = net(x)
+    torch.save(state, tmp / "model.pt")
+    say("writing ONNX (TorchScript if that fails) in the sandbox from the trained weights")
+    limits = sandbox_limits(spec, verdict.params)
+    report = run_sandboxed(tmp, arch.source, data.num_classes, x, weights=tmp / "model.pt", export=True,
+                           limits=limits)[2]
+    keys = report["state_keys"]
+    if not set(keys) <= set(state):
+        raise ExportError("model.py in the sandbox: its state dict has entries the exported graph lacks")
+    torch.save({k: state[k] for k in keys}, tmp / "model.pt")
+    (tmp / "model.py").write_text(source, encoding="utf-8")
+    built = Built(None, tuple(x.shape), source, space.source_kind, weights, data.num_classes)
+    say("checking model.py + model.pt in a fresh sandbox against the trained graph")
+    check = run_sandboxed(tmp, arch.source, data.num_classes, x, weights=tmp / "model.pt", reference=ref,
+                          limits=limits)[2]["reference"]
+    return built, report["graph"], check, {"params": verdict.params, "flops": verdict.flops}
+
+
+def _in_sandbox(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRecord, tmp: Path, seed: int, source: str,
+                request: dict | None, say: Callable[[str], None]
+                ) -> tuple[Built, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Build the model in the sandbox, retrained there under `request` (self-reported) or
+    with its initial weights (None)."""
+    from nas.train.result import TrainResult
+
+    data = ev.data
     verdict, trained, report = run_sandboxed(tmp, arch.source, data.num_classes, (1, *data.shape), train=request,
                                              seed=seed, limits=sandbox_limits(spec, record.params))
     weights: dict[str, Any] = {"seed": seed, "data": ev.data_cfg}
-    if train:
+    if request is not None:
         try:
             result = TrainResult.from_untrusted(trained[0], max_epochs=ev.recipe.epochs)
         except ValueError as err:
             raise ExportError(f"model.py in the sandbox: {err}") from None
         if result.terminated:
             raise ExportError(f"retraining terminated early: {result.terminated}")
-        note_retraining(weights, result, ev, say)
+        note_retraining(weights, result, ev, say, self_reported=True)
     else:
         weights.update(origin="initial", note="--no-train: initial weights (torch.manual_seed(0), as the "
                                               "sandbox instantiates), not trained")
-    source = space.source(arch, data.num_classes, data.shape[0], data.shape[1])
     (tmp / "model.py").write_text(source, encoding="utf-8")
     built = Built(None, tuple(report["input_shape"]), source, space.source_kind, weights, data.num_classes)
     say("checking model.py + model.pt in a fresh sandbox")
@@ -89,10 +155,12 @@ def export_untrusted(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRec
 
 def run_sandboxed(tmp: Path, source: str, num_classes: int, x_or_shape: torch.Tensor | tuple[int, ...], *,
                   weights: Path | None = None, reference: torch.Tensor | None = None, train: dict | None = None,
-                  seed: int = 0, limits: Limits) -> tuple[Verdict, list, dict[str, Any]]:
+                  seed: int = 0, limits: Limits, export: bool | None = None) -> tuple[Verdict, list, dict[str, Any]]:
     """Run `source` in a sandboxed child: build `Network`, load `weights` or train (or keep
-    the initial weights); without `weights`, save model.pt and export the graph into `tmp`;
-    with `reference`, compare outputs. Returns (verdict, training reports, checked report)."""
+    the initial weights); with `export` (default: without `weights`), export the graph into
+    `tmp` (and, without `weights`, save model.pt there); with `reference`, compare outputs.
+    Returns (verdict, training reports, checked report)."""
+    export = weights is None if export is None else export
     shape = tuple(x_or_shape.shape) if isinstance(x_or_shape, torch.Tensor) else tuple(x_or_shape)
     verdict = check_syntax(source, "model.py")
     if verdict is not None:
@@ -107,18 +175,19 @@ def run_sandboxed(tmp: Path, source: str, num_classes: int, x_or_shape: torch.Te
             torch.save(reference, Path(work, "reference.pt"))
         request = {"files": {"candidate": "model.py"}, "num_classes": num_classes, "input_shape": list(shape),
                    "limits": asdict(limits), "train": train, "seed": seed, "weights": weights is not None,
-                   "reference": reference is not None}
+                   "reference": reference is not None, "export": export}
         run = run_child("nas.export.child", request, limits, args=(work,), workdir=work)
         verdict = conclude(run, limits)
         if not verdict.ok:
             raise ExportError(f"model.py in the sandbox: {verdict.error}")
-        report = _read_report(Path(work, "report.json"), weights is None, reference is not None)
+        report = _read_report(Path(work, "report.json"), export, reference is not None)
         if train and len(run.trained) != 1:
             raise ExportError(f"model.py in the sandbox: {len(run.trained)} training reports for 1 seed")
-        if weights is None:
-            for name in ("model.pt", report["graph"]["file"]):
+        if export:
+            for name in ("model.pt" if weights is None else None, report["graph"]["file"]):
                 if name:
                     shutil.copyfile(Path(work, name), tmp / name)
+        if weights is None:
             report["io"] = _read_io(Path(work, "io.pt"), report["input_shape"], num_classes)
         return verdict, run.trained, report
 
@@ -165,6 +234,9 @@ def _read_report(path: Path, exported: bool, compared: bool) -> dict[str, Any]:
                     raise ValueError(key)
             if not Path(path.parent, "model.pt").is_file():
                 raise ValueError("model.pt missing")
+            keys = report["state_keys"]
+            if not (isinstance(keys, list) and all(isinstance(k, str) and len(k) < 1000 for k in keys)):
+                raise ValueError("state_keys")
         return report
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise ExportError(f"model.py in the sandbox: malformed export report ({one_line(err)})") from None

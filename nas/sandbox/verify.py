@@ -170,7 +170,7 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
             if verdict.ok and on_graph is not None:
                 on_graph(nets[seeds[0]])
             if verdict.ok:
-                verdict, trained = _train_graphs(verdict, nets, data, recipe, engine, loaded, on_epoch, label or filename)
+                verdict, trained = train_graphs(verdict, nets, data, recipe, engine, loaded, on_epoch, label or filename)
         elif verdict.ok:
             try:
                 trained = [TrainResult.from_untrusted(r, max_epochs=recipe.get("epochs", 0)) for r in run.trained]
@@ -233,9 +233,28 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
     return verdict, nets
 
 
-def _train_graphs(verdict: Verdict, nets: dict, data: dict, recipe: dict, engine: dict,
-                  loaded, on_epoch=None, label: str = "model.py") -> tuple[Verdict, list]:
-    """Train each seed's graph network here, as a trusted model would be."""
+def export_model_graph(source: str, *, seeds: list[int], num_classes: int, input_shape: tuple[int, ...],
+                       limits: Limits = Limits(), filename: str = "model.py") -> tuple[Verdict, dict]:
+    """Verify `source` as `verify_model_source` does and export it as a graph with each seed's
+    initial weights, training nothing (`nas export` trains it here, with `train_graphs`).
+    Returns the verdict and the networks per seed; none when the verdict failed or says
+    `self_reported` (the model cannot be exported: only the sandbox can train it)."""
+    _check_args(filename, num_classes, input_shape)
+    start = time.monotonic()
+    verdict = check_syntax(source, filename)
+    nets: dict = {}
+    if verdict is None:
+        run = _run_child(source, num_classes, input_shape, None, limits, filename, seeds=seeds)
+        verdict = conclude(run, limits)
+        if verdict.ok and not verdict.self_reported:
+            verdict, nets = _graph_verdict(run.artifact, num_classes, input_shape, limits, False, seeds)
+    verdict.wall_s = round(time.monotonic() - start, 3)
+    return verdict, nets
+
+
+def train_graphs(verdict: Verdict, nets: dict, data: dict, recipe: dict, engine: dict,
+                 loaded, on_epoch=None, label: str = "model.py") -> tuple[Verdict, list]:
+    """Train each seed's graph network here (in place), as a trusted model would be."""
     from nas.data.sources import load_data
     from nas.errors import NasError
     from nas.train.engine import Engine
@@ -288,13 +307,13 @@ def check_syntax(source: str, filename: str) -> Verdict | None:
 
 def _run_child(source: str, num_classes: int, input_shape: tuple[int, ...],
                parent_source: str | None, limits: Limits, filename: str,
-               train: dict | None = None) -> "ChildRun":
+               train: dict | None = None, seeds: Sequence[int] = ()) -> "ChildRun":
     files, sources = {"candidate": filename}, {filename: source}
     if parent_source is not None:
         files["parent"] = f"parent_{filename}"
         sources[files["parent"]] = parent_source
     request = {"files": files, "sources": sources, "num_classes": num_classes, "input_shape": list(input_shape),
-               "limits": dataclasses.asdict(limits), "train": train}
+               "limits": dataclasses.asdict(limits), "train": train, "seeds": list(seeds)}
     return run_child("nas.sandbox.worker", request, limits, artifact=True)
 
 

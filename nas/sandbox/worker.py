@@ -214,14 +214,14 @@ def _export(module: Any, candidate: str, workdir: Path, request: dict, num_class
             x: torch.Tensor) -> bytes:
     """The candidate (and the parent) as graph data plus initial weights: `init`
     for the checked instance, `seed<N>` per training seed (a fresh instance each,
-    as training here would make)."""
+    as training here would make; the request's `seeds`, else its training seeds)."""
     from nas.sandbox.graph import export_graph, pack
 
     net = instantiate(module, candidate, num_classes)
     weights = {"init": _tensors(net)}  # before the export runs forward
     graph = export_graph(net, x)
     weights["const"] = graph.pop("constants")
-    for seed in (request["train"] or {}).get("seeds", []):
+    for seed in request.get("seeds") or (request["train"] or {}).get("seeds", []):
         torch.manual_seed(seed)
         weights[f"seed{seed}"] = _tensors(instantiate(module, candidate, num_classes, seed=None))
     if "parent" in request["files"]:

@@ -93,6 +93,7 @@ class SearchLoop:
         self.history: list[TrialRecord] = []
         self._bar: tuple[Any, Any] = (None, None)
         self.screen = Screen(spec.screen, self.space, spec.seed)
+        self.trust = trusts_self_reported(spec)  # what strategies learn from, as what counts for best
 
     def run_search(self) -> dict[str, Any]:
         """Search and save summary.json; the caller writes the human-facing report (nas.report)."""
@@ -113,7 +114,7 @@ class SearchLoop:
             except RunDirError as err:
                 raise RunDirError(f"{self.run.state_path}: {err}") from None
             try:
-                self.strategy.restore(resume.history)
+                self.strategy.restore(self._told(resume.history))
             except RunDirError as err:
                 raise RunDirError(f"{self.run.history_path}: {err}") from None
             self.history = resume.history
@@ -157,7 +158,7 @@ class SearchLoop:
         while (done := len(evaluated(history))) < self.spec.trials:
             n = min(self.spec.batch_size, self.spec.trials - done)
             try:
-                picks = self.screen.ask(self.strategy, n, history)
+                picks = self.screen.ask(self.strategy, n, self._told(history))
             except SearchExhausted as err:
                 return str(err)
             outcomes = self._evaluate([p.candidate for p in picks if p.kept])
@@ -215,10 +216,10 @@ class SearchLoop:
         records = [t.record for t in trials]
         self.run.append(records)
         self.history.extend(records)
-        self.strategy.tell(trials)
+        self.strategy.tell([Trial(t.candidate, t.record.as_told(self.trust)) for t in trials])
         self._save(**extra)
         history = self.history
-        best = best_record(history, trusts_self_reported(self.spec))
+        best = best_record(history, self.trust)
         done = len(evaluated(history))
         progress_log.info("trial %d/%d, best %s, elapsed %.1fs", done, self.spec.trials,
                           "-" if best is None else f"{best.accuracy:.2f}", self._elapsed())
@@ -227,6 +228,10 @@ class SearchLoop:
         bar, task = self._bar
         if bar is not None:
             bar.update(task, completed=done, best="-" if best is None else f"{best.accuracy:.2f}")
+
+    def _told(self, history: list[TrialRecord]) -> list[TrialRecord]:
+        """The history as the strategy and the screen's predictor learn from it (`TrialRecord.as_told`)."""
+        return [r.as_told(self.trust) for r in history]
 
     def _elapsed(self) -> float:
         return self._elapsed_before + time.perf_counter() - self._start

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from nas.errors import RunDirError
 from nas.io import read_jsonl
+
+# How a self-reported result is named wherever a person reads it (nas train, nas arch validate,
+# report.md, nas export): the numbers are the model's own claim.
+SELF_REPORTED = "self-reported by the model's own code, not verified"
+# Why a strategy is told such a trial as unscored (`TrialRecord.as_told`).
+UNSCORED = (f"{SELF_REPORTED} (it trained inside the sandbox): not scored, "
+            "as evaluator.trust_self_reported is false")
 
 
 @dataclass
@@ -55,6 +62,14 @@ class TrialRecord:
         """The one rule for every "best" (summary, curves, progress, report, export, compare):
         a successful trial, and not self-reported unless the evaluator's config trusts that."""
         return self.accuracy is not None and (trust or not self.self_reported)
+
+    def as_told(self, trust: bool) -> TrialRecord:
+        """This record as strategies and predictors learn from it (`tell`, `restore`, screening):
+        a success that does not count for best is told as a failed trial, without its numbers,
+        so a forged score never ranks, never becomes a parent and never trains a predictor."""
+        if self.accuracy is None or self.counts_for_best(trust):
+            return self
+        return replace(self, accuracy=None, params=None, flops=None, error=UNSCORED)
 
     def to_json(self) -> dict[str, Any]:
         return {

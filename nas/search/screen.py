@@ -113,7 +113,8 @@ class PredictorScorer(Scorer):
         self.settings = PredictorSettings(members=members, hidden=hidden, epochs=epochs, lr=lr)
 
     def score(self, archs: list[Architecture], history: list[TrialRecord], seed: int) -> list[float]:
-        data = [(r.encoding, r.accuracy) for r in history if r.ok and r.accuracy is not None and not r.self_reported]
+        # the loop passes the history as told (`TrialRecord.as_told`): untrusted self-reported trials are unscored
+        data = [(r.encoding, r.accuracy) for r in history if r.ok and r.accuracy is not None]
         if len(data) < 2:  # nothing to learn from yet: keep the strategy's order
             return [0.0] * len(archs)
         predictor = EnsemblePredictor.fitted(self.cat, [e for e, _ in data], [a for _, a in data], self.settings,

@@ -98,8 +98,9 @@ class SearchSpec:
 
     def identity(self) -> str:
         """Hash of everything that fixes the trajectory; the trial budget is
-        excluded so a finished run can be extended by resuming with more, and
-        `evaluator.trust_self_reported` since it only changes which trial is reported best.
+        excluded so a finished run can be extended by resuming with more.
+        `evaluator.trust_self_reported` counts (strategies learn from self-reported results only
+        when it is true), except when false, so identities of runs that do not trust them predate it.
         `budget.in_flight` counts (history is in completion order), except its default 1,
         so identities of batch runs predate it. Screening is in it (when on): it changes
         which candidates are evaluated."""
@@ -107,7 +108,8 @@ class SearchSpec:
         d.pop("trials")
         if self.in_flight == 1:
             d.pop("in_flight")
-        d["evaluator"]["params"].pop("trust_self_reported", None)
+        if d["evaluator"]["params"].get("trust_self_reported") is not True:
+            d["evaluator"]["params"].pop("trust_self_reported", None)
         if not self.constraint.active:  # identities of unconstrained runs predate constraints
             d.pop("constraint")
         if not self.screen.active:  # nor do those of unscreened runs predate screening
