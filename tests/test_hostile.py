@@ -96,9 +96,9 @@ class Scene:
 
     def env(self) -> dict[str, str]:
         return {"PATH": os.environ["PATH"], "LANG": "C.UTF-8", "HOME": str(self.home),
+                "PYTHONPATH": str(ROOT),  # this tree's `nas`, whichever checkout the venv's `nas` was installed from
                 "NASFLOW_HOME": str(self.nasflow_home), "TMPDIR": str(self.tmp), "OMP_NUM_THREADS": "1",
                 "PYTHONUNBUFFERED": "1", "MPLCONFIGDIR": str(self.root / "mpl"),  # nas's own plotting cache
-                "PYTHONPATH": str(ROOT),  # this checkout's nas, whichever the venv's `nas` script was installed from
                 "OPENAI_API_KEY": self.key, "NASFLOW_CANARY_TOKEN": self.token}
 
     def watched(self) -> dict[str, dict]:
@@ -337,6 +337,35 @@ def test_hostile_model_is_contained(case: Hostile, scene: Scene, canary: Canary)
     out = run_cli(scene, model, case.cli)
     problems = verdict_problems(case, scene, out) + containment(scene, model, before, canary.since(first))
     assert not problems, f"{case.stem} ({case.attack}):\n" + "\n".join(problems) + "\n" + describe(out)
+
+
+def test_unexportable_model_still_trains_on_the_data(scene: Scene, canary: Canary) -> None:
+    """The one sandbox job that needs data: a model `torch.export` cannot trace is trained in
+    a second child that is shown the training files (and only them); its result is self-reported."""
+    model = scene.models / "untraceable.py"
+    model.write_text(CLEAN.replace("        return self.fc(self.features(x))\n",
+                                   "        h = self.features(x)\n        if h.sum() > 0:  # data-dependent\n"
+                                   "            h = h * 1.0\n        return self.fc(h)\n"))
+    out = run_cli(scene, model, "train")
+    assert out.returncode == 0, describe(out)
+    assert self_reported(out.result) and 0 < out.result["accuracy"] <= 100, out.result
+
+
+def test_model_that_reads_the_data_is_refused_in_one_line(scene: Scene, canary: Canary) -> None:
+    """A model that loads digits at import to memorise the valid and test labels (it scored
+    100 % when the checking sandbox could read the venv's scikit-learn data) fails to import:
+    the sandbox that checks and exports a model shows no dataset, and the parent trains the
+    exported graph. The one line names the file it tried to read and the model's line."""
+    case = next(c for c in CASES if c.stem == "data_memorise_digits")
+    model = scene.models / case.path.name
+    model.write_text(case.render(scene.subs(canary.port, canary.sock)))
+    out = run_cli(scene, model, "train")
+    assert out.returncode == 1, describe(out)
+    errors = [line for line in out.stderr.splitlines() if line.strip() and not line.startswith("training ")]
+    assert len(errors) == 1 and errors[0].startswith("nas: error: "), describe(out)
+    assert "policy: reading datasets or $NASFLOW_HOME is not allowed" in errors[0], describe(out)
+    assert "sklearn/datasets/data" in errors[0] and f"at {model.name}:" in errors[0], describe(out)
+    assert not (out.result or {}).get("accuracy"), out.result
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])

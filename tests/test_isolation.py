@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from nas.data.locations import FASHION_MNIST_ROOT, SHARED_DATASETS, sklearn_data
 from nas.sandbox import isolation as iso_mod
-from nas.sandbox.isolation import ALLOW_ENV, BWRAP_ENV, IsolationUnavailable, isolation, seccomp_filter
+from nas.sandbox.isolation import ALLOW_ENV, BWRAP_ENV, IsolationUnavailable, covered, isolation, seccomp_filter
+from nas.sandbox.verify import data_paths, hidden_paths
 
 SECRET = "sk-isolation-canary-0123456789"
 PROBE = r"""
@@ -75,6 +77,75 @@ def test_child_sees_a_bare_read_only_world(tmp_path: Path, listener: socket.sock
         listener.accept()
     assert seen["ptrace"] == [-1, 1]  # seccomp: EPERM
     assert seen["tmp_writable"]  # its private tmpfs
+
+
+DATA_PROBE = r"""
+import json, os, sys
+print(json.dumps({p: sorted(os.listdir(p)) if os.path.isdir(p) else os.path.isfile(p) for p in sys.argv[1:]}))
+"""
+
+
+def _seen(paths: list[str], train: dict | None) -> dict:
+    """What a sandbox child started as `run_child` starts it for `train` sees of `paths`."""
+    proc = isolation().popen([sys.executable, "-c", DATA_PROBE, *paths], {"LANG": "C.UTF-8"},
+                             read_only=data_paths(train), hidden=hidden_paths(train),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    return json.loads(out)
+
+
+def test_datasets_are_hidden_unless_the_child_trains_on_them() -> None:
+    """A child that checks or exports a model sees no dataset: scikit-learn's data folder in the
+    mounted venv and /usr/share/datasets are empty. One that trains sees its dataset's files only."""
+    sk = sklearn_data()
+    assert sk is not None and (sk / "digits.csv.gz").is_file() and len(os.listdir(sk)) > 1
+    digits = str(sk / "digits.csv.gz")
+    probe = [str(sk), digits, SHARED_DATASETS]
+    checking = _seen(probe, None)
+    assert checking[str(sk)] == [] and checking[digits] is False, checking
+    assert checking[SHARED_DATASETS] in ([], False), checking
+    training = _seen(probe, {"data": {"name": "digits", "root": None, "split_file": None}})
+    assert training[str(sk)] == ["digits.csv.gz"] and training[digits] is True, training
+    assert training[SHARED_DATASETS] in ([], False), training
+    if Path(FASHION_MNIST_ROOT).is_dir():
+        fashion = _seen(probe, {"data": {"name": "fashion_mnist", "root": None, "split_file": None}})
+        assert fashion[SHARED_DATASETS] == ["fashion-mnist"] and fashion[str(sk)] == [], fashion
+
+
+def test_covered_hides_only_what_a_mount_shows(tmp_path: Path) -> None:
+    """Folders get a tmpfs and files /dev/null where a mount would show them; paths outside
+    the mounts, missing ones, ones inside a covered folder and ones the child needs are left."""
+    venv, home = tmp_path / "venv", tmp_path / "home"
+    (venv / "data" / "digits").mkdir(parents=True)
+    (venv / "data" / "iris.csv").write_text("x")
+    (venv / "share").mkdir()
+    (venv / "share" / "one.csv").write_text("x")
+    (venv / "share" / "needed").mkdir()
+    home.mkdir()
+    hidden = tuple(str(p) for p in (venv / "data", venv / "data" / "iris.csv", venv / "share" / "one.csv",
+                                    venv / "share" / "needed" / "x", home, venv / "missing"))
+    got = covered(hidden, [str(venv)], [str(venv / "data" / "digits"), str(venv / "share" / "needed")])
+    assert dict(got) == {str(venv / "data"): True, str(venv / "share" / "one.csv"): False}
+
+
+def test_policy_keeps_datasets_from_an_unisolated_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without isolation (opted out) nothing hides the files: the audit policy refuses reading them."""
+    from nas.sandbox import verify_model_source
+
+    monkeypatch.setenv(BWRAP_ENV, "/nonexistent/bwrap")
+    monkeypatch.setenv(ALLOW_ENV, "1")
+    isolation.cache_clear()
+    try:
+        source = ("import torch\nfrom torch import nn\nfrom sklearn.datasets import load_digits\n"
+                  "DIGITS = load_digits()\n\n\nclass Network(nn.Module):\n"
+                  "    def __init__(self, num_classes=10):\n        super().__init__()\n"
+                  "        self.fc = nn.Linear(3, num_classes)\n\n"
+                  "    def forward(self, x):\n        return self.fc(x.mean((2, 3)))\n")
+        verdict = verify_model_source(source, input_shape=(2, 3, 8, 8))
+    finally:
+        isolation.cache_clear()
+    assert verdict.stage == "policy" and "reading datasets" in verdict.error and "model.py:4" in verdict.error
 
 
 def test_seccomp_program_shape() -> None:

@@ -5,8 +5,10 @@ code they guard, so the boundary is the kernel's: every sandbox child runs in
 fresh user, mount, PID, network, IPC, UTS and cgroup namespaces, as uid 65534
 with no capabilities, in its own session, and dies with its parent. Its file
 system is read-only and holds only what running Python and torch needs (the
-system's `/usr`, the interpreter, the virtualenv, the `nas` package, dataset
-folders when it trains); `/tmp` is a private tmpfs that vanishes with it, so a
+system's `/usr`, the interpreter, the virtualenv, the `nas` package, and the
+dataset files it trains on); every other dataset location inside those mounts
+(`nas.data.locations`: /usr/share/datasets, scikit-learn's data) is covered with
+an empty tmpfs; `/tmp` is a private tmpfs that vanishes with it, so a
 killed run leaves nothing on disk. `$NASFLOW_HOME`, run dirs and the user's
 home are not mounted, the network namespace has only its own loopback, and
 `/proc` shows only the sandbox's processes. The launcher itself is started
@@ -15,7 +17,7 @@ of any process the child can see.
 
 Where user namespaces are unavailable the sandbox refuses to run model source,
 unless the user sets NASFLOW_ALLOW_UNISOLATED=1 (rlimits and the audit hook
-only: not a security boundary).
+only: not a security boundary; datasets are then kept out by the hook alone).
 """
 
 from __future__ import annotations
@@ -68,23 +70,29 @@ class Isolation:
         return f"bubblewrap namespaces ({self.bwrap})"
 
     def popen(self, argv: list[str], env: dict[str, str], *, read_only: tuple[str, ...] = (),
-              writable: str | None = None, gpu: bool = False, pass_fds: tuple[int, ...] = (),
-              **kwargs: Any) -> subprocess.Popen:
+              hidden: tuple[str, ...] = (), writable: str | None = None, gpu: bool = False,
+              pass_fds: tuple[int, ...] = (), **kwargs: Any) -> subprocess.Popen:
         """Start `argv` in its own session, isolated (with the seccomp filter) or, opted
-        out, as a plain child in `writable` with `env`; `kwargs` go to `Popen`."""
+        out, as a plain child in `writable` with `env` (which hides nothing: `hidden` is then
+        up to the child's audit policy); `kwargs` go to `Popen`."""
         if self.bwrap is None:
             return subprocess.Popen(argv, env=env, cwd=writable or "/", pass_fds=pass_fds,
                                     start_new_session=True, **kwargs)
         with _seccomp_program() as fd:
-            cmd = self.command(argv, env, read_only=read_only, writable=writable, gpu=gpu, seccomp=fd)
+            cmd = self.command(argv, env, read_only=read_only, hidden=hidden, writable=writable, gpu=gpu,
+                               seccomp=fd)
             return subprocess.Popen(cmd, env={}, cwd="/", pass_fds=(*pass_fds, *([fd] if fd is not None else [])),
                                     start_new_session=True, **kwargs)
 
     def command(self, argv: list[str], env: dict[str, str], *, read_only: tuple[str, ...] = (),
-                writable: str | None = None, gpu: bool = False, seccomp: int | None = None) -> list[str]:
+                hidden: tuple[str, ...] = (), writable: str | None = None, gpu: bool = False,
+                seccomp: int | None = None) -> list[str]:
         """`argv` wrapped so it runs isolated with exactly `env`; `read_only`
-        adds host paths (datasets) mounted read-only at the same place;
-        `writable` one host directory (a private temp dir) it may write and starts in."""
+        adds host paths (datasets) mounted read-only at the same place; `hidden` host
+        paths (datasets, `$NASFLOW_HOME`) that a mount would otherwise show are covered
+        (an empty read-only tmpfs over a folder, /dev/null over a file), `read_only`
+        paths inside them shown again; `writable` one host directory (a private temp
+        dir) it may write and starts in."""
         if self.bwrap is None:
             return argv
         args = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
@@ -100,8 +108,19 @@ class Isolation:
         args += ["--ro-bind", "/usr", "/usr"]
         for path in _LOADER_FILES:
             args += ["--ro-bind-try", path, path]
-        for path in dict.fromkeys(_mounts() + [str(Path(p).resolve()) for p in read_only]):
+        roots = ["/usr", *(str(Path("/", n)) for n in _SYSTEM_DIRS if Path("/", n).is_dir()
+                           and not Path("/", n).is_symlink()), *_mounts()]
+        for path in _mounts():
             args += ["--ro-bind", path, path]
+        shown = list(dict.fromkeys(str(Path(p).resolve()) for p in read_only))
+        covers = covered(hidden, roots, shown)
+        for path, is_dir in covers:
+            args += ["--tmpfs", path] if is_dir else ["--ro-bind", "/dev/null", path]
+        for path in shown:
+            args += ["--ro-bind", path, path]
+        for path, is_dir in covers:
+            if is_dir:
+                args += ["--remount-ro", path]
         if gpu:
             for pattern in _GPU_DEVICES:
                 for dev in glob.glob(pattern):
@@ -162,6 +181,20 @@ def _seccomp_program():
         os.close(fd)
 
 
+def covered(hidden: tuple[str, ...], roots: list[str], shown: list[str]) -> list[tuple[str, bool]]:
+    """(path, is a folder) for each `hidden` path that exists and lies under a mounted
+    `root`, resolved, outermost only; one inside a `shown` path stays (it is needed)."""
+    def under(path: str, top: str) -> bool:
+        return path == top or path.startswith(top.rstrip(os.sep) + os.sep)
+
+    found: dict[str, bool] = {}
+    for path in sorted({str(Path(p).resolve()) for p in hidden}, key=len):
+        if (os.path.exists(path) and any(under(path, r) for r in roots) and not any(under(path, s) for s in shown)
+                and not any(under(path, h) for h in found)):
+            found[path] = os.path.isdir(path)
+    return list(found.items())
+
+
 def _mounts() -> list[str]:
     """The interpreter, the virtualenv and the `nas` package; nothing beside them
     (in an editable install the package's parent is the source tree, with run dirs)."""
@@ -183,7 +216,8 @@ def isolation() -> Isolation:
         return Isolation(_bwrap())
     if os.environ.get(ALLOW_ENV) == "1":
         log.warning("sandbox: OS isolation is unavailable (%s); %s=1, so model source runs with rlimits "
-                    "and an audit hook only (not a security boundary)", problem, ALLOW_ENV)
+                    "and an audit hook only (not a security boundary: that hook alone keeps datasets from model "
+                    "code)", problem, ALLOW_ENV)
         return Isolation(None)
     raise IsolationUnavailable(
         f"sandbox: OS isolation is unavailable ({problem}); refusing to run model source. "

@@ -117,17 +117,28 @@ _PATHS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "os.utime": ((0,), (3,)), "os.truncate": ((0,), ()), "os.setxattr": ((0,), ()),
     "os.removexattr": ((0,), ()), "shutil.rmtree": ((0,), (1,)), "sqlite3.connect": ((0,), ()),
 }
+_LISTS = frozenset({"os.listdir", "os.scandir", "glob.glob"})  # reading a folder (of a hidden path)
 _WATCHED = _PROCESS | _SIGNALS | _RLIMITS | _LINKS | set(_PATHS) | {"open"}
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
 def install_policy(workdir: str, files: dict[str, str],
-                   deny: Callable[[str, str | None], NoReturn]) -> None:
+                   deny: Callable[[str, str | None], NoReturn], hidden: tuple[str, ...] = ()) -> None:
     """Install an audit hook that calls `deny(error, traceback)` on the first
     forbidden action. `files` maps untrusted file paths to display names, used
-    to say where the action came from. Cannot be undone (that is the point)."""
+    to say where the action came from; `hidden` paths (datasets, $NASFLOW_HOME:
+    `nas.sandbox.verify.hidden_paths`) may not even be read. Cannot be undone (that is the point)."""
     root = os.path.realpath(workdir)
     trusted = tuple({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix)})
+    needed = (root + os.sep, *trusted)  # a hidden path above these would stop Python itself
+    secret = tuple(h + os.sep for h in {os.path.realpath(p) for p in hidden}
+                   if not any(n.startswith(h + os.sep) for n in needed))
+
+    def unreadable(path: object) -> bool:
+        if not secret or not isinstance(path, (str, bytes, os.PathLike)):
+            return False
+        real = os.path.realpath(os.fsdecode(path)) + os.sep  # type: ignore[arg-type]
+        return real.startswith(secret)
 
     def inside(path: object) -> bool:
         if isinstance(path, int):  # an already-open descriptor: its opening was checked
@@ -137,8 +148,12 @@ def install_policy(workdir: str, files: dict[str, str],
 
     def hook(event: str, args: tuple) -> None:
         if event not in _WATCHED and not event.startswith(("socket.", "ctypes.")):
+            if event in _LISTS and unreadable(args[0]):
+                _deny("reading datasets or $NASFLOW_HOME", event, args, files, deny)
             return
         what = _violation(event, args, inside, trusted)
+        if what is None and event == "open" and unreadable(args[0]):
+            what = "reading datasets or $NASFLOW_HOME"
         if what is not None:
             _deny(what, event, args, files, deny)
 
@@ -188,7 +203,7 @@ def _deny(what: str, event: str, args: tuple, files: dict[str, str],
           deny: Callable[[str, str | None], NoReturn]) -> NoReturn:
     stack = [f for f in traceback.extract_stack(sys._getframe(2)) if f.filename in files]
     detail = event
-    if event == "open" or event in _PATHS:
+    if event == "open" or event in _PATHS or event in _LISTS:
         detail = f"{event} {str(args[0])[:120]!r}"
     if stack:
         detail += f" at {files[stack[-1].filename]}:{stack[-1].lineno}"

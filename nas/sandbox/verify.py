@@ -7,9 +7,10 @@ empty environment, killed with this process) with rlimits and a wall clock.
 The child reports JSON lines on a pipe, validated field by field, and sends
 the model as graph data (`graph.py`), which this process loads, measures and
 trains itself: parameters, FLOPs, output checks and accuracy never come from
-the untrusted side. A model that cannot be exported is measured and trained
-in the child, and its verdict says `self_reported`. Nothing from the child is
-unpickled. Whatever happens, the whole sandbox is SIGKILLed before this returns.
+the untrusted side. No dataset is readable in that child (`hidden_paths`). A
+model that cannot be exported is measured and trained in a second child, which
+is shown the training data only, and its verdict says `self_reported`.
+Nothing from the child is unpickled. Whatever happens, the whole sandbox is SIGKILLed before this returns.
 
 `check_syntax`, `run_child` and `conclude` are the parent half of the public child
 API: other sandboxed jobs (`nas.export.untrusted`) start their child with them.
@@ -142,8 +143,8 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
                        on_epoch=None, label: str | None = None, on_graph=None) -> tuple[Verdict, list]:
     """Verify `source` as `verify_model_source` does, then train a fresh
     instance per seed: here, on the exported graph with the seed's initial
-    weights from the child; or, for a model that cannot be exported, in the
-    same sandboxed child (`verdict.self_reported`). `data`, `recipe` and
+    weights from the child, which sees no dataset; or, for a model that cannot be
+    exported, in a second sandboxed child that is shown this data (`verdict.self_reported`). `data`, `recipe` and
     `engine` are the settings dicts of `nas.data`, `Recipe` and `Engine`;
     `loaded` is the `ImageData` of `data` if the caller has it; `on_epoch`
     (nas.train.progress) hears each epoch of the graphs trained here, under
@@ -161,10 +162,18 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
     verdict = check_syntax(source, filename)
     trained: list[TrainResult] = []
     if verdict is None:
-        request = {"data": data, "recipe": recipe, "engine": engine, "seeds": list(seeds), "gpu": gpu,
-                   "threads": threads}
-        run = _run_child(source, num_classes, input_shape, None, limits, filename, request)
+        # Checked and exported without data (no dataset is even mounted): the network is trained here.
+        run = _run_child(source, num_classes, input_shape, None, limits, filename, seeds=seeds)
         verdict = conclude(run, limits)
+        if verdict.ok and verdict.self_reported:  # not exportable: a second child trains it, on the data
+            request = {"data": data, "recipe": recipe, "engine": engine, "seeds": list(seeds), "gpu": gpu,
+                       "threads": threads}
+            export_error = verdict.export_error or "not exportable"
+            run = _run_child(source, num_classes, input_shape, None, limits, filename, request,
+                             export_error=export_error)
+            verdict = conclude(run, limits)
+            if verdict.ok:
+                verdict.self_reported, verdict.export_error = True, verdict.export_error or export_error
         if verdict.ok and not verdict.self_reported:
             verdict, nets = _graph_verdict(run.artifact, num_classes, input_shape, limits, False, seeds)
             if verdict.ok and on_graph is not None:
@@ -307,13 +316,16 @@ def check_syntax(source: str, filename: str) -> Verdict | None:
 
 def _run_child(source: str, num_classes: int, input_shape: tuple[int, ...],
                parent_source: str | None, limits: Limits, filename: str,
-               train: dict | None = None, seeds: Sequence[int] = ()) -> "ChildRun":
+               train: dict | None = None, seeds: Sequence[int] = (), export_error: str | None = None) -> "ChildRun":
+    """Check (and export the graph with initial weights per seed of `seeds`); or, given `train`
+    and `export_error` (why a first child could not export it), check and train it there."""
     files, sources = {"candidate": filename}, {filename: source}
     if parent_source is not None:
         files["parent"] = f"parent_{filename}"
         sources[files["parent"]] = parent_source
     request = {"files": files, "sources": sources, "num_classes": num_classes, "input_shape": list(input_shape),
-               "limits": dataclasses.asdict(limits), "train": train, "seeds": list(seeds)}
+               "limits": dataclasses.asdict(limits), "train": train, "seeds": list(seeds),
+               "export_error": export_error}
     return run_child("nas.sandbox.worker", request, limits, artifact=True)
 
 
@@ -327,8 +339,9 @@ def run_child(module: str, request: dict, limits: Limits, *, args: tuple[str, ..
     group SIGKILLed before this returns. `request` reaches the child as JSON on stdin with
     `result_fd` (and with `artifact`, `artifact_fd`) added: the pipes `worker.serve` reports
     on. `workdir` is a directory shared with the child and its only writable place (None: a
-    private tmpfs, or without isolation a temporary directory removed here); the dataset files
-    of `request["train"]` are mounted read-only, and its `gpu` flag exposes the GPU."""
+    private tmpfs, or without isolation a temporary directory removed here); every dataset
+    is hidden (`hidden_paths`: also from the audit policy, the only cover without isolation)
+    but the files of `request["train"]`, mounted read-only, and its `gpu` flag exposes the GPU."""
     iso = isolation()
     train = request.get("train")
     gpu = bool(train and train["gpu"])
@@ -337,13 +350,14 @@ def run_child(module: str, request: dict, limits: Limits, *, args: tuple[str, ..
             tempfile.TemporaryDirectory(prefix="nas-sandbox-", ignore_cleanup_errors=True))
         report_r, report_w = os.pipe()
         artifact_r, artifact_w = os.pipe() if artifact else (None, None)
-        request = {**request, "result_fd": report_w, "artifact_fd": artifact_w}
+        hidden = hidden_paths(train)
+        request = {**request, "result_fd": report_w, "artifact_fd": artifact_w, "hidden": list(hidden)}
         env = child_env(writable or SANDBOX_TMP, gpu)
         argv = [sys.executable, "-s", "-P", "-m", module, *args]
         deadline = time.monotonic() + limits.wall_s
         pass_fds = (report_w,) if artifact_w is None else (report_w, artifact_w)
         try:
-            proc = iso.popen(argv, env, read_only=data_paths(train), writable=writable, gpu=gpu,
+            proc = iso.popen(argv, env, read_only=data_paths(train), hidden=hidden, writable=writable, gpu=gpu,
                              pass_fds=pass_fds, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         finally:
@@ -364,7 +378,20 @@ def run_child(module: str, request: dict, limits: Limits, *, args: tuple[str, ..
 
 def data_paths(train: dict | None) -> tuple[str, ...]:
     """The dataset files a training request reads: mounted read-only in the sandbox."""
-    return tuple(p for p in ((train or {}).get("data", {}).get(k) for k in ("root", "split_file")) if p)
+    from nas.data.locations import reads
+
+    data = (train or {}).get("data") or {}
+    return tuple(reads(data["name"], data.get("root"), data.get("split_file"))) if data else ()
+
+
+def hidden_paths(train: dict | None) -> tuple[str, ...]:
+    """What no sandbox child may read: `$NASFLOW_HOME` and every dataset location
+    (`nas.data.locations`); a training request's own files (`data_paths`) are shown again."""
+    from nas.data.locations import locations
+    from nas.home import home
+
+    data = (train or {}).get("data") or {}
+    return (str(home()), *locations(data.get("name"), data.get("root"), data.get("split_file")))
 
 
 def exit_status(proc: subprocess.Popen, iso) -> int | None:

@@ -138,7 +138,7 @@ def serve(request: dict, workdir: Path, policy_root: str, work: Callable[[Job], 
         except ImportError:  # the job says what it lacks when it needs it
             pass
     apply_rlimits(limits, address_space=not (training and training["gpu"]))
-    install_policy(policy_root, files, reporter.deny)
+    install_policy(policy_root, files, reporter.deny, tuple(request.get("hidden", ())))
     try:
         verdict = work(Job(request, workdir, files, limits, reporter, trainer))
     except Stop as stop:
@@ -174,15 +174,17 @@ def _verify(job: Job) -> Verdict:
     out = stage("forward", _forward, net, x)
     stage("output_shape", _check_output, out, [shape[0], num_classes])
     stage("backward", _backward, out)
-    reporter.enter("export")
-    try:
-        artifact = _export(module, candidate, workdir, request, num_classes, x)
-    except Exception as exc:  # not exportable: this child measures and trains it (self-reported)
-        export_error = f"{type(exc).__name__}: {_message(exc)}"[:400]
-    else:
-        _send_artifact(request["artifact_fd"], artifact)
-        reporter.enter("done")
-        return Verdict(ok=True, stage="done", output_shape=list(out.shape), self_reported=False)
+    export_error = request.get("export_error")
+    if export_error is None:  # a second child, with the data, trains what the first could not export
+        reporter.enter("export")
+        try:
+            artifact = _export(module, candidate, workdir, request, num_classes, x)
+        except Exception as exc:  # not exportable: measured here, trained in a child with data (self-reported)
+            export_error = f"{type(exc).__name__}: {_message(exc)}"[:400]
+        else:
+            _send_artifact(request["artifact_fd"], artifact)
+            reporter.enter("done")
+            return Verdict(ok=True, stage="done", output_shape=list(out.shape), self_reported=False)
     params, flops, layers = stage("measure", _measure, net, shape)
     verdict = Verdict(ok=True, stage="done", params=params, flops=flops, output_shape=list(out.shape),
                       layers=layers, self_reported=True, export_error=export_error)
@@ -214,14 +216,14 @@ def _export(module: Any, candidate: str, workdir: Path, request: dict, num_class
             x: torch.Tensor) -> bytes:
     """The candidate (and the parent) as graph data plus initial weights: `init`
     for the checked instance, `seed<N>` per training seed (a fresh instance each,
-    as training here would make; the request's `seeds`, else its training seeds)."""
+    as training here would make; the request's `seeds`)."""
     from nas.sandbox.graph import export_graph, pack
 
     net = instantiate(module, candidate, num_classes)
     weights = {"init": _tensors(net)}  # before the export runs forward
     graph = export_graph(net, x)
     weights["const"] = graph.pop("constants")
-    for seed in request.get("seeds") or (request["train"] or {}).get("seeds", []):
+    for seed in request.get("seeds", []):
         torch.manual_seed(seed)
         weights[f"seed{seed}"] = _tensors(instantiate(module, candidate, num_classes, seed=None))
     if "parent" in request["files"]:
