@@ -369,22 +369,24 @@ def finished(tmp_path, evaluator) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("other", [
-    make_spec(seed=5, trials=10),
-    make_spec("random", seed=4, trials=10),
-    make_spec(seed=4, trials=10, batch_size=2),
-    make_spec(seed=4, trials=10, population_size=7),
-    SearchSpec(Component("nb201", {"channels": 8}), Component("rea"), Component("table"), seed=4, trials=10),
-    SearchSpec(Component("nb201"), Component("rea"), Component("table", {"metric": "ptq_accuracy"}),
-               seed=4, trials=10),
+@pytest.mark.parametrize("other, named", [
+    (make_spec(seed=5, trials=10), "seed: 4 -> 5"),
+    (make_spec("random", seed=4, trials=10), 'strategy.name: "rea" -> "random"'),
+    (make_spec(seed=4, trials=10, batch_size=2), "batch_size: 1 -> 2"),
+    (make_spec(seed=4, trials=10, population_size=7), "strategy.population_size: unset -> 7"),
+    (SearchSpec(Component("nb201", {"channels": 8}), Component("rea"), Component("table"), seed=4, trials=10),
+     "space.channels: unset -> 8"),
+    (SearchSpec(Component("nb201"), Component("rea"), Component("table", {"metric": "ptq_accuracy"}),
+                seed=4, trials=10), 'evaluator.metric: unset -> "ptq_accuracy"'),
 ], ids=["seed", "strategy", "batch_size", "strategy-param", "space-param", "evaluator-param"])
-def test_different_search_in_same_dir_is_refused(finished, evaluator, other):
+def test_different_search_in_same_dir_is_refused(finished, evaluator, other, named):
+    """The refusal names what differs (the run's identity fields are in its state.json)."""
     before = (finished / "history.jsonl").read_bytes()
     ev = other.build_evaluator(other.build_space())
     with pytest.raises(RunDirError) as info:
         search(other, finished, ev)
     assert str(finished) in str(info.value)
-    assert "different search" in str(info.value)
+    assert "holds a different search (config differs in " in str(info.value) and named in str(info.value)
     assert (finished / "history.jsonl").read_bytes() == before
 
 

@@ -104,8 +104,8 @@ class SearchLoop:
         if self.spec.in_flight > 1 and not isinstance(self.executor, AsyncExecutor):
             raise ConfigError(f"budget.in_flight={self.spec.in_flight}: runner={self.runner} evaluates in "
                               f"batches only; use budget.in_flight=1 with it")
-        identity = self.spec.identity()
-        resume = self.run.prepare(identity, self.spec.batch_size * self.spec.screen.factor)
+        identity, self._fields = self.spec.identity(), self.spec.identity_fields()
+        resume = self.run.prepare(identity, self.spec.batch_size * self.spec.screen.factor, self._fields)
         self.history = []
         elapsed_before = 0.0
         if resume is not None:
@@ -237,7 +237,8 @@ class SearchLoop:
         return self._elapsed_before + time.perf_counter() - self._start
 
     def _save(self, **extra: Any) -> None:
-        self.run.save_state(self._identity, len(self.history), self.strategy.state_dict(), self._elapsed(), **extra)
+        self.run.save_state(self._identity, len(self.history), self.strategy.state_dict(), self._elapsed(),
+                            fields=self._fields, **extra)
 
     def _evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
         """Rejected drafts become failed trials without reaching the evaluator."""

@@ -22,6 +22,7 @@ malformed line.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import threading
 import time
@@ -99,9 +100,10 @@ class RunDir:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return fd
 
-    def prepare(self, identity: str, batch_size: int) -> Resume | None:
+    def prepare(self, identity: str, batch_size: int, fields: dict[str, Any] | None = None) -> Resume | None:
         """Create the directory, or return what a previous run left to resume
-        (checked line by line). Call it holding `lock()`."""
+        (checked line by line). Call it holding `lock()`. `fields`: what `identity` hashes,
+        to name what differs when the dir holds another search."""
         self.path.mkdir(parents=True, exist_ok=True)
         if not self.state_path.exists():
             if self.history_path.exists() and self.history_path.stat().st_size:
@@ -117,10 +119,11 @@ class RunDir:
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise RunDirError(f"{self.state_path}: unknown state format; {NEW_DIR}")
         if state.get("identity") != identity:
-            raise RunDirError(
-                f"{self.path} holds a different search (config differs in space, strategy, "
-                f"evaluator, seed or batch size); {NEW_DIR}"
-            )
+            saved = state.get("identity_fields")
+            differ = config_differences(saved, fields) if isinstance(saved, dict) and fields is not None else []
+            what = ("; ".join(differ[:3]) + (f"; and {len(differ) - 3} more" if len(differ) > 3 else "")
+                    if differ else "space, strategy, evaluator, seed or batch size")
+            raise RunDirError(f"{self.path} holds a different search (config differs in {what}); {NEW_DIR}")
         try:
             keep = int(state["history_lines"])
             strategy_state = dict(state["strategy"])
@@ -157,11 +160,13 @@ class RunDir:
 
     def save_state(self, identity: str, history_lines: int, strategy_state: dict[str, Any],
                    elapsed_seconds: float, in_flight: list[dict[str, Any]] | None = None,
-                   asked: int | None = None) -> None:
+                   asked: int | None = None, fields: dict[str, Any] | None = None) -> None:
         """`in_flight` and `asked`: an asynchronous search's candidates being evaluated and
-        its next ask index, saved with the strategy state that asked them (so resume re-queues them)."""
+        its next ask index, saved with the strategy state that asked them (so resume re-queues them).
+        `fields`: what `identity` hashes (see `prepare`)."""
         atomic_write_json(self.state_path, {
             "version": STATE_VERSION, "identity": identity, "history_lines": history_lines,
+            **({"identity_fields": fields} if fields is not None else {}),
             "strategy": strategy_state, "elapsed_seconds": elapsed_seconds,
             **({"in_flight": in_flight, "asked": asked} if in_flight is not None else {}),
         })
@@ -198,3 +203,24 @@ def _forget_held_locks() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_held_locks)
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """'key: old -> new' for each dotted key whose value differs (a key one side lacks: 'unset')."""
+    def flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            name = f"{prefix}{k}"
+            out.update(flat(v, name + ".") if isinstance(v, dict) else {name: v})
+        return out
+
+    def show(v: Any) -> str:
+        text = "unset" if v is _UNSET else json.dumps(v, sort_keys=True, default=str)
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    a, b = flat(old), flat(new)
+    keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k, _UNSET) != b.get(k, _UNSET)]
+    return [f"{k.replace('.params.', '.')}: {show(a.get(k, _UNSET))} -> {show(b.get(k, _UNSET))}" for k in keys]
+
+
+_UNSET = object()

@@ -97,7 +97,10 @@ class SearchSpec:
         return asdict(self)
 
     def identity(self) -> str:
-        """Hash of everything that fixes the trajectory; the trial budget is
+        return stable_hash(self.identity_fields())
+
+    def identity_fields(self) -> dict[str, Any]:
+        """Everything that fixes the trajectory (`identity` is its hash); the trial budget is
         excluded so a finished run can be extended by resuming with more.
         `evaluator.trust_self_reported` counts (strategies learn from self-reported results only
         when it is true), except when false, so identities of runs that do not trust them predate it.
@@ -114,7 +117,7 @@ class SearchSpec:
             d.pop("constraint")
         if not self.screen.active:  # nor do those of unscreened runs predate screening
             d.pop("screen")
-        return stable_hash(d)
+        return d
 
     # --- checks before anything is built or written ------------------------
     def check_pairing(self, space_label: str | None = None) -> None:
