@@ -269,6 +269,15 @@ def test_rerun_of_finished_run_changes_nothing(tmp_path, evaluator, reference):
     assert summary["resumed_trials"] == 30 and summary["trials"] == 30
 
 
+
+def test_a_lower_budget_than_the_trials_run_is_refused_and_changes_nothing(tmp_path, evaluator):
+    search(make_spec(seed=4, trials=30), tmp_path, evaluator)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    with pytest.raises(RunDirError, match=r"already holds 30 trials, more than budget.trials=10: raise"):
+        search(make_spec(seed=4, trials=10), tmp_path, evaluator)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
 class CrashingExecutor:
     """Delegates to a LocalExecutor and raises once `limit` candidates were evaluated."""
 

@@ -120,6 +120,9 @@ class SearchLoop:
             self.history = resume.history
             elapsed_before = resume.elapsed_seconds
         resumed = len(evaluated(self.history))
+        if resumed > self.spec.trials:  # rewriting summary.json with the lower budget would misreport the run
+            raise RunDirError(f"{self.run.path} already holds {resumed} trials, more than budget.trials="
+                              f"{self.spec.trials}: raise budget.trials to extend it, or use a new hydra.run.dir")
         note = random_only_note(self.spec.strategy.name, self.spec.strategy.params, self.spec.trials)
         if note is not None:
             log.warning(note)
