@@ -286,3 +286,19 @@ def test_a_search_seeds_an_empty_idea_store_with_the_builtin_corpus(qdrant_dir: 
     assert all(i.tag is not None and i.source == "builtin" for i in seeded.ideas())
     seeded.add_ideas([Idea("a user's own idea about kernels", None, source="user")])
     assert KnowledgeConfig(path=str(qdrant_dir)).open_ideas(embedder).count() == n + 1  # not seeded twice
+
+
+def test_a_knowledge_server_that_does_not_answer_is_one_line():
+    import socket
+
+    from nas.errors import NasError
+    from nas.knowledge.store import KnowledgeStore, close_client
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    try:
+        with pytest.raises(NasError, match=rf"knowledge server {url}: no answer .*; start it, or leave knowledge.url"):
+            KnowledgeStore(url=url).count()
+    finally:
+        close_client(url=url)

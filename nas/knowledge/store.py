@@ -108,6 +108,7 @@ class _Collections:
     def __init__(self, client: QdrantClient | None, path: Path | None, url: str | None,
                  embedder: Embedder | None, prefix: str) -> None:
         self.client = client if client is not None else open_client(path, url)
+        self.url = url
         self._embedder = embedder
         self.prefix = prefix
         with _clients_lock:
@@ -119,8 +120,14 @@ class _Collections:
         searches by numpy brute force, and right after an embedding torch's
         OpenMP workers are still spinning and fight OpenBLAS's for the cores
         (5,411 ideas, 2 cores: search p95 115 ms -> 16 ms)."""
+        from qdrant_client.http.exceptions import ResponseHandlingException
+
         with self._lock, _blas().limit(limits=1, user_api="blas"):
-            yield
+            try:
+                yield
+            except ResponseHandlingException as err:  # a server that does not answer (refused, timed out)
+                raise NasError(f"knowledge server {self.url}: no answer ({err}); start it, or leave knowledge.url "
+                               "unset for the local store") from None
 
     @property
     def embedder(self) -> Embedder:
