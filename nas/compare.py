@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from nas.errors import ConfigError, NasError
-from nas.io import atomic_write_json, atomic_write_text, read_json
+from nas.io import atomic_write_json, atomic_write_text, check_output, read_json_object
 from nas.report import _pyplot, save_figure
 from nas.search.loop import trusts_self_reported
 from nas.search.record import best_so_far, read_history
@@ -126,7 +126,7 @@ def load_curves(runs: list[Path], allow_mixed: bool = False) -> dict[str, list[d
     random_only}]; `points` are the trials that count for best (`TrialRecord.counts_for_best`), kept for
     the Pareto fronts. Runs that differ in a setting raise ConfigError unless `allow_mixed`; runs that
     differ in strategy parameters are compared, each setting its own group."""
-    summaries = {run: read_json(run / "summary.json") for run in runs}
+    summaries = {run: read_json_object(run / "summary.json") for run in runs}
     settings = {run: run_setting(s) for run, s in summaries.items()}
     if not allow_mixed:
         check_compatible(settings)
@@ -236,6 +236,10 @@ def baseline_groups(groups: dict[str, list[dict[str, Any]]], baseline: str) -> l
     if not matched:
         raise ConfigError(f"compare: --baseline '{baseline}' matches no group "
                           f"(groups: {'; '.join(sorted(groups))})")
+    axes = [(groups[label][0]["space"], groups[label][0]["evaluator"]) for label in matched]
+    if len(set(axes)) < len(axes):
+        raise ConfigError(f"compare: --baseline '{baseline}' is ambiguous, it matches {len(matched)} groups "
+                          f"({'; '.join(matched)}): name one in full")
     return matched
 
 
@@ -398,6 +402,7 @@ def compare(paths: list[Path], out_dir: Path, at: list[int] | None = None, basel
         raise NasError(f"compare: trial counts must be positive integers, got {at}")
     if band not in BANDS:
         raise ConfigError(f"compare: unknown band '{band}' (valid: {', '.join(BANDS)})")
+    out_dir = check_output(Path(out_dir), directory=True)  # a file in the way fails before the work
     groups = load_curves(find_runs(paths), allow_mixed)
     warned = []
     if at is None:
@@ -415,10 +420,11 @@ def compare(paths: list[Path], out_dir: Path, at: list[int] | None = None, basel
               "reference": reference, "tests": tests, "pareto": pareto,
               "figures": {"curves": "compare.png",
                           "pareto": "pareto.png" if any(pareto[m]["groups"] for m in pareto) else None}}
-    out_dir = Path(out_dir)
     plot_curves(groups, out_dir / "compare.png", band, reference)
     if report["figures"]["pareto"]:
         plot_pareto(groups, pareto, out_dir / "pareto.png")
+    else:  # an earlier compare's front would pass for this one's
+        (out_dir / "pareto.png").unlink(missing_ok=True)
     atomic_write_json(out_dir / "compare.json", report)
     atomic_write_text(out_dir / "compare.md", render_report(report))
     return report

@@ -23,3 +23,8 @@ class RunDirError(NasError):
 
 class MissingDependencyError(NasError):
     """An optional package or data file is missing; says how to install it."""
+
+
+class OutputPathError(NasError, OSError):
+    """An output path cannot be written: a file where a directory is expected (or the
+    reverse), or a read-only place. Also an OSError, for code that tolerates a failed write."""

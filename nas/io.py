@@ -9,15 +9,18 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from nas.errors import RunDirError
+from nas.errors import OutputPathError, RunDirError
 from nas.secrets import scrub, scrub_data
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write to a temp file in the same directory, fsync, then rename over `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    path = check_output(path)
+    make_dir(path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise OutputPathError(f"{path}: cannot write ({err.strerror})") from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -27,6 +30,30 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_output(path: Path, directory: bool = False) -> Path:
+    """`path`, when it can be written as a file (or with `directory`, a directory): else an
+    OutputPathError naming what is in the way. Creates nothing."""
+    path = Path(path)
+    if path.exists() and path.is_dir() != directory:
+        raise OutputPathError(f"{path}: is a {'file' if directory else 'directory'}, "
+                              f"expected {'a directory' if directory else 'a file path'}")
+    blocker = next((p for p in path.parents if p.exists() or p.is_symlink()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise OutputPathError(f"{blocker}: is a file, cannot hold {path}")
+    return path
+
+
+def make_dir(path: Path) -> Path:
+    """Create the directory `path` (and its parents): a file in the way or a read-only
+    parent is an OutputPathError naming the path."""
+    path = check_output(path, directory=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputPathError(f"{path}: cannot create directory ({err.strerror})") from None
+    return path
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -47,6 +74,15 @@ def read_json(path: Path) -> Any:
         raise RunDirError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason})") from None
     except RecursionError:
         raise RunDirError(f"{path}: JSON nested too deeply") from None
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """`read_json` for a file that must hold a JSON object (a summary, a manifest)."""
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path}: expected a JSON object, found {type(data).__name__} "
+                          f"({json.dumps(data)[:40]})")
+    return data
 
 
 def dumps_line(obj: Any) -> str:

@@ -235,3 +235,39 @@ def test_random_only_note_follows_the_population_default():
     assert random_only_note("rea", {}, 20) is not None and random_only_note("rea", {}, 21) is None
     assert random_only_note("evolution", {"population_size": 50}, 49) is not None
     assert random_only_note("random", {}, 1) is None and random_only_note("gone", {}, 1) is None
+
+
+def test_summary_that_is_not_an_object_is_one_line(tmp_path, capsys):
+    run = tmp_path / "x4"
+    run.mkdir()
+    (run / "summary.json").write_text("[]")
+    with pytest.raises(SystemExit) as info:
+        cli.main(["compare", str(run)])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == f"nas: error: {run / 'summary.json'}: expected a JSON object, found list ([])\n"
+
+
+def test_ambiguous_baseline_is_refused_naming_the_groups(tmp_path):
+    root = tmp_path / "runs"
+    for seed in range(2):
+        make_run(root / "short", "rea", seed, [80.0] * 10, trials=10)
+        make_run(root / "long", "rea", seed, [70.0] * 30, trials=30)
+        make_run(root / "other", "random", seed, [75.0] * 10, trials=10)
+    with pytest.raises(ConfigError) as info:
+        compare([root], tmp_path / "out", [10], baseline="rea", allow_mixed=True)
+    assert "--baseline 'rea' is ambiguous" in str(info.value)
+    assert "rea @ nb201/table [budget.trials=10]; rea @ nb201/table [budget.trials=30]" in str(info.value)
+    report = compare([root], tmp_path / "out", [10], baseline="rea @ nb201/table [budget.trials=10]",
+                     allow_mixed=True)
+    assert report["tests"]["random @ nb201/table [budget.trials=10]"]["baseline"] == \
+        "rea @ nb201/table [budget.trials=10]"
+
+
+def test_compare_without_pareto_data_removes_a_stale_pareto_png(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "rea", 0, [80.0] * 10)  # no params or FLOPs: no front
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "pareto.png").write_bytes(b"an earlier compare's")
+    report = compare([root], out, [10])
+    assert report["figures"]["pareto"] is None and not (out / "pareto.png").exists()

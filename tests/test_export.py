@@ -400,3 +400,27 @@ def test_block_file_exports_compiled_source_checked_in_the_sandbox(train, capsys
     assert manifest["weights"]["origin"] == ("retrained" if train else "initial")
     assert manifest["source_check"]["method"].startswith("sandbox") and manifest["source_check"]["passed"]
     assert manifest["input_shape"] == [1, 1, 8, 8] and manifest["graph"]["check"]["passed"]
+
+
+def test_force_replaces_only_an_earlier_export(table_run, capsys, tmp_path, monkeypatch):
+    run, _ = table_run
+    kept = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    out = tmp_path / "exported"
+    export(capsys, str(run), "--out", str(out))
+    export(capsys, str(run), "--out", str(out), "--force")  # an earlier export: replaced
+    (tmp_path / "mine.txt").write_text("keep me")
+    monkeypatch.chdir(tmp_path)
+    lookalike = tmp_path / "lookalike"  # export.json beside a run's summary.json
+    lookalike.mkdir()
+    for name in ("export.json", "summary.json"):
+        (lookalike / name).write_text("{}")
+    (tmp_path / "plain").mkdir()
+    for target, why in [(run, "is the run directory"), (run.parent, "is a parent of the run directory"),
+                        ("", "is the current directory"), (".", "is the current directory"),
+                        (lookalike, "not an earlier export (holds summary.json)"),
+                        (tmp_path / "plain", "not an earlier export (no export.json)"),
+                        (tmp_path / "mine.txt", "not an earlier export (not a directory)")]:
+        err = export_error(capsys, str(run), "--out", str(target), "--force")
+        assert why in err and "--force only replaces" in err, err
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == kept
+    assert (tmp_path / "mine.txt").read_text() == "keep me" and (lookalike / "summary.json").exists()

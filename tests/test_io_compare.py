@@ -25,6 +25,62 @@ def leftovers(directory: Path) -> list[Path]:
     return [p for p in Path(directory).iterdir() if p.name.endswith(".tmp")]
 
 
+# --- output paths ------------------------------------------------------------------
+
+DATA = Path(__file__).parent / "data"
+CELL = "|nor_conv_3x3~0|+|nor_conv_1x1~0|nor_conv_1x1~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
+# (command, its output as '{file}' (a file is there) or '{dir}' (a directory is there), what is in the way)
+OUTPUTS = [
+    (["compare", "{run}", "--out", "{file}"], "{file}: is a file, expected a directory"),
+    (["regress", "--suite", "smoke", "--out", "{file}"], "{file}: is a file, expected a directory"),
+    (["regress", "--suite", "smoke", "--out", "{file}/sub"], "{file}: is a file, cannot hold {file}/sub"),
+    (["knowledge", "ingest", "{paper}", "--out", "{file}"], "{file}: is a file, expected a directory"),
+    (["knowledge", "ingest", "{paper}", "--out", "{run}"], "{run}: exists and is not an earlier ingest record "
+                                                            "(holds history.jsonl); pass a new or empty --out"),
+    (["knowledge", "stats", "--plot", "{dir}/"], "{dir}: is a directory, expected a file path"),
+    (["train", CELL, "--out", "{dir}/"], "{dir}: is a directory, expected a file path"),
+    (["arch", "draw", str(DATA / "blocks" / "residual.txt"), "-o", "{dir}/"],
+     "{dir}: is a directory, expected a file path"),
+    (["arch", "draw", str(DATA / "blocks" / "residual.txt"), "-o", "{file}/x.png"],
+     "{file}: is a file, cannot hold {file}/x.png"),
+    (["search", "hydra.run.dir={file}"], "{file}: is a file, expected a directory"),
+    (["search", "hydra.run.dir={file}/sub"], "{file}: is a file, cannot hold {file}/sub"),
+]
+
+
+@pytest.mark.parametrize("args, message", OUTPUTS, ids=[" ".join(a[:2])[:24] for a, _ in OUTPUTS])
+def test_output_path_of_the_wrong_kind_is_one_line_and_loses_nothing(tmp_path, monkeypatch, capsys, args, message):
+    from nas.cli import main as cli
+
+    monkeypatch.setenv("NASFLOW_HOME", str(tmp_path / "home"))
+    run = tmp_path / "run"
+    run.mkdir()
+    kept = {"summary.json": '{"strategy": "rea"}', "history.jsonl": ""}
+    for name, text in kept.items():
+        (run / name).write_text(text)
+    (tmp_path / "somefile.txt").write_text("mine")
+    (tmp_path / "somedir").mkdir()
+    (tmp_path / "paper.txt").write_text("# A paper\n\n## Abstract\nGates.\n")
+    names = {"run": run, "file": tmp_path / "somefile.txt", "dir": tmp_path / "somedir", "paper": tmp_path / "paper.txt"}
+    with pytest.raises(SystemExit) as info:
+        cli.main([a.format(**names) for a in args])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err == f"nas: error: {message.format(**names)}\n"
+    assert (tmp_path / "somefile.txt").read_text() == "mine" and not any((tmp_path / "somedir").iterdir())
+    assert {name: (run / name).read_text() for name in kept} == kept
+
+
+def test_a_read_only_place_is_one_line_naming_the_path(tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(nio.tempfile, "mkstemp", refuse)
+    with pytest.raises(NasError) as info:
+        nio.atomic_write_json(tmp_path / "out.json", {})
+    assert str(info.value) == f"{tmp_path / 'out.json'}: cannot write (Read-only file system)"
+    assert isinstance(info.value, OSError)  # code that tolerates a failed write still does
+
+
 # --- atomic writes -----------------------------------------------------------------
 
 def test_atomic_write_bytes_creates_parents_and_replaces(tmp_path):

@@ -10,6 +10,7 @@ from typing import Any
 
 from nas.config import check_build, check_job, job_overrides
 from nas.errors import NasError
+from nas.io import check_output
 
 MULTIRUN = ("-m", "--multirun")
 
@@ -19,6 +20,13 @@ def main(argv: list[str]) -> None:
 
     check_group_overrides(argv)
     flags = [a for a in argv if a.startswith("-")]
+    for arg in argv:  # Hydra makes its output dir itself, where a file in the way is a traceback
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and value and "${" not in value:
+            try:
+                check_output(Path(value), directory=True)
+            except NasError as err:
+                fail(str(err))
     if not set(flags) - set(MULTIRUN):  # --help, --cfg job, ...: Hydra's own, nothing is written
         try:
             specs = [check_job(job) for job in job_overrides([a for a in argv if a not in MULTIRUN], bool(flags))]

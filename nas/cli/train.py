@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from nas.core.arch import Architecture
 from nas.errors import ConfigError, EncodingError, NasError
-from nas.io import atomic_write_json
+from nas.io import atomic_write_json, check_output
 from nas.search.record import SELF_REPORTED
 
 if TYPE_CHECKING:
@@ -73,6 +73,10 @@ def main(argv: list[str]) -> None:
             fail("--out needs a path")
         out = Path(rest.pop(i + 1))
         rest.pop(i)
+        try:
+            check_output(out)  # before the training, not after it
+        except NasError as err:
+            fail(str(err))
     check_group_overrides(rest)
     try:
         space, arch = load_arch(argv[0])
@@ -93,8 +97,6 @@ def main(argv: list[str]) -> None:
         print(f"nas: error: {err}", file=sys.stderr)
         raise SystemExit(1) from None
     record = {"key": arch.key(), "space": arch.space, **result.to_dict()}
-    if out is not None:
-        atomic_write_json(out, record)
     m = result.metrics
     state = "ok" if result.ok else f"failed: {result.error}"
     if m.get("self_reported"):  # trained inside the sandbox: its numbers are its own claim
@@ -107,5 +109,10 @@ def main(argv: list[str]) -> None:
             accuracy += " (mean of the seeds that finished)"
     print(f"{arch.space} {arch.key()}: {state}; {accuracy}, {result.params} params, {result.flops} FLOPs, "
           f"{m.get('epochs', 0):g} epochs, {result.cost_seconds:.1f} s")
+    if out is not None:
+        try:
+            atomic_write_json(out, record)
+        except NasError as err:  # the result above stays on screen
+            fail(str(err))
     if not result.ok:
         raise SystemExit(1)

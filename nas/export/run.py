@@ -23,6 +23,7 @@ from nas.export.graph import export_graph
 from nas.export.selection import load_trial
 from nas.export.trusted import rebuild, source_check
 from nas.export.untrusted import export_untrusted
+from nas.io import make_dir
 from nas.search.record import TrialRecord
 
 
@@ -34,12 +35,14 @@ def export_run(run_dir: Path, out: Path | None = None, trial: int | None = None,
     out = Path(out).resolve() if out else run_dir / ("export" if trial is None else f"export-trial{trial}")
     if out.exists() and not force:
         raise ExportError(f"{out}: already exists (remove it or pass --force)")
+    if out.exists():
+        _check_replaceable(out, run_dir)
     space = spec.build_space()
     arch = space.decode(record.encoding)
     if arch.key() != record.key:
         raise ExportError(f"{run_dir}: trial {record.trial}: encoding decodes to key {arch.key()}, "
                           f"history says {record.key} (space changed since the search?)")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(out.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
         say(f"exporting trial {record.trial} ({spec.space.name}, key {record.key}) to {out}")
@@ -55,6 +58,19 @@ def export_run(run_dir: Path, out: Path | None = None, trial: int | None = None,
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return manifest
+
+
+def _check_replaceable(out: Path, run_dir: Path) -> None:
+    """--force replaces an earlier export only: a directory holding export.json and nothing
+    that marks a run, and neither the run directory, the current one nor a parent of either."""
+    for inside, what in ((run_dir, "the run directory"), (Path.cwd().resolve(), "the current directory")):
+        if inside == out or inside.is_relative_to(out):
+            where = what if inside == out else f"a parent of {what} ({inside})"
+            raise ExportError(f"{out}: is {where}; --force only replaces an earlier export")
+    marks = [name for name in ("summary.json", "history.jsonl", "state.json") if (out / name).exists()]
+    if not out.is_dir() or not (out / "export.json").is_file() or marks:
+        why = f"holds {marks[0]}" if marks else "no export.json" if out.is_dir() else "not a directory"
+        raise ExportError(f"{out}: not an earlier export ({why}); --force only replaces one")
 
 
 def _export(spec, space, arch, record: TrialRecord, tmp: Path, train: bool,

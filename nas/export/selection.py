@@ -6,7 +6,7 @@ from pathlib import Path
 
 from nas.errors import RunDirError
 from nas.export import ExportError
-from nas.io import read_json
+from nas.io import read_json_object
 from nas.search.loop import trusts_self_reported
 from nas.search.record import TrialRecord, best_record, read_history
 from nas.search.spec import SearchSpec
@@ -19,7 +19,7 @@ def load_trial(run_dir: Path, trial: int | None) -> tuple[SearchSpec, TrialRecor
     summary_path = run_dir / "summary.json"
     if not summary_path.is_file():
         raise RunDirError(f"{summary_path}: missing (not a finished search run; resume it with nas search first)")
-    summary = read_json(summary_path)
+    summary = read_json_object(summary_path)
     try:
         spec = SearchSpec.from_dict(summary["spec"])
     except (KeyError, TypeError, ValueError) as err:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from nas.errors import NasError
-from nas.io import atomic_write_json
+from nas.errors import NasError, OutputPathError
+from nas.io import atomic_write_json, check_output, make_dir, read_json
 from nas.knowledge.reader import IngestReport, Reader
 
 
@@ -32,6 +32,23 @@ class Ingest:
         return summary
 
 
+RECORD_FILES = {"summary.json", "llm"}  # what an ingest leaves in its --out
+
+
+def check_record_dir(out: Path) -> None:
+    """An existing `out` must be an earlier ingest record (empty, or only what an ingest
+    writes, its summary.json one of an ingest): summary.json is replaced, nothing else is."""
+    if not out.is_dir():
+        check_output(out, directory=True)
+        return
+    others = sorted(p.name for p in out.iterdir() if p.name not in RECORD_FILES)
+    summary = read_json(out / "summary.json") if (out / "summary.json").is_file() else {}
+    if others or not isinstance(summary, dict) or (summary and "llm_backend" not in summary):
+        why = f"holds {others[0]}" if others else "its summary.json is not an ingest's"
+        raise OutputPathError(f"{out}: exists and is not an earlier ingest record ({why}); "
+                              "pass a new or empty --out")
+
+
 def prepare(settings: dict[str, Any], paths: list[Path], out: Path | None) -> Ingest:
     from nas.knowledge.config import KnowledgeConfig
     from nas.knowledge.embed import default_embedder
@@ -46,7 +63,8 @@ def prepare(settings: dict[str, Any], paths: list[Path], out: Path | None) -> In
     if missing:
         raise NasError(f"{missing[0]}: no such file or directory")
     out = Path(out) if out else home() / "knowledge" / "ingests" / time.strftime("%Y-%m-%d_%H-%M-%S")
-    out.mkdir(parents=True, exist_ok=True)
+    check_record_dir(out)
+    make_dir(out)
     tree = kcfg.load_tree()
     embedder = default_embedder()
     client = LLMClient(lcfg, run_dir=out)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 from nas import __version__
 from nas.errors import ConfigError, NasError
-from nas.io import atomic_write_json, atomic_write_text, read_json
+from nas.io import atomic_write_json, atomic_write_text, check_output, read_json
 
 HIGHER, LOWER = "higher_is_better", "lower_is_better"
 
@@ -226,6 +226,7 @@ def plan(suite: Suite, baseline: str | Path | None = None, out: str | Path | Non
                             f"pass --baseline PATH to write your own baseline")
     loaded = load_baseline(path, suite.name) if (not update or path.exists()) else None
     folder = Path(out) if out else Path("runs") / "regression" / _now().strftime("%Y-%m-%d_%H-%M-%S")
+    check_output(folder, directory=True)  # a file in the way fails before the probes run
     return Plan(suite, path.resolve(), loaded, folder.resolve(), update)
 
 
