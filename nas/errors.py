@@ -23,3 +23,7 @@ class RunDirError(NasError):
 
 class MissingDependencyError(NasError):
     """An optional package or data file is missing; says how to install it."""
+
+
+class InputError(NasError):
+    """A file or directory named as input is missing, unreadable or of the wrong kind."""
