@@ -131,6 +131,9 @@ def check_job(overrides: list[str]) -> SearchSpec:
     from nas.search.spec import SearchSpec
 
     container, space_choice = _checked(overrides)
+    progress = container.get("progress", True)
+    if not isinstance(progress, bool):
+        raise ConfigError(f"progress must be true or false, got {progress!r}")
     spec = SearchSpec.from_config(container)
     spec.check_pairing(space_choice)
     return spec

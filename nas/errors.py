@@ -28,3 +28,7 @@ class MissingDependencyError(NasError):
 class OutputPathError(NasError, OSError):
     """An output path cannot be written: a file where a directory is expected (or the
     reverse), or a read-only place. Also an OSError, for code that tolerates a failed write."""
+
+
+class InputError(NasError):
+    """A file or directory named as input is missing, unreadable or of the wrong kind."""

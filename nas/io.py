@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from nas.errors import OutputPathError, RunDirError
+from nas.errors import InputError, OutputPathError, RunDirError
 from nas.secrets import scrub, scrub_data
 
 
@@ -63,6 +63,18 @@ def atomic_write_text(path: Path, text: str) -> None:
 def atomic_write_json(path: Path, obj: Any) -> None:
     text = json.dumps(scrub_data(obj), indent=2, sort_keys=True, default=_json_default) + "\n"
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def read_input_text(path: Path) -> str:
+    """A UTF-8 text file named on the command line, or one line saying why it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
 
 
 def read_json(path: Path) -> Any:

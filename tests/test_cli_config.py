@@ -5,7 +5,9 @@ and search.log progress. In-process except where a second process is the point."
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import time
 
 import pytest
 from conftest import NAS, ROOT
@@ -101,6 +103,40 @@ def test_bad_overrides_stop_in_one_line_before_any_file(args, message, tmp_path,
     assert list(tmp_path.iterdir()) == []  # no runs/<time>.../.hydra, no search.log
 
 
+CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
+TRAIN = ["data=digits", "recipe=cpu_proxy", "evaluator.channels=8", "evaluator.cells_per_stage=1"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["search", "space=nb201", "seed=-1"], "seed must be >= 0, got -1"),
+    (["search", "space=nb201", "space.channels=0"], "space.channels must be an integer >= 1, got 0"),
+    (["search", "space=nb201", "space.channels=-4"], "space.channels must be an integer >= 1, got -4"),
+    (["search", "space=nb201", "space.cells_per_stage=0"], "space.cells_per_stage must be an integer >= 1, got 0"),
+    (["search", "space=nb201", "space.cells_per_stage=-1"], "space.cells_per_stage must be an integer >= 1, got -1"),
+    (["search", "space=nb201", "screen.scorer=foo"], "screen.scorer must be one of predictor, proxy, got 'foo'"),
+    (["search", "space=nb201", "progress=maybe"], "progress must be true or false, got 'maybe'"),
+    (["search", "space=nb201", "evaluator.simulated_cost_seconds=-1"],
+     "evaluator.simulated_cost_seconds must be >= 0, got -1"),
+    (["search", "space=nb201", "evaluator=train", *TRAIN, "recipe.train_subset=0"],
+     "recipe.train_subset must be an integer >= 1 or null (all images), got 0"),
+    (["search", "space=nb201", "evaluator=train", *TRAIN, "recipe.valid_subset=-5"],
+     "recipe.valid_subset must be an integer >= 1 or null (all images), got -5"),
+    (["train", CELL, *TRAIN, "recipe.train_subset=0"], "recipe.train_subset must be an integer >= 1 or null"),
+    (["train", CELL, *TRAIN, "recipe.train_subset=-5"], "recipe.train_subset must be an integer >= 1 or null"),
+    (["train", CELL, *TRAIN, "seed=-1"], "seed must be an integer >= 0, got -1"),
+    (["train", CELL, *TRAIN, "evaluator.seeds=[1,-2]"], "evaluator.seeds must be a non-empty list of integers >= 0"),
+])
+def test_out_of_range_values_stop_in_one_line_before_any_file(args, message, tmp_path, monkeypatch, capsys):
+    """Values of the right type but out of range fail where their settings are checked, not in torch or numpy."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as info:
+        main([*args, *(["runner=local"] if args[0] == "search" else [])])
+    assert info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"nas: error: {message}"), err
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("args, message", [
     (["train", str(ROOT / "tests/data/blocks/residual.txt"), "recipe.epoch=1", "--out", "r.json"],
      "unknown key 'recipe.epoch' (valid keys of recipe: epochs, batch_size, "),
@@ -117,6 +153,30 @@ def test_other_commands_name_an_unknown_key_and_its_valid_ones(args, message, tm
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and err[0].startswith("nas: error: ") and message in err[0], err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "nonexist.txt"], "nonexist.txt: no such file (give a .txt file (space 'nader'), "),
+    (["train", "bad/dir.txt"], "bad/dir.txt: is a directory, not a file (give a .txt file"),
+    (["train", "bin.txt"], "bin.txt: cannot read (UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff"),
+    (["arch", "validate", "bin.txt"], "bin.txt: cannot read (UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff"),
+    (["train", CELL, "data=cifar10", "data.root=nodata"], "cifar10 not found at nodata/cifar-10-batches-py/"),
+    (["train", CELL, "data=fashion_mnist", "data.root=fakefm"],
+     "fakefm/train-images-idx3-ubyte.gz is not a valid gzip file: BadGzipFile: "),
+    (["knowledge", "ingest", "/nonexistent"], "/nonexistent: no such file or directory"),
+])
+def test_missing_or_unreadable_inputs_are_usage_errors(args, message, tmp_path, monkeypatch, capsys):
+    """A file named on the command line that is not there, not a file or not text: exit 2, as `nas arch` says it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad" / "dir.txt").mkdir(parents=True)
+    (tmp_path / "bin.txt").write_bytes(b"\xff\xfe\x00binary")
+    (tmp_path / "fakefm").mkdir()
+    (tmp_path / "fakefm" / "train-images-idx3-ubyte.gz").write_text("x\n")
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"nas: error: {message}"), err
 
 
 def test_a_bad_job_stops_a_sweep_before_its_first_job():
@@ -160,3 +220,28 @@ def test_a_run_dir_in_use_gets_no_hydra_files_and_a_free_one_gets_progress_in_se
         "random on nb201: 4 trials", "trial 2/4", "trial 4/4"]
     assert "elapsed" in log[-1] and "best -" not in log[-1]
     assert "[nas.progress]" not in out.stderr and ROOT.exists()
+
+
+def test_ctrl_c_stops_a_search_in_one_line_and_the_same_command_resumes(tmp_path):
+    """SIGINT mid-search (runner=local): exit 130, one line with the trials saved and the run dir, no traceback."""
+    run_dir = tmp_path / "run"
+    args = [*NAS, "search", "space=nb201", "strategy=rea", "evaluator=table", "budget.trials=200",
+            "evaluator.simulated_cost_seconds=0.05", "runner=local", "progress=false", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(args, env=_env(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    history = run_dir / "history.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (history.exists() and len(history.read_text().splitlines()) >= 3):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    trials = RunDir(run_dir).saved_trials()
+    assert 3 <= trials < 200
+    assert err.strip().splitlines() == [
+        f"nas: interrupted after {trials} trials; run the same command to resume (run dir: {run_dir})"]
+    assert "Traceback" not in out + err
+    resumed = subprocess.run(args, env=_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                             check=False)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert len(history.read_text().splitlines()) == 200

@@ -180,7 +180,8 @@ def test_export_refuses_a_screened_trial(tmp_path, evaluator):
     ({"factor": 2.5}, r"^screen.factor must be an integer in \[1, 100\], got 2.5$"),
     ({"min_history": -1}, r"^screen.min_history must be an integer >= 0, got -1$"),
     ({"factr": 2}, r"^screen: unknown key 'factr' \(valid: factor, min_history, params, scorer\)$"),
-    ({"factor": 2, "scorer": "oracle"}, r"^unknown scorer 'oracle' \(valid: .*predictor.*\)$"),
+    ({"factor": 2, "scorer": "oracle"}, r"^screen.scorer must be one of .*predictor.*, got 'oracle'$"),
+    ({"scorer": "oracle"}, r"^screen.scorer must be one of .*predictor.*, got 'oracle'$"),  # off, still checked
     ("4", r"^screen must be a mapping"),
 ])
 def test_bad_screen_config_is_one_line(node, message):

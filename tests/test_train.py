@@ -111,8 +111,27 @@ def test_fashion_mnist_idx_parsing_and_errors(tmp_path):
     d = fashion_mnist(str(tmp_path))
     assert (len(d.train), len(d.valid), len(d.test)) == (50_000, 10_010, 7)
     (tmp_path / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(struct.pack(">i", 7)))
-    with pytest.raises(MissingDependencyError, match="is not an IDX file"):
+    with pytest.raises(MissingDependencyError, match="is not a valid IDX file"):
         fashion_mnist(str(tmp_path))
+
+
+def test_corrupt_data_files_are_one_line_errors_naming_the_file(tmp_path):
+    (tmp_path / "train-images-idx3-ubyte.gz").write_text("x\n")
+    with pytest.raises(MissingDependencyError, match=r"train-images-idx3-ubyte.gz is not a valid gzip file: "
+                                                     r"BadGzipFile: Not a gzipped file"):
+        fashion_mnist(str(tmp_path))
+    (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(b"\x00\x00"))
+    with pytest.raises(MissingDependencyError, match=r"train-images-idx3-ubyte.gz is not a valid IDX file: error: "):
+        fashion_mnist(str(tmp_path))
+    base = tmp_path / "cifar-10-batches-py"
+    base.mkdir()
+    for name in [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]:
+        (base / name).write_bytes(bytes(range(7, 256)) * 4)
+    with pytest.raises(MissingDependencyError, match=r"data_batch_1 is not a valid pickled batch file: "):
+        cifar10(str(tmp_path))
+    (base / "data_batch_1").write_bytes(pickle.dumps({b"data": np.zeros((1, 3072), np.uint8)}))
+    with pytest.raises(MissingDependencyError, match=r"data_batch_1 is not a valid pickled batch file: no 'labels'"):
+        cifar10(str(tmp_path))
 
 
 @pytest.mark.parametrize("loader, what", [

@@ -90,7 +90,7 @@ def test_nas_train_one_architecture_of_each_representation(kind, nas_env, tmp_pa
 
 def test_nas_train_errors_are_one_line(nas_env, tmp_path):
     r = run_nas(["train", str(tmp_path / "none.py"), "data=digits"], nas_env)
-    assert r.returncode == 1 and r.stderr.strip() == (
+    assert r.returncode == 2 and r.stderr.strip() == (
         f"nas: error: {tmp_path / 'none.py'}: no such file (give a .txt file (space 'nader'), a .py file (space "
         "'source') or an architecture string (space 'nb201'))")
     broken = tmp_path / "broken.py"

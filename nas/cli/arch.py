@@ -65,12 +65,9 @@ def _budget(args: argparse.Namespace):
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise NasError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise NasError(f"{path}: cannot read ({exc.__class__.__name__}: {exc})") from None
+    from nas.io import read_input_text
+
+    return read_input_text(path)
 
 
 def block_errors(text: str, source: str, args: argparse.Namespace) -> list[str]:

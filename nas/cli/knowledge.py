@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nas.errors import ConfigError, NasError, OutputPathError
+from nas.errors import ConfigError, InputError, NasError, OutputPathError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,7 +68,7 @@ def main(argv: list[str]) -> None:
         LLMConfig.from_dict(settings["llm"])  # bad settings fail before any work, whatever the command
         KnowledgeConfig.from_dict(settings["knowledge"])
         {"ingest": _ingest, "search": _search, "tree": _tree, "stats": _stats}[args.command](args, settings)
-    except (ConfigError, OutputPathError) as err:
+    except (ConfigError, InputError, OutputPathError) as err:
         fail(str(err))
     except NasError as err:
         print(f"nas: error: {err}", file=sys.stderr)

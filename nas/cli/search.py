@@ -60,9 +60,20 @@ def _hydra_entry() -> None:
                                   bool(container.get("progress", True)))
         except NasError as err:
             fail(str(err))
+        except KeyboardInterrupt:  # Ctrl-C: the saved state resumes the search; no traceback
+            interrupted(run_dir)
         print_summary(run_dir, summary)
 
     search()
+
+
+def interrupted(run_dir: Path) -> None:
+    from nas.search.rundir import RunDir
+
+    trials = RunDir(run_dir).saved_trials()
+    print(f"nas: interrupted after {trials} trial{'s' * (trials != 1)}; run the same command to resume "
+          f"(run dir: {run_dir})", file=sys.stderr)
+    raise SystemExit(130)
 
 
 def print_summary(run_dir: Path, summary: dict[str, Any]) -> None:

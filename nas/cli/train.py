@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nas.core.arch import Architecture
-from nas.errors import ConfigError, EncodingError, NasError
-from nas.io import atomic_write_json, check_output
+from nas.errors import ConfigError, EncodingError, InputError, MissingDependencyError, NasError
+from nas.io import atomic_write_json, check_output, read_input_text
 from nas.search.record import SELF_REPORTED
 
 if TYPE_CHECKING:
@@ -36,11 +36,13 @@ def load_arch(spec: str) -> tuple[SearchSpace, Architecture]:
              *(f"an architecture string (space '{name}')" for name in strings)]
     hint = " or ".join([", ".join(kinds[:-1]), kinds[-1]] if len(kinds) > 1 else kinds)
     path = Path(spec)
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a file (give {hint})")
     if path.is_file():
         if path.suffix not in files:
             raise EncodingError(f"{path}: no space reads '{path.suffix}' files (give {hint})")
         space = SPACES.create(files[path.suffix], {})
-        return space, space.read(path.read_text(encoding="utf-8", errors="replace"), str(path))
+        return space, space.read(read_input_text(path), str(path))
     errors = []
     for name in strings if path.suffix not in files else []:
         space = SPACES.create(name, {})
@@ -49,7 +51,7 @@ def load_arch(spec: str) -> tuple[SearchSpace, Architecture]:
         except EncodingError as err:
             errors.append(f"{name}: {err}")
     strings_failed = f", nor an architecture string ({'; '.join(errors)})" if errors else ""
-    raise EncodingError(f"{path}: no such file{strings_failed} (give {hint})")
+    raise InputError(f"{path}: no such file{strings_failed} (give {hint})")
 
 
 def compose(overrides: list[str]) -> tuple[dict, int]:
@@ -57,7 +59,9 @@ def compose(overrides: list[str]) -> tuple[dict, int]:
     from nas.config import check_config
 
     cfg = check_config(["evaluator=train", *overrides])
-    return cfg["evaluator"], int(cfg["seed"])
+    if type(cfg["seed"]) is not int or cfg["seed"] < 0:  # as a search's (SearchSpec)
+        raise ConfigError(f"seed must be an integer >= 0, got {cfg['seed']!r}")
+    return cfg["evaluator"], cfg["seed"]
 
 
 def main(argv: list[str]) -> None:
@@ -91,9 +95,9 @@ def main(argv: list[str]) -> None:
         with EpochDisplay(f"training {argv[0][:60]} ({arch.space}, key {arch.key()})") as display:
             evaluator.on_epoch = display  # type: ignore[attr-defined]  # "train" is a TrainEvaluator
             result = evaluator.evaluate(arch, seed=seed)
-    except ConfigError as err:
+    except (ConfigError, EncodingError, InputError, MissingDependencyError) as err:  # what was given: usage, 2
         fail(str(err))
-    except NasError as err:
+    except NasError as err:  # the architecture does not train (its forward fails, ...)
         print(f"nas: error: {err}", file=sys.stderr)
         raise SystemExit(1) from None
     record = {"key": arch.key(), "space": arch.space, **result.to_dict()}

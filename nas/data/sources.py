@@ -25,6 +25,7 @@ import io
 import json
 import pickle
 import struct
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -82,6 +83,12 @@ def _missing(name: str, path: Path, expected: str, how: str) -> MissingDependenc
     return MissingDependencyError(f"{name} not found at {path} (expected {expected}); {how}")
 
 
+def _invalid(path: Path, kind: str, reason: object) -> MissingDependencyError:
+    """A data file that is there but unreadable: one line naming it, never the reader's traceback."""
+    text = reason if isinstance(reason, str) else f"{type(reason).__name__}: {reason}"
+    return MissingDependencyError(f"{path} is not a valid {kind} file: {text}")
+
+
 def _perm(n: int, seed: int = 0) -> torch.Tensor:
     return torch.from_numpy(np.random.default_rng(seed).permutation(n))
 
@@ -123,10 +130,20 @@ class _NumpyOnly(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def _load_batch(path: Path) -> dict:
+def _load_batch(path: Path, labels: str = "labels") -> dict:
     with open(path, "rb") as f:
-        raw = _NumpyOnly(io.BytesIO(f.read()), encoding="latin1").load()
-    return {k.decode() if isinstance(k, bytes) else k: v for k, v in raw.items()}
+        data = f.read()
+    try:
+        raw = _NumpyOnly(io.BytesIO(data), encoding="latin1").load()
+    except Exception as exc:  # noqa: BLE001 - garbage opcodes raise anything (UnpicklingError, ValueError, EOFError, ...)
+        raise _invalid(path, "pickled batch", exc) from None
+    if not isinstance(raw, dict):
+        raise _invalid(path, "pickled batch", f"a {type(raw).__name__}, not a dict")
+    batch = {k.decode() if isinstance(k, bytes) else k: v for k, v in raw.items()}
+    missing = [k for k in ("data", labels) if k not in batch]
+    if missing:
+        raise _invalid(path, "pickled batch", f"no '{missing[0]}' entry")
+    return batch
 
 
 def _rows_to_images(rows: np.ndarray, size: int) -> torch.Tensor:
@@ -142,12 +159,18 @@ def fashion_mnist(root: str | None = None, **_: object) -> ImageData:
     def read(stem: str, magic: int) -> np.ndarray:
         for path in (base / f"{stem}.gz", base / stem):
             if path.exists():
-                raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-                got, = struct.unpack(">i", raw[:4])
-                if got != magic:
-                    raise MissingDependencyError(f"{path} is not an IDX file (magic {got}, expected {magic})")
-                dims = struct.unpack(f">{magic & 0xFF}i", raw[4 : 4 + 4 * (magic & 0xFF)])
-                return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * len(dims)).reshape(dims)
+                try:
+                    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+                except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+                    raise _invalid(path, "gzip", exc) from None
+                try:
+                    got, = struct.unpack(">i", raw[:4])
+                    if got != magic:
+                        raise ValueError(f"magic {got}, expected {magic}")
+                    dims = struct.unpack(f">{magic & 0xFF}i", raw[4 : 4 + 4 * (magic & 0xFF)])
+                    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * len(dims)).reshape(dims)
+                except (struct.error, ValueError) as exc:  # too short, or not as many bytes as its dims say
+                    raise _invalid(path, "IDX", exc) from None
         raise _missing("fashion_mnist", base, f"{stem}[.gz]",
                        "install it with `apt-get install dataset-fashion-mnist` or set data.root")
 
@@ -200,7 +223,7 @@ def cifar100(root: str | None = None, split_file: str | None = None, **_: object
     for f in (base / "train", base / "test"):
         if not f.exists():
             raise _missing("cifar100", f, "torchvision's cifar-100-python/", CIFAR_HOW)
-    tr, te = _load_batch(base / "train"), _load_batch(base / "test")
+    tr, te = _load_batch(base / "train", "fine_labels"), _load_batch(base / "test", "fine_labels")
     train = Split(_rows_to_images(tr["data"], 32), torch.tensor(tr["fine_labels"], dtype=torch.long))
     test_all = Split(_rows_to_images(te["data"], 32), torch.tensor(te["fine_labels"], dtype=torch.long))
     valid, test = _halves(test_all, _split_lists(split_file, ("xvalid", "xtest")))

@@ -8,6 +8,7 @@ import time
 
 from nas.core.arch import Architecture
 from nas.core.space import SearchSpace
+from nas.errors import ConfigError
 from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
 
 
@@ -21,6 +22,8 @@ class TableEvaluator(Evaluator):
                  metric: str = "baseline_accuracy", num_classes: int = 10,
                  resolution: int = 32, simulated_cost_seconds: float = 0.0) -> None:
         super().__init__(space)
+        if isinstance(simulated_cost_seconds, bool) or not simulated_cost_seconds >= 0:
+            raise ConfigError(f"evaluator.simulated_cost_seconds must be >= 0, got {simulated_cost_seconds!r}")
         self.metric = metric
         self.num_classes = num_classes
         self.resolution = resolution

@@ -85,8 +85,8 @@ class TrainEvaluator(Evaluator):
         self.recipe = Recipe.from_dict(recipe)
         self.engine = Engine.from_dict(dict(engine or {}))
         self.build = _sizing(space, sizing)
-        if seeds is not None and (not seeds or not all(isinstance(s, int) for s in seeds)):
-            raise ConfigError(f"evaluator.seeds must be a non-empty list of integers or null, got {seeds!r}")
+        if seeds is not None and (not seeds or not all(type(s) is int and s >= 0 for s in seeds)):
+            raise ConfigError(f"evaluator.seeds must be a non-empty list of integers >= 0 or null, got {seeds!r}")
         self.seeds = list(seeds) if seeds is not None else None
         self.uses_seed = self.seeds is None  # with fixed seeds, the run's seed changes nothing
         check_keys("evaluator.sandbox", sandbox or {}, list(SANDBOX_DEFAULTS))

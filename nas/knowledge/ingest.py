@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from nas.errors import NasError, OutputPathError
+from nas.errors import InputError, OutputPathError
 from nas.io import atomic_write_json, check_output, make_dir, read_json
 from nas.knowledge.reader import IngestReport, Reader
 
@@ -61,7 +61,7 @@ def prepare(settings: dict[str, Any], paths: list[Path], out: Path | None) -> In
     paths = [Path(p) for p in paths] or [builtin_corpus()]
     missing = [p for p in paths if not p.exists()]
     if missing:
-        raise NasError(f"{missing[0]}: no such file or directory")
+        raise InputError(f"{missing[0]}: no such file or directory")
     out = Path(out) if out else home() / "knowledge" / "ingests" / time.strftime("%Y-%m-%d_%H-%M-%S")
     check_record_dir(out)
     make_dir(out)

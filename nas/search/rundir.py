@@ -155,6 +155,15 @@ class RunDir:
             rewrite_jsonl(self.history_path, lines[:keep])  # the lines as read: older ones stay byte for byte
         return Resume(history, strategy_state, elapsed, in_flight, asked)
 
+    def saved_trials(self) -> int:
+        """Trials of the budget that a resume keeps (the history up to the saved state); 0 when none."""
+        try:
+            keep = int(read_json(self.state_path)["history_lines"])
+            lines = self.history_path.read_text(encoding="utf-8").splitlines()[:keep]
+            return sum(1 for line in lines if not json.loads(line).get("screened"))
+        except (OSError, RunDirError, KeyError, TypeError, ValueError, AttributeError):
+            return 0
+
     def append(self, records: list[TrialRecord]) -> None:
         append_jsonl(self.history_path, [r.to_json() for r in records])
 

@@ -71,8 +71,8 @@ class ScreenSettings:
         if unknown:
             raise ConfigError(f"screen: unknown key '{unknown[0]}' (valid: factor, min_history, params, scorer)")
         settings = cls(**{k: ({} if k == "params" and v is None else v) for k, v in node.items()})
-        if settings.active:
-            SCORERS.get(settings.scorer)  # an unknown name stops here, before anything is built
+        if settings.scorer not in SCORERS.names():  # stops here, before anything is built, screening on or off
+            raise ConfigError(f"screen.scorer must be one of {', '.join(SCORERS.names())}, got {settings.scorer!r}")
         return settings
 
     def label(self) -> str:

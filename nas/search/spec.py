@@ -51,6 +51,8 @@ class SearchSpec:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ConfigError(f"{_where(name)} must be an integer, got {value!r}")
+        if self.seed < 0:
+            raise ConfigError(f"seed must be >= 0, got {self.seed}")
         if self.trials <= 0:
             raise ConfigError(f"budget.trials must be > 0, got {self.trials}")
         if self.batch_size <= 0:

@@ -52,6 +52,10 @@ class Recipe(SgdCosine):
         for name in ("epochs", "batch_size", "patience_epochs"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"recipe.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("train_subset", "valid_subset", "test_subset"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or value < 1):
+                raise ConfigError(f"recipe.{name} must be an integer >= 1 or null (all images), got {value!r}")
         if not 0 <= self.min_loss_drop < 1:
             raise ConfigError(f"recipe.min_loss_drop must be in [0, 1), got {self.min_loss_drop}")
 

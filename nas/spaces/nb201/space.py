@@ -43,6 +43,8 @@ class NB201Space(CategoricalSpace[NB201Cell]):
     COST_DATA, COST_RESOLUTION, COST_CLASSES = "cifar10", 32, 10
 
     def __init__(self, channels: int = 16, cells_per_stage: int = 5) -> None:
+        check_count("space.channels", channels)
+        check_count("space.cells_per_stage", cells_per_stage)
         self.channels = channels
         self.cells_per_stage = cells_per_stage
 
