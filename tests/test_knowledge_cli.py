@@ -71,7 +71,7 @@ def test_search_stats_tree(home, tmp_path):
 
 @pytest.mark.parametrize("args,code,message", [
     (["search", "x", "--main-category", "bogus"], 2, "unknown main category 'bogus'"),
-    (["ingest", "nowhere.md"], 1, "nowhere.md: no such file or directory"),
+    (["ingest", "nowhere.md"], 2, "nowhere.md: no such file or directory"),
     (["search", "x", "llm.backend=gpt"], 2, "llm.backend must be one of"),
     (["search", "x", "llm=gpt"], 2, "unknown llm 'gpt'"),
     (["stats", "knowledge.tagger=magic"], 2, "knowledge.tagger must be one of"),

@@ -16,7 +16,7 @@ from nas.spaces.nader.dag.macro import Skeleton
 from nas.spaces.nader.network import build_network
 from nas.data.sources import FASHION_MNIST_ROOT, cifar10, cifar100, digits, fashion_mnist, imagenet16_120
 from nas.data.module import random_crop, random_flip
-from nas.errors import ConfigError, MissingDependencyError
+from nas.errors import ConfigError, MissingDependencyError, NasError
 from nas.train.fit import train
 from nas.train.recipe import CPU_PROXY, NB201, Recipe
 
@@ -194,7 +194,8 @@ def test_batches_refuse_arbitrary_pickles(tmp_path):
 
     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
         (c10 / name).write_bytes(pickle.dumps({"data": Evil()}))
-    with pytest.raises(pickle.UnpicklingError, match="refusing to load builtins.print"):
+    with pytest.raises(NasError, match="data_batch_1 is not a valid pickled batch file: UnpicklingError: "
+                                       "refusing to load builtins.print"):
         cifar10(str(tmp_path))
 
 
