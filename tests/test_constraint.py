@@ -106,3 +106,16 @@ def test_a_constrained_search_warns_once_when_its_cost_prices_another_network(tm
         spec = SearchSpec.from_config({**base, "constraint": constraint})
         SearchLoop(spec, tmp_path / str(warned), Stub(), progress=False).run_search()
         assert sum("prices its cifar10 network" in r.message for r in caplog.records) == warned
+
+
+@pytest.mark.parametrize("strategy", ["random", "rea", "bananas"])
+def test_a_constraint_no_architecture_meets_is_named_when_the_search_stops(strategy):
+    """Not 'no unvisited architecture': the space is not exhausted, the constraint excludes it all."""
+    from nas.strategies.base import SearchExhausted
+
+    spec = SearchSpec.from_config({"space": "nb201", "strategy": strategy, "evaluator": "table",
+                                   "constraint": {"params": 1}})
+    strategy_ = spec.build_strategy(spec.build_space())
+    with pytest.raises(SearchExhausted, match=rf"{strategy}: none of \d+ sampled architectures meets the constraint "
+                                              r"\(e.g. [\d.]+ M params exceeds the limit of 0.000 M\); loosen"):
+        strategy_.ask(1)

@@ -14,7 +14,7 @@ from nas.core.space import CategoricalSpace, SearchSpace
 from nas.errors import ConfigError, EncodingError, RunDirError
 from nas.search.predictor import EnsemblePredictor, PredictorSettings, expected_improvement
 from nas.search.record import TrialRecord
-from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, SearchExhausted, Strategy, Trial
+from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, Strategy, Trial
 
 
 @STRATEGIES.register("bananas")
@@ -80,7 +80,7 @@ class Bananas(Deduplicating, Strategy):
     def _random(self) -> Candidate:
         arch = self._fresh(lambda: self.space.sample(self.rng), self.max_attempts * 10)
         if arch is None:
-            raise SearchExhausted("bananas: no unvisited architecture found")
+            raise self._none_fresh("bananas", self.max_attempts * 10)
         self.seen.add(arch)
         return Candidate(arch, {"origin": "random"})
 

@@ -158,17 +158,30 @@ class Deduplicating:
 
     space: SearchSpace
     seen: SeenIndex
+    _broke: str | None = None  # the last `_fresh` that found nothing: a violation, if every draw broke the constraint
 
     def _init_seen(self) -> None:
         self.seen = SeenIndex()
 
     def _fresh(self, make, attempts: int) -> Architecture | None:
-        """Call `make()` until it yields an unseen, feasible architecture; None if none."""
+        """Call `make()` until it yields an unseen, feasible architecture; None if none
+        (`_none_fresh` then says why)."""
+        violations = []
         for _ in range(attempts):
             arch = make()
-            if arch not in self.seen and self.feasible(arch):  # type: ignore[attr-defined]
+            why = None if arch in self.seen else self.constraint.violation(self.space, arch)  # type: ignore[attr-defined]
+            if arch not in self.seen and why is None:
                 return arch
+            violations.append(why)
+        self._broke = violations[-1] if violations and all(violations) else None
         return None
+
+    def _none_fresh(self, who: str, attempts: int) -> SearchExhausted:
+        """Why the last `_fresh` found nothing: every draw broke the constraint, or some were seen."""
+        if self._broke is not None:
+            return SearchExhausted(f"{who}: none of {attempts} sampled architectures meets the constraint "
+                                   f"(e.g. {self._broke}); loosen constraint.flops/constraint.params")
+        return SearchExhausted(f"{who}: no unvisited architecture in {attempts} samples")
 
     def _pending(self) -> list[Any]:
         """Encodings proposed (so seen) but not yet in the history, e.g. a queued generation."""

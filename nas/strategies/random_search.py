@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nas.core.space import SearchSpace
-from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, SearchExhausted, Strategy, Trial
+from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, Strategy, Trial
 
 
 @STRATEGIES.register("random")
@@ -25,7 +25,7 @@ class RandomSearch(Deduplicating, Strategy):
                 if arch is None:
                     if out:
                         break
-                    raise SearchExhausted(f"random: no unvisited architecture in {self.max_attempts} samples")
+                    raise self._none_fresh("random", self.max_attempts)
                 self.seen.add(arch)
             else:
                 arch = self.space.sample(self.rng)

@@ -9,7 +9,7 @@ from typing import Any
 
 from nas.errors import ConfigError, RunDirError
 from nas.core.space import SearchSpace
-from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, SearchExhausted, Strategy, Trial
+from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, Strategy, Trial
 
 POPULATION_SIZE = 20
 
@@ -70,7 +70,7 @@ class RegularizedEvolution(Deduplicating, Strategy):
             return make()
         arch = self._fresh(make, self.max_attempts * 10)
         if arch is None:
-            raise SearchExhausted("rea: no unvisited architecture found")
+            raise self._none_fresh("rea", self.max_attempts * 10)
         return arch
 
     def tell(self, trials: list[Trial]) -> None:
