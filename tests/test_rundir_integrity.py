@@ -249,11 +249,11 @@ def test_crash_between_append_and_state_save_resumes_with_batches(tmp_path, eval
     search(spec, tmp_path / "ref", evaluator)
     real, calls = RunDir.save_state, []
 
-    def killed_at_third(self, *args):  # the initial state, batch 1, then killed after batch 2's lines
+    def killed_at_third(self, *args, **kwargs):  # the initial state, batch 1, then killed after batch 2's lines
         calls.append(args[1])
         if len(calls) == 3:
             raise KeyboardInterrupt("killed before state.json was replaced")
-        real(self, *args)
+        real(self, *args, **kwargs)
 
     monkeypatch.setattr(RunDir, "save_state", killed_at_third)
     with pytest.raises(KeyboardInterrupt):
