@@ -13,8 +13,26 @@ from nas.errors import InputError, OutputPathError, RunDirError
 from nas.secrets import scrub, scrub_data
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (/proc), as files made
+    by mkstemp are 0600 whatever the umask: results are to be read by others, as `open` would."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temp file in the same directory, fsync, then rename over `path`."""
+    """Write to a temp file in the same directory, fsync, then rename over `path` (with the
+    mode `open` would give it: the umask's, not mkstemp's 0600)."""
     path = check_output(path)
     make_dir(path.parent)
     try:
@@ -22,6 +40,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     except OSError as err:
         raise OutputPathError(f"{path}: cannot write ({err.strerror})") from None
     try:
+        os.fchmod(fd, _FILE_MODE)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

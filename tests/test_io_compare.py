@@ -95,6 +95,14 @@ def test_atomic_write_bytes_creates_parents_and_replaces(tmp_path):
     assert sorted(p.name for p in path.parent.iterdir()) == ["file.bin"]
 
 
+def test_atomic_writes_get_the_mode_open_gives(tmp_path):
+    """mkstemp makes 0600 files: summary.json, reports and plots would be unreadable to a team."""
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")  # open(): 0666 less the umask
+    nio.atomic_write_json(tmp_path / "summary.json", {"a": 1})
+    assert (tmp_path / "summary.json").stat().st_mode & 0o777 == plain.stat().st_mode & 0o777
+
+
 def test_atomic_write_json_is_sorted_and_handles_numpy_paths_tuples(tmp_path):
     path = tmp_path / "doc.json"
     nio.atomic_write_json(path, {"b": np.float64(1.5), "a": (1, 2), "c": Path("/x/y"),

@@ -244,6 +244,10 @@ def test_config_errors_are_one_line(monkeypatch):
         LLMConfig.from_dict({"roles": {"poet": {}}})
     with pytest.raises(ConfigError, match="temperature"):
         LLMConfig.from_dict({"roles": {"reader": {"temperature": 5}}})
+    for url in ("notaurl", "127.0.0.1:8000/v1", "ftp://host/v1", "http:// spaced"):
+        with pytest.raises(ConfigError, match=r"llm.base_url must be an http:// or https:// URL, got "):
+            LLMConfig.from_dict({"backend": "openai", "base_url": url})
+    assert LLMConfig.from_dict({"backend": "openai", "base_url": "http://127.0.0.1:8000/v1"}).base_url
     for bad in (-1, 1.5, "big", True):
         with pytest.raises(ConfigError, match=r"llm.local.prompt_cache_mb must be an integer >= 0 .*got " + repr(bad)):
             LLMConfig.from_dict({"local": {"prompt_cache_mb": bad}})

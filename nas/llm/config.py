@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -71,6 +73,8 @@ class LLMConfig:
             raise ConfigError(f"llm.structured must be one of {', '.join(STRUCTURED)}, got {self.structured!r}")
         if self.backend == "replay" and not self.replay_from:
             raise ConfigError("llm=replay needs llm.replay_from=RUN_DIR (a run whose llm/transcripts.jsonl to replay)")
+        if self.base_url is not None and not re.fullmatch(r"https?://[^\s/]+\S*", str(self.base_url)):
+            raise ConfigError(f"llm.base_url must be an http:// or https:// URL, got {self.base_url!r}")
         if self.timeout_s <= 0 or self.max_retries < 0 or self.backoff_s < 0:
             raise ConfigError("llm.timeout_s must be > 0 and llm.max_retries, llm.backoff_s >= 0")
         check_keys("llm.local", self.local, list(LOCAL_KEYS))
