@@ -45,6 +45,8 @@ OUTPUTS = [
      "{file}: is a file, cannot hold {file}/x.png"),
     (["search", "hydra.run.dir={file}"], "{file}: is a file, expected a directory"),
     (["search", "hydra.run.dir={file}/sub"], "{file}: is a file, cannot hold {file}/sub"),
+    (["search", "hydra.run.dir="], "hydra.run.dir is empty: give a directory (an empty one would write into the "
+                                   "current one)"),
 ]
 
 

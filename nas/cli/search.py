@@ -22,7 +22,9 @@ def main(argv: list[str]) -> None:
     flags = [a for a in argv if a.startswith("-")]
     for arg in argv:  # Hydra makes its output dir itself, where a file in the way is a traceback
         key, _, value = arg.partition("=")
-        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and value and "${" not in value:
+        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and not value.strip():
+            fail(f"{key.lstrip('+')} is empty: give a directory (an empty one would write into the current one)")
+        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
             try:
                 check_output(Path(value), directory=True)
             except NasError as err:
