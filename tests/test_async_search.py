@@ -92,10 +92,10 @@ def test_resume_requeues_the_candidates_in_flight_none_lost_none_twice(tmp_path,
     if torn:  # the crash falls between a line's append and the state that counts it
         real = RunDir.save_state
 
-        def save_state(self, identity, history_lines, *args, **kwargs):
+        def save_state(self, fields, history_lines, *args, **kwargs):
             if history_lines == 10:  # the first save counting line 10 follows its append
                 raise Crash
-            real(self, identity, history_lines, *args, **kwargs)
+            real(self, fields, history_lines, *args, **kwargs)
 
         monkeypatch.setattr(RunDir, "save_state", save_state)
     with pytest.raises(Crash):

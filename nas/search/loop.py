@@ -104,8 +104,8 @@ class SearchLoop:
         if self.spec.in_flight > 1 and not isinstance(self.executor, AsyncExecutor):
             raise ConfigError(f"budget.in_flight={self.spec.in_flight}: runner={self.runner} evaluates in "
                               f"batches only; use budget.in_flight=1 with it")
-        identity, self._fields = self.spec.identity(), self.spec.identity_fields()
-        resume = self.run.prepare(identity, self.spec.batch_size * self.spec.screen.factor, self._fields)
+        self._fields = self.spec.identity_fields()
+        resume = self.run.prepare(self._fields, self.spec.batch_size * self.spec.screen.factor)
         self.history = []
         elapsed_before = 0.0
         if resume is not None:
@@ -131,7 +131,7 @@ class SearchLoop:
             log.warning(mismatch)
         self.strategy.attach(self.run.path, self.llm_calls)
         steady = self.spec.in_flight > 1
-        self._identity, self._elapsed_before, self._start = identity, elapsed_before, time.perf_counter()
+        self._elapsed_before, self._start = elapsed_before, time.perf_counter()
         if resume is None:  # before the first history line: a crash never leaves history without state
             self._save(**({"in_flight": [], "asked": 0} if steady else {}))
         progress_log.info("%s on %s: %d trials%s", self.spec.strategy.name, self.spec.space.name, self.spec.trials,
@@ -240,8 +240,7 @@ class SearchLoop:
         return self._elapsed_before + time.perf_counter() - self._start
 
     def _save(self, **extra: Any) -> None:
-        self.run.save_state(self._identity, len(self.history), self.strategy.state_dict(), self._elapsed(),
-                            fields=self._fields, **extra)
+        self.run.save_state(self._fields, len(self.history), self.strategy.state_dict(), self._elapsed(), **extra)
 
     def _evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
         """Rejected drafts become failed trials without reaching the evaluator."""

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nas.core.arch import stable_hash
 from nas.errors import RunDirError
 from nas.io import append_jsonl, atomic_write_json, read_json, read_jsonl, rewrite_jsonl
 from nas.search.record import TrialRecord, record_at
@@ -100,10 +101,10 @@ class RunDir:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return fd
 
-    def prepare(self, identity: str, batch_size: int, fields: dict[str, Any] | None = None) -> Resume | None:
+    def prepare(self, fields: dict[str, Any], batch_size: int) -> Resume | None:
         """Create the directory, or return what a previous run left to resume
-        (checked line by line). Call it holding `lock()`. `fields`: what `identity` hashes,
-        to name what differs when the dir holds another search."""
+        (checked line by line). Call it holding `lock()`. `fields`: what fixes the search's
+        trajectory; their hash is its identity, and they name what differs when the dir holds another search."""
         self.path.mkdir(parents=True, exist_ok=True)
         if not self.state_path.exists():
             if self.history_path.exists() and self.history_path.stat().st_size:
@@ -118,9 +119,9 @@ class RunDir:
                               f"this search from scratch, or {NEW_DIR}") from None
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise RunDirError(f"{self.state_path}: unknown state format; {NEW_DIR}")
-        if state.get("identity") != identity:
+        if state.get("identity") != stable_hash(fields):
             saved = state.get("identity_fields")
-            differ = config_differences(saved, fields) if isinstance(saved, dict) and fields is not None else []
+            differ = config_differences(saved, fields) if isinstance(saved, dict) else []
             what = ("; ".join(differ[:3]) + (f"; and {len(differ) - 3} more" if len(differ) > 3 else "")
                     if differ else "space, strategy, evaluator, seed or batch size")
             raise RunDirError(f"{self.path} holds a different search (config differs in {what}); {NEW_DIR}")
@@ -167,15 +168,15 @@ class RunDir:
     def append(self, records: list[TrialRecord]) -> None:
         append_jsonl(self.history_path, [r.to_json() for r in records])
 
-    def save_state(self, identity: str, history_lines: int, strategy_state: dict[str, Any],
+    def save_state(self, fields: dict[str, Any], history_lines: int, strategy_state: dict[str, Any],
                    elapsed_seconds: float, in_flight: list[dict[str, Any]] | None = None,
-                   asked: int | None = None, fields: dict[str, Any] | None = None) -> None:
-        """`in_flight` and `asked`: an asynchronous search's candidates being evaluated and
-        its next ask index, saved with the strategy state that asked them (so resume re-queues them).
-        `fields`: what `identity` hashes (see `prepare`)."""
+                   asked: int | None = None) -> None:
+        """`fields`: the search's identity fields (see `prepare`). `in_flight` and `asked`: an asynchronous
+        search's candidates being evaluated and its next ask index, saved with the strategy state that
+        asked them (so resume re-queues them)."""
         atomic_write_json(self.state_path, {
-            "version": STATE_VERSION, "identity": identity, "history_lines": history_lines,
-            **({"identity_fields": fields} if fields is not None else {}),
+            "version": STATE_VERSION, "identity": stable_hash(fields), "history_lines": history_lines,
+            "identity_fields": fields,
             "strategy": strategy_state, "elapsed_seconds": elapsed_seconds,
             **({"in_flight": in_flight, "asked": asked} if in_flight is not None else {}),
         })
