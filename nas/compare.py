@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from nas.core.dotted import flatten
 from nas.errors import ConfigError, NasError
 from nas.io import atomic_write_json, atomic_write_text, check_output, read_json_object
 from nas.report import _pyplot, save_figure
@@ -63,25 +64,20 @@ def run_setting(summary: dict[str, Any]) -> dict[str, Any]:
     if isinstance(data, dict) and "name" in data:
         fields["dataset"] = data["name"]
     fields["space"] = space["name"]
-    _flatten("space", space.get("params") or {}, fields)
+    fields.update(_settings("space", space.get("params") or {}))
     fields["evaluator"] = evaluator["name"]
-    _flatten("evaluator", evaluator.get("params") or {}, fields)
+    fields.update(_settings("evaluator", evaluator.get("params") or {}))
     fields.pop("evaluator.data.name", None)  # it is `dataset`
     if "trials" in spec:
         fields["budget.trials"] = spec["trials"]
-    _flatten("constraint", spec.get("constraint") or {}, fields)
+    fields.update(_settings("constraint", spec.get("constraint") or {}))
     return fields
 
 
-def _flatten(prefix: str, node: dict[str, Any], out: dict[str, Any]) -> None:
-    for key, value in node.items():
-        name = f"{prefix}.{key}"
-        if any(name == i or name.startswith(i + ".") for i in IGNORED_SETTINGS):
-            continue
-        if isinstance(value, dict):
-            _flatten(name, value, out)
-        else:
-            out[name] = value
+def _settings(prefix: str, node: dict[str, Any]) -> dict[str, Any]:
+    """`node` as dotted fields under `prefix`, less the IGNORED_SETTINGS."""
+    return {name: value for name, value in flatten(node, prefix).items()
+            if not any(name == i or name.startswith(i + ".") for i in IGNORED_SETTINGS)}
 
 
 def _show(value: Any) -> str:
@@ -112,8 +108,7 @@ def strategy_settings(summary: dict[str, Any]) -> dict[str, Any]:
     asked (`budget.batch_size`, `budget.in_flight`: they change what it learns before each ask);
     none for a summary without a spec."""
     spec = summary.get("spec") or {}
-    fields: dict[str, Any] = {}
-    _flatten("strategy", (spec.get("strategy") or {}).get("params") or {}, fields)
+    fields = _settings("strategy", (spec.get("strategy") or {}).get("params") or {})
     out = {f.removeprefix("strategy."): v for f, v in fields.items()}
     out.update({f"budget.{k}": spec[k] for k in ("batch_size", "in_flight") if k in spec})
     return out

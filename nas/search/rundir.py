@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.core.arch import stable_hash
+from nas.core.dotted import flatten
 from nas.errors import RunDirError
 from nas.io import append_jsonl, atomic_write_json, read_json, read_jsonl, rewrite_jsonl
 from nas.search.record import TrialRecord, record_at
@@ -217,18 +218,11 @@ os.register_at_fork(after_in_child=_forget_held_locks)
 
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """'key: old -> new' for each dotted key whose value differs (a key one side lacks: 'unset')."""
-    def flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            name = f"{prefix}{k}"
-            out.update(flat(v, name + ".") if isinstance(v, dict) else {name: v})
-        return out
-
     def show(v: Any) -> str:
         text = "unset" if v is _UNSET else json.dumps(v, sort_keys=True, default=str)
         return text if len(text) <= 60 else text[:57] + "..."
 
-    a, b = flat(old), flat(new)
+    a, b = flatten(old), flatten(new)
     keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k, _UNSET) != b.get(k, _UNSET)]
     return [f"{k.replace('.params.', '.')}: {show(a.get(k, _UNSET))} -> {show(b.get(k, _UNSET))}" for k in keys]
 
