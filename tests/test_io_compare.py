@@ -72,6 +72,23 @@ def test_output_path_of_the_wrong_kind_is_one_line_and_loses_nothing(tmp_path, m
     assert {name: (run / name).read_text() for name in kept} == kept
 
 
+@pytest.mark.parametrize("text, why", [("[1]", "expected a JSON object, found list ([1])"),
+                                       ("{", "corrupt JSON at line 1 col 2: Expecting property name enclosed in "
+                                             "double quotes")])
+def test_ingest_out_with_a_bad_summary_is_a_user_error_naming_the_file(tmp_path, monkeypatch, capsys, text, why):
+    from nas.cli import main as cli
+
+    monkeypatch.setenv("NASFLOW_HOME", str(tmp_path / "home"))
+    (tmp_path / "paper.txt").write_text("# A paper\n\n## Abstract\nGates.\n")
+    summary = tmp_path / "rec" / "summary.json"
+    summary.parent.mkdir()
+    summary.write_text(text)
+    with pytest.raises(SystemExit) as info:
+        cli.main(["knowledge", "ingest", str(tmp_path / "paper.txt"), "--out", str(summary.parent)])
+    assert info.value.code == 2 and capsys.readouterr().err == f"nas: error: {summary}: {why}; pass a new or empty --out\n"
+    assert summary.read_text() == text
+
+
 def test_a_read_only_place_is_one_line_naming_the_path(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise OSError(30, "Read-only file system")

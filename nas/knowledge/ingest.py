@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from nas.errors import InputError, OutputPathError
-from nas.io import atomic_write_json, check_output, make_dir, read_json
+from nas.errors import InputError, OutputPathError, RunDirError
+from nas.io import atomic_write_json, check_output, make_dir, read_json_object
 from nas.knowledge.reader import IngestReport, Reader
 
 
@@ -42,8 +42,11 @@ def check_record_dir(out: Path) -> None:
         check_output(out, directory=True)
         return
     others = sorted(p.name for p in out.iterdir() if p.name not in RECORD_FILES)
-    summary = read_json(out / "summary.json") if (out / "summary.json").is_file() else {}
-    if others or not isinstance(summary, dict) or (summary and "llm_backend" not in summary):
+    try:
+        summary = read_json_object(out / "summary.json") if (out / "summary.json").is_file() else {}
+    except RunDirError as err:  # the --out is in the way, as when it holds another file
+        raise OutputPathError(f"{err}; pass a new or empty --out") from None
+    if others or (summary and "llm_backend" not in summary):
         why = f"holds {others[0]}" if others else "its summary.json is not an ingest's"
         raise OutputPathError(f"{out}: exists and is not an earlier ingest record ({why}); "
                               "pass a new or empty --out")
