@@ -42,7 +42,7 @@ def reads(name: str | None, root: str | None = None, split_file: str | None = No
 
 def asked(name: str, root: str | None = None, split_file: str | None = None) -> None:
     """Note that this process reads dataset `name` from there (`locations` hides it too)."""
-    _asked.update([*reads(name, root, split_file), *([str(Path(root).absolute())] if root else [])])
+    _asked.update(_with_root(name, root, split_file))
 
 
 def locations(name: str | None = None, root: str | None = None, split_file: str | None = None) -> list[str]:
@@ -52,5 +52,10 @@ def locations(name: str | None = None, root: str | None = None, split_file: str 
     sk = sklearn_data()
     paths = [SHARED_DATASETS, str(Path(DEFAULT_ROOT).absolute()), *([str(sk)] if sk else []), *sorted(_asked)]
     if name is not None:
-        paths += [*reads(name, root, split_file), *([str(Path(root).absolute())] if root else [])]
+        paths += _with_root(name, root, split_file)
     return list(dict.fromkeys(paths))
+
+
+def _with_root(name: str, root: str | None, split_file: str | None) -> list[str]:
+    """`reads`, plus the whole `root` when one is given (it may hold data other than what `name` reads)."""
+    return [*reads(name, root, split_file), *([str(Path(root).absolute())] if root else [])]
