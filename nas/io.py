@@ -131,19 +131,28 @@ def append_jsonl(path: Path, records: Iterable[dict]) -> None:
         os.fsync(fh.fileno())
 
 
-def read_jsonl(path: Path, *, repair: bool = False) -> list[dict]:
-    """Read a JSONL file. A torn final line (no newline) is dropped, and with
-    `repair` cut from the file; a corrupt line elsewhere is an error."""
+def read_jsonl(path: Path, *, repair: bool = False, numbered: bool = False) -> list[dict]:
+    """Read a JSONL file. A torn final line (no newline) and empty lines at the end are
+    dropped, and with `repair` cut from the file (so an append cannot strand them between
+    records); a corrupt line elsewhere is an error. Empty lines between records are skipped,
+    or with `numbered` (a record's line is its number, as in history.jsonl) an error."""
     path = Path(path)
     if not path.exists():
         return []
     raw = path.read_bytes()
     lines = raw.split(b"\n")
-    tail = lines.pop()  # text after the last newline: empty unless torn
+    lines.pop()  # text after the last newline: empty unless torn
     records = []
+    offset = end = 0  # end: the bytes up to the last record's newline
+    blank = 0  # the first empty line since the last record
     for i, line in enumerate(lines, start=1):
+        offset += len(line) + 1
         if not line.strip():
+            blank = blank or i
             continue
+        if blank and numbered:
+            raise RunDirError(f"{path}:{blank}: empty line between records")
+        blank, end = 0, offset
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as err:
@@ -152,8 +161,8 @@ def read_jsonl(path: Path, *, repair: bool = False) -> list[dict]:
             raise RunDirError(f"{path}:{i}: not UTF-8 text ({err.reason})") from None
         except RecursionError:
             raise RunDirError(f"{path}:{i}: JSON nested too deeply") from None
-    if tail.strip() and repair:
-        truncate_bytes(path, len(raw) - len(tail))
+    if repair and end < len(raw):
+        truncate_bytes(path, end)
     return records
 
 

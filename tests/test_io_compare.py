@@ -264,6 +264,32 @@ def test_blank_lines_are_skipped(tmp_path):
     assert nio.read_jsonl(path) == [{"i": 0}, {"i": 1}]
 
 
+def test_a_blank_line_between_numbered_records_is_an_error_naming_it(tmp_path):
+    """In history.jsonl a record's line is its trial number: a blank line is named, not read as a
+    trial-number mismatch on the line after it."""
+    path = tmp_path / "history.jsonl"
+    path.write_text('{"i": 0}\n{"i": 1}\n\n  \n{"i": 2}\n')
+    before = path.read_bytes()
+    with pytest.raises(RunDirError) as info:
+        nio.read_jsonl(path, repair=True, numbered=True)
+    assert str(info.value) == f"{path}:3: empty line between records"
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("numbered", [False, True])
+def test_blank_lines_at_the_end_are_dropped_and_cut_on_repair(tmp_path, numbered):
+    """So that the next append does not strand them between records."""
+    path = tmp_path / "history.jsonl"
+    path.write_text('{"i": 0}\n{"i": 1}\n\n \n{"i": 2, "x')
+    before = path.read_bytes()
+    assert nio.read_jsonl(path, numbered=numbered) == [{"i": 0}, {"i": 1}]
+    assert path.read_bytes() == before  # read-only by default
+    assert nio.read_jsonl(path, repair=True, numbered=numbered) == [{"i": 0}, {"i": 1}]
+    assert path.read_text() == '{"i": 0}\n{"i": 1}\n'
+    nio.append_jsonl(path, [{"i": 2}])
+    assert nio.read_jsonl(path, numbered=True) == [{"i": 0}, {"i": 1}, {"i": 2}]
+
+
 def test_rewrite_and_truncate(tmp_path):
     path = tmp_path / "h.jsonl"
     nio.append_jsonl(path, [{"i": i} for i in range(4)])

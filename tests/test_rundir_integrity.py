@@ -304,6 +304,20 @@ def test_bad_history_line_names_file_line_and_field(finished, evaluator, field, 
     assert path.read_bytes() == before
 
 
+def test_a_blank_line_in_history_is_named_not_read_as_a_trial_mismatch(finished, evaluator):
+    path = finished / "history.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join([*lines[:9], "\n", *lines[9:]]))
+    before = path.read_bytes()
+    with pytest.raises(RunDirError) as info:
+        search(make_spec(trials=12), finished, evaluator)
+    assert str(info.value) == (f"{path}:10: empty line between records; restore the file or {NEW_DIR} "
+                               "(only a torn last line is repaired)")
+    assert path.read_bytes() == before
+    with pytest.raises(RunDirError, match=r"history.jsonl:10: empty line between records$"):
+        read_history(path)
+
+
 def test_a_leftover_line_is_checked_before_it_is_cut(finished, evaluator):
     """The crash case cuts only lines of the next trial's number."""
     path = finished / "history.jsonl"

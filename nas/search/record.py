@@ -101,7 +101,7 @@ class TrialRecord:
 def read_history(path: Path, *, repair: bool = False) -> list[TrialRecord]:
     """A run's history.jsonl, each line checked and numbered by its position
     (`repair`: cut a torn last line from the file, as a crash leaves it)."""
-    return [record_at(path, i, line) for i, line in enumerate(read_jsonl(path, repair=repair))]
+    return [record_at(path, i, line) for i, line in enumerate(read_jsonl(path, repair=repair, numbered=True))]
 
 
 def record_at(path: Path, index: int, line: Any) -> TrialRecord:

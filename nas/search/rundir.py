@@ -135,7 +135,7 @@ class RunDir:
         except (KeyError, TypeError, ValueError) as err:
             raise RunDirError(f"{self.state_path}: malformed resume state ({type(err).__name__}: {err})") from None
         try:
-            lines = read_jsonl(self.history_path, repair=True)  # a torn last line is cut
+            lines = read_jsonl(self.history_path, repair=True, numbered=True)  # a torn last line is cut
         except RunDirError as err:
             raise RunDirError(f"{err}; restore the file or {NEW_DIR} "
                               "(only a torn last line is repaired)") from None
