@@ -53,7 +53,8 @@ def open_client(path: Path | None = None, url: str | None = None) -> QdrantClien
     with _clients_lock:
         client = _clients.get(key)
         if client is None:
-            client = QdrantClient(url=url) if url else _open_local(Path(key))
+            # No version check: on a server that does not answer it warns (from a thread) before our one line.
+            client = QdrantClient(url=url, check_compatibility=False) if url else _open_local(Path(key))
             _clients[key] = client
         return client
 
