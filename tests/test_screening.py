@@ -106,6 +106,21 @@ def test_resume_continues_identically_after_a_stop_and_after_a_torn_batch(tmp_pa
     assert lines(crashed) == lines(full) and summary["screened"] == 24
 
 
+def test_nas_search_resumes_a_torn_screened_batch(tmp_path, evaluator):
+    """`nas search` checks the run dir before its runner starts: one screened batch is
+    batch_size x factor lines, not batch_size."""
+    from nas.execute import execute
+
+    full, crashed = tmp_path / "full", tmp_path / "crashed"
+    search(spec_of(trials=16), full, evaluator)
+    search(spec_of(trials=8), crashed, evaluator)
+    saved = (crashed / "state.json").read_bytes()
+    search(spec_of(trials=10), crashed, evaluator)  # one more batch: 6 lines
+    (crashed / "state.json").write_bytes(saved)  # as if it crashed before saving its state
+    execute(spec_of(trials=16), crashed, {"name": "local"}, progress=False)
+    assert lines(crashed) == lines(full)
+
+
 def test_works_with_an_llm_strategy_asking_n_times_factor(tmp_path, evaluator, monkeypatch):
     from support.scripted import ScriptedServer
     from test_collm import llm, scripted

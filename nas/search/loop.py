@@ -105,7 +105,7 @@ class SearchLoop:
             raise ConfigError(f"budget.in_flight={self.spec.in_flight}: runner={self.runner} evaluates in "
                               f"batches only; use budget.in_flight=1 with it")
         self._fields = self.spec.identity_fields()
-        resume = self.run.prepare(self._fields, self.spec.batch_size * self.spec.screen.factor)
+        resume = self.run.prepare(self._fields, self.spec.batch_lines)
         self.history = []
         elapsed_before = 0.0
         if resume is not None:

@@ -102,10 +102,11 @@ class RunDir:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return fd
 
-    def prepare(self, fields: dict[str, Any], batch_size: int) -> Resume | None:
+    def prepare(self, fields: dict[str, Any], batch_lines: int) -> Resume | None:
         """Create the directory, or return what a previous run left to resume
         (checked line by line). Call it holding `lock()`. `fields`: what fixes the search's
-        trajectory; their hash is its identity, and they name what differs when the dir holds another search."""
+        trajectory; their hash is its identity, and they name what differs when the dir holds another search.
+        `batch_lines`: the history lines one batch appends (`SearchSpec.batch_lines`)."""
         self.path.mkdir(parents=True, exist_ok=True)
         if not self.state_path.exists():
             if self.history_path.exists() and self.history_path.stat().st_size:
@@ -147,10 +148,10 @@ class RunDir:
             raise RunDirError(
                 f"{self.history_path}: has {len(history)} lines but state.json records {keep}"
             )
-        if len(history) - keep > batch_size:
+        if len(history) - keep > batch_lines:
             raise RunDirError(
                 f"{self.history_path}: has {len(history)} lines but state.json records {keep}, more than "
-                f"one batch ({batch_size}) beyond it, which no crash leaves; restore {self.state_path} or {NEW_DIR}"
+                f"one batch ({batch_lines}) beyond it, which no crash leaves; restore {self.state_path} or {NEW_DIR}"
             )
         if len(history) > keep:  # the crash case: the batch after the saved state
             history = history[:keep]

@@ -98,6 +98,12 @@ class SearchSpec:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def batch_lines(self) -> int:
+        """history.jsonl lines one batch appends: every candidate asked, screened-out ones too
+        (at most this many lines past the saved state are a crash's, which resume cuts)."""
+        return self.batch_size * self.screen.factor
+
     def identity(self) -> str:
         return stable_hash(self.identity_fields())
 
