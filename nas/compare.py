@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from nas.core.dotted import flatten
+from nas.core.dotted import flatten, result_neutral
 from nas.errors import ConfigError, NasError
 from nas.io import atomic_write_json, atomic_write_text, check_output, read_json_object
 from nas.report import _pyplot, save_figure
@@ -32,11 +32,6 @@ PARETO_METRICS = ("params", "flops")
 ACCURACY = Objective("accuracy", maximize=True)
 BANDS = ("std", "iqr")  # curve bands: mean ± 1 std, or median with the interquartile range
 AUTO_AT = (0.25, 0.5, 0.75, 1.0)  # default trial counts: these fractions of the shortest run
-# Evaluator settings that change no result (a sleep, sandbox limits, where the data lives, the device):
-# runs may differ in them and still share an axis.
-IGNORED_SETTINGS = ("evaluator.simulated_cost_seconds", "evaluator.sandbox", "evaluator.data.root",
-                    "evaluator.device", "strategy.llm.cache_dir", "strategy.llm.local.prompt_cache_mb",
-                    "strategy.llm.local.startup_timeout_s")
 LABEL_FIELDS = ("space", "evaluator")  # settings the group label already shows
 
 
@@ -75,9 +70,9 @@ def run_setting(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _settings(prefix: str, node: dict[str, Any]) -> dict[str, Any]:
-    """`node` as dotted fields under `prefix`, less the IGNORED_SETTINGS."""
-    return {name: value for name, value in flatten(node, prefix).items()
-            if not any(name == i or name.startswith(i + ".") for i in IGNORED_SETTINGS)}
+    """`node` as dotted fields under `prefix`, less the settings that change no result
+    (runs may differ in them and still share an axis)."""
+    return {name: value for name, value in flatten(node, prefix).items() if not result_neutral(name)}
 
 
 def _show(value: Any) -> str:

@@ -399,6 +399,34 @@ def test_different_search_in_same_dir_is_refused(finished, evaluator, other, nam
     assert (finished / "history.jsonl").read_bytes() == before
 
 
+def _table_spec(trials: int, seed: int = 4, **params: Any) -> SearchSpec:
+    return SearchSpec(Component("nb201"), Component("rea"), Component("table", params), seed=seed, trials=trials)
+
+
+def test_resume_across_a_setting_that_changes_no_result(tmp_path, caplog):
+    """A moved dataset, a raised limit or a slower endpoint does not block resuming: the run goes
+    on, says what changed, and records the new settings (so the next resume matches them)."""
+    first = _table_spec(10)
+    search(first, tmp_path, first.build_evaluator(first.build_space()))
+    before = (tmp_path / "history.jsonl").read_text().splitlines()
+    more = _table_spec(14, simulated_cost_seconds=0.001)
+    with caplog.at_level("INFO", logger="nas.progress"):
+        search(more, tmp_path, more.build_evaluator(more.build_space()))
+    assert "changed settings that change no result: evaluator.simulated_cost_seconds: unset -> 0.001" \
+        in caplog.text
+    after = (tmp_path / "history.jsonl").read_text().splitlines()
+    assert after[:len(before)] == before and len(after) == 14
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["identity"] == more.identity()
+
+
+def test_a_result_changing_setting_is_refused_even_beside_a_neutral_one(finished):
+    other = _table_spec(10, seed=5, simulated_cost_seconds=0.001)
+    with pytest.raises(RunDirError) as info:
+        search(other, finished, other.build_evaluator(other.build_space()))
+    assert "config differs in seed: 4 -> 5);" in str(info.value)
+
+
 def test_identity_ignores_trials_only():
     assert make_spec(trials=10).identity() == make_spec(trials=500).identity()
     assert make_spec(seed=1).identity() != make_spec(seed=2).identity()

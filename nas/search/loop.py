@@ -119,6 +119,9 @@ class SearchLoop:
                 raise RunDirError(f"{self.run.history_path}: {err}") from None
             self.history = resume.history
             elapsed_before = resume.elapsed_seconds
+            if resume.changed:  # the next saved state records them
+                progress_log.info("resuming with changed settings that change no result: %s",
+                                  "; ".join(resume.changed))
         resumed = len(evaluated(self.history))
         if resumed > self.spec.trials:  # rewriting summary.json with the lower budget would misreport the run
             raise RunDirError(f"{self.run.path} already holds {resumed} trials, more than budget.trials="

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.core.arch import stable_hash
-from nas.core.dotted import flatten
+from nas.core.dotted import flatten, result_neutral
 from nas.errors import RunDirError
 from nas.io import append_jsonl, atomic_write_json, read_json, read_jsonl, rewrite_jsonl
 from nas.search.record import TrialRecord, record_at
@@ -55,6 +55,7 @@ class Resume:
     elapsed_seconds: float
     in_flight: list[dict[str, Any]]  # asynchronous searches: asked, not yet told ({ask, encoding, info})
     asked: int  # asynchronous searches: the next ask index
+    changed: list[str]  # 'key: old -> new' of settings that change no result (dataset path, limits, timeouts)
 
 
 class RunDir:
@@ -121,12 +122,17 @@ class RunDir:
                               f"this search from scratch, or {NEW_DIR}") from None
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise RunDirError(f"{self.state_path}: unknown state format; {NEW_DIR}")
+        changed: list[str] = []
         if state.get("identity") != stable_hash(fields):
             saved = state.get("identity_fields")
             differ = config_differences(saved, fields) if isinstance(saved, dict) else []
-            what = ("; ".join(differ[:3]) + (f"; and {len(differ) - 3} more" if len(differ) > 3 else "")
-                    if differ else "space, strategy, evaluator, seed or batch size")
-            raise RunDirError(f"{self.path} holds a different search (config differs in {what}); {NEW_DIR}")
+            changed = [f"{k}: {change}" for k, change in differ if result_neutral(k)]
+            differ = [(k, change) for k, change in differ if not result_neutral(k)]
+            if differ or not changed:
+                shown = [f"{k}: {change}" for k, change in differ[:3]]
+                what = ("; ".join(shown) + (f"; and {len(differ) - 3} more" if len(differ) > 3 else "")
+                        if differ else "space, strategy, evaluator, seed or batch size")
+                raise RunDirError(f"{self.path} holds a different search (config differs in {what}); {NEW_DIR}")
         try:
             keep = int(state["history_lines"])
             strategy_state = dict(state["strategy"])
@@ -156,7 +162,7 @@ class RunDir:
         if len(history) > keep:  # the crash case: the batch after the saved state
             history = history[:keep]
             rewrite_jsonl(self.history_path, lines[:keep])  # the lines as read: older ones stay byte for byte
-        return Resume(history, strategy_state, elapsed, in_flight, asked)
+        return Resume(history, strategy_state, elapsed, in_flight, asked, changed)
 
     def saved_trials(self) -> int:
         """Trials of the budget that a resume keeps (the history up to the saved state); 0 when none."""
@@ -217,15 +223,15 @@ def _forget_held_locks() -> None:
 os.register_at_fork(after_in_child=_forget_held_locks)
 
 
-def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """'key: old -> new' for each dotted key whose value differs (a key one side lacks: 'unset')."""
+def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str]]:
+    """(dotted key, 'old -> new') for each key whose value differs (a key one side lacks: 'unset')."""
     def show(v: Any) -> str:
         text = "unset" if v is _UNSET else json.dumps(v, sort_keys=True, default=str)
         return text if len(text) <= 60 else text[:57] + "..."
 
     a, b = flatten(old), flatten(new)
     keys = [k for k in dict.fromkeys([*a, *b]) if a.get(k, _UNSET) != b.get(k, _UNSET)]
-    return [f"{k.replace('.params.', '.')}: {show(a.get(k, _UNSET))} -> {show(b.get(k, _UNSET))}" for k in keys]
+    return [(k.replace(".params.", "."), f"{show(a.get(k, _UNSET))} -> {show(b.get(k, _UNSET))}") for k in keys]
 
 
 _UNSET = object()
