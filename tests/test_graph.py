@@ -13,6 +13,7 @@ from torch import nn
 
 from nas.measure import count_flops, count_params
 from nas.sandbox.graph import GRAPH_FILE, GraphError, GraphNet, compare, export_graph, pack, unpack
+from nas.sandbox.limits import Limits
 
 
 class Small(nn.Module):
@@ -182,3 +183,52 @@ def test_the_dry_run_computes_nothing_even_where_the_graph_names_a_device() -> N
     net = GraphNet(unpack(_tamper(artifact(Small()), _append(lambda first: [ones])), 1 << 28))
     with pytest.raises(GraphError, match="names a device other than its input's"):
         net.dry_run(2, 1 << 30)
+
+
+class Wide(nn.Module):
+    """Small's graph, with `width` channels: no size in the graph names the width."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, width, 3, padding=1)
+        self.fc = nn.Linear(width, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+def test_a_training_seed_gets_the_checked_networks_shapes() -> None:
+    """A model that makes its training instances wider than the checked one (a counter in
+    `__init__`) would be measured small and trained large: the seed's weights must match."""
+    from nas.sandbox.verify import _graph_verdict
+
+    small, wide = Wide(8), Wide(512)
+    graph = export_graph(small, torch.randn(2, 3, 16, 16))
+    weights = {"init": dict(small.state_dict()), "seed0": dict(wide.state_dict()), "const": graph.pop("constants")}
+    verdict, nets = _graph_verdict(pack(graph, weights), 10, (2, 3, 16, 16), Limits(), False, [0])
+    assert not verdict.ok and "'seed0' differs from 'init'" in verdict.error and not nets
+    weights["seed0"] = {k: v.double() for k, v in small.state_dict().items()}
+    assert "differs" in _graph_verdict(pack(graph, weights), 10, (2, 3, 16, 16), Limits(), False, [0])[0].error
+    weights["seed0"] = dict(Wide(8).state_dict())
+    assert _graph_verdict(pack(graph, weights), 10, (2, 3, 16, 16), Limits(), False, [0])[0].ok
+
+
+@pytest.mark.parametrize("node", [
+    _node("operator.pow", 7, 10**12),                     # hours and gigabytes of Python int arithmetic
+    _node("operator.mul", [0], 10**12),                   # a list of 10**12 elements
+    _node("operator.mul", 2**62, 2**62),
+    _node("operator.add", 2**70, 1),
+    _node("operator.getitem", {"ref": 0}, 0),             # only an operator's outputs are indexed
+])
+def test_size_arithmetic_stays_within_int64(node: dict) -> None:
+    net = GraphNet(unpack(_tamper(artifact(Small()), _append(lambda first: [node, _node("aten.zeros.default",
+                                                                                        [2, 10])])), 1 << 28))
+    with pytest.raises(GraphError, match="int64|getitem"):
+        net.dry_run(2, 1 << 30)
+
+
+def test_graph_json_is_size_capped() -> None:
+    """32 MB of JSON numbers would be gigabytes of Python objects here."""
+    data = _tamper(artifact(Small()), lambda g: g.__setitem__("pad", [0.5] * (9 << 20)))
+    with pytest.raises(GraphError, match="graph is over 32 MB"):
+        unpack(data, 1 << 30)

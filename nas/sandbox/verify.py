@@ -233,7 +233,7 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
         if with_parent:
             parent = GraphNet(art, "parent", "parent_const", art.graph.get("parent"))
             verdict.changed, verdict.changed_layers = compare(parent, net)
-        nets = {seed: GraphNet(art, f"seed{seed}") for seed in seeds}
+        nets = {seed: GraphNet(art, f"seed{seed}", like="init") for seed in seeds}
     except GraphError as err:
         return Verdict(ok=False, stage="graph", error=f"graph: {err}"), {}
     except Exception as err:  # an operator refused the graph's arguments while running here
