@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import zipfile
 
 import pytest
@@ -232,3 +233,51 @@ def test_graph_json_is_size_capped() -> None:
     data = _tamper(artifact(Small()), lambda g: g.__setitem__("pad", [0.5] * (9 << 20)))
     with pytest.raises(GraphError, match="graph is over 32 MB"):
         unpack(data, 1 << 30)
+
+
+class Batched(nn.Module):
+    """Small plus `mix`, work a hostile model hides from the FLOPs count."""
+
+    def __init__(self, mix: str) -> None:
+        super().__init__()
+        self.mix = mix
+        self.conv = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.w = nn.Parameter(torch.randn(16, 16) * 0.1)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = torch.relu(self.conv(x)).flatten(2).transpose(1, 2)  # B, HW, 16
+        if self.mix == "baddbmm":  # fvcore counted no baddbmm: 8 x 256 x 16 x 16 MACs per image hidden
+            for _ in range(8):
+                t = torch.baddbmm(t, t, self.w.expand(t.shape[0], 16, 16))
+        elif self.mix == "outer":  # the flattened batch's outer product: (B * 48)^2 at batch B
+            v = x[:, :, :4, :4].reshape(-1)
+            t = t + (v[:, None] * v[None, :]).mean()
+        elif self.mix == "gram":  # images attend to each other: B^2 * 4096 MACs at batch B
+            flat = t.reshape(t.shape[0], -1)
+            t = t + (flat @ flat.t() @ flat).reshape(t.shape) * 1e-6
+        return self.fc(t.mean(1))
+
+
+@pytest.mark.parametrize("mix, error", [
+    ("outer", r"operations per image \(at batch 256\) outside"),
+    ("gram", "multiply-accumulates per image at batch 256"),
+])
+def test_work_growing_faster_than_the_batch_is_refused(mix: str, error: str) -> None:
+    """Cheap at the verification batch of 2, quadratic at the training batch: the dry run
+    checks the cost per image at the training batch too."""
+    from nas.sandbox.verify import _graph_verdict
+
+    data = artifact(Batched(mix))
+    assert GraphNet(unpack(data, 1 << 28)).dry_run(2, 1 << 30)[1].other < 10**6
+    verdict = _graph_verdict(data, 10, (2, 3, 16, 16), Limits(), False)[0]
+    assert not verdict.ok and re.search(error, verdict.error)
+
+
+def test_products_fvcore_has_no_handle_for_are_counted() -> None:
+    from nas.sandbox.verify import _graph_verdict
+
+    net = Batched("baddbmm")
+    verdict = _graph_verdict(artifact(net), 10, (2, 3, 16, 16), Limits(), False)[0]
+    hidden = 8 * 256 * 16 * 16
+    assert verdict.ok and verdict.flops == count_flops(net, (1, 3, 16, 16)) >= hidden

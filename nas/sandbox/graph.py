@@ -408,30 +408,40 @@ class GraphNet(nn.Module):
         program = self.programs["train" if self.training else "eval"]
         return program.run(self._bound(program), x)
 
-    def dry_run(self, batch: int, budget_bytes: int) -> tuple[list[int], WorkCounter]:
+    def dry_run(self, batch: int, budget_bytes: int, train_batch: int = 0) -> tuple[list[int], WorkCounter]:
         """Run both graphs on the meta device (no memory, no compute) to check they
-        execute and stay within `budget_bytes` and `MAX_WORK` per forward; returns the output
-        shape and the eval graph's work (what one forward costs)."""
+        execute and stay within `budget_bytes` and `MAX_WORK` per forward of `batch` images;
+        with a larger `train_batch`, again at that batch, within the same limits per image (a
+        graph whose cost grows faster than its batch, mixing images, would pass at `batch` and
+        cost far more in training). Returns the output shape at `batch` and the eval graph's work
+        at the larger batch (what one forward costs)."""
         shapes, work = [], WorkCounter()
-        for mode, program in self.programs.items():
-            bound = [v if v is _INPUT else v.to("meta") for v in self._bound(program)]
-            work = WorkCounter()
-            try:
-                with work:
-                    out = program.run(bound, torch.empty((batch, *self.input_shape), device="meta"), budget_bytes)
-            except GraphError:
-                raise
-            except Exception as err:  # an operator rejected its arguments
-                raise GraphError(f"graph does not run: {type(err).__name__}: {str(err).splitlines()[0][:200]}") from None
-            if not isinstance(out, torch.Tensor):
-                raise GraphError(f"graph returns {type(out).__name__}, not a tensor")
-            if work.macs + work.other > MAX_WORK:
-                raise GraphError(f"{mode} graph needs {work.macs + work.other:.3g} operations for one forward pass "
-                                 f"of {batch} images, over the limit of {MAX_WORK:.3g}")
-            shapes.append(list(out.shape))
+        for size in sorted({batch, max(batch, train_batch)}):
+            scale = size / batch
+            for mode, program in self.programs.items():
+                work = WorkCounter()
+                out = self._meta_run(program, size, int(budget_bytes * scale), work)
+                if work.macs + work.other > MAX_WORK * scale:
+                    raise GraphError(f"{mode} graph needs {work.macs + work.other:.3g} operations for one forward "
+                                     f"pass of {size} images, over the limit of {MAX_WORK * scale:.3g}")
+                if size == batch:
+                    shapes.append(list(out.shape))
         if shapes[0] != shapes[1]:
             raise GraphError(f"train and eval graphs disagree on the output shape ({shapes[0]} vs {shapes[1]})")
         return shapes[0], work
+
+    def _meta_run(self, program: _Program, batch: int, budget_bytes: int, work: WorkCounter) -> torch.Tensor:
+        bound = [v if v is _INPUT else v.to("meta") for v in self._bound(program)]
+        try:
+            with work:
+                out = program.run(bound, torch.empty((batch, *self.input_shape), device="meta"), budget_bytes)
+        except GraphError:
+            raise
+        except Exception as err:  # an operator rejected its arguments
+            raise GraphError(f"graph does not run: {type(err).__name__}: {str(err).splitlines()[0][:200]}") from None
+        if not isinstance(out, torch.Tensor):
+            raise GraphError(f"graph returns {type(out).__name__}, not a tensor")
+        return out
 
     def layers(self) -> int:
         """Modules that own parameters (FairNAD discards single-layer networks)."""
