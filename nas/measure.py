@@ -4,6 +4,7 @@ the convention NAS papers report as "FLOPs"."""
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 
 import torch
@@ -29,8 +30,49 @@ def flops_by_module(module: nn.Module, input_shape: tuple[int, ...]) -> dict[str
     module.eval()
     try:
         with torch.no_grad():
-            analysis = FlopCountAnalysis(module, torch.zeros(input_shape))
+            analysis = FlopCountAnalysis(module, torch.zeros(input_shape)).set_op_handle(**_HANDLES)
             analysis.unsupported_ops_warnings(False).uncalled_modules_warnings(False)
             return {name: int(n) for name, n in analysis.by_module().items()}
     finally:
         module.train(was_training)
+
+
+def _shapes(inputs: list) -> list[list[int]]:
+    from fvcore.nn.jit_handles import get_shape
+
+    return [get_shape(v) or [] for v in inputs]
+
+
+def _batched_products(inputs: list, outputs: list) -> int:
+    """baddbmm / addbmm (input, b1 [b, n, k], b2 [b, k, m]): b*n*k*m."""
+    _, (b, n, k), (_, _, m) = _shapes(inputs[:3])
+    return b * n * k * m
+
+
+def _matrix_vector(inputs: list, outputs: list) -> int:
+    """mv (mat, vec) and addmv (input, mat, vec): the matrix's elements."""
+    mat = _shapes(inputs)[0 if len(inputs) == 2 else 1]
+    return math.prod(mat)
+
+
+def _dot(inputs: list, outputs: list) -> int:
+    return math.prod(_shapes(inputs[:1])[0])
+
+
+def _attention(inputs: list, outputs: list) -> int:
+    """scaled_dot_product_attention (q, k, v): q @ k^T, then the weights @ v."""
+    q, k, v = _shapes(inputs[:3])
+    return math.prod(q[:-1]) * k[-2] * (q[-1] + v[-1])
+
+
+def _bilinear(inputs: list, outputs: list) -> int:
+    """bilinear (x1, x2, weight [out, in1, in2]): in1*in2 products per output element."""
+    x1, _, w = _shapes(inputs[:3])
+    return math.prod(x1[:-1]) * math.prod(w)
+
+
+# Products fvcore has no handle for, which a model (or an exported graph) may do its work in:
+# uncounted, a network could be any size under a FLOPs constraint.
+_HANDLES = {"aten::baddbmm": _batched_products, "aten::addbmm": _batched_products, "aten::mv": _matrix_vector,
+            "aten::addmv": _matrix_vector, "aten::dot": _dot, "aten::scaled_dot_product_attention": _attention,
+            "aten::bilinear": _bilinear}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import zipfile
 
 import pytest
@@ -13,6 +14,7 @@ from torch import nn
 
 from nas.measure import count_flops, count_params
 from nas.sandbox.graph import GRAPH_FILE, GraphError, GraphNet, compare, export_graph, pack, unpack
+from nas.sandbox.limits import Limits
 
 
 class Small(nn.Module):
@@ -182,3 +184,100 @@ def test_the_dry_run_computes_nothing_even_where_the_graph_names_a_device() -> N
     net = GraphNet(unpack(_tamper(artifact(Small()), _append(lambda first: [ones])), 1 << 28))
     with pytest.raises(GraphError, match="names a device other than its input's"):
         net.dry_run(2, 1 << 30)
+
+
+class Wide(nn.Module):
+    """Small's graph, with `width` channels: no size in the graph names the width."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, width, 3, padding=1)
+        self.fc = nn.Linear(width, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+def test_a_training_seed_gets_the_checked_networks_shapes() -> None:
+    """A model that makes its training instances wider than the checked one (a counter in
+    `__init__`) would be measured small and trained large: the seed's weights must match."""
+    from nas.sandbox.verify import _graph_verdict
+
+    small, wide = Wide(8), Wide(512)
+    graph = export_graph(small, torch.randn(2, 3, 16, 16))
+    weights = {"init": dict(small.state_dict()), "seed0": dict(wide.state_dict()), "const": graph.pop("constants")}
+    verdict, nets = _graph_verdict(pack(graph, weights), 10, (2, 3, 16, 16), Limits(), False, [0])
+    assert not verdict.ok and "'seed0' differs from 'init'" in verdict.error and not nets
+    weights["seed0"] = {k: v.double() for k, v in small.state_dict().items()}
+    assert "differs" in _graph_verdict(pack(graph, weights), 10, (2, 3, 16, 16), Limits(), False, [0])[0].error
+    weights["seed0"] = dict(Wide(8).state_dict())
+    assert _graph_verdict(pack(graph, weights), 10, (2, 3, 16, 16), Limits(), False, [0])[0].ok
+
+
+@pytest.mark.parametrize("node", [
+    _node("operator.pow", 7, 10**12),                     # hours and gigabytes of Python int arithmetic
+    _node("operator.mul", [0], 10**12),                   # a list of 10**12 elements
+    _node("operator.mul", 2**62, 2**62),
+    _node("operator.add", 2**70, 1),
+    _node("operator.getitem", {"ref": 0}, 0),             # only an operator's outputs are indexed
+])
+def test_size_arithmetic_stays_within_int64(node: dict) -> None:
+    net = GraphNet(unpack(_tamper(artifact(Small()), _append(lambda first: [node, _node("aten.zeros.default",
+                                                                                        [2, 10])])), 1 << 28))
+    with pytest.raises(GraphError, match="int64|getitem"):
+        net.dry_run(2, 1 << 30)
+
+
+def test_graph_json_is_size_capped() -> None:
+    """32 MB of JSON numbers would be gigabytes of Python objects here."""
+    data = _tamper(artifact(Small()), lambda g: g.__setitem__("pad", [0.5] * (9 << 20)))
+    with pytest.raises(GraphError, match="graph is over 32 MB"):
+        unpack(data, 1 << 30)
+
+
+class Batched(nn.Module):
+    """Small plus `mix`, work a hostile model hides from the FLOPs count."""
+
+    def __init__(self, mix: str) -> None:
+        super().__init__()
+        self.mix = mix
+        self.conv = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.w = nn.Parameter(torch.randn(16, 16) * 0.1)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = torch.relu(self.conv(x)).flatten(2).transpose(1, 2)  # B, HW, 16
+        if self.mix == "baddbmm":  # fvcore counted no baddbmm: 8 x 256 x 16 x 16 MACs per image hidden
+            for _ in range(8):
+                t = torch.baddbmm(t, t, self.w.expand(t.shape[0], 16, 16))
+        elif self.mix == "outer":  # the flattened batch's outer product: (B * 48)^2 at batch B
+            v = x[:, :, :4, :4].reshape(-1)
+            t = t + (v[:, None] * v[None, :]).mean()
+        elif self.mix == "gram":  # images attend to each other: B^2 * 4096 MACs at batch B
+            flat = t.reshape(t.shape[0], -1)
+            t = t + (flat @ flat.t() @ flat).reshape(t.shape) * 1e-6
+        return self.fc(t.mean(1))
+
+
+@pytest.mark.parametrize("mix, error", [
+    ("outer", r"operations per image \(at batch 256\) outside"),
+    ("gram", "multiply-accumulates per image at batch 256"),
+])
+def test_work_growing_faster_than_the_batch_is_refused(mix: str, error: str) -> None:
+    """Cheap at the verification batch of 2, quadratic at the training batch: the dry run
+    checks the cost per image at the training batch too."""
+    from nas.sandbox.verify import _graph_verdict
+
+    data = artifact(Batched(mix))
+    assert GraphNet(unpack(data, 1 << 28)).dry_run(2, 1 << 30)[1].other < 10**6
+    verdict = _graph_verdict(data, 10, (2, 3, 16, 16), Limits(), False)[0]
+    assert not verdict.ok and re.search(error, verdict.error)
+
+
+def test_products_fvcore_has_no_handle_for_are_counted() -> None:
+    from nas.sandbox.verify import _graph_verdict
+
+    net = Batched("baddbmm")
+    verdict = _graph_verdict(artifact(net), 10, (2, 3, 16, 16), Limits(), False)[0]
+    hidden = 8 * 256 * 16 * 16
+    assert verdict.ok and verdict.flops == count_flops(net, (1, 3, 16, 16)) >= hidden

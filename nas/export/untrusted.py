@@ -64,7 +64,8 @@ def export_untrusted(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRec
 
     say("exporting the model as a graph in the sandbox")
     verdict, nets = export_model_graph(arch.source, seeds=[seed], num_classes=data.num_classes,
-                                       input_shape=(2, *data.shape), limits=sandbox_limits(spec, record.params))
+                                       input_shape=(2, *data.shape), limits=sandbox_limits(spec, record.params),
+                                       batch=ev.recipe.batch_size)
     if not verdict.ok:
         raise ExportError(f"model.py in the sandbox: {verdict.error}")
     if not verdict.self_reported:

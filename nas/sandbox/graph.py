@@ -35,6 +35,13 @@ FORMAT = 1
 MAX_NODES = 50_000
 _OPERATORS = {f"operator.{name}": getattr(operator, name) for name in (
     "getitem", "add", "sub", "mul", "floordiv", "truediv", "mod", "neg", "pow", "eq", "ne", "lt", "le", "gt", "ge")}
+# Python operators compute sizes here, on Python ints (unbounded: `2 ** 10**10` or a chain of squarings
+# would take this process hours and gigabytes, `[0] * 10**10` too), so their operands are numbers within
+# int64 range, as sizes are, and so is every result.
+_SIZE_LIMIT = 1 << 63
+# Bytes of graph JSON: it becomes Python objects here at ~20x its size (torchvision's largest models
+# export to under 1 MB per mode).
+MAX_GRAPH_BYTES = 32 << 20
 # A forward pass may do at most this many operations (multiply-accumulates plus elements read or
 # written, `aten_ops.WorkCounter`) at the verification batch: this process runs the graph, and a
 # graph of a few nodes can ask for hours of compute (a ResNet-50 at 224 px, batch 2: 8e9).
@@ -162,6 +169,8 @@ def unpack(data: bytes, max_bytes: int) -> Artifact:
         if GRAPH_FILE not in names or not all(n == GRAPH_FILE or re.fullmatch(r"\w+\.safetensors", n)
                                               for n in names):
             raise GraphError("artifact has unexpected files")
+        if zf.getinfo(GRAPH_FILE).file_size > MAX_GRAPH_BYTES:
+            raise GraphError(f"artifact's graph is over {MAX_GRAPH_BYTES >> 20} MB")
         graph = json.loads(zf.read(GRAPH_FILE))
         weights = {n.removesuffix(".safetensors"): load(zf.read(n)) for n in names if n != GRAPH_FILE}
     except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError, RuntimeError, OSError) as err:
@@ -282,7 +291,7 @@ def _resolve(name: Any) -> Any:
     if not isinstance(name, str):
         raise GraphError("graph operation name malformed")
     if name in _OPERATORS:
-        return _OPERATORS[name]
+        return _getitem if name == "operator.getitem" else _bounded(_OPERATORS[name])
     if not _OP_NAME.fullmatch(name):
         raise GraphError(f"graph operation {name[:60]!r} not allowed (aten tensor operators only)")
     _, op, overload = name.split(".")
@@ -300,6 +309,30 @@ def _resolve(name: Any) -> Any:
     return zero_filled(fn)
 
 
+def _getitem(values: Any, i: Any) -> Any:
+    """One output of an operator that returns several (the only use of `getitem` in a graph)."""
+    if not isinstance(values, (tuple, list)) or type(i) is not int:
+        raise GraphError("getitem takes one output of an operator returning several")
+    return values[i]
+
+
+def _bounded(fn: Any) -> Any:
+    """`fn` (size arithmetic) on numbers within int64 range only, refusing a result outside it."""
+    def run(*args: Any) -> Any:
+        if not all(type(a) in (int, float, bool) and abs(a) < _SIZE_LIMIT for a in args):
+            raise GraphError(f"{fn.__name__} takes numbers within int64 range (sizes)")
+        if fn is operator.pow and type(args[0]) is int and type(args[1]) is int and args[1] > 0 and (
+                abs(args[0]).bit_length() - 1) * args[1] >= 64:
+            raise GraphError("pow result outside int64 range")
+        out = fn(*args)
+        if isinstance(out, (int, float)) and abs(out) >= _SIZE_LIMIT:
+            raise GraphError(f"{fn.__name__} result outside int64 range")
+        return out
+
+    run.__name__ = fn.__name__
+    return run
+
+
 _PATH_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+")
 
 
@@ -310,7 +343,9 @@ class GraphNet(nn.Module):
     train or the eval graph."""
 
     def __init__(self, artifact: Artifact, weights: str = "init", constants: str = "const",
-                 graph: dict[str, Any] | None = None) -> None:
+                 graph: dict[str, Any] | None = None, like: str | None = None) -> None:
+        """`like`: the weight set (already checked) whose names, shapes and dtypes `weights` must
+        have: a training seed's weights are the checked network's, not a wider one's."""
         super().__init__()
         graph = artifact.graph if graph is None else graph
         if not isinstance(graph, dict):
@@ -323,6 +358,11 @@ class GraphNet(nn.Module):
         if weights not in artifact.weights:
             raise GraphError(f"artifact has no weight set {weights!r}")
         tensors, consts = artifact.weights[weights], artifact.weights.get(constants, {})
+        if like is not None:
+            layout = {k: (v.shape, v.dtype) for k, v in artifact.weights.get(like, {}).items()}
+            if {k: (v.shape, v.dtype) for k, v in tensors.items()} != layout:
+                raise GraphError(f"weight set {weights!r} differs from {like!r} in its tensors' names, shapes or "
+                                 "dtypes (the network trained must be the one checked)")
         self._slots: dict[tuple[str, str | None], tuple[nn.Module, str]] = {}
         for mode, program in self.programs.items():
             for kind, target in program.inputs:
@@ -368,30 +408,40 @@ class GraphNet(nn.Module):
         program = self.programs["train" if self.training else "eval"]
         return program.run(self._bound(program), x)
 
-    def dry_run(self, batch: int, budget_bytes: int) -> tuple[list[int], WorkCounter]:
+    def dry_run(self, batch: int, budget_bytes: int, train_batch: int = 0) -> tuple[list[int], WorkCounter]:
         """Run both graphs on the meta device (no memory, no compute) to check they
-        execute and stay within `budget_bytes` and `MAX_WORK` per forward; returns the output
-        shape and the eval graph's work (what one forward costs)."""
+        execute and stay within `budget_bytes` and `MAX_WORK` per forward of `batch` images;
+        with a larger `train_batch`, again at that batch, within the same limits per image (a
+        graph whose cost grows faster than its batch, mixing images, would pass at `batch` and
+        cost far more in training). Returns the output shape at `batch` and the eval graph's work
+        at the larger batch (what one forward costs)."""
         shapes, work = [], WorkCounter()
-        for mode, program in self.programs.items():
-            bound = [v if v is _INPUT else v.to("meta") for v in self._bound(program)]
-            work = WorkCounter()
-            try:
-                with work:
-                    out = program.run(bound, torch.empty((batch, *self.input_shape), device="meta"), budget_bytes)
-            except GraphError:
-                raise
-            except Exception as err:  # an operator rejected its arguments
-                raise GraphError(f"graph does not run: {type(err).__name__}: {str(err).splitlines()[0][:200]}") from None
-            if not isinstance(out, torch.Tensor):
-                raise GraphError(f"graph returns {type(out).__name__}, not a tensor")
-            if work.macs + work.other > MAX_WORK:
-                raise GraphError(f"{mode} graph needs {work.macs + work.other:.3g} operations for one forward pass "
-                                 f"of {batch} images, over the limit of {MAX_WORK:.3g}")
-            shapes.append(list(out.shape))
+        for size in sorted({batch, max(batch, train_batch)}):
+            scale = size / batch
+            for mode, program in self.programs.items():
+                work = WorkCounter()
+                out = self._meta_run(program, size, int(budget_bytes * scale), work)
+                if work.macs + work.other > MAX_WORK * scale:
+                    raise GraphError(f"{mode} graph needs {work.macs + work.other:.3g} operations for one forward "
+                                     f"pass of {size} images, over the limit of {MAX_WORK * scale:.3g}")
+                if size == batch:
+                    shapes.append(list(out.shape))
         if shapes[0] != shapes[1]:
             raise GraphError(f"train and eval graphs disagree on the output shape ({shapes[0]} vs {shapes[1]})")
         return shapes[0], work
+
+    def _meta_run(self, program: _Program, batch: int, budget_bytes: int, work: WorkCounter) -> torch.Tensor:
+        bound = [v if v is _INPUT else v.to("meta") for v in self._bound(program)]
+        try:
+            with work:
+                out = program.run(bound, torch.empty((batch, *self.input_shape), device="meta"), budget_bytes)
+        except GraphError:
+            raise
+        except Exception as err:  # an operator rejected its arguments
+            raise GraphError(f"graph does not run: {type(err).__name__}: {str(err).splitlines()[0][:200]}") from None
+        if not isinstance(out, torch.Tensor):
+            raise GraphError(f"graph returns {type(out).__name__}, not a tensor")
+        return out
 
     def layers(self) -> int:
         """Modules that own parameters (FairNAD discards single-layer networks)."""

@@ -46,6 +46,13 @@ _MAX_ARTIFACT = 512 << 20  # bytes of graph + weights read from the artifact pip
 # Work outside convolutions and matrix products (per image) that a graph may do beyond its counted
 # FLOPs, per input element: vision models in torchvision do 0.6-20 % of their FLOPs there.
 UNCOUNTED_PER_INPUT = 64
+# The batch at which a graph's cost per image is checked against its FLOPs (at least; the training
+# batch when larger): the dry run costs nothing at any batch, and a graph mixing the images of a
+# batch (an outer product over the flattened batch) is cheap at the verification batch of 2 and
+# quadratic in training. Recipe's default batch.
+CHECK_BATCH = 256
+# Multiply-accumulates per image (the dry run, torch's formulas) over the counted FLOPs (fvcore's, at batch 1).
+MAC_TOLERANCE = 1.1
 _MAX_REPORT = 1 << 20  # bytes read from the report pipe; a flood beyond is a malformed report
 _OUTPUT_TAIL = 64 << 10  # bytes of the child's stdout+stderr kept, for crash diagnostics
 
@@ -175,7 +182,8 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
             if verdict.ok:
                 verdict.self_reported, verdict.export_error = True, verdict.export_error or export_error
         if verdict.ok and not verdict.self_reported:
-            verdict, nets = _graph_verdict(run.artifact, num_classes, input_shape, limits, False, seeds)
+            verdict, nets = _graph_verdict(run.artifact, num_classes, input_shape, limits, False, seeds,
+                                           recipe.get("batch_size", CHECK_BATCH))
             if verdict.ok and on_graph is not None:
                 on_graph(nets[seeds[0]])
             if verdict.ok:
@@ -193,8 +201,9 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
 
 
 def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[int, ...], limits: Limits,
-                   with_parent: bool, seeds: Sequence[int] = ()) -> tuple[Verdict, dict]:
-    """Load, check and measure the exported graph here (the trusted side).
+                   with_parent: bool, seeds: Sequence[int] = (), batch: int = CHECK_BATCH) -> tuple[Verdict, dict]:
+    """Load, check and measure the exported graph here (the trusted side); its cost per image
+    is checked at the training batch `batch` (at least `CHECK_BATCH`) against its counted FLOPs.
     Returns the verdict and the networks to train, one per seed."""
     import torch
 
@@ -210,7 +219,8 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
         if net.input_shape[1:] != tuple(input_shape[2:]) or channels not in (input_shape[1], 3):
             raise GraphError(f"graph takes input {list(net.input_shape)}, not {list(input_shape[1:])}")
         shape = (input_shape[0], channels, *input_shape[2:])
-        out_shape, work = net.dry_run(shape[0], limits.memory_mb * MB)
+        big = max(batch, CHECK_BATCH)
+        out_shape, work = net.dry_run(shape[0], limits.memory_mb * MB, big)
         expected = [shape[0], num_classes]
         if out_shape != expected:
             return Verdict(ok=False, stage="output_shape", output_shape=out_shape,
@@ -222,18 +232,24 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
                            error="output_shape: output contains NaN or Inf values"), {}
         torch.nn.functional.cross_entropy(out.float(), torch.randint(0, num_classes, (shape[0],))).backward()
         flops = count_flops(net, (1, *shape[1:]))
-        hidden = work.other // shape[0]  # per image, outside convolutions and matrix products
-        if hidden > max(flops, UNCOUNTED_PER_INPUT * math.prod(shape[1:])):
+        hidden = work.other // big  # per image, outside convolutions and matrix products
+        slack = UNCOUNTED_PER_INPUT * math.prod(shape[1:])
+        if hidden > max(flops, slack):
             return Verdict(ok=False, stage="graph", error=(
-                f"graph: {hidden:,} operations per image outside convolutions and matrix products, more than its "
-                f"{flops:,} counted FLOPs: products spelled as element-wise multiply-and-sum hide from the FLOPs "
-                f"count (use matmul, linear or conv)")), {}
+                f"graph: {hidden:,} operations per image (at batch {big}) outside convolutions and matrix products, "
+                f"more than its {flops:,} counted FLOPs: products spelled as element-wise multiply-and-sum, or work "
+                f"that grows faster than the batch, hide from the FLOPs count (use matmul, linear or conv)")), {}
+        if work.macs // big > flops * MAC_TOLERANCE + slack:
+            return Verdict(ok=False, stage="graph", error=(
+                f"graph: {work.macs // big:,} multiply-accumulates per image at batch {big}, more than its {flops:,} "
+                f"counted FLOPs: work that grows faster than the batch (products across images) or an operator "
+                f"the FLOPs count misses")), {}
         verdict = Verdict(ok=True, stage="done", params=count_params(net), flops=flops,
                           output_shape=expected, layers=net.layers())
         if with_parent:
             parent = GraphNet(art, "parent", "parent_const", art.graph.get("parent"))
             verdict.changed, verdict.changed_layers = compare(parent, net)
-        nets = {seed: GraphNet(art, f"seed{seed}") for seed in seeds}
+        nets = {seed: GraphNet(art, f"seed{seed}", like="init") for seed in seeds}
     except GraphError as err:
         return Verdict(ok=False, stage="graph", error=f"graph: {err}"), {}
     except Exception as err:  # an operator refused the graph's arguments while running here
@@ -243,7 +259,8 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
 
 
 def export_model_graph(source: str, *, seeds: list[int], num_classes: int, input_shape: tuple[int, ...],
-                       limits: Limits = Limits(), filename: str = "model.py") -> tuple[Verdict, dict]:
+                       limits: Limits = Limits(), filename: str = "model.py",
+                       batch: int = CHECK_BATCH) -> tuple[Verdict, dict]:
     """Verify `source` as `verify_model_source` does and export it as a graph with each seed's
     initial weights, training nothing (`nas export` trains it here, with `train_graphs`).
     Returns the verdict and the networks per seed; none when the verdict failed or says
@@ -256,7 +273,7 @@ def export_model_graph(source: str, *, seeds: list[int], num_classes: int, input
         run = _run_child(source, num_classes, input_shape, None, limits, filename, seeds=seeds)
         verdict = conclude(run, limits)
         if verdict.ok and not verdict.self_reported:
-            verdict, nets = _graph_verdict(run.artifact, num_classes, input_shape, limits, False, seeds)
+            verdict, nets = _graph_verdict(run.artifact, num_classes, input_shape, limits, False, seeds, batch)
     verdict.wall_s = round(time.monotonic() - start, 3)
     return verdict, nets
 
