@@ -424,3 +424,18 @@ def test_force_replaces_only_an_earlier_export(table_run, capsys, tmp_path, monk
         assert why in err and "--force only replaces" in err, err
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == kept
     assert (tmp_path / "mine.txt").read_text() == "keep me" and (lookalike / "summary.json").exists()
+
+
+@pytest.mark.parametrize("odd", ["fifo", "folder"])
+def test_export_report_naming_a_graph_file_that_is_no_regular_file_is_one_line(tmp_path, odd):
+    """The child could leave a FIFO (copying it would block) or a folder where model.onnx goes."""
+    from nas.export import ExportError
+    from nas.export.untrusted import _read_report
+
+    (tmp_path / "model.pt").write_bytes(b"x")
+    os.mkfifo(tmp_path / "model.onnx") if odd == "fifo" else (tmp_path / "model.onnx").mkdir()
+    (tmp_path / "report.json").write_text(json.dumps({
+        "input_shape": [1, 3, 8, 8], "state_keys": [],
+        "graph": {"format": "onnx", "file": "model.onnx", "check": None, "onnx_error": None}}))
+    with pytest.raises(ExportError, match=r"malformed export report \(ValueError: model.onnx missing or not a regular file\)"):
+        _read_report(tmp_path / "report.json", exported=True, compared=False)

@@ -113,6 +113,31 @@ def test_datasets_are_hidden_unless_the_child_trains_on_them() -> None:
         assert fashion[SHARED_DATASETS] == ["fashion-mnist"] and fashion[str(sk)] == [], fashion
 
 
+FILL_PROBE = r"""
+import errno, sys
+written = 0
+try:
+    for i in range(int(sys.argv[1])):
+        with open(f"/tmp/fill-{i}", "wb") as fh:
+            fh.write(b"x" * (1 << 20))
+        written += 1
+except OSError as err:
+    print(written, errno.errorcode[err.errno])
+else:
+    print(written, "ok")
+"""
+
+
+def test_private_tmp_holds_only_tmp_mb() -> None:
+    """/tmp is a tmpfs (RAM the address-space cap does not count): its size is `tmp_mb`, so many
+    small files cannot take half the host's memory."""
+    proc = isolation().popen([sys.executable, "-c", FILL_PROBE, "12"], {"LANG": "C.UTF-8"}, tmp_mb=4,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    written, outcome = out.decode().split()
+    assert (int(written), outcome) in ((3, "ENOSPC"), (4, "ENOSPC")), out
+
 def test_covered_hides_only_what_a_mount_shows(tmp_path: Path) -> None:
     """Folders get a tmpfs and files /dev/null where a mount would show them; paths outside
     the mounts, missing ones, ones inside a covered folder and ones the child needs are left."""

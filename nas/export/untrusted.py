@@ -233,8 +233,9 @@ def _read_report(path: Path, exported: bool, compared: bool) -> dict[str, Any]:
             for key in ("onnx_error", "torchscript_error"):
                 if not (graph.get(key) is None or (isinstance(graph[key], str) and len(graph[key]) < 400)):
                     raise ValueError(key)
-            if not Path(path.parent, "model.pt").is_file():
-                raise ValueError("model.pt missing")
+            for name in ("model.pt", graph["file"]):  # copied out next: regular files only (no FIFO, no folder)
+                if name and not Path(path.parent, name).is_file():
+                    raise ValueError(f"{name} missing or not a regular file")
             keys = report["state_keys"]
             if not (isinstance(keys, list) and all(isinstance(k, str) and len(k) < 1000 for k in keys)):
                 raise ValueError("state_keys")

@@ -71,7 +71,7 @@ class Isolation:
 
     def popen(self, argv: list[str], env: dict[str, str], *, read_only: tuple[str, ...] = (),
               hidden: tuple[str, ...] = (), writable: str | None = None, gpu: bool = False,
-              pass_fds: tuple[int, ...] = (), **kwargs: Any) -> subprocess.Popen:
+              tmp_mb: int = 1024, pass_fds: tuple[int, ...] = (), **kwargs: Any) -> subprocess.Popen:
         """Start `argv` in its own session, isolated (with the seccomp filter) or, opted
         out, as a plain child in `writable` with `env` (which hides nothing: `hidden` is then
         up to the child's audit policy); `kwargs` go to `Popen`."""
@@ -80,25 +80,25 @@ class Isolation:
                                     start_new_session=True, **kwargs)
         with _seccomp_program() as fd:
             cmd = self.command(argv, env, read_only=read_only, hidden=hidden, writable=writable, gpu=gpu,
-                               seccomp=fd)
+                               tmp_mb=tmp_mb, seccomp=fd)
             return subprocess.Popen(cmd, env={}, cwd="/", pass_fds=(*pass_fds, *([fd] if fd is not None else [])),
                                     start_new_session=True, **kwargs)
 
     def command(self, argv: list[str], env: dict[str, str], *, read_only: tuple[str, ...] = (),
                 hidden: tuple[str, ...] = (), writable: str | None = None, gpu: bool = False,
-                seccomp: int | None = None) -> list[str]:
+                tmp_mb: int = 1024, seccomp: int | None = None) -> list[str]:
         """`argv` wrapped so it runs isolated with exactly `env`; `read_only`
         adds host paths (datasets) mounted read-only at the same place; `hidden` host
         paths (datasets, `$NASFLOW_HOME`) that a mount would otherwise show are covered
         (an empty read-only tmpfs over a folder, /dev/null over a file), `read_only`
         paths inside them shown again; `writable` one host directory (a private temp
-        dir) it may write and starts in."""
+        dir) it may write and starts in; `tmp_mb` the size of its private /tmp."""
         if self.bwrap is None:
             return argv
         args = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
                 "--new-session", "--cap-drop", "ALL", "--uid", str(NOBODY), "--gid", str(NOBODY),
-                "--hostname", "sandbox", "--proc", "/proc", "--dev", "/dev", "--tmpfs", SANDBOX_TMP,
-                "--clearenv"]
+                "--hostname", "sandbox", "--proc", "/proc", "--dev", "/dev",
+                "--size", str(tmp_mb << 20), "--tmpfs", SANDBOX_TMP, "--clearenv"]
         for name in _SYSTEM_DIRS:
             host = Path("/", name)
             if host.is_symlink():

@@ -46,9 +46,12 @@ class Limits:
     memory_mb: int = 4096
     file_mb: int = 16
     nprocs: int = 8
+    # All the child may write to its private /tmp (a tmpfs: RAM that the address-space cap does
+    # not count, and without a size the kernel's default of half the host's memory).
+    tmp_mb: int = 1024
 
     def __post_init__(self) -> None:
-        for name in ("wall_s", "cpu_s", "memory_mb", "file_mb"):
+        for name in ("wall_s", "cpu_s", "memory_mb", "file_mb", "tmp_mb"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"Limits.{name} must be > 0, got {getattr(self, name)!r}")
         if self.nprocs < 0:

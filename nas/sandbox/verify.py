@@ -375,7 +375,7 @@ def run_child(module: str, request: dict, limits: Limits, *, args: tuple[str, ..
         pass_fds = (report_w,) if artifact_w is None else (report_w, artifact_w)
         try:
             proc = iso.popen(argv, env, read_only=data_paths(train), hidden=hidden, writable=writable, gpu=gpu,
-                             pass_fds=pass_fds, stdin=subprocess.PIPE,
+                             tmp_mb=limits.tmp_mb, pass_fds=pass_fds, stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         finally:
             for fd in pass_fds:
