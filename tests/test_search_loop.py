@@ -433,6 +433,20 @@ def test_identity_ignores_trials_only():
     assert len(make_spec().identity()) == 16
 
 
+def test_sandbox_tmp_mb_at_its_default_leaves_identities_made_before_it():
+    from nas.evaluators.train import SANDBOX_DEFAULTS
+    from nas.sandbox.limits import Limits
+    from nas.search.spec import SANDBOX_TMP_MB
+
+    assert SANDBOX_TMP_MB == Limits.tmp_mb == SANDBOX_DEFAULTS["tmp_mb"]
+    limits = {"wall_s": 600, "memory_mb": 8192}
+
+    def spec(sandbox):
+        return SearchSpec(Component("nb201"), Component("rea"), Component("table", {"sandbox": sandbox}))
+    assert spec({**limits, "tmp_mb": SANDBOX_TMP_MB}).identity() == spec(limits).identity()
+    assert spec({**limits, "tmp_mb": 2048}).identity() != spec(limits).identity()
+
+
 @pytest.mark.parametrize("content", ["{not json", "", "\x00\x01"])
 def test_corrupt_state_json_names_the_path(finished, evaluator, content):
     state = finished / "state.json"

@@ -45,7 +45,8 @@ if TYPE_CHECKING:  # torch and the data loaders load with the evaluator, not wit
 # hour of wall time on all cores and 8 GB on top of the data.
 log = logging.getLogger(__name__)
 
-SANDBOX_DEFAULTS: dict[str, Any] = {"wall_s": 3600.0, "cpu_s": 4 * 3600, "memory_mb": 8192, "file_mb": 64}
+SANDBOX_DEFAULTS: dict[str, Any] = {"wall_s": 3600.0, "cpu_s": 4 * 3600, "memory_mb": 8192, "file_mb": 64,
+                                   "tmp_mb": 1024}
 # Images the zero-cost proxies see per candidate: one small minibatch keeps them ~1 s on a CPU.
 PROXY_BATCH = 32
 

@@ -17,6 +17,9 @@ from nas.strategies import STRATEGIES, Strategy
 MAX_TRIALS = 1_000_000
 MAX_BATCH_SIZE = 10_000
 MAX_EPOCHS = 10_000
+# The sandbox's /tmp size (`nas.sandbox.Limits.tmp_mb`), added after runs were made: left out of
+# the identity at this default so those runs' identities hold.
+SANDBOX_TMP_MB = 1024
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,9 @@ class SearchSpec:
             d.pop("in_flight")
         if d["evaluator"]["params"].get("trust_self_reported") is not True:
             d["evaluator"]["params"].pop("trust_self_reported", None)
+        sandbox = d["evaluator"]["params"].get("sandbox")
+        if isinstance(sandbox, dict) and sandbox.get("tmp_mb") == SANDBOX_TMP_MB:
+            del sandbox["tmp_mb"]
         if not self.constraint.active:  # identities of unconstrained runs predate constraints
             d.pop("constraint")
         if not self.screen.active:  # nor do those of unscreened runs predate screening
