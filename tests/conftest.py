@@ -94,6 +94,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_export.py::test_model_source_that_cannot_be_exported_is_retrained_in_the_sandbox_and_marked_self_reported":
         ("sandbox",),
     "test_export.py::test_block_file_exports_compiled_source_checked_in_the_sandbox": ("sandbox",),
+    "test_export.py::test_model_source_that_fills_its_work_folder_is_stopped_in_one_line": ("sandbox",),
     "test_fairnad.py": (),
     "test_fairnad.py::test_downscale_asks_for_channel_multiples_and_records_those_not_kept": ("llm",),
     "test_fairnad_e2e.py": ("cli", "sandbox", "llm", "prefect"),

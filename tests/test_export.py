@@ -439,3 +439,16 @@ def test_export_report_naming_a_graph_file_that_is_no_regular_file_is_one_line(t
         "graph": {"format": "onnx", "file": "model.onnx", "check": None, "onnx_error": None}}))
     with pytest.raises(ExportError, match=r"malformed export report \(ValueError: model.onnx missing or not a regular file\)"):
         _read_report(tmp_path / "report.json", exported=True, compared=False)
+
+
+def test_model_source_that_fills_its_work_folder_is_stopped_in_one_line(tmp_path):
+    """The export child writes its files to a host folder (its /tmp is a capped tmpfs, this is not):
+    nasflow watches the folder and stops the child past `tmp_mb`, so many files cannot fill the disk."""
+    from nas.export import ExportError
+    from nas.export.untrusted import run_sandboxed
+    from nas.sandbox.limits import Limits
+
+    hostile = SMALL_MODEL + "\nfor i in range(64):\n    open(f'fill-{i}', 'wb').write(b'x' * (1 << 20))\n"
+    with pytest.raises(ExportError, match=r"^model.py in the sandbox: limits: wrote more than 4 MB to its work folder"):
+        run_sandboxed(tmp_path, hostile, 10, (1, 3, 8, 8), limits=Limits(wall_s=120, tmp_mb=4))
+    assert not any(tmp_path.iterdir())

@@ -39,6 +39,8 @@ def sandbox_limits(spec: Any, params: float | None) -> Limits:
     limits = {**SANDBOX_DEFAULTS, **(spec.evaluator.params.get("sandbox") or {})}
     if params:
         limits["file_mb"] = max(limits["file_mb"], math.ceil(params * 4 * 1.5 / (1 << 20)) + 16)
+    # The work folder holds up to four weight-sized files (weights.pt in; model.pt, the graph, io.pt out).
+    limits["tmp_mb"] = max(limits["tmp_mb"], 4 * limits["file_mb"])
     return Limits(**limits)
 
 

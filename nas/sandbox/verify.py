@@ -42,6 +42,7 @@ STAGES = ("syntax", "import", "instantiate", "forward", "output_shape", "backwar
           "structure", "graph", "train", "done", "limits", "policy", "crash")
 MAX_SEEDS = 16
 _MAX_SOURCE = 1 << 20
+_WATCH_EVERY_S = 0.25  # how often a shared work folder's size is read
 _MAX_ARTIFACT = 512 << 20  # bytes of graph + weights read from the artifact pipe
 # Work outside convolutions and matrix products (per image) that a graph may do beyond its counted
 # FLOPs, per input element: vision models in torchvision do 0.6-20 % of their FLOPs there.
@@ -386,7 +387,8 @@ def run_child(module: str, request: dict, limits: Limits, *, args: tuple[str, ..
         assert proc.stdout is not None  # stdout=PIPE
         with proc.stdout:
             try:
-                run = _collect(proc, report.fileno(), art.fileno() if art else None, deadline)
+                run = _collect(proc, report.fileno(), art.fileno() if art else None, deadline,
+                               watch=workdir, watch_bytes=limits.tmp_mb << 20)
             finally:
                 _kill_group(proc)
         run.returncode = exit_status(proc, iso)
@@ -451,27 +453,37 @@ class ChildRun:
     verdict: object = None
     policy: object = None
     malformed: bool = False
+    disk_full: bool = False  # wrote more than `Limits.tmp_mb` to the shared work folder (killed for it)
     output: bytes = b""
     artifact: bytes = b""
     trained: list = dataclasses.field(default_factory=list)  # one training report per seed, unchecked
 
 
-def _collect(proc: subprocess.Popen, report_fd: int, artifact_fd: int | None, deadline: float) -> ChildRun:
+def _collect(proc: subprocess.Popen, report_fd: int, artifact_fd: int | None, deadline: float,
+             watch: str | None = None, watch_bytes: int = 0) -> ChildRun:
     """Drain the report, artifact and output pipes until all close or the
     deadline passes, keeping bounded amounts of each, so a flooding child
-    never blocks or bloats the caller."""
+    never blocks or bloats the caller. `watch`: a host folder the child writes (no size cap
+    there, unlike its /tmp): over `watch_bytes` in it, the run stops (`disk_full`)."""
     run, report, artifact = ChildRun(), b"", bytearray()
+    next_watch = time.monotonic()
     assert proc.stdout is not None  # stdout=PIPE
     with selectors.DefaultSelector() as sel:
         for fd in (report_fd, artifact_fd, proc.stdout.fileno()):
             if fd is not None:
                 sel.register(fd, selectors.EVENT_READ)
         while sel.get_map():
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
                 run.timed_out = True
                 return run
-            for key, _ in sel.select(left):
+            if watch is not None and now >= next_watch:
+                if _disk_bytes(watch, watch_bytes) > watch_bytes:
+                    run.disk_full = True
+                    return run
+                next_watch = now + _WATCH_EVERY_S
+            for key, _ in sel.select(left if watch is None else min(left, _WATCH_EVERY_S)):
                 chunk = os.read(key.fd, 1 << 16)
                 if not chunk:
                     sel.unregister(key.fd)
@@ -491,12 +503,34 @@ def _collect(proc: subprocess.Popen, report_fd: int, artifact_fd: int | None, de
                     for line in lines:
                         _take(run, line)
     run.artifact = bytes(artifact)
+    if watch is not None and _disk_bytes(watch, watch_bytes) > watch_bytes:
+        run.disk_full = True
+        return run
     while not _exited(proc.pid):
         if time.monotonic() >= deadline:
             run.timed_out = True
             return run
         time.sleep(0.005)
     return run
+
+
+def _disk_bytes(folder: str, cap: int) -> int:
+    """Bytes the files under `folder` occupy (allocated blocks: a sparse file counts what it
+    holds), counted until past `cap`; links are not followed, and each entry counts a block."""
+    total, stack = 0, [folder]
+    while stack and total <= cap:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    st = entry.stat(follow_symlinks=False)
+                    total += max(st.st_blocks * 512, 4096)
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    if total > cap:
+                        break
+        except OSError:
+            continue
+    return total
 
 
 def _exited(pid: int) -> bool:
@@ -545,6 +579,9 @@ def conclude(run: ChildRun, limits: Limits) -> Verdict:
                 and _opt_str(1000)(policy["error"]) and _opt_str(8000)(policy["traceback"])):
             return Verdict(ok=False, stage="policy", error=policy["error"], traceback=policy["traceback"])
         return _crash("malformed policy report from the sandbox", run)
+    if run.disk_full:
+        return Verdict(ok=False, stage="limits",
+                       error=f"limits: wrote more than {limits.tmp_mb} MB to its work folder{during}")
     if run.verdict is not None and not run.malformed:
         try:
             return Verdict.from_child(run.verdict)
