@@ -57,6 +57,7 @@ def test_search_stats_tree(home, tmp_path):
     out = nas(home, "search", "channel attention that reweights feature maps", "-k", "3", "--json")
     assert out.returncode == 0, out.stderr
     hits = json.loads(out.stdout)
+    assert "searching the idea store" in out.stderr  # the embedding model's seconds of loading are not silent
     assert len(hits) == 3 and hits[0]["tag"]["main"] == "adaptive feature recalibration"
     filtered = nas(home, "search", "attention", "--main-category", "efficient convolution")
     assert filtered.returncode == 0 and "efficient convolution" in filtered.stdout

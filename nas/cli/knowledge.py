@@ -112,9 +112,12 @@ def _search(args, settings: dict[str, Any]) -> None:
         tree = kcfg.load_tree()
         if args.main not in tree.mains():
             raise ConfigError(f"unknown main category '{args.main}' (valid: {', '.join(tree.mains())})")
-    store = kcfg.open_store()
-    hits = store.search(args.query, k=args.k, main=args.main, sub=args.sub, granularity=args.granularity,
-                        target=args.target, source=args.source)
+    from nas.status import status
+
+    with status("searching the idea store (the embedding model loads first)"):  # ~10 s on 2 busy cores
+        store = kcfg.open_store()
+        hits = store.search(args.query, k=args.k, main=args.main, sub=args.sub, granularity=args.granularity,
+                            target=args.target, source=args.source)
     if args.json:
         print(json.dumps([{"score": round(h.score, 4), **h.idea.to_dict()} for h in hits], indent=2))
         return
