@@ -121,5 +121,6 @@ def test_ingest_as_a_prefect_flow(tmp_path):
               "--out", str(tmp_path / "rec"))
     assert out.returncode == 0, out.stderr
     assert "accepted 71" in out.stdout and "bad.jsonl:1: corrupt JSON line" in out.stderr
+    assert "starting Prefect's temporary server ...\ningesting as a Prefect flow" in out.stderr  # never silent
     summary = json.loads((tmp_path / "rec/summary.json").read_text())
     assert summary["report"]["papers"] == 71 and summary["ideas_in_store"] == summary["report"]["added"]

@@ -81,8 +81,12 @@ def _ingest(args, settings: dict[str, Any]) -> None:
 
     if args.prefect:
         from nas.orchestration.flows.knowledge import ingest_flow
+        from nas.orchestration.server import start_temporary_server
+        from nas.status import status
 
-        summary = ingest_flow(settings, [str(p) for p in args.paths], str(args.out) if args.out else None)
+        start_temporary_server(show=True)
+        with status("ingesting as a Prefect flow (a task per file)"):  # its tasks draw no bar of their own
+            summary = ingest_flow(settings, [str(p) for p in args.paths], str(args.out) if args.out else None)
         out = Path(summary["record"])
     else:
         tty = sys.stderr.isatty()
