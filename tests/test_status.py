@@ -57,3 +57,23 @@ def test_the_temporary_prefect_server_starts_with_a_status_line(monkeypatch, cap
         assert start_temporary_server(show=True) is None  # a configured server: none of ours
     assert Server.starts == 1
     assert capsys.readouterr().err == "starting Prefect's temporary server ...\n"
+
+
+def test_a_local_worker_pool_says_it_is_starting(monkeypatch, tmp_path, capsys):
+    """runner=local with budget.in_flight > 1: the workers' start was 20 s without a line."""
+    from nas.execute import LocalRunner
+    from nas.pool import WorkerPool
+    from nas.search.spec import Component, SearchSpec
+
+    class Started(Exception):
+        pass
+
+    def start(*args, **kwargs):
+        raise Started  # the status is up by now; no processes needed to see it
+
+    monkeypatch.setattr(WorkerPool, "from_settings", start)
+    spec = SearchSpec(space=Component("nb201"), strategy=Component("random"), evaluator=Component("table"),
+                      trials=2, in_flight=2)
+    with pytest.raises(Started):
+        LocalRunner({"name": "local"}).run(spec, tmp_path, None, progress=True)  # type: ignore[arg-type]
+    assert capsys.readouterr().err == "starting the worker pool ...\n"
