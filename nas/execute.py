@@ -49,9 +49,14 @@ class LocalRunner(SearchRunner):
             raise ConfigError(f"unknown key 'runner.{unknown[0]}' (valid keys of runner=local: "
                               f"{', '.join(self.KEYS[1:])})")
         if spec.in_flight > 1 or self.settings.get("workers") not in (None, 1):  # a bad value: assign_slots says
-            from nas.pool import WorkerPool
+            from contextlib import nullcontext
 
-            pool = WorkerPool.from_settings(spec.to_dict(), self.settings, spec.in_flight)
+            from nas.pool import WorkerPool
+            from nas.status import status
+
+            # each worker imports and builds the evaluator before the first trial: seconds each, in parallel
+            with status("starting the worker pool") if progress else nullcontext():
+                pool = WorkerPool.from_settings(spec.to_dict(), self.settings, spec.in_flight)
             try:
                 summary = SearchLoop(spec, run_dir, pool, progress=progress, runner="local",
                                      evaluator_fingerprint=evaluator.fingerprint()).run_search()

@@ -175,6 +175,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_supernet_train.py::test_cli_trains_a_supernet_then_searches_with_it": ("cli",),
     "test_proxies.py": (),
     "test_proxies.py::test_model_source_gets_its_proxies_from_the_exported_graph": ("sandbox",),
+    "test_status.py": (),
     "test_table_evaluator.py": (),
     "test_train.py": (),
     "test_train_e2e.py": ("cli",),

@@ -57,6 +57,7 @@ def test_search_stats_tree(home, tmp_path):
     out = nas(home, "search", "channel attention that reweights feature maps", "-k", "3", "--json")
     assert out.returncode == 0, out.stderr
     hits = json.loads(out.stdout)
+    assert "searching the idea store" in out.stderr  # the embedding model's seconds of loading are not silent
     assert len(hits) == 3 and hits[0]["tag"]["main"] == "adaptive feature recalibration"
     filtered = nas(home, "search", "attention", "--main-category", "efficient convolution")
     assert filtered.returncode == 0 and "efficient convolution" in filtered.stdout
@@ -120,5 +121,6 @@ def test_ingest_as_a_prefect_flow(tmp_path):
               "--out", str(tmp_path / "rec"))
     assert out.returncode == 0, out.stderr
     assert "accepted 71" in out.stdout and "bad.jsonl:1: corrupt JSON line" in out.stderr
+    assert "starting Prefect's temporary server ...\ningesting as a Prefect flow" in out.stderr  # never silent
     summary = json.loads((tmp_path / "rec/summary.json").read_text())
     assert summary["report"]["papers"] == 71 and summary["ideas_in_store"] == summary["report"]["added"]

@@ -256,7 +256,8 @@ def test_idea_list_import_tags_every_idea(tmp_path, store, embedder):
         "Apply layer normalization before the multi-head self-attention layer.",
     ])]
     (tmp_path / "insp.json").write_text(json.dumps(ideas))
-    report = Reader(store, TREE, EmbeddingTagger(TREE, embedder)).ingest([tmp_path / "insp.json"])
+    # progress=True: `nas knowledge ingest` on a terminal (its tagging bar once lacked the bar's `llm` field)
+    report = Reader(store, TREE, EmbeddingTagger(TREE, embedder)).ingest([tmp_path / "insp.json"], progress=True)
     assert (report.idea_lists, report.added, report.tagged) == (1, 3, {"embed": 3})
     mains = {i.text[:10]: i.tag.main for i in store.ideas()}
     assert mains["Use squeez"] == "adaptive feature recalibration"

@@ -81,8 +81,12 @@ def _ingest(args, settings: dict[str, Any]) -> None:
 
     if args.prefect:
         from nas.orchestration.flows.knowledge import ingest_flow
+        from nas.orchestration.server import start_temporary_server
+        from nas.status import status
 
-        summary = ingest_flow(settings, [str(p) for p in args.paths], str(args.out) if args.out else None)
+        start_temporary_server(show=True)
+        with status("ingesting as a Prefect flow (a task per file)"):  # its tasks draw no bar of their own
+            summary = ingest_flow(settings, [str(p) for p in args.paths], str(args.out) if args.out else None)
         out = Path(summary["record"])
     else:
         tty = sys.stderr.isatty()
@@ -112,9 +116,12 @@ def _search(args, settings: dict[str, Any]) -> None:
         tree = kcfg.load_tree()
         if args.main not in tree.mains():
             raise ConfigError(f"unknown main category '{args.main}' (valid: {', '.join(tree.mains())})")
-    store = kcfg.open_store()
-    hits = store.search(args.query, k=args.k, main=args.main, sub=args.sub, granularity=args.granularity,
-                        target=args.target, source=args.source)
+    from nas.status import status
+
+    with status("searching the idea store (the embedding model loads first)"):  # ~10 s on 2 busy cores
+        store = kcfg.open_store()
+        hits = store.search(args.query, k=args.k, main=args.main, sub=args.sub, granularity=args.granularity,
+                            target=args.target, source=args.source)
     if args.json:
         print(json.dumps([{"score": round(h.score, 4), **h.idea.to_dict()} for h in hits], indent=2))
         return

@@ -31,13 +31,28 @@ def main(argv: list[str]) -> None:
                 fail(str(err))
     if not set(flags) - set(MULTIRUN):  # --help, --cfg job, ...: Hydra's own, nothing is written
         try:
-            specs = [check_job(job) for job in job_overrides([a for a in argv if a not in MULTIRUN], bool(flags))]
-            for spec in {repr({**spec.to_dict(), "seed": 0}): spec for spec in specs}.values():
-                check_build(spec)  # the slow part (an evaluator may load a table): once per distinct job but seed
+            check_jobs(job_overrides([a for a in argv if a not in MULTIRUN], bool(flags)))
         except NasError as err:
             fail(str(err))
     sys.argv = ["nas search", *argv]
     _hydra_entry()
+
+
+def check_jobs(jobs: list[list[str]]) -> None:
+    """Every job's config, then its components once per distinct job but seed (the slow part: an
+    evaluator may load a table); a sweep's checks take about a second a job, so they show progress."""
+    if len(jobs) == 1:
+        check_build(check_job(jobs[0]))
+        return
+    from nas.status import status
+
+    with status(f"checking {len(jobs)} jobs", total=len(jobs)) as advance:
+        specs = []
+        for job in jobs:
+            specs.append(check_job(job))
+            advance()
+        for spec in {repr({**spec.to_dict(), "seed": 0}): spec for spec in specs}.values():
+            check_build(spec)
 
 
 def _hydra_entry() -> None:

@@ -270,7 +270,7 @@ class Reader:
         ideas = [Idea(text, source=item.source, paper_id=str(d.get("paper_id", "")),
                       extra={"id": d.get("id")} if d.get("id") is not None else {})
                  for d in item.ideas if (text := clean_idea(d["text"]))]
-        task = bar.add_task(f"tagging {Path(item.source).name}", total=len(ideas))
+        task = bar.add_task(f"tagging {Path(item.source).name}", total=len(ideas), llm="")  # the bar shows `llm`
         chunk = 256
         for lo in range(0, len(ideas), chunk):
             part = ideas[lo: lo + chunk]

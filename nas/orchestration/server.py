@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+from typing import Any
+
 from nas.errors import NasError
 
 START_SERVER = ("start a server with `prefect server start --host 127.0.0.1` and "
@@ -37,3 +40,23 @@ def ui_warning(url: str) -> str | None:
         return None
     return (f"nas serve: warning: the server's UI calls the API at {ui_api}, not {url}; restart it with "
             f"PREFECT_UI_API_URL={url} prefect server start ...")
+
+
+def start_temporary_server(show: bool) -> Any | None:
+    """Prefect's temporary API server for this process (Prefect starts the same one, once, on
+    its first API call), started here so that its ten-odd silent seconds show a status line;
+    None when PREFECT_API_URL names a server."""
+    from prefect.settings import PREFECT_API_URL
+
+    if PREFECT_API_URL.value():
+        return None
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()  # one per process: the flow's API calls find it running
+    if not server.running:
+        from nas.status import status
+
+        with status("starting Prefect's temporary server") \
+                if show else nullcontext():
+            server.start()
+    return server

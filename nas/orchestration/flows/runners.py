@@ -13,6 +13,7 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
 from nas.errors import ConfigError, MissingDependencyError
+from nas.orchestration.server import start_temporary_server
 from nas.search.slots import assign_slots, visible_gpus
 
 FLOW_RUNNERS = ("prefect", "processes", "dask", "ray")
@@ -70,17 +71,15 @@ def build_task_runner(runner: dict[str, Any], gpus: list[str] | None = None) -> 
 
 
 @contextmanager
-def shared_api(runner: dict[str, Any]) -> Iterator[None]:
-    """Task runs in other processes report to the flow's Prefect API; with no
-    server configured each worker would start its own ephemeral one on the same
-    database (slow, and they contend for it), so start it here and pass its URL on."""
-    if runner.get("name", "prefect") == "prefect" or PREFECT_API_URL.value():
+def shared_api(runner: dict[str, Any], show: bool = False) -> Iterator[None]:
+    """With no server configured, the flow's temporary one starts here (`show`: with a status
+    line). Task runs in other processes report to the flow's Prefect API; each worker would
+    otherwise start its own temporary server on the same database (slow, and they contend
+    for it), so its URL is passed on."""
+    server = start_temporary_server(show)
+    if runner.get("name", "prefect") == "prefect" or server is None:
         yield
         return
-    from prefect.server.api.server import SubprocessASGIServer
-
-    server = SubprocessASGIServer()  # the one Prefect would start for the flow (one per process)
-    server.start()
     with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
         yield
 

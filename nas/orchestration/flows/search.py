@@ -52,7 +52,7 @@ def run_search_flow(spec: SearchSpec, run_dir: Path, *, progress: bool, retries:
         task_runner=build_task_runner(runner),
         flow_run_name=run_name(spec),
     )
-    with shared_api(runner):
+    with shared_api(runner, show=progress):
         return named(spec.to_dict(), str(run_dir), retries, progress, runner.get("name", "prefect"), dict(runner))
 
 

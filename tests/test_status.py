@@ -1,0 +1,79 @@
+"""Slow steps with nothing to count say what they do (nas/status.py): a sweep's job checks and
+Prefect's temporary server start were tens of silent seconds before the first line."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+import nas.status
+from nas.cli import search as search_cli
+from nas.status import status
+
+
+def test_off_a_terminal_a_step_says_what_it_does_once(capsys):
+    with status("loading", tty=False):
+        pass
+    with status("counting", total=3, tty=False):  # a counted step that ends at once says nothing
+        pass
+    assert capsys.readouterr().err == "loading ...\n"
+
+
+def test_a_sweeps_job_checks_show_progress_and_a_bad_first_job_still_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(search_cli, "_hydra_entry", lambda: None)  # the checks alone, no run
+    monkeypatch.setattr(nas.status, "PLAIN_AFTER_S", 0.0)
+    search_cli.main(["-m", "space=nb201", "seed=0,1"])
+    assert "checking 2 jobs ...\n" in capsys.readouterr().err
+    monkeypatch.setattr(nas.status, "PLAIN_AFTER_S", 3600.0)
+    with pytest.raises(SystemExit):
+        search_cli.main(["-m", "space=nb201", "strategy=nader,random"])
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("nas: error: strategy=nader searches space=nader"), err
+
+
+def test_the_temporary_prefect_server_starts_with_a_status_line(monkeypatch, capsys):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from nas.orchestration.server import start_temporary_server
+
+    class Server:
+        running, starts = False, 0
+
+        def start(self) -> None:
+            Server.starts += 1
+            Server.running = True
+
+    fake = types.ModuleType("prefect.server.api.server")
+    fake.SubprocessASGIServer = Server  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "prefect.server.api.server", fake)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    with temporary_settings(updates={PREFECT_API_URL: None}):
+        assert isinstance(start_temporary_server(show=True), Server)
+        start_temporary_server(show=True)  # already running: nothing to say
+    with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:9/api"}):
+        assert start_temporary_server(show=True) is None  # a configured server: none of ours
+    assert Server.starts == 1
+    assert capsys.readouterr().err == "starting Prefect's temporary server ...\n"
+
+
+def test_a_local_worker_pool_says_it_is_starting(monkeypatch, tmp_path, capsys):
+    """runner=local with budget.in_flight > 1: the workers' start was 20 s without a line."""
+    from nas.execute import LocalRunner
+    from nas.pool import WorkerPool
+    from nas.search.spec import Component, SearchSpec
+
+    class Started(Exception):
+        pass
+
+    def start(*args, **kwargs):
+        raise Started  # the status is up by now; no processes needed to see it
+
+    monkeypatch.setattr(WorkerPool, "from_settings", start)
+    spec = SearchSpec(space=Component("nb201"), strategy=Component("random"), evaluator=Component("table"),
+                      trials=2, in_flight=2)
+    with pytest.raises(Started):
+        LocalRunner({"name": "local"}).run(spec, tmp_path, None, progress=True)  # type: ignore[arg-type]
+    assert capsys.readouterr().err == "starting the worker pool ...\n"
