@@ -1,6 +1,7 @@
 """`nas search`: every job's config is composed and checked before Hydra runs, so a
 rejected command leaves no run dir and says why in one line; each job then takes its
-run dir's lock before anything is written there (`.hydra/`, `search.log`)."""
+run dir's lock before anything is written there (`.hydra/`, `search.log`), and a job that
+fails before its search writes anything removes them again."""
 
 from __future__ import annotations
 
@@ -56,10 +57,15 @@ def _hydra_entry() -> None:
             container = OmegaConf.to_container(cfg, resolve=True)
             spec = SearchSpec.from_config(container)
             run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
-            with RunDir(run_dir).lock():  # before anything is written: another search may own the dir
-                save_hydra_files(run_dir / ".hydra", cfg)
-                summary = execute(spec, run_dir, container.get("runner") or {},
-                                  bool(container.get("progress", True)))
+            run = RunDir(run_dir)
+            with run.lock():  # before anything is written: another search may own the dir
+                try:
+                    save_hydra_files(run_dir / ".hydra", cfg)
+                    summary = execute(spec, run_dir, container.get("runner") or {},
+                                      bool(container.get("progress", True)))
+                except BaseException:  # a start that failed (Prefect's, a runner setting's) leaves no dir
+                    run.discard_unstarted()
+                    raise
         except NasError as err:
             fail(str(err))
         except KeyboardInterrupt:  # Ctrl-C: the saved state resumes the search; no traceback
@@ -72,6 +78,9 @@ def _hydra_entry() -> None:
 def interrupted(run_dir: Path) -> None:
     from nas.search.rundir import RunDir
 
+    if not run_dir.exists():  # removed: nothing had been written (RunDir.discard_unstarted)
+        print("nas: interrupted before the search started; nothing was saved", file=sys.stderr)
+        raise SystemExit(130)
     trials = RunDir(run_dir).saved_trials()
     print(f"nas: interrupted after {trials} trial{'s' * (trials != 1)}; run the same command to resume "
           f"(run dir: {run_dir})", file=sys.stderr)
