@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import logging
 import os
 import sqlite3
 import subprocess
@@ -37,6 +38,17 @@ def configure_prefect_env() -> None:
         path.mkdir(parents=True, exist_ok=True)  # Prefect's sqlite cannot create its folder
         os.environ[key] = str(path)
     guard_ephemeral_server()
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        if not any(isinstance(f, _QuietInterrupt) for f in logging.getLogger(name).filters):
+            logging.getLogger(name).addFilter(_QuietInterrupt())
+
+
+class _QuietInterrupt(logging.Filter):
+    """Drops Prefect's ERROR line "Crash detected! Execution was aborted by an interrupt signal."
+    on Ctrl-C (the run is still marked crashed): `nas` says it in one line, with what to do."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().endswith("aborted by an interrupt signal.")
 
 
 def check_prefect_database() -> None:
