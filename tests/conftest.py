@@ -107,6 +107,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_flow.py::test_llm_cache_false_asks_the_model_on_every_run": ("llm",),
     "test_graph.py": (),
     "test_hostile.py": ("sandbox", "cli"),
+    "test_interrupt.py": (),
     "test_io_compare.py": (),
     "test_isolation.py": ("sandbox",),
     "test_isolation.py::test_cli_refuses_model_source_without_isolation": ("cli",),

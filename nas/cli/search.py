@@ -5,6 +5,7 @@ fails before its search writes anything removes them again."""
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ def _hydra_entry() -> None:
             spec = SearchSpec.from_config(container)
             run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
             run = RunDir(run_dir)
+            signal.signal(signal.SIGINT, interrupt_once)
             with run.lock():  # before anything is written: another search may own the dir
                 try:
                     save_hydra_files(run_dir / ".hydra", cfg)
@@ -73,6 +75,13 @@ def _hydra_entry() -> None:
         print_summary(run_dir, summary)
 
     search()
+
+
+def interrupt_once(signum: int, frame: Any) -> None:
+    """Ctrl-C as Python's default, once: a second one while the first unwinds (Prefect's
+    shutdown, its server's stop at exit) would end in a traceback instead of the one line."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def interrupted(run_dir: Path) -> None:
