@@ -60,8 +60,10 @@ class LocalRunner(SearchRunner):
             try:
                 summary = SearchLoop(spec, run_dir, pool, progress=progress, runner="local",
                                      evaluator_fingerprint=evaluator.fingerprint()).run_search()
-            finally:
-                pool.close()
+            except BaseException:  # Ctrl-C or an error: what is running is evaluated again on resume
+                pool.close(grace=0.0)
+                raise
+            pool.close()
         else:
             executor = LocalExecutor(evaluator, spec.seed if evaluator.uses_seed else None)
             summary = SearchLoop(spec, run_dir, executor, progress=progress, runner="local",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -98,13 +99,14 @@ class WorkerPool:
             self._dispatch()
         return self._done.popleft()
 
-    def close(self) -> None:
+    def close(self, grace: float = 5.0) -> None:
+        """Stop the workers: each finishes its evaluation within `grace` seconds or is killed."""
         for worker in self._workers:
             try:
                 worker.conn.send(None)
             except OSError:
                 pass
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + grace
         for worker in self._workers:
             try:
                 worker.process.wait(max(0.0, deadline - time.monotonic()))
@@ -230,4 +232,7 @@ def _receive(conn: Connection) -> Any:
 
 
 if __name__ == "__main__":
+    # A terminal's Ctrl-C reaches the whole process group: the pool's process handles it (and
+    # stops this one); here it was a KeyboardInterrupt traceback per worker.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _serve(Connection(int(sys.argv[1])))

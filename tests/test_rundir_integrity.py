@@ -460,3 +460,19 @@ def test_train_evaluator_accepts_trust_as_a_bool_outside_its_fingerprint():
     assert plain.fingerprint() == trusting.fingerprint() and spec.identity() != trusting_spec.identity()
     with pytest.raises(ConfigError, match="parameter 'trust_self_reported' must be bool, got 1"):
         evaluator("evaluator.trust_self_reported=1")
+
+
+def test_a_start_that_failed_leaves_no_run_dir_but_a_started_search_keeps_its_files(tmp_path):
+    """`.lock` and `.hydra/` alone are what a start writes before the search: removed; anything else keeps the dir."""
+    unstarted, started = RunDir(tmp_path / "unstarted"), RunDir(tmp_path / "started")
+    for run in (unstarted, started):
+        with run.lock():
+            (run.path / ".hydra").mkdir()
+            (run.path / ".hydra" / "config.yaml").write_text("seed: 0\n")
+            if run is started:
+                run.state_path.write_text("{}")
+            run.discard_unstarted()
+    assert not unstarted.path.exists()
+    assert sorted(p.name for p in started.path.iterdir()) == [".hydra", ".lock", "state.json"]
+    with unstarted.lock():  # the lock is free again, on a new file
+        assert unstarted.lock_path.exists()

@@ -1,9 +1,11 @@
 """`nas search`: every job's config is composed and checked before Hydra runs, so a
 rejected command leaves no run dir and says why in one line; each job then takes its
-run dir's lock before anything is written there (`.hydra/`, `search.log`)."""
+run dir's lock before anything is written there (`.hydra/`, `search.log`), and a job that
+fails before its search writes anything removes them again."""
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -71,10 +73,16 @@ def _hydra_entry() -> None:
             container = OmegaConf.to_container(cfg, resolve=True)
             spec = SearchSpec.from_config(container)
             run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
-            with RunDir(run_dir).lock():  # before anything is written: another search may own the dir
-                save_hydra_files(run_dir / ".hydra", cfg)
-                summary = execute(spec, run_dir, container.get("runner") or {},
-                                  bool(container.get("progress", True)))
+            run = RunDir(run_dir)
+            signal.signal(signal.SIGINT, interrupt_once)
+            with run.lock():  # before anything is written: another search may own the dir
+                try:
+                    save_hydra_files(run_dir / ".hydra", cfg)
+                    summary = execute(spec, run_dir, container.get("runner") or {},
+                                      bool(container.get("progress", True)))
+                except BaseException:  # a start that failed (Prefect's, a runner setting's) leaves no dir
+                    run.discard_unstarted()
+                    raise
         except NasError as err:
             fail(str(err))
         except KeyboardInterrupt:  # Ctrl-C: the saved state resumes the search; no traceback
@@ -84,9 +92,19 @@ def _hydra_entry() -> None:
     search()
 
 
+def interrupt_once(signum: int, frame: Any) -> None:
+    """Ctrl-C as Python's default, once: a second one while the first unwinds (Prefect's
+    shutdown, its server's stop at exit) would end in a traceback instead of the one line."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def interrupted(run_dir: Path) -> None:
     from nas.search.rundir import RunDir
 
+    if not run_dir.exists():  # removed: nothing had been written (RunDir.discard_unstarted)
+        print("nas: interrupted before the search started; nothing was saved", file=sys.stderr)
+        raise SystemExit(130)
     trials = RunDir(run_dir).saved_trials()
     print(f"nas: interrupted after {trials} trial{'s' * (trials != 1)}; run the same command to resume "
           f"(run dir: {run_dir})", file=sys.stderr)

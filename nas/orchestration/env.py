@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import logging
 import os
+import sqlite3
 import subprocess
 import sys
 import types
 from pathlib import Path
 
+from nas.errors import InputError
 from nas.home import home
 
 
@@ -35,6 +38,66 @@ def configure_prefect_env() -> None:
         path.mkdir(parents=True, exist_ok=True)  # Prefect's sqlite cannot create its folder
         os.environ[key] = str(path)
     guard_ephemeral_server()
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        if not any(isinstance(f, _QuietInterrupt) for f in logging.getLogger(name).filters):
+            logging.getLogger(name).addFilter(_QuietInterrupt())
+
+
+class _QuietInterrupt(logging.Filter):
+    """Drops Prefect's ERROR line "Crash detected! Execution was aborted by an interrupt signal."
+    on Ctrl-C (the run is still marked crashed): `nas` says it in one line, with what to do."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().endswith("aborted by an interrupt signal.")
+
+
+def check_prefect_database() -> None:
+    """On a damaged SQLite file Prefect's ephemeral server fails its start until the startup
+    timeout (minutes), then says only "Timed out while attempting to connect": check the file
+    first. Nothing to check with a server of the user's (PREFECT_API_URL) or another database."""
+    from prefect.settings import get_current_settings
+    from sqlalchemy.engine import make_url
+
+    settings = get_current_settings()
+    url = settings.server.database.connection_url
+    url = make_url(url.get_secret_value() if url is not None else "")
+    if settings.api.url or not url.drivername.startswith("sqlite") or not url.database \
+            or ":memory:" in str(url) or "mode=memory" in str(url):
+        return
+    check_sqlite(Path(url.database).expanduser())
+
+
+def check_sqlite(path: Path) -> None:
+    """An InputError naming `path` when it is not a sound SQLite database: its header, then
+    `PRAGMA quick_check` (reads every page: well under a second for hundreds of MB).
+    A missing or empty file is sound (SQLite makes a new database there); a busy or
+    unopenable one is left to its user to report."""
+    try:
+        with path.open("rb") as f:
+            header = f.read(16)
+    except OSError:
+        return
+    problem = None
+    if header and header != b"SQLite format 3\0":
+        problem = "not an SQLite file"
+    else:
+        try:
+            db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+            try:
+                rows = db.execute("PRAGMA quick_check(1)").fetchall()
+            finally:
+                db.close()
+            if rows != [("ok",)]:
+                problem = " ".join(str(rows[0][0]).split()) if rows else "quick_check failed"
+        except sqlite3.OperationalError:
+            return  # locked, unreadable: not damage
+        except sqlite3.DatabaseError as err:
+            problem = str(err)
+    if problem is not None:
+        raise InputError(
+            f"{path}: Prefect's database is damaged ({problem}); move it aside, with any {path.name}-wal and "
+            f"{path.name}-shm beside it, and run again: Prefect makes a new one (it holds Prefect's run records "
+            f"only; nasflow keeps its results in the run dirs and its caches as files under {home()})")
 
 
 class _GuardedPopen(subprocess.Popen):

@@ -24,10 +24,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from nas.search.record import TrialRecord, record_at
 
 STATE_VERSION = 1
 LOCK_NAME = ".lock"
+UNSTARTED = {LOCK_NAME, ".hydra"}  # all a run dir holds before its search writes anything
 NEW_DIR = "use a new hydra.run.dir"
 
 # Lock files this process holds → [fd, depth]: the CLI takes the lock before it starts
@@ -102,6 +104,17 @@ class RunDir:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return fd
+
+    def discard_unstarted(self) -> None:
+        """Remove this dir when it holds only `.lock` and `.hydra/` (what a start writes before
+        the search): a start that failed leaves no empty run dir behind. Call holding `lock()`;
+        the final rmdir keeps the dir if another process added a file meanwhile."""
+        with suppress(OSError):
+            if not {p.name for p in self.path.iterdir()} <= UNSTARTED:
+                return
+            shutil.rmtree(self.path / ".hydra", ignore_errors=True)
+            self.lock_path.unlink(missing_ok=True)  # the fd held stays valid; a new lock() makes a new file
+            self.path.rmdir()
 
     def prepare(self, fields: dict[str, Any], batch_lines: int) -> Resume | None:
         """Create the directory, or return what a previous run left to resume

@@ -5,7 +5,6 @@ line's are (nas/config.py): a search's unknown group option or key fails its run
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from prefect.runtime import flow_run
 
 from nas.config import check_config, check_job, compose_config
 from nas.execute import execute
+from nas.search.rundir import RunDir
 
 RUN_DIR = "hydra.run.dir="
 
@@ -33,14 +33,15 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     cfg = compose_config(job)
     run_dir = Path(dirs[-1]).resolve() if dirs else new_run_dir(Path(root).resolve(), run_name(spec))
     made = not dirs or not run_dir.exists()  # a given dir that is not there yet is this run's too
-    try:
-        _rename_flow_run(run_dir.name if not dirs else run_name(spec))
-        summary = execute(spec, run_dir, cfg.get("runner") or {}, progress=False)
-    except BaseException:
-        if made:  # the dir this run made, while it holds nothing (rmdir refuses any other)
-            with contextlib.suppress(OSError):
-                run_dir.rmdir()
-        raise
+    run = RunDir(run_dir)
+    with run.lock():  # taken again by `execute`; held here to remove the dir a failed start made
+        try:
+            _rename_flow_run(run_dir.name if not dirs else run_name(spec))
+            summary = execute(spec, run_dir, cfg.get("runner") or {}, progress=False)
+        except BaseException:
+            if made:
+                run.discard_unstarted()
+            raise
     return {"run_dir": str(run_dir), **summary}
 
 

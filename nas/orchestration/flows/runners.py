@@ -5,8 +5,11 @@ code changes: evaluations are tasks, and the task runner decides where they run.
 from __future__ import annotations
 
 import os
+import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from multiprocessing import resource_tracker
 from typing import Any
 
 from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -26,7 +29,7 @@ def build_task_runner(runner: dict[str, Any], gpus: list[str] | None = None) -> 
     if name == "prefect":
         return ThreadPoolTaskRunner(max_workers=positive_setting(runner, "workers", 4))
     if name == "processes":
-        return ProcessPoolTaskRunner(max_workers=positive_setting(runner, "workers", 2))
+        return InterruptibleProcessPool(max_workers=positive_setting(runner, "workers", 2))
     if name == "dask":
         # distributed logs each worker's start and stop at INFO; read when it is first imported.
         os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
@@ -68,6 +71,39 @@ def build_task_runner(runner: dict[str, Any], gpus: list[str] | None = None) -> 
             init["num_cpus"] = positive_setting(runner, "num_cpus", 1)
         return RayTaskRunner(init_kwargs=init)
     raise ConfigError(f"unknown runner '{name}' (valid: local, {', '.join(FLOW_RUNNERS)})")
+
+
+def _ignore_interrupt() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class InterruptibleProcessPool(ProcessPoolTaskRunner):
+    """Prefect's process pool, for Ctrl-C: a terminal sends SIGINT to the whole process group,
+    and an idle worker died of it with a traceback, so workers ignore it. The flow's process
+    handles it and on its way out stops the workers rather than wait for their evaluations
+    (finished ones are in the task cache; a resume evaluates the others again)."""
+
+    def __init__(self, max_workers: int | None = None) -> None:
+        super().__init__(max_workers=max_workers, initializer=_ignore_interrupt)
+
+    def __enter__(self) -> InterruptibleProcessPool:
+        # A worker stopped mid-task leaves the semaphores of Prefect's per-task state registered;
+        # the resource tracker (shared with the workers, started here unless running) removes
+        # them at exit, and its warning about them would follow the one interrupt line.
+        saved = list(sys.warnoptions)
+        sys.warnoptions.append("ignore::UserWarning:multiprocessing.resource_tracker")
+        try:
+            resource_tracker.ensure_running()
+        finally:
+            sys.warnoptions[:] = saved
+        return super().__enter__()
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
+        # Ctrl-C, SIGTERM (Prefect's TerminationSignal), exit: not an evaluation's error
+        if exc_type is not None and not issubclass(exc_type, Exception) and self._executor is not None:
+            for process in list(self._executor._processes.values()):
+                process.terminate()
+        super().__exit__(exc_type, exc_value, traceback)
 
 
 @contextmanager
