@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from nas.cli.search import interrupt_once
+from nas.cli.search import interrupt_once, interrupted
 from nas.orchestration.flows.runners import build_task_runner
 
 
@@ -24,6 +24,14 @@ def test_a_second_ctrl_c_while_the_first_unwinds_is_ignored():
     finally:
         signal.signal(signal.SIGINT, previous)
 
+
+
+def test_ctrl_c_before_the_run_dir_is_known_is_the_nothing_saved_line(capsys):
+    """Ctrl-C while the config resolves: no run dir yet (it raised a NameError in the handler)."""
+    with pytest.raises(SystemExit) as info:
+        interrupted(None)
+    assert info.value.code == 130
+    assert capsys.readouterr().err == "nas: interrupted before the search started; nothing was saved\n"
 
 def test_process_workers_ignore_ctrl_c_and_stop_with_the_flows_interrupt():
     """An idle worker died of SIGINT with a traceback; a busy one was waited for (an evaluation

@@ -69,6 +69,7 @@ def _hydra_entry() -> None:
         from nas.search.rundir import RunDir
         from nas.search.spec import SearchSpec
 
+        run_dir: Path | None = None  # Ctrl-C may come before it is known
         try:
             container = OmegaConf.to_container(cfg, resolve=True)
             spec = SearchSpec.from_config(container)
@@ -83,11 +84,11 @@ def _hydra_entry() -> None:
                 except BaseException:  # a start that failed (Prefect's, a runner setting's) leaves no dir
                     run.discard_unstarted()
                     raise
+            print_summary(run_dir, summary)
         except NasError as err:
             fail(str(err))
         except KeyboardInterrupt:  # Ctrl-C: the saved state resumes the search; no traceback
             interrupted(run_dir)
-        print_summary(run_dir, summary)
 
     search()
 
@@ -99,10 +100,10 @@ def interrupt_once(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def interrupted(run_dir: Path) -> None:
+def interrupted(run_dir: Path | None) -> None:
     from nas.search.rundir import RunDir
 
-    if not run_dir.exists():  # removed: nothing had been written (RunDir.discard_unstarted)
+    if run_dir is None or not run_dir.exists():  # removed: nothing had been written (RunDir.discard_unstarted)
         print("nas: interrupted before the search started; nothing was saved", file=sys.stderr)
         raise SystemExit(130)
     trials = RunDir(run_dir).saved_trials()
