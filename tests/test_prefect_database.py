@@ -82,3 +82,21 @@ def test_nas_search_on_a_damaged_database_fails_at_once_and_leaves_no_run_dir(tm
         f"Prefect's run records only; nasflow keeps its results in the run dirs and its caches as files "
         f"under {nas_env['NASFLOW_HOME']})"]
     assert not run_dir.exists()
+
+
+def test_prefect_client_telemetry_is_off_like_the_servers_analytics(tmp_path):
+    """No first-run telemetry notice on a terminal and no calls home (an offline machine's would only
+    fail); a user's own DO_NOT_TRACK wins."""
+    import subprocess
+    import sys
+
+    probe = ("import os; from nas.orchestration.env import configure_prefect_env; configure_prefect_env(); "
+             "from prefect._internal.analytics.enabled import is_telemetry_enabled; "
+             "print(os.environ['DO_NOT_TRACK'], is_telemetry_enabled())")
+    env = {k: v for k, v in os.environ.items() if k != "DO_NOT_TRACK" and not k.startswith("PREFECT_")}
+    env["NASFLOW_HOME"] = str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == ["1", "False"], out.stderr
+    out = subprocess.run([sys.executable, "-c", probe], env={**env, "DO_NOT_TRACK": "0"}, capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.split()[0] == "0", out.stderr

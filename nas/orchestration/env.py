@@ -25,6 +25,7 @@ def configure_prefect_env() -> None:
         "PREFECT_HOME": str(base / "prefect"),
         "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(base / "cache"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",  # Prefect's client-side telemetry (a first-run notice, then calls home), too
         "PREFECT_LOGGING_LEVEL": "WARNING",
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
         # The ephemeral server is stopped at exit while its event recorder may
