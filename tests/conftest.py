@@ -139,6 +139,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_prefect_artifacts.py::test_serve_warns_when_the_ui_calls_another_api": ("cli",),
     "test_prefect_database.py": (),
     "test_prefect_database.py::test_nas_search_on_a_damaged_database_fails_at_once_and_leaves_no_run_dir": ("cli",),
+    "test_prefect_database.py::test_knowledge_ingest_as_a_flow_on_a_damaged_database_fails_at_once": ("cli",),
     "test_readme_commands.py": ("cli", "prefect"),
     "test_regression.py": (),
     "test_regression.py::test_cli_bad_input_exits_2_with_one_line": ("cli",),

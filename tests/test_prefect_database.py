@@ -84,6 +84,17 @@ def test_nas_search_on_a_damaged_database_fails_at_once_and_leaves_no_run_dir(tm
     assert not run_dir.exists()
 
 
+
+def test_knowledge_ingest_as_a_flow_on_a_damaged_database_fails_at_once(tmp_path, nas_env):
+    """The check sits where the temporary server starts, so every command that starts it has it."""
+    db = Path(nas_env["NASFLOW_HOME"]) / "prefect" / "prefect.db"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(os.urandom(PAGE))
+    out = run_nas(["knowledge", "ingest", "--prefect", "--out", str(tmp_path / "ingest")], nas_env, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1].startswith(f"nas: error: {db}: Prefect's database is damaged")
+    assert not (tmp_path / "ingest").exists()
+
 def test_prefect_client_telemetry_is_off_like_the_servers_analytics(tmp_path):
     """No first-run telemetry notice on a terminal and no calls home (an offline machine's would only
     fail); a user's own DO_NOT_TRACK wins."""

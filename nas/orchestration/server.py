@@ -54,9 +54,10 @@ def start_temporary_server(show: bool) -> Any | None:
 
     server = SubprocessASGIServer()  # one per process: the flow's API calls find it running
     if not server.running:
+        from nas.orchestration.env import check_prefect_database
         from nas.status import status
 
-        with status("starting Prefect's temporary server") \
-                if show else nullcontext():
+        check_prefect_database()  # a damaged one would cost minutes and end in "Timed out ..."
+        with status("starting Prefect's temporary server") if show else nullcontext():
             server.start()
     return server

@@ -10,7 +10,6 @@ from prefect import flow
 
 from nas.evaluators.base import Evaluator
 from nas.execute import RUNNERS, SearchRunner
-from nas.orchestration.env import check_prefect_database
 from nas.orchestration.flows.artifacts import SearchArtifacts
 from nas.orchestration.flows.placement import open_executor
 from nas.orchestration.flows.runners import build_task_runner, shared_api
@@ -48,7 +47,6 @@ def run_search_flow(spec: SearchSpec, run_dir: Path, *, progress: bool, retries:
                     runner: dict[str, Any] | None = None) -> dict[str, Any]:
     """`runner` (the config group's dict) picks the task runner: threads, processes,
     Dask or Ray; without one, a thread pool of `workers`."""
-    check_prefect_database()  # a damaged one would cost minutes and end in "Timed out ..."
     runner = runner or {"name": "prefect", "workers": workers}
     named = search_flow.with_options(
         task_runner=build_task_runner(runner),
