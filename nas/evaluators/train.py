@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # torch and the data loaders load with the evaluator, not wit
 log = logging.getLogger(__name__)
 
 SANDBOX_DEFAULTS: dict[str, Any] = {"wall_s": 3600.0, "cpu_s": 4 * 3600, "memory_mb": 8192, "file_mb": 64,
-                                   "tmp_mb": 1024}
+                                   "tmp_mb": Limits.tmp_mb}
 # Images the zero-cost proxies see per candidate: one small minibatch keeps them ~1 s on a CPU.
 PROXY_BATCH = 32
 

@@ -479,7 +479,7 @@ def _collect(proc: subprocess.Popen, report_fd: int, artifact_fd: int | None, de
                 run.timed_out = True
                 return run
             if watch is not None and now >= next_watch:
-                if _disk_bytes(watch, watch_bytes) > watch_bytes:
+                if _over(watch, watch_bytes):
                     run.disk_full = True
                     return run
                 next_watch = now + _WATCH_EVERY_S
@@ -503,7 +503,7 @@ def _collect(proc: subprocess.Popen, report_fd: int, artifact_fd: int | None, de
                     for line in lines:
                         _take(run, line)
     run.artifact = bytes(artifact)
-    if watch is not None and _disk_bytes(watch, watch_bytes) > watch_bytes:
+    if watch is not None and _over(watch, watch_bytes):
         run.disk_full = True
         return run
     while not _exited(proc.pid):
@@ -514,23 +514,23 @@ def _collect(proc: subprocess.Popen, report_fd: int, artifact_fd: int | None, de
     return run
 
 
-def _disk_bytes(folder: str, cap: int) -> int:
-    """Bytes the files under `folder` occupy (allocated blocks: a sparse file counts what it
-    holds), counted until past `cap`; links are not followed, and each entry counts a block."""
+def _over(folder: str, cap: int) -> bool:
+    """Whether the files under `folder` occupy more than `cap` bytes (allocated blocks: a sparse
+    file counts what it holds; each entry a block at least; links not followed). Stops counting
+    once past `cap`."""
     total, stack = 0, [folder]
-    while stack and total <= cap:
+    while stack:
         try:
             with os.scandir(stack.pop()) as entries:
                 for entry in entries:
-                    st = entry.stat(follow_symlinks=False)
-                    total += max(st.st_blocks * 512, 4096)
+                    total += max(entry.stat(follow_symlinks=False).st_blocks * 512, 4096)
+                    if total > cap:
+                        return True
                     if entry.is_dir(follow_symlinks=False):
                         stack.append(entry.path)
-                    if total > cap:
-                        break
         except OSError:
             continue
-    return total
+    return False
 
 
 def _exited(pid: int) -> bool:
