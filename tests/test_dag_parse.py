@@ -239,3 +239,18 @@ def test_output_edge_direction_and_fan_in():
     assert "node 0: input has an incoming edge from node 4" in _err(RESNET + "4->0\n")
     assert "edge 2->3 is listed twice" in _err(RESNET + "2->3\n")
     assert "node 0: input takes no arguments" in _err(RESNET.replace("0:input", "0:input(x=1)"))
+
+
+def test_without_dead_nodes_drops_what_reaches_no_output_and_keeps_indices_and_lines():
+    from nas.spaces.nader.dag.validate import without_dead_nodes
+
+    text = "##B##\n0:input\n1:output\n2:ReLU\n3:GELU\n4:Sigmoid\n0->2\n2->3\n3->4\n2->1\n"
+    block = parse_block_file(text, "b.txt").sections["B"]
+    live, dead = without_dead_nodes(block)
+    assert dead == ["3", "4"] and list(live.nodes) == ["0", "1", "2"]
+    assert live.edges == [("0", "2"), ("2", "1")] and [live.edge_line(i) for i in range(2)] == [7, 10]
+    validate_structure(live)
+    with pytest.raises(EncodingError, match="node 3: does not reach output"):
+        validate_structure(block)                      # the language itself stays strict
+    two_outputs = parse_block_file(text.replace("4:Sigmoid", "4:output"), "b.txt").sections["B"]
+    assert without_dead_nodes(two_outputs) == (two_outputs, [])

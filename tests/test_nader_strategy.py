@@ -61,3 +61,22 @@ def test_an_unchanged_parent_to_the_end_is_a_duplicate_not_a_tree_node(tmp_path)
     cand, _ = design(tmp_path, [BASE, BASE], lif_tries=2)
     assert cand.info["duplicate"] and cand.rejected.startswith("duplicate of the parent")
     assert "node" not in cand.info
+
+
+DEAD_TAIL = "\n9:ReLU\n10:Sigmoid\n4->9\n9->10\n"  # computed from node 4, used by nothing
+
+
+def test_nodes_whose_result_reaches_no_output_are_dropped_and_the_rest_is_the_design(tmp_path):
+    cand, prompts = design(tmp_path, [KERNEL5 + DEAD_TAIL])
+    assert cand.rejected is None and cand.info["retries"] == 0
+    assert cand.info["attempts"][0]["checks"][0]["detail"] == {"dropped": {"base": ["9", "10"]}}
+    base = cand.arch.blocks.base
+    assert "9" not in base.nodes and "10" not in base.nodes and all("9" not in e for e in base.edges)
+    assert cand.arch.blocks.base.nodes["5"].args["kernel_size"] == "5"
+
+
+def test_the_modifier_is_told_which_dead_nodes_were_dropped_before_the_error(tmp_path):
+    cand, prompts = design(tmp_path, [BASE + DEAD_TAIL, KERNEL5])
+    assert cand.rejected is None and cand.info["retries"] == 1
+    assert "duplicate of the parent (node 0): the block is unchanged" in prompts[1]
+    assert "(checked without the nodes whose result reaches no output, base block: nodes 9, 10)" in prompts[1]

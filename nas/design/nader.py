@@ -106,7 +106,7 @@ class NaderStrategy(DesignStrategy):
 
         def revise(outcome, error: str | None, last: str | None) -> Try | None:
             attempt = len(attempts)
-            return write(attempt, last, error) if attempt < tries else None
+            return write(attempt, last, _with_dropped(outcome, error)) if attempt < tries else None
 
         attempts: list[dict[str, Any]] = []
         outcome, text = verify_and_retry(chain, write(0, None, None), revise, attempts, retry_no_reply=True)
@@ -215,6 +215,16 @@ class NaderStrategy(DesignStrategy):
 
     def _report(self, history: list[TrialRecord]) -> dict[str, Any]:
         return {"tree": self.tree.to_dict()}
+
+
+def _with_dropped(outcome, error: str | None) -> str | None:
+    """The error for the Modifier, saying which of its nodes the parse dropped as dead (the
+    error is about the block without them)."""
+    dropped = outcome.checks[0].detail.get("dropped") if outcome is not None and outcome.checks else None
+    if not dropped or error is None:
+        return error
+    nodes = "; ".join(f"{role} block: nodes {', '.join(dead)}" for role, dead in dropped.items())
+    return f"{error} (checked without the nodes whose result reaches no output, {nodes})"
 
 
 def _first_error(attempt: dict[str, Any]) -> str:

@@ -9,12 +9,13 @@ stops the chain; nothing is trained before every check passed."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar
 
 from nas.core.arch import Architecture, SeenIndex
 from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.dag.macro import BlockSet, Skeleton, search_width, section_errors
+from nas.spaces.nader.dag.validate import without_dead_nodes
 from nas.spaces.source.arch import SourceArch
 from nas.errors import EncodingError
 from nas.core.constraint import Constraint
@@ -118,7 +119,9 @@ class Dedup(Verifier):
 
 class ParseBlock(Verifier):
     """Structure, then shapes at every position of the skeleton (node-level
-    errors for the Modifier); sections the draft lacks come from the parent."""
+    errors for the Modifier); sections the draft lacks come from the parent.
+    Operations whose results reach no output are dropped first (they change
+    nothing the block computes); the check's detail lists them by section."""
 
     name = "parse"
 
@@ -130,11 +133,15 @@ class ParseBlock(Verifier):
             blocks = BlockSet.from_text(draft.text, "block", self.parent)
         except EncodingError as err:
             return self.failed(str(err), FIX)
+        live = {role: without_dead_nodes(block) for role, block in blocks.sections().items()}
+        dropped = {role: dead for role, (_, dead) in live.items() if dead}
+        blocks = replace(blocks, **{role: block for role, (block, _) in live.items()})
+        detail = {"dropped": dropped} if dropped else {}
         errors = section_errors(blocks, self.skeleton)
         if errors:
-            return self.failed(errors[0], FIX)
+            return self.failed(errors[0], FIX, **detail)
         draft.arch = BlockArch(blocks)
-        return self.passed()
+        return self.passed(**detail)
 
 
 class BlockBudget(Verifier):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from nas.spaces.nader.dag.ops import OPS as OP_SPECS
 from nas.spaces.nader.dag.parse import IO_OPS, Block
 from nas.errors import EncodingError
@@ -11,6 +13,41 @@ OPS = frozenset(OP_SPECS)
 
 def _fail(block: Block, line: int, msg: str) -> EncodingError:
     return EncodingError(f"{block.source}:{line}: block '{block.name}': {msg}")
+
+
+def _reach(starts: list[str], adj: dict[str, list[str]]) -> set[str]:
+    seen = set(starts)
+    todo = list(starts)
+    while todo:
+        for nxt in adj.get(todo.pop(), []):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def without_dead_nodes(block: Block) -> tuple[Block, list[str]]:
+    """The block without the operations whose results reach no output, and their indices.
+
+    Why: a dead node cannot change what the block computes, so dropping it keeps
+    the function its author wrote; the most common flaw of a small model's
+    drafts is a tail of such nodes ("does not reach output"). Nodes keep their
+    indices and source lines, so later errors still point into the draft. A
+    block without exactly one output is returned as it is, for validation to
+    name."""
+    outputs = [k for k, n in block.nodes.items() if n.op == "output"]
+    if len(outputs) != 1:
+        return block, []
+    pred: dict[str, list[str]] = {}
+    for a, b in block.edges:
+        pred.setdefault(b, []).append(a)
+    live = _reach(outputs, pred)
+    dead = [k for k, n in block.nodes.items() if k not in live and not n.is_io]
+    if not dead:
+        return block, []
+    kept = [i for i, (a, b) in enumerate(block.edges) if a not in dead and b not in dead]
+    return replace(block, nodes={k: n for k, n in block.nodes.items() if k not in dead},
+                   edges=[block.edges[i] for i in kept], edge_lines=[block.edge_line(i) for i in kept]), dead
 
 
 def validate_structure(block: Block) -> None:
@@ -96,21 +133,11 @@ def validate_structure(block: Block) -> None:
                 stack.pop()
                 path.pop()
 
-    def reach(starts: list[str], adj: dict[str, list[str]]) -> set[str]:
-        seen = set(starts)
-        todo = list(starts)
-        while todo:
-            for nxt in adj[todo.pop()]:
-                if nxt not in seen:
-                    seen.add(nxt)
-                    todo.append(nxt)
-        return seen
-
-    forward = reach(inputs, succ)
+    forward = _reach(inputs, succ)
     for node in nodes.values():
         if node.index not in forward:
             raise _fail(block, node.line, f"node {node.index}: unreachable from input")
-    backward = reach([output], pred)
+    backward = _reach([output], pred)
     for node in nodes.values():
         if node.index not in backward:
             raise _fail(block, node.line, f"node {node.index}: does not reach output")
