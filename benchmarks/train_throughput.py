@@ -25,7 +25,10 @@
    4, 8 candidates per GPU as CUDA streams in one process
    (`engine.concurrent=N`), as N processes started together, and as N
    processes under CUDA MPS (when nvidia-cuda-mps-control is there); the
-   NB201 cell network and compiled candidates as streams; whether cuDNN's
+   NB201 cell network and compiled candidates as streams; `packing_fused`
+   (`_nb201`, `_compiled`): N = 1..16 candidates of one architecture fused
+   into ONE step (fused_pack.py: stacked weights under vmap; not yet
+   measured on a GPU); whether cuDNN's
    autotuner (cudnn.benchmark, off in the engine) helps; channels_last vs
    NCHW (`layout`); and where a step's device time goes, by kernel kind
    (`profile`, see kernel_profile.py).  Each section is
