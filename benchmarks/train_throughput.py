@@ -501,7 +501,8 @@ def packing_fused(accelerator: str, images: int, epochs: int, batch: int, depth:
     return out
 
 
-GPU_SECTIONS = ("packing_fused", "packing_fused_nb201", "packing_fused_compiled", "packing", "rows", "packing_mps", "packing_nb201", "packing_compiled", "cudnn_benchmark", "profile",
+GPU_SECTIONS = ("packing_fused", "packing_fused_nb201", "packing_fused_compiled", "packing", "rows", "packing_mps",
+                "packing_nb201", "packing_compiled", "cudnn_benchmark", "profile",
                 "layout", "parity", "reduce_overhead")
 
 
