@@ -25,7 +25,10 @@
    4, 8 candidates per GPU as CUDA streams in one process
    (`engine.concurrent=N`), as N processes started together, and as N
    processes under CUDA MPS (when nvidia-cuda-mps-control is there); the
-   NB201 cell network and compiled candidates as streams; whether cuDNN's
+   NB201 cell network and compiled candidates as streams; `packing_fused`
+   (`_nb201`, `_compiled`): N = 1..16 candidates of one architecture fused
+   into ONE step (fused_pack.py: stacked weights under vmap; not yet
+   measured on a GPU); whether cuDNN's
    autotuner (cudnn.benchmark, off in the engine) helps; channels_last vs
    NCHW (`layout`); and where a step's device time goes, by kernel kind
    (`profile`, see kernel_profile.py).  Each section is
@@ -366,6 +369,23 @@ def mps_daemon():
         shutil.rmtree(root, ignore_errors=True)
 
 
+PACKING_NOTE = ("per-candidate seconds = (group wall time - graph capture - final eval) scaled to 200 "
+                "epochs x 50k images, plus the capture and eval once, divided by N")
+
+
+def packing_row(arch: str, scale: float, n: int, wall: float, setup: float, evals: float, graphs: str) -> dict:
+    """One packing row: N candidates trained together in `wall` seconds, `setup` (compile and
+    capture) and `evals` (final valid/test passes) paid once; `scale` takes the measured
+    epochs to the 200-epoch, 50k-image recipe (PACKING_NOTE)."""
+    once = setup + evals  # paid once per candidate, not per epoch
+    r = {"n": n, "wall_seconds": round(wall, 3), "compile_seconds": round(setup, 3),
+         "eval_seconds": round(evals, 3), "cuda_graphs": graphs,
+         "projected_seconds_per_candidate": round(((wall - once) * scale + once) / n, 1)}
+    print(f"  packing {arch} N={n}: {r['projected_seconds_per_candidate']} s per candidate "
+          f"(wall {r['wall_seconds']} s)", flush=True)
+    return r
+
+
 def packing(accelerator: str, images: int, epochs: int, batch: int, depth: int, width: int,
             ns: tuple[int, ...], threads: int = 1, modes: tuple[str, ...] = ("streams", "processes"),
             arch: str = "resnet", deadline: float = 300.0, compile_: bool = False) -> dict:
@@ -391,20 +411,12 @@ def packing(accelerator: str, images: int, epochs: int, batch: int, depth: int, 
         return [packed_model(arch, i, depth, width) for i in range(n)]
 
     def row(n: int, wall: float, setup: float, evals: float, graphs: str) -> dict:
-        once = setup + evals  # paid once per candidate, not per epoch
-        r = {"n": n, "wall_seconds": round(wall, 3), "compile_seconds": round(setup, 3),
-             "eval_seconds": round(evals, 3), "cuda_graphs": graphs,
-             "projected_seconds_per_candidate": round(((wall - once) * scale + once) / n, 1)}
-        print(f"  packing {arch} N={n}: {r['projected_seconds_per_candidate']} s per candidate "
-              f"(wall {r['wall_seconds']} s)", flush=True)
-        return r
+        return packing_row(arch, scale, n, wall, setup, evals, graphs)
 
     out: dict = {"measured": True, "device": torch.cuda.get_device_name(0) if accelerator == "gpu"
                  else platform.processor() or "cpu", "arch": arch, "engine": engine, "images": images,
                  "epochs": epochs, "batch": batch, "cells_per_stage": depth, "width": width,
-                 "threads_per_process": threads,
-                 "note": "per-candidate seconds = (group wall time - graph capture - final eval) scaled to 200 "
-                         "epochs x 50k images, plus the capture and eval once, divided by N"}
+                 "threads_per_process": threads, "note": PACKING_NOTE}
     for n in ns:
         if "streams" in modes:
             e = Engine(**{**engine, "concurrent": n})
@@ -448,7 +460,49 @@ def packing(accelerator: str, images: int, epochs: int, batch: int, depth: int, 
     return out
 
 
-GPU_SECTIONS = ("packing", "rows", "packing_mps", "packing_nb201", "packing_compiled", "cudnn_benchmark", "profile",
+def packing_fused(accelerator: str, images: int, epochs: int, batch: int, depth: int, width: int,
+                  ns: tuple[int, ...], arch: str = "resnet", compile_: bool = False) -> dict:
+    """N candidates of one architecture (different seeds, the same batches) fused into ONE
+    training step (benchmarks/fused_pack.py: stacked weights under vmap, so each kernel does
+    N times the work), whole step one CUDA graph; `compile_`: torch.compile of the fused
+    step too (recompiled for each N).  Per-candidate seconds as `packing` (packing_row);
+    a row that fails (e.g. out of memory at large N) records its error, the next still runs."""
+    from fused_pack import probe, train_fused
+
+    spec = {**GPU_FAST, "accelerator": accelerator, "cuda_graphs": "on", "compile": compile_}
+    if accelerator == "cpu":
+        spec.update(bf16=False, channels_last=False)
+    engine = Engine(**spec)
+    data = synthetic(images, (3, 32, 32))
+    recipe = Recipe(epochs=epochs, batch_size=batch, valid_subset=256, test_subset=256)
+    warm = Recipe(epochs=1, batch_size=batch, train_subset=2 * batch, valid_subset=256, test_subset=256)
+    scale = 200 * 50_000 / images / epochs
+    cuda = accelerator == "gpu"
+    out: dict = {"measured": True, "device": torch.cuda.get_device_name(0) if cuda else platform.processor() or "cpu",
+                 "arch": arch, "engine": spec, "images": images, "epochs": epochs, "batch": batch,
+                 "cells_per_stage": depth, "width": width,
+                 "probe": probe(torch.device("cuda" if cuda else "cpu")),
+                 "note": PACKING_NOTE + "; fused: one step trains all N (valid accuracy per member in the JSON)"}
+    for n in ns:
+        try:
+            train_fused([packed_model(arch, i, depth, width) for i in range(n)], data, warm, 0, engine)
+            nets = [packed_model(arch, i, depth, width) for i in range(n)]
+            start = time.perf_counter()
+            r = train_fused(nets, data, recipe, 0, engine)
+            wall = time.perf_counter() - start
+            row = {**packing_row(f"{arch} fused", scale, n, wall, r.compile_seconds, r.eval_seconds, r.cuda_graphs),
+                   "valid_accuracy": r.accuracy["valid"], "vmap_fallbacks": r.fallbacks}
+        except Exception as exc:  # noqa: BLE001 - a row's failure is its result; the next N still runs
+            row = {"n": n, **_error(exc)}
+            print(f"  packing {arch} fused N={n}: {row['error']}", flush=True)
+            if cuda:
+                torch.cuda.empty_cache()
+        out.setdefault("fused", []).append(row)
+    return out
+
+
+GPU_SECTIONS = ("packing_fused", "packing_fused_nb201", "packing_fused_compiled", "packing", "rows", "packing_mps",
+                "packing_nb201", "packing_compiled", "cudnn_benchmark", "profile",
                 "layout", "parity", "reduce_overhead")
 
 
@@ -465,6 +519,9 @@ def gpu_section(quick: bool, fashion_root: Path, sections: tuple[str, ...] = GPU
     w_exact, w8 = resnet_width(1), resnet_width(8)
     fast = {**GPU_FAST, "accelerator": acc}
     ns = (1, 2) if quick else (1, 2, 4, 8)
+    fused_ns = ns if quick else (1, 2, 4, 8, 16)
+    # without CUDA the fused ResNet sections train the depth-1, width-8 skeleton: a smoke test in seconds
+    fused_depth, fused_width = (5, w8) if cuda else (1, 8)
 
     def resnet(width: int):
         return lambda: model(3, 32, 10, width=width)[0]
@@ -577,6 +634,11 @@ def gpu_section(quick: bool, fashion_root: Path, sections: tuple[str, ...] = GPU
             "packing_compiled": lambda: packing(acc, n, epochs, batch, depth=5, width=w8,
                                                 ns=(1, 2) if quick else (1, 8, 16), modes=("streams",),
                                                 compile_=cuda),
+            "packing_fused": lambda: packing_fused(acc, n, epochs, batch, fused_depth, fused_width, fused_ns),
+            "packing_fused_nb201": lambda: packing_fused(acc, n, epochs, batch, depth=5, width=16, ns=fused_ns,
+                                                         arch="nb201"),
+            "packing_fused_compiled": lambda: packing_fused(acc, n, epochs, batch, fused_depth, fused_width,
+                                                            ns if quick else (1, 8, 16), compile_=cuda),
             "cudnn_benchmark": cudnn_benchmark,
             "profile": profile,
             "layout": layout,
@@ -605,15 +667,25 @@ def packing_markdown(p: dict | None, title: str = "Packing") -> list[str]:
     if not p.get("measured"):
         return [f"{title} (N = 1, 2, 4, 8 candidates per GPU, streams vs processes): not measured ({p['reason']}).",
                 ""]
-    modes = [m for m in ("streams", "processes") if m in p]
+    modes = [m for m in ("streams", "processes", "fused") if m in p]
     what = f"{p.get('arch', 'resnet')} width {p['width']}"
     lines = [f"## {title} on {p['device']} ({what}, {p['epochs']} epochs of {p['images']:,} images)", "",
              "| N | " + " | ".join(f"{m}: projected s / candidate" for m in modes) + " |",
              "| --- |" + " --- |" * len(modes)]
+
+    def cell(r: dict) -> str:
+        if "error" in r:
+            return f"failed ({r['error']})"
+        graphs = r.get("cuda_graphs", "on")
+        return f"{r['projected_seconds_per_candidate']:,}" + ("" if graphs == "on" else f" (graphs {graphs})")
+
     for i, first in enumerate(p[modes[0]]):
-        cells = [f"{p[m][i]['projected_seconds_per_candidate']:,}" if i < len(p[m]) else "-" for m in modes]
+        cells = [cell(p[m][i]) if i < len(p[m]) else "-" for m in modes]
         lines.append(f"| {first['n']} | " + " | ".join(cells) + " |")
-    return lines + ["", p["note"] + ".", ""]
+    lines += ["", p["note"] + ".", ""]
+    if "probe" in p:
+        lines += [f"vmap without the fused model's casts: {p['probe']}.", ""]
+    return lines
 
 
 def profile_markdown(p: dict | None) -> list[str]:
@@ -672,6 +744,9 @@ def gpu_markdown(g: dict, machine: dict) -> str:
         lines += [f"Per-variant rows: failed ({rows['error']}).", ""]
     if "reduce_overhead" in g:
         lines += [f"torch.compile reduce-overhead on the skeleton: {g['reduce_overhead']}", ""]
+    lines += packing_markdown(g.get("packing_fused"), "Packing fused candidates (one vmapped step, graphed)")
+    lines += packing_markdown(g.get("packing_fused_nb201"), "Packing fused NB201 cell networks (C=16, N=5)")
+    lines += packing_markdown(g.get("packing_fused_compiled"), "Packing fused candidates, torch.compile + graphs")
     lines += packing_markdown(g.get("packing"))
     lines += packing_markdown(g.get("packing_mps"), "Packing, processes under CUDA MPS")
     lines += packing_markdown(g.get("packing_nb201"), "Packing the NB201 cell network (C=16, N=5)")

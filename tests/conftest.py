@@ -103,6 +103,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_fault_tolerance.py::test_sigterm_during_an_llm_call_stops_promptly_with_state_saved": ("cli", "prefect"),
     "test_fault_tolerance.py::test_torn_last_history_line_is_repaired_on_resume": ("cli",),
     "test_fault_tolerance.py::test_corrupt_history_line_and_state_are_one_line_errors": ("cli",),
+    "test_fused_pack.py": (),
     "test_flow.py": ("prefect",),
     "test_flow.py::test_llm_calls_are_cached_prefect_tasks": ("llm",),
     "test_flow.py::test_llm_cache_false_asks_the_model_on_every_run": ("llm",),

@@ -39,9 +39,10 @@ def test_train_throughput_gpu_sections_pick_and_save(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("with CUDA --gpu-only --quick measures the GPU instead")
     out = tmp_path / "g.json"
-    result = run_bench("train_throughput.py", out, "--gpu-only", "--sections", "reduce_overhead,packing_mps,profile")
+    result = run_bench("train_throughput.py", out, "--gpu-only", "--sections",
+                       "reduce_overhead,packing_mps,profile,packing_fused")
     gpu = result["gpu"]
-    assert gpu["sections"] == ["reduce_overhead", "packing_mps", "profile"]
+    assert gpu["sections"] == ["reduce_overhead", "packing_mps", "profile", "packing_fused"]
     assert gpu["packing_mps"] == {"measured": False, "reason": "no CUDA device"}
     assert "rows" not in gpu and "packing" not in gpu
     # on CPU the profile reads the operators' own time: the step is mostly convolutions and BN
@@ -50,9 +51,18 @@ def test_train_throughput_gpu_sections_pick_and_save(tmp_path):
     kinds = {k["name"]: k["ms_per_step"] for k in one["by_kind"]}
     assert kinds["convolution"] == max(kinds.values()) and kinds["batchnorm"] > 0
     assert 0 < one["busy_ms_per_step"] <= one["wall_ms_per_step"]
+    # fused packing: one step trains N members; each row says whether its graph was captured
+    fused = gpu["packing_fused"]
+    assert fused["measured"] and set(fused["probe"]) == {"conv_under_autocast", "batch_norm_bf16"}
+    assert [r["n"] for r in fused["fused"]] == [1, 2]
+    for r in fused["fused"]:
+        assert r["projected_seconds_per_candidate"] > 0 and r["cuda_graphs"] == "failed: no CUDA device"
+        assert len(r["valid_accuracy"]) == r["n"] and r["vmap_fallbacks"] == []
     md = out.with_suffix(".md").read_text()
     assert "Where a training step's device time goes" in md
-    assert "Not run this time: packing, rows, packing_nb201, packing_compiled, cudnn_benchmark, layout, parity." in md
+    assert "| 2 | " in md.split("Packing fused candidates")[1]
+    assert ("Not run this time: packing_fused_nb201, packing_fused_compiled, packing, rows, packing_nb201, "
+            "packing_compiled, cudnn_benchmark, layout, parity.") in md
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "train_throughput.py"), "--gpu-only", "--quick",
                         "--sections", "rows,bogus"], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and r.stderr.strip().splitlines()[-1].startswith("--sections: unknown bogus")

@@ -25,6 +25,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Callable
 
 import torch
@@ -190,29 +191,41 @@ class _Group:
         rows, real = padded_rows(n, start, bs, self.device)
         return order[rows], real.float()
 
-    def train(self) -> None:
-        train, bs = self.splits["train"], self.recipe.batch_size
+    def epochs(self) -> Iterator[Iterator[tuple[torch.Tensor, ...]]]:
+        """Each epoch's training batches, drawn as the plain path's DataLoader draws them:
+        (x, y, loss mask) padded to full size when static, else (x, y).  Every consumer
+        (each model of the group, or a fused stack of them) sees the same batches."""
+        train = self.splits["train"]
         shuffle = torch.Generator().manual_seed(self.seed)
         aug = torch.Generator(device=self.device).manual_seed(self.seed)
         torch.manual_seed(self.seed)  # whatever the models draw (dropout), as the plain path's seed_everything
-        start = time.perf_counter()
         for _ in range(self.recipe.epochs):
-            live = [run for run in self.runs if run.terminated is None]
-            if not live:
-                return
             # a DataLoader draws one number from its generator before each epoch's permutation
             torch.empty((), dtype=torch.int64).random_(generator=shuffle)
             order = torch.randperm(len(train), generator=shuffle).to(self.device)
+            yield self._epoch(order, aug)
+
+    def _epoch(self, order: torch.Tensor, aug: torch.Generator) -> Iterator[tuple[torch.Tensor, ...]]:
+        train, bs = self.splits["train"], self.recipe.batch_size
+        for k in range(self.steps):
+            if self.static:
+                index, mask = self._batch(order, k * bs)
+                yield self._inputs(train.images[index], aug), train.labels[index], mask
+                continue
+            index = order[k * bs:(k + 1) * bs]
+            yield self._inputs(train.images[index], aug), train.labels[index]
+
+    def train(self) -> None:
+        train = self.splits["train"]
+        start = time.perf_counter()
+        for epoch in self.epochs():
+            live = [run for run in self.runs if run.terminated is None]
+            if not live:
+                return
             for run in live:
                 run.total.zero_()
-            for k in range(self.steps):
-                if self.static:
-                    index, mask = self._batch(order, k * bs)
-                    _each(live, self._static_step, self._inputs(train.images[index], aug), train.labels[index], mask)
-                    continue
-                index = order[k * bs:(k + 1) * bs]
-                x, y = self._inputs(train.images[index], aug), train.labels[index]
-                _each(live, self._step, x, y)
+            for batch in epoch:
+                _each(live, self._static_step if self.static else self._step, *batch)
             _sync(self.device)  # the epoch's only synchronisation
             for run in live:
                 mean = float(run.total) / len(train)
@@ -245,19 +258,24 @@ class _Group:
                 if evals[id(run)].status.startswith("failed"):
                     run.graphs += f" (eval pass {evals[id(run)].status})"
         for name in ("valid", "test"):
-            split, bs = self.splits[name], self.recipe.batch_size
             for run in live:
                 run.total.zero_()
-            for k in range(0, len(split), bs):
-                if self.graphs:
-                    rows, real = padded_rows(len(split), k, bs, self.device)
-                    _each(live, lambda run, *batch: evals[id(run)](*batch), self._inputs(split.images[rows], None),
-                          split.labels[rows], real)
-                    continue
-                _each(live, self._count, self._inputs(split.images[k:k + bs], None), split.labels[k:k + bs])
+            for batch in self.eval_batches(name):
+                _each(live, (lambda run, *b: evals[id(run)](*b)) if self.graphs else self._count, *batch)
             _sync(self.device)
             for run in live:
-                run.accuracy[name] = round(100 * float(run.total) / max(len(split), 1), 4)
+                run.accuracy[name] = round(100 * float(run.total) / max(len(self.splits[name]), 1), 4)
+
+    def eval_batches(self, name: str) -> Iterator[tuple[torch.Tensor, ...]]:
+        """The `name` split's batches, unaugmented: (x, y, real) padded to full size with graphs
+        (see padded_rows), else (x, y)."""
+        split, bs = self.splits[name], self.recipe.batch_size
+        for k in range(0, len(split), bs):
+            if self.graphs:
+                rows, real = padded_rows(len(split), k, bs, self.device)
+                yield self._inputs(split.images[rows], None), split.labels[rows], real
+            else:
+                yield self._inputs(split.images[k:k + bs], None), split.labels[k:k + bs]
 
 
 def train_fast(models: list[nn.Module], data: ImageData, recipe: Recipe, seed: int, engine: Engine,

@@ -113,7 +113,10 @@ class StaticStep(_Static):
     """One training step: forward, masked cross-entropy, backward, SGD, then the
     next step's learning rate (CosineAnnealingLR to 0 over `total_steps`, as the
     plain path, in closed form).  The loss summed over the real images is added
-    to `total`, read once per epoch."""
+    to `total`, read once per epoch.  `forward` may return the logits of N models
+    stacked in front, [N, batch, classes] (benchmarks/fused_pack.py): the loss is
+    then the sum of each one's masked mean, so each gets its own gradient, and
+    `total` holds N sums."""
 
     def __init__(self, model: nn.Module, forward: Callable[[torch.Tensor], torch.Tensor], recipe: Recipe,
                  total_steps: int, batch_shape: tuple[int, ...], device: torch.device, bf16: bool,
@@ -130,8 +133,11 @@ class StaticStep(_Static):
         self.opt.zero_grad(set_to_none=True)  # a no-op inside capture: the graph owns the gradients
         with self._autocast():
             logits = self.forward(self.x)
-        loss_sum = (F.cross_entropy(logits.float(), self.y, reduction="none") * self.mask).sum()
-        (loss_sum / self.mask.sum()).backward()
+        logits = logits.float()
+        # classes to dim 1 (a no-op for [batch, classes]); per image, or per model and image
+        losses = F.cross_entropy(logits.movedim(-1, 1), self.y.expand(logits.shape[:-1]), reduction="none")
+        loss_sum = (losses * self.mask).sum(-1)
+        (loss_sum.sum() / self.mask.sum()).backward()
         self.opt.step()
         self.total.add_(loss_sum.detach())
         self.t.add_(1)
@@ -168,7 +174,8 @@ class StaticStep(_Static):
 
 
 class StaticEval(_Static):
-    """Correct predictions of `model` (in eval mode) on one batch, added to `total`."""
+    """Correct predictions of `model` (in eval mode) on one batch, added to `total`
+    (per model when it returns stacked logits, as StaticStep)."""
 
     def __init__(self, model: nn.Module, batch_shape: tuple[int, ...], device: torch.device, bf16: bool,
                  channels_last: bool, total: torch.Tensor) -> None:
@@ -179,7 +186,7 @@ class StaticEval(_Static):
     def _compute(self) -> None:
         with self._autocast():
             logits = self.model(self.x)
-        self.total.add_(((logits.argmax(1) == self.y) & self.mask).sum())
+        self.total.add_(((logits.argmax(-1) == self.y) & self.mask).sum(-1))
 
     def prepare(self, capture: bool) -> None:
         if capture:
