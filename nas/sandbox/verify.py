@@ -209,7 +209,7 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
     import torch
 
     from nas.measure import count_flops, count_params
-    from nas.sandbox.graph import GraphError, GraphNet, compare, unpack
+    from nas.sandbox.graph import MAX_CARRIED, GraphError, GraphNet, compare, unpack
 
     if not artifact:
         return Verdict(ok=False, stage="crash", error="crash: the sandbox sent no model graph"), {}
@@ -226,6 +226,14 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
         if out_shape != expected:
             return Verdict(ok=False, stage="output_shape", output_shape=out_shape,
                            error=f"output_shape: output shape {out_shape} != expected {expected} (batch, num_classes)"), {}
+        carried = net.carried()
+        if sum(map(math.prod, carried.values())) > MAX_CARRIED:
+            name, size = max(carried.items(), key=lambda kv: math.prod(kv[1]))
+            return Verdict(ok=False, stage="graph", error=(
+                f"graph: reads {sum(map(math.prod, carried.values())):,} elements of buffers and constants besides "
+                f"its parameters and normalisation statistics (largest: {name[:80]} {size}), over the "
+                f"{MAX_CARRIED:,} allowed: their values are the model code's, never trained here (make them "
+                f"nn.Parameters)")), {}
         torch.manual_seed(0)
         out = net(torch.randn(shape))
         if not torch.isfinite(out).all():
@@ -250,7 +258,8 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
         if with_parent:
             parent = GraphNet(art, "parent", "parent_const", art.graph.get("parent"))
             verdict.changed, verdict.changed_layers = compare(parent, net)
-        nets = {seed: GraphNet(art, f"seed{seed}", like="init") for seed in seeds}
+        # trained from values drawn here, never from initial values the model's code chose
+        nets = {seed: GraphNet(art, f"seed{seed}", like="init").reinitialise(seed) for seed in seeds}
     except GraphError as err:
         return Verdict(ok=False, stage="graph", error=f"graph: {err}"), {}
     except Exception as err:  # an operator refused the graph's arguments while running here
