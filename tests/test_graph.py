@@ -307,7 +307,7 @@ def test_buffers_and_constants_count_as_parameters() -> None:
     from nas.sandbox.verify import _graph_verdict
 
     g = rebuilt(Banked())
-    assert g.carried() == {"norm.running_var": [64, 3, 3, 3], "table": [10, 64]}
+    assert g.carried() == {"buffer norm.running_var": [64, 3, 3, 3], "constant table": [10, 64]}
     assert count_params(g) == count_params(Banked()) + 64 * 27 + 640 - FREE_CARRIED
     assert count_params(rebuilt(Small())) == count_params(Small())  # BN statistics, a lifted scalar
     verdict = _graph_verdict(artifact(Banked(bank=4096)), 10, (2, 3, 16, 16), Limits(), False)[0]

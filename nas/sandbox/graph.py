@@ -499,11 +499,13 @@ class GraphNet(nn.Module):
     def carried(self) -> dict[str, list[int]]:
         """The tensors the graph reads besides its parameters: buffers and lifted constants (a
         frozen feature bank, a pre-trained conv stack run by `F.conv2d`), except normalisation
-        running statistics and counters, by name -> shape (`FREE_CARRIED`, `MAX_CARRIED`)."""
+        running statistics and counters: "buffer <name>" or "constant <name>" -> shape
+        (`FREE_CARRIED`, `MAX_CARRIED`)."""
         roles = self._roles()
         stats = self._statistics(roles)
-        return {str(slot[1]): list(getattr(*self._slots[slot]).shape) for slot in roles
-                if slot in self._slots and slot[0] != "PARAMETER" and slot not in stats}
+        return {f"{'buffer' if kind == 'BUFFER' else 'constant'} {target}": list(getattr(*self._slots[kind, target]).shape)
+                for kind, target in roles if (kind, target) in self._slots and kind != "PARAMETER"
+                and (kind, target) not in stats}
 
     def reinitialise(self, seed: int) -> "GraphNet":
         """Replace every parameter and normalisation statistic with values drawn here under `seed`,
