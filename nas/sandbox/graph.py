@@ -7,8 +7,10 @@ arguments) and the initial weights as safetensors. `torch.export.save` is
 not used because its loader unpickles. This process rebuilds a `GraphNet`
 from that data, accepting only allowed aten operators (`aten_ops.py`; and a
 few integer operators for symbolic sizes), runs it once on the meta device to
-bound its memory and its work, then counts parameters and FLOPs and trains it
-itself: nothing the model's code says about itself is believed.
+bound its memory and its work, then counts parameters (and the buffers and
+constants the graph carries besides them) and FLOPs and trains it itself, from
+initial values it draws (`GraphNet.reinitialise`): nothing the model's code
+says about itself is believed, nor any value it chose.
 
 What the graph fixes at capture time: Python control flow and random choices
 in `forward` (e.g. a Python-level drop path) take the value they had then;

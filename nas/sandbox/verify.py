@@ -150,8 +150,8 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
                        limits: Limits = Limits(), filename: str = "model.py", loaded=None,
                        on_epoch=None, label: str | None = None, on_graph=None) -> tuple[Verdict, list]:
     """Verify `source` as `verify_model_source` does, then train a fresh
-    instance per seed: here, on the exported graph with the seed's initial
-    weights from the child, which sees no dataset; or, for a model that cannot be
+    instance per seed: here, on the exported graph (from the child, which sees no dataset)
+    with initial values drawn here under the seed; or, for a model that cannot be
     exported, in a second sandboxed child that is shown this data (`verdict.self_reported`). `data`, `recipe` and
     `engine` are the settings dicts of `nas.data`, `Recipe` and `Engine`;
     `loaded` is the `ImageData` of `data` if the caller has it; `on_epoch`
@@ -271,8 +271,8 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
 def export_model_graph(source: str, *, seeds: list[int], num_classes: int, input_shape: tuple[int, ...],
                        limits: Limits = Limits(), filename: str = "model.py",
                        batch: int = CHECK_BATCH) -> tuple[Verdict, dict]:
-    """Verify `source` as `verify_model_source` does and export it as a graph with each seed's
-    initial weights, training nothing (`nas export` trains it here, with `train_graphs`).
+    """Verify `source` as `verify_model_source` does and export it as a graph, one network per seed
+    with initial values drawn here, training nothing (`nas export` trains it here, with `train_graphs`).
     Returns the verdict and the networks per seed; none when the verdict failed or says
     `self_reported` (the model cannot be exported: only the sandbox can train it)."""
     _check_args(filename, num_classes, input_shape)
