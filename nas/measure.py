@@ -12,7 +12,16 @@ from torch import nn
 
 
 def count_params(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
+    """Parameters; for a network rebuilt from a sandbox's graph (untrusted model source), also the
+    elements of the buffers and constants it reads besides normalisation statistics, past the first
+    `FREE_CARRIED` (`GraphNet.carried`): a model could otherwise hold a frozen network there,
+    unseen by a parameter budget."""
+    from nas.sandbox.graph import FREE_CARRIED, GraphNet
+
+    params = sum(p.numel() for p in module.parameters())
+    if isinstance(module, GraphNet):
+        params += max(0, sum(math.prod(shape) for shape in module.carried().values()) - FREE_CARRIED)
+    return params
 
 
 def count_flops(module: nn.Module, input_shape: tuple[int, ...]) -> int:

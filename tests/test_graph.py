@@ -281,3 +281,69 @@ def test_products_fvcore_has_no_handle_for_are_counted() -> None:
     verdict = _graph_verdict(artifact(net), 10, (2, 3, 16, 16), Limits(), False)[0]
     hidden = 8 * 256 * 16 * 16
     assert verdict.ok and verdict.flops == count_flops(net, (1, 3, 16, 16)) >= hidden
+
+
+class Banked(nn.Module):
+    """Hostile: a frozen 'pre-trained' filter bank run by `F.conv2d` from a buffer named like BatchNorm
+    statistics, and a lifted constant table: capacity that `parameters()` does not show."""
+
+    def __init__(self, bank: int = 64) -> None:
+        super().__init__()
+        self.norm = nn.Module()
+        self.norm.register_buffer("running_var", torch.randn(bank, 3, 3, 3), persistent=False)
+        self.table = torch.randn(10, bank)  # a plain attribute: torch.export lifts it as a constant
+        self.bn = nn.BatchNorm1d(bank)
+        self.fc = nn.Linear(bank, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.bn(nn.functional.conv2d(x, self.norm.running_var, padding=1).relu().mean((2, 3)))
+        return self.fc(f) + f @ self.table.t()
+
+
+def test_buffers_and_constants_count_as_parameters() -> None:
+    """BatchNorm's statistics (found by how the graph uses them, not by name) and the first
+    FREE_CARRIED elements are free; the rest counts, and past MAX_CARRIED the graph is refused."""
+    from nas.sandbox.graph import FREE_CARRIED, MAX_CARRIED
+    from nas.sandbox.verify import _graph_verdict
+
+    g = rebuilt(Banked())
+    assert g.carried() == {"buffer norm.running_var": [64, 3, 3, 3], "constant table": [10, 64]}
+    assert count_params(g) == count_params(Banked()) + 64 * 27 + 640 - FREE_CARRIED
+    assert count_params(rebuilt(Small())) == count_params(Small())  # BN statistics, a lifted scalar
+    verdict = _graph_verdict(artifact(Banked(bank=4096)), 10, (2, 3, 16, 16), Limits(), False)[0]
+    assert verdict.stage == "graph" and verdict.error.startswith(
+        f"graph: reads {4096 * 37:,} elements of buffers and constants") and f"{MAX_CARRIED:,}" in verdict.error
+    assert "\n" not in verdict.error
+
+
+class Smuggled(Small):
+    """Hostile: `__init__` loads weights embedded in the source (a pre-trained network's, quantised
+    and base64-encoded; here a fixed pattern), so 'trained from scratch' would start trained."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__(num_classes)
+        with torch.no_grad():
+            for i, t in enumerate([*self.parameters(), *self.buffers()]):
+                t.fill_(i + 3)
+
+
+def test_training_seeds_start_from_initial_values_drawn_here() -> None:
+    """Whatever initial values the sandbox sends for a seed, the network trained starts from
+    nasflow's own: the same for a hostile and an honest model of one architecture."""
+    from nas.sandbox.verify import _graph_verdict
+
+    def seed_net(net: nn.Module) -> GraphNet:
+        graph = export_graph(net, torch.randn(2, 3, 16, 16))
+        tensors = {k: v.detach().clone() for k, v in [*net.named_parameters(), *net.named_buffers()]}
+        data = pack(graph, {"init": tensors, "seed7": tensors, "const": graph.pop("constants")})
+        verdict, nets = _graph_verdict(data, 10, (2, 3, 16, 16), Limits(), False, [7])
+        assert verdict.ok, verdict.error
+        return nets[7]
+
+    hostile, honest = seed_net(Smuggled()).state_dict(), seed_net(Small()).state_dict()
+    assert hostile.keys() == honest.keys() and all(torch.equal(hostile[k], honest[k]) for k in hostile)
+    assert torch.equal(hostile["bn.weight"], torch.ones(8)) and torch.equal(hostile["bn.running_var"], torch.ones(8))
+    assert not hostile["bn.bias"].any() and not hostile["bn.running_mean"].any()
+    assert int(hostile["bn.num_batches_tracked"]) == 0
+    for name, fan_in in [("conv.weight", 27), ("fc.weight", 8), ("fc.bias", 8)]:  # PyTorch's default
+        assert hostile[name].abs().max() <= fan_in ** -0.5 and hostile[name].std() > 0.2 * fan_in ** -0.5

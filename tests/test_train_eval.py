@@ -89,6 +89,16 @@ def test_sizing_settings_are_checked_by_every_space_that_reads_them_and_kept_per
         evaluator(chanels=8)
 
 
+def test_model_source_results_from_before_the_reinitialisation_are_not_reused():
+    """Model source once trained from the sandbox's initial values: its cache key changed, a
+    trusted space's did not."""
+    from nas.core.arch import stable_hash
+
+    for ev, same in ((evaluator(), True), (evaluator(BlockSpace()), True), (evaluator(SourceSpace()), False)):
+        before = stable_hash("train", ev.data_cfg, ev.recipe.to_dict(), ev.engine.to_dict(), ev.build, ev.seeds)
+        assert (ev.fingerprint() == before) == same, ev.space.name
+
+
 def test_block_file_and_nb201_cell_train():
     ev = evaluator(budget={"params": 20_000, "flops": 2e6})
     block = evaluator(BlockSpace(), budget={"params": 20_000, "flops": 2e6}).evaluate(
@@ -181,7 +191,7 @@ def test_model_source_trains_in_the_sandbox_per_seed():
 
 def test_sandbox_trains_each_seed_from_the_initial_weights_that_seed_draws(tmp_path):
     """Not exportable, model source trains in the sandbox (`_train`): each seed starts from
-    torch.manual_seed(seed)'s weights, as the exported graph's `seed<N>` weights do."""
+    torch.manual_seed(seed)'s weights (an exported graph's from nasflow's own, `GraphNet.reinitialise`)."""
     from nas.sandbox.worker import Reporter, _train, import_file
     from nas.train.result import TrainResult
 

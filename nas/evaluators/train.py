@@ -49,6 +49,9 @@ SANDBOX_DEFAULTS: dict[str, Any] = {"wall_s": 3600.0, "cpu_s": 4 * 3600, "memory
                                    "tmp_mb": Limits.tmp_mb}
 # Images the zero-cost proxies see per candidate: one small minibatch keeps them ~1 s on a CPU.
 PROXY_BATCH = 32
+# How model source's networks start training (in an untrusted space's fingerprint, so its cached
+# results from before, trained from the sandbox's own initial values, are not reused).
+SOURCE_INIT = "drawn here by role (nas.sandbox.graph.GraphNet.reinitialise)"
 
 
 @EVALUATORS.register("train")
@@ -111,7 +114,7 @@ class TrainEvaluator(Evaluator):
     def fingerprint(self) -> str:
         # Data is identified by its config (name, root, split file); loading it here would cost seconds.
         return stable_hash("train", self.data_cfg, self.recipe.to_dict(), self.engine.to_dict(),
-                           self.build, self.seeds)
+                           self.build, self.seeds, *([] if self.space.trusted else [SOURCE_INIT]))
 
     def evaluate(self, arch: Architecture, seed: int | None = None) -> EvalResult:
         result = self.evaluate_batch([arch], seed)[0]

@@ -7,8 +7,10 @@ arguments) and the initial weights as safetensors. `torch.export.save` is
 not used because its loader unpickles. This process rebuilds a `GraphNet`
 from that data, accepting only allowed aten operators (`aten_ops.py`; and a
 few integer operators for symbolic sizes), runs it once on the meta device to
-bound its memory and its work, then counts parameters and FLOPs and trains it
-itself: nothing the model's code says about itself is believed.
+bound its memory and its work, then counts parameters (and the buffers and
+constants the graph carries besides them) and FLOPs and trains it itself, from
+initial values it draws (`GraphNet.reinitialise`): nothing the model's code
+says about itself is believed, nor any value it chose.
 
 What the graph fixes at capture time: Python control flow and random choices
 in `forward` (e.g. a Python-level drop path) take the value they had then;
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import operator
 import re
 import zipfile
@@ -334,6 +337,23 @@ def _bounded(fn: Any) -> Any:
 
 
 _PATH_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+")
+# Where a normalisation operator takes its weight, bias, running mean and running variance.
+_NORM_ARGS = {**dict.fromkeys(("batch_norm", "native_batch_norm", "_native_batch_norm_legit",
+                               "_native_batch_norm_legit_no_training", "_native_batch_norm_legit_functional",
+                               "instance_norm"), (1, 2, 3, 4)),
+              **dict.fromkeys(("layer_norm", "native_layer_norm", "group_norm"), (2, 3)),
+              "native_group_norm": (1, 2), "rms_norm": (2,)}
+# Operators taking (input, weight, bias, ...): a bias's default scale comes from its weight's fan-in.
+_LAYER_OPS = frozenset({"linear", "conv1d", "conv2d", "conv3d", "convolution", "conv_transpose1d",
+                        "conv_transpose2d", "conv_transpose3d"})
+_ROLES = ("norm_weight", "norm_bias", "running_mean", "running_var")
+# Elements of the tensors a graph reads besides its parameters and normalisation statistics (buffers,
+# lifted constants: `GraphNet.carried`), whose values are the model code's own, never trained from
+# nasflow's initial values: the first FREE_CARRIED are literals (a lifted `torch.tensor(2.0)`, an
+# RGB mean), the rest count as parameters, and a graph with more than MAX_CARRIED is refused (a
+# frozen pre-trained network's worth; about what MAX_NODES literal arguments could hold anyway).
+FREE_CARRIED = 1024
+MAX_CARRIED = 65_536
 
 
 class GraphNet(nn.Module):
@@ -443,6 +463,81 @@ class GraphNet(nn.Module):
             raise GraphError(f"graph returns {type(out).__name__}, not a tensor")
         return out
 
+    def _roles(self) -> dict[tuple[str, str | None], set[str]]:
+        """How each graph input (kind, target) is used, in both graphs: as a normalisation's weight,
+        bias, running mean or variance, as a convolution's or linear layer's bias ("bias:<its
+        weight's fan-in>"), as a step counter (`add_(t, 1)`: BatchNorm's `num_batches_tracked`),
+        or "other"; an input no operator reads has no entry."""
+        roles: dict[tuple[str, str | None], set[str]] = {}
+        for program in self.programs.values():
+            n = len(program.inputs)
+            for (name, _), (_, args, kwargs) in zip(program.ops, program.steps):
+                op = name.split(".")[1] if name.startswith("aten.") else name
+                places = dict(zip(_NORM_ARGS.get(op, ()), _ROLES))
+                counter = op == "add_" and len(args) == 2 and type(args[1]) is int and not kwargs
+                weight = args[1] if op in _LAYER_OPS and len(args) > 2 and isinstance(args[1], _Ref) else None
+                if weight is not None and weight.index < n and program.inputs[weight.index] in self._slots:
+                    places[2] = f"bias:{_fan_in(getattr(*self._slots[program.inputs[weight.index]]))}"
+                for pos, ref in _refs(args, kwargs):
+                    if ref.index < n:
+                        role = places.get(pos) or ("counter" if counter and pos == 0 else "other")
+                        roles.setdefault(program.inputs[ref.index], set()).add(role)
+        return roles
+
+    def _statistics(self, roles: dict[tuple[str, str | None], set[str]]) -> dict[tuple[str, str | None], str]:
+        """The buffers that are only a normalisation's running statistics or step counter ->
+        that role: their values are the data's, not the model's."""
+        out = {}
+        for (kind, target), used in roles.items():
+            value = getattr(*self._slots[kind, target]) if (kind, target) in self._slots else None
+            if kind != "BUFFER" or value is None or len(used) != 1:
+                continue
+            role, = used
+            if role in ("running_mean", "running_var") or (
+                    role == "counter" and value.numel() == 1 and not value.is_floating_point()):
+                out[kind, target] = role
+        return out
+
+    def carried(self) -> dict[str, list[int]]:
+        """The tensors the graph reads besides its parameters: buffers and lifted constants (a
+        frozen feature bank, a pre-trained conv stack run by `F.conv2d`), except normalisation
+        running statistics and counters: "buffer <name>" or "constant <name>" -> shape
+        (`FREE_CARRIED`, `MAX_CARRIED`)."""
+        roles = self._roles()
+        stats = self._statistics(roles)
+        return {f"{'buffer' if kind == 'BUFFER' else 'constant'} {target}": list(getattr(*self._slots[kind, target]).shape)
+                for kind, target in roles if (kind, target) in self._slots and kind != "PARAMETER"
+                and (kind, target) not in stats}
+
+    def reinitialise(self, seed: int) -> "GraphNet":
+        """Replace every parameter and normalisation statistic with values drawn here under `seed`,
+        so no initial value the model's code chose (pre-trained weights embedded in its source)
+        is trained. By role, in both graphs: a normalisation's weight 1 and bias 0, running mean 0,
+        variance 1, counter 0; any other parameter of 2+ dimensions, and a convolution's or linear
+        layer's bias, PyTorch's default for those layers, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with
+        fan_in the weight's size over its first dimension; any other (scales, shifts) 0. Other
+        buffers and constants keep their values, and count as parameters (`carried`)."""
+        roles = self._roles()
+        stats = self._statistics(roles)
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for slot in sorted(self._slots, key=lambda s: (s[0], str(s[1]))):
+                value = getattr(*self._slots[slot])
+                used = roles.get(slot, set())
+                if slot[0] == "PARAMETER":
+                    if used == {"norm_weight"}:
+                        value.fill_(1)
+                    elif value.is_floating_point() and (value.dim() >= 2 and "norm_bias" not in used or (
+                            len(used) == 1 and next(iter(used)).startswith("bias:"))):
+                        fan_in = _fan_in(value) if value.dim() >= 2 else int(next(iter(used))[5:])
+                        bound = 1 / max(1, fan_in) ** 0.5
+                        value.copy_(torch.empty(value.shape).uniform_(-bound, bound, generator=gen))
+                    else:
+                        value.zero_()
+                elif slot in stats:
+                    value.fill_(1 if stats[slot] == "running_var" else 0)
+        return self
+
     def layers(self) -> int:
         """Modules that own parameters (FairNAD discards single-layer networks)."""
         return sum(1 for m in self.modules() if m._parameters)
@@ -452,6 +547,24 @@ class GraphNet(nn.Module):
         arguments): what `compare` diffs; attribute names play no part."""
         layers = [str([list(p.shape) for p in m._parameters.values()]) for m in self.modules() if m._parameters]
         return layers, self.programs["eval"].ops
+
+
+def _fan_in(weight: torch.Tensor) -> int:
+    """Inputs per output of a convolution's or linear layer's weight, as PyTorch's default init counts them."""
+    return math.prod(weight.shape[1:])
+
+
+def _refs(args: list, kwargs: dict) -> list[tuple[int, _Ref]]:
+    """(position, reference) for each reference among a node's arguments: the argument's position
+    for a positional argument, -1 for one nested in a list or given by keyword."""
+    def nested(value: Any) -> list[_Ref]:
+        if isinstance(value, _Ref):
+            return [value]
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        return [r for v in items for r in nested(v)]
+
+    return [(i if isinstance(a, _Ref) else -1, r) for i, a in enumerate(args) for r in nested(a)] + [
+        (-1, r) for r in nested(kwargs)]
 
 
 def compare(parent: GraphNet, child: GraphNet) -> tuple[bool, int]:

@@ -150,8 +150,8 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
                        limits: Limits = Limits(), filename: str = "model.py", loaded=None,
                        on_epoch=None, label: str | None = None, on_graph=None) -> tuple[Verdict, list]:
     """Verify `source` as `verify_model_source` does, then train a fresh
-    instance per seed: here, on the exported graph with the seed's initial
-    weights from the child, which sees no dataset; or, for a model that cannot be
+    instance per seed: here, on the exported graph (from the child, which sees no dataset)
+    with initial values drawn here under the seed; or, for a model that cannot be
     exported, in a second sandboxed child that is shown this data (`verdict.self_reported`). `data`, `recipe` and
     `engine` are the settings dicts of `nas.data`, `Recipe` and `Engine`;
     `loaded` is the `ImageData` of `data` if the caller has it; `on_epoch`
@@ -209,7 +209,7 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
     import torch
 
     from nas.measure import count_flops, count_params
-    from nas.sandbox.graph import GraphError, GraphNet, compare, unpack
+    from nas.sandbox.graph import MAX_CARRIED, GraphError, GraphNet, compare, unpack
 
     if not artifact:
         return Verdict(ok=False, stage="crash", error="crash: the sandbox sent no model graph"), {}
@@ -226,6 +226,14 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
         if out_shape != expected:
             return Verdict(ok=False, stage="output_shape", output_shape=out_shape,
                            error=f"output_shape: output shape {out_shape} != expected {expected} (batch, num_classes)"), {}
+        carried = net.carried()
+        if sum(map(math.prod, carried.values())) > MAX_CARRIED:
+            name, size = max(carried.items(), key=lambda kv: math.prod(kv[1]))
+            return Verdict(ok=False, stage="graph", error=(
+                f"graph: reads {sum(map(math.prod, carried.values())):,} elements of buffers and constants besides "
+                f"its parameters and normalisation statistics (largest: {name[:80]} {size}), over the "
+                f"{MAX_CARRIED:,} allowed: their values are the model code's, never trained here (make them "
+                f"nn.Parameters)")), {}
         torch.manual_seed(0)
         out = net(torch.randn(shape))
         if not torch.isfinite(out).all():
@@ -250,7 +258,8 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
         if with_parent:
             parent = GraphNet(art, "parent", "parent_const", art.graph.get("parent"))
             verdict.changed, verdict.changed_layers = compare(parent, net)
-        nets = {seed: GraphNet(art, f"seed{seed}", like="init") for seed in seeds}
+        # trained from values drawn here, never from initial values the model's code chose
+        nets = {seed: GraphNet(art, f"seed{seed}", like="init").reinitialise(seed) for seed in seeds}
     except GraphError as err:
         return Verdict(ok=False, stage="graph", error=f"graph: {err}"), {}
     except Exception as err:  # an operator refused the graph's arguments while running here
@@ -262,8 +271,8 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
 def export_model_graph(source: str, *, seeds: list[int], num_classes: int, input_shape: tuple[int, ...],
                        limits: Limits = Limits(), filename: str = "model.py",
                        batch: int = CHECK_BATCH) -> tuple[Verdict, dict]:
-    """Verify `source` as `verify_model_source` does and export it as a graph with each seed's
-    initial weights, training nothing (`nas export` trains it here, with `train_graphs`).
+    """Verify `source` as `verify_model_source` does and export it as a graph, one network per seed
+    with initial values drawn here, training nothing (`nas export` trains it here, with `train_graphs`).
     Returns the verdict and the networks per seed; none when the verdict failed or says
     `self_reported` (the model cannot be exported: only the sandbox can train it)."""
     _check_args(filename, num_classes, input_shape)
