@@ -86,4 +86,5 @@ def execute(spec: SearchSpec, run_dir: Path, runner: dict[str, Any], progress: b
     run = RunDir(run_dir)
     with run.lock():  # held by this process (the flow runs in it) until the search ends
         run.prepare(spec.identity_fields(), spec.batch_lines)  # a bad run dir fails before Prefect
+        evaluator.prepare(progress)  # its one-off work says what it is, before the bar
         return RUNNERS.get(runner.get("name", "prefect"))(runner).run(spec, run_dir, evaluator, progress)
