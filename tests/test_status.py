@@ -32,7 +32,7 @@ def test_a_step_run_without_progress_says_nothing(capsys):
 
 def test_a_sweeps_job_checks_show_progress_and_a_bad_first_job_still_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(search_cli, "_hydra_entry", lambda: None)  # the checks alone, no run
+    monkeypatch.setattr(search_cli, "_hydra_entry", lambda existing: None)  # the checks alone, no run
     monkeypatch.setattr(nas.status, "PLAIN_AFTER_S", 0.0)
     search_cli.main(["-m", "space=nb201", "seed=0,1"])
     assert "checking 2 jobs ...\n" in capsys.readouterr().err
