@@ -20,7 +20,7 @@ def status(text: str, total: int | None = None, *, show: bool = True,
     moves). Otherwise `text` once as a plain line, so logs and CI say what is going on: at once
     without `total`, else at the first `advance` after PLAIN_AFTER_S (a sweep whose first job
     is bad still stops with its one error line). `show=False` (a caller run without progress,
-    e.g. a worker or --quiet) shows nothing, so callers need no `if show else nullcontext()`."""
+    e.g. progress=false or a worker) shows nothing, so callers need no `if show else nullcontext()`."""
     if not show:
         yield lambda: None
         return
