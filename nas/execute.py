@@ -49,13 +49,11 @@ class LocalRunner(SearchRunner):
             raise ConfigError(f"unknown key 'runner.{unknown[0]}' (valid keys of runner=local: "
                               f"{', '.join(self.KEYS[1:])})")
         if spec.in_flight > 1 or self.settings.get("workers") not in (None, 1):  # a bad value: assign_slots says
-            from contextlib import nullcontext
-
             from nas.pool import WorkerPool
             from nas.status import status
 
             # each worker imports and builds the evaluator before the first trial: seconds each, in parallel
-            with status("starting the worker pool") if progress else nullcontext():
+            with status("starting the worker pool", show=progress):
                 pool = WorkerPool.from_settings(spec.to_dict(), self.settings, spec.in_flight)
             try:
                 summary = SearchLoop(spec, run_dir, pool, progress=progress, runner="local",
@@ -88,4 +86,5 @@ def execute(spec: SearchSpec, run_dir: Path, runner: dict[str, Any], progress: b
     run = RunDir(run_dir)
     with run.lock():  # held by this process (the flow runs in it) until the search ends
         run.prepare(spec.identity_fields(), spec.batch_lines)  # a bad run dir fails before Prefect
+        evaluator.prepare(progress)  # its one-off work says what it is, before the bar
         return RUNNERS.get(runner.get("name", "prefect"))(runner).run(spec, run_dir, evaluator, progress)

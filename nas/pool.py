@@ -202,6 +202,7 @@ def _serve(conn: Connection) -> None:
         spec = SearchSpec.from_dict(spec_dict)
         space = spec.build_space()
         evaluator = spec.build_evaluator(space)
+        evaluator.prepare(False)  # while the pool's start shows its status line
         seed = spec.seed if evaluator.uses_seed else None
     except Exception as err:  # told to the parent, which stops with it
         conn.send(f"{type(err).__name__}: {err}")

@@ -14,11 +14,16 @@ PLAIN_AFTER_S = 2.0  # off a terminal, a counted step says what it does once it 
 
 
 @contextmanager
-def status(text: str, total: int | None = None, *, tty: bool | None = None) -> Iterator[Callable[[], None]]:
+def status(text: str, total: int | None = None, *, show: bool = True,
+           tty: bool | None = None) -> Iterator[Callable[[], None]]:
     """On a terminal, a transient rich line (with `total`: a bar that the yielded `advance`
     moves). Otherwise `text` once as a plain line, so logs and CI say what is going on: at once
     without `total`, else at the first `advance` after PLAIN_AFTER_S (a sweep whose first job
-    is bad still stops with its one error line)."""
+    is bad still stops with its one error line). `show=False` (a caller run without progress,
+    e.g. progress=false or a worker) shows nothing, so callers need no `if show else nullcontext()`."""
+    if not show:
+        yield lambda: None
+        return
     if not (sys.stderr.isatty() if tty is None else tty):
         start, said = time.monotonic(), total is None
         if said:

@@ -103,6 +103,19 @@ def test_bad_overrides_stop_in_one_line_before_any_file(args, message, tmp_path,
     assert list(tmp_path.iterdir()) == []  # no runs/<time>.../.hydra, no search.log
 
 
+def test_a_failed_start_removes_only_a_run_dir_it_made(tmp_path, monkeypatch, capsys):
+    """A runner setting that fails at the start removed the user's own empty `hydra.run.dir` too."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").mkdir()
+    for run_dir in ("mine", "made"):
+        with pytest.raises(SystemExit) as info:
+            main(["search", "space=nb201", "runner=local", "runner.workers=0", "progress=false",
+                  f"hydra.run.dir={run_dir}"])
+        assert info.value.code == 2
+        assert "runner.workers: expected a positive integer, got 0" in capsys.readouterr().err
+    assert (tmp_path / "mine").is_dir() and not (tmp_path / "made").exists()
+
+
 CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"
 TRAIN = ["data=digits", "recipe=cpu_proxy", "evaluator.channels=8", "evaluator.cells_per_stage=1"]
 

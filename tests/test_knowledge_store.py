@@ -275,13 +275,18 @@ def test_unreadable_nader_file(tmp_path: Path) -> None:
         import_nader_experiences(tmp_path / "missing.json")
 
 
-def test_a_search_seeds_an_empty_idea_store_with_the_builtin_corpus(qdrant_dir: Path, embedder: Embedder) -> None:
+def test_a_search_seeds_an_empty_idea_store_with_the_builtin_corpus(qdrant_dir: Path, embedder: Embedder,
+                                                                   capsys) -> None:
+    """Seeding (the embedding model's load, then the corpus) was NADER's and FairNAD's ~13 silent
+    seconds before their first trial: it says what it does, once."""
     from nas.knowledge.config import KnowledgeConfig
     from nas.knowledge.papers import builtin_ideas
 
     off = KnowledgeConfig(path=str(qdrant_dir), seed_builtin=False).open_ideas(embedder)
     assert off.count() == 0
     seeded = KnowledgeConfig(path=str(qdrant_dir)).open_ideas(embedder)
+    assert capsys.readouterr().err == f"seeding the idea store with {len(builtin_ideas())} built-in ideas " \
+                                      "(the embedding model loads first) ...\n"
     n = seeded.count()
     assert 0.9 * len(builtin_ideas()) <= n <= len(builtin_ideas())
     assert all(i.tag is not None and i.source == "builtin" for i in seeded.ideas())

@@ -152,6 +152,26 @@ def test_proxy_evaluator_scores_a_percentile_of_the_vote(proxy_evaluator):
         best.to_dict() | {"cost_seconds": 0}
 
 
+def test_proxy_reference_is_scored_once_with_a_status_line_and_kept(monkeypatch, tmp_path, capsys):
+    """`nas search evaluator=proxy` sat at 0/N for ~50 s scoring the reference sample: it is
+    now scored before the bar, says so, and is kept for the workers, tasks and later runs."""
+    import nas.status
+    from nas.evaluators.proxy import ProxyEvaluator
+
+    monkeypatch.setenv("NASFLOW_HOME", str(tmp_path))
+    monkeypatch.setattr(nas.status, "PLAIN_AFTER_S", 0.0)
+    first = EVALUATORS.create("proxy", dict(SMALL), space=TINY)
+    first.prepare(show=True)
+    assert capsys.readouterr().err == \
+        "scoring evaluator=proxy's reference sample of 3 cells (once per settings) ...\n"
+    monkeypatch.setattr(ProxyEvaluator, "_scores", lambda *args: pytest.fail("the reference was scored again"))
+    second = EVALUATORS.create("proxy", dict(SMALL), space=TINY)
+    second.prepare(show=True)
+    assert capsys.readouterr().err == ""
+    assert {n: list(v) for n, v in second.reference_scores().items()} == \
+        {n: list(v) for n, v in first.reference_scores().items()}
+
+
 def test_proxy_evaluator_runs_a_search_through_the_api(tmp_path: Path, proxy_evaluator):
     spec = SearchSpec(space=Component("nb201", {"channels": 4, "cells_per_stage": 1}),
                       strategy=Component("random"), evaluator=Component("proxy", dict(SMALL)), seed=0, trials=3)

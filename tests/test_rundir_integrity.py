@@ -476,3 +476,15 @@ def test_a_start_that_failed_leaves_no_run_dir_but_a_started_search_keeps_its_fi
     assert sorted(p.name for p in started.path.iterdir()) == [".hydra", ".lock", "state.json"]
     with unstarted.lock():  # the lock is free again, on a new file
         assert unstarted.lock_path.exists()
+
+
+def test_saved_trials_counts_the_records_a_resume_keeps_past_empty_lines(tmp_path):
+    """An empty line (an editor's, a copy's) made it 0: it counts what `prepare` would keep."""
+    run = RunDir(tmp_path)
+    run.state_path.write_text(json.dumps({"history_lines": 3}))
+    rows = [{"trial": 0}, {"trial": 1, "screened": True}, {"trial": 2}, {"trial": 3}]  # the 4th: after the state
+    run.history_path.write_text("\n".join(json.dumps(r) for r in rows[:2]) + "\n\n" +
+                                "\n".join(json.dumps(r) for r in rows[2:]) + "\n\n")
+    assert run.saved_trials() == 2  # trials 0 and 2; the screened one is no trial of the budget
+    run.history_path.write_text("{not json\n")
+    assert run.saved_trials() == 0

@@ -21,9 +21,18 @@ def test_off_a_terminal_a_step_says_what_it_does_once(capsys):
     assert capsys.readouterr().err == "loading ...\n"
 
 
+def test_a_step_run_without_progress_says_nothing(capsys):
+    """`show=False` replaces the callers' `status(...) if show else nullcontext()`."""
+    with status("loading", show=False, tty=False):
+        pass
+    with status("counting", total=2, show=False, tty=True) as advance:
+        advance()
+    assert capsys.readouterr().err == ""
+
+
 def test_a_sweeps_job_checks_show_progress_and_a_bad_first_job_still_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(search_cli, "_hydra_entry", lambda: None)  # the checks alone, no run
+    monkeypatch.setattr(search_cli, "_hydra_entry", lambda existing: None)  # the checks alone, no run
     monkeypatch.setattr(nas.status, "PLAIN_AFTER_S", 0.0)
     search_cli.main(["-m", "space=nb201", "seed=0,1"])
     assert "checking 2 jobs ...\n" in capsys.readouterr().err
@@ -57,6 +66,10 @@ def test_the_temporary_prefect_server_starts_with_a_status_line(monkeypatch, cap
         assert start_temporary_server(show=True) is None  # a configured server: none of ours
     assert Server.starts == 1
     assert capsys.readouterr().err == "starting Prefect's temporary server ...\n"
+    Server.running = False
+    with temporary_settings(updates={PREFECT_API_URL: None}):
+        start_temporary_server(show=False)  # without progress it starts silently
+    assert Server.starts == 2 and capsys.readouterr().err == ""
 
 
 def test_a_local_worker_pool_says_it_is_starting(monkeypatch, tmp_path, capsys):

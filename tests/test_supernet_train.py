@@ -235,6 +235,20 @@ def test_bad_training_inputs_are_one_line_errors(change, message, tmp_path):
     assert not (tmp_path / "supernet.pt").exists()
 
 
+def test_the_cli_says_what_it_does_before_and_after_the_bar(tmp_path, capsys):
+    """`nas train-supernet` was ~13 s silent before Lightning's bar (torch and Lightning's
+    imports, the data) and seconds after it (scoring the subnets)."""
+    from nas.cli import supernet as supernet_cli
+
+    supernet_cli.main(["space=nb201", "space.channels=4", "space.cells_per_stage=1", "data=digits",
+                       "supernet.epochs=1", "supernet.train_subset=64", "supernet.val_subset=50",
+                       "supernet.recal_batches=1", f"out={tmp_path}"])
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if line.endswith(" ...")]
+    assert said == ["loading torch and Lightning ...", "loading digits and building the supernet ...",
+                    "scoring the largest and smallest subnets on validation data ..."], err
+
+
 # --- end to end ------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ def main(argv: list[str]) -> None:
 
     check_group_overrides(argv)
     flags = [a for a in argv if a.startswith("-")]
+    existing: set[Path] = set()  # given run dirs that are there before Hydra makes its own: never removed
     for arg in argv:  # Hydra makes its output dir itself, where a file in the way is a traceback
         key, _, value = arg.partition("=")
         if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and not value.strip():
@@ -31,13 +32,15 @@ def main(argv: list[str]) -> None:
                 check_output(Path(value), directory=True)
             except NasError as err:
                 fail(str(err))
+            if key.lstrip("+") == "hydra.run.dir" and Path(value).is_dir():
+                existing.add(Path(value).resolve())
     if not set(flags) - set(MULTIRUN):  # --help, --cfg job, ...: Hydra's own, nothing is written
         try:
             check_jobs(job_overrides([a for a in argv if a not in MULTIRUN], bool(flags)))
         except NasError as err:
             fail(str(err))
     sys.argv = ["nas search", *argv]
-    _hydra_entry()
+    _hydra_entry(existing)
 
 
 def check_jobs(jobs: list[list[str]]) -> None:
@@ -57,7 +60,9 @@ def check_jobs(jobs: list[list[str]]) -> None:
             check_build(spec)
 
 
-def _hydra_entry() -> None:
+def _hydra_entry(existing: set[Path]) -> None:
+    """`existing`: run dirs that were there before this command (a user's own, an earlier
+    run's): a failed start leaves them where they were; it removes only a dir it made."""
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, OmegaConf
@@ -82,7 +87,8 @@ def _hydra_entry() -> None:
                     summary = execute(spec, run_dir, container.get("runner") or {},
                                       bool(container.get("progress", True)))
                 except BaseException:  # a start that failed (Prefect's, a runner setting's) leaves no dir
-                    run.discard_unstarted()
+                    if run_dir not in existing:
+                        run.discard_unstarted()
                     raise
             print_summary(run_dir, summary)
         except NasError as err:
@@ -103,7 +109,8 @@ def interrupt_once(signum: int, frame: Any) -> None:
 def interrupted(run_dir: Path | None) -> None:
     from nas.search.rundir import RunDir
 
-    if run_dir is None or not run_dir.exists():  # removed: nothing had been written (RunDir.discard_unstarted)
+    # removed (RunDir.discard_unstarted), or a given dir kept: either way no search state was written
+    if run_dir is None or not RunDir(run_dir).state_path.exists():
         print("nas: interrupted before the search started; nothing was saved", file=sys.stderr)
         raise SystemExit(130)
     trials = RunDir(run_dir).saved_trials()

@@ -26,16 +26,20 @@ def main(argv: list[str]) -> None:
     rest = [a for a in argv if not a.startswith("out=")]
     check_group_overrides(rest)
     try:
-        from nas.supernets.train import SupernetSettings, train_supernet
+        cfg = check_config(rest)  # a bad override fails before the slow imports
+        progress = bool(cfg.get("progress", True))
+        from nas.status import status
 
-        cfg = check_config(rest)
+        with status("loading torch and Lightning", show=progress):  # ~10 s on a CPU, Lightning's torchmetrics most
+            from nas.supernets.train import SupernetSettings, train_supernet
+
         group = dict(cfg["supernet"])
         out = Path(outs[-1][4:] if outs else group.pop("out"))
         group.pop("out", None)
         params = group.pop("params", None) or {}
         settings = SupernetSettings.from_dict(group)
         result = train_supernet(cfg["space"], params, data_source(cfg["data"]), settings, int(cfg["seed"]), out,
-                                progress=bool(cfg.get("progress", True)))
+                                progress=progress)
     except NasError as err:
         fail(str(err))
     print(f"supernet: {result.path} sha256 {result.sha256[:16]}; valid accuracy largest "

@@ -91,6 +91,10 @@ class Evaluator(ABC):
         were made. Empty when the evaluator holds no weights."""
         return {}
 
+    def prepare(self, show: bool) -> None:
+        """Work done once before the first trial (e.g. proxy's reference sample): called before
+        the search's bar starts, so a status line (`show`) says what it is instead of a still 0/N."""
+
     @property
     def batched(self) -> bool:
         """Whether `evaluate_batch` is faster than one `evaluate` per candidate."""

@@ -74,7 +74,12 @@ class KnowledgeConfig:
 
         store = self.open_store(embedder)
         if self.seed_builtin and store.count() == 0:
-            store.add_ideas(builtin_ideas(), dedup_threshold=self.dedup_threshold)
+            from nas.status import status
+
+            ideas = builtin_ideas()
+            # once per store, before a NADER or FairNAD search's first trial: ~10 s on 2 busy cores
+            with status(f"seeding the idea store with {len(ideas)} built-in ideas (the embedding model loads first)"):
+                store.add_ideas(ideas, dedup_threshold=self.dedup_threshold)
         return store
 
     def open_experiences(self, embedder=None):

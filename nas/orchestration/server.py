@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Any
 
 from nas.errors import NasError
@@ -58,6 +57,6 @@ def start_temporary_server(show: bool) -> Any | None:
         from nas.status import status
 
         check_prefect_database()  # a damaged one would cost minutes and end in "Timed out ..."
-        with status("starting Prefect's temporary server") if show else nullcontext():
+        with status("starting Prefect's temporary server", show=show):
             server.start()
     return server

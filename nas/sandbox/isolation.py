@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.errors import NasError
+from nas.sandbox.limits import Limits
 
 ALLOW_ENV = "NASFLOW_ALLOW_UNISOLATED"
 BWRAP_ENV = "NASFLOW_BWRAP"  # a bwrap binary to use instead of the bundled one
@@ -71,7 +72,7 @@ class Isolation:
 
     def popen(self, argv: list[str], env: dict[str, str], *, read_only: tuple[str, ...] = (),
               hidden: tuple[str, ...] = (), writable: str | None = None, gpu: bool = False,
-              tmp_mb: int = 1024, pass_fds: tuple[int, ...] = (), **kwargs: Any) -> subprocess.Popen:
+              tmp_mb: int = Limits.tmp_mb, pass_fds: tuple[int, ...] = (), **kwargs: Any) -> subprocess.Popen:
         """Start `argv` in its own session, isolated (with the seccomp filter) or, opted
         out, as a plain child in `writable` with `env` (which hides nothing: `hidden` is then
         up to the child's audit policy); `kwargs` go to `Popen`."""
@@ -86,7 +87,7 @@ class Isolation:
 
     def command(self, argv: list[str], env: dict[str, str], *, read_only: tuple[str, ...] = (),
                 hidden: tuple[str, ...] = (), writable: str | None = None, gpu: bool = False,
-                tmp_mb: int = 1024, seccomp: int | None = None) -> list[str]:
+                tmp_mb: int = Limits.tmp_mb, seccomp: int | None = None) -> list[str]:
         """`argv` wrapped so it runs isolated with exactly `env`; `read_only`
         adds host paths (datasets) mounted read-only at the same place; `hidden` host
         paths (datasets, `$NASFLOW_HOME`) that a mount would otherwise show are covered

@@ -178,11 +178,12 @@ class RunDir:
         return Resume(history, strategy_state, elapsed, in_flight, asked, changed)
 
     def saved_trials(self) -> int:
-        """Trials of the budget that a resume keeps (the history up to the saved state); 0 when none."""
+        """Trials of the budget that a resume keeps (the history's records up to the saved state,
+        read as `prepare` reads them: an empty line is no record); 0 when none."""
         try:
             keep = int(read_json(self.state_path)["history_lines"])
-            lines = self.history_path.read_text(encoding="utf-8").splitlines()[:keep]
-            return sum(1 for line in lines if not json.loads(line).get("screened"))
+            records = read_jsonl(self.history_path)[:keep]
+            return sum(1 for record in records if not record.get("screened"))
         except (OSError, RunDirError, KeyError, TypeError, ValueError, AttributeError):
             return 0
 

@@ -17,9 +17,6 @@ from nas.strategies import STRATEGIES, Strategy
 MAX_TRIALS = 1_000_000
 MAX_BATCH_SIZE = 10_000
 MAX_EPOCHS = 10_000
-# The sandbox's /tmp size (`nas.sandbox.Limits.tmp_mb`), added after runs were made: left out of
-# the identity at this default so those runs' identities hold.
-SANDBOX_TMP_MB = 1024
 
 
 @dataclass(frozen=True)
@@ -116,16 +113,19 @@ class SearchSpec:
         `evaluator.trust_self_reported` counts (strategies learn from self-reported results only
         when it is true), except when false, so identities of runs that do not trust them predate it.
         `budget.in_flight` counts (history is in completion order), except its default 1,
-        so identities of batch runs predate it. Screening is in it (when on): it changes
-        which candidates are evaluated."""
+        so identities of batch runs predate it. `evaluator.sandbox.tmp_mb` counts, except at
+        its default (`Limits.tmp_mb`, the one place it is set), so identities of runs from before
+        it hold. Screening is in it (when on): it changes which candidates are evaluated."""
         d = self.to_dict()
         d.pop("trials")
         if self.in_flight == 1:
             d.pop("in_flight")
         if d["evaluator"]["params"].get("trust_self_reported") is not True:
             d["evaluator"]["params"].pop("trust_self_reported", None)
+        from nas.sandbox.limits import Limits  # torch-free
+
         sandbox = d["evaluator"]["params"].get("sandbox")
-        if isinstance(sandbox, dict) and sandbox.get("tmp_mb") == SANDBOX_TMP_MB:
+        if isinstance(sandbox, dict) and sandbox.get("tmp_mb") == Limits.tmp_mb:
             del sandbox["tmp_mb"]
         if not self.constraint.active:  # identities of unconstrained runs predate constraints
             d.pop("constraint")

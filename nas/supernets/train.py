@@ -40,6 +40,7 @@ from nas.data.sources import SOURCES, load_data
 from nas.errors import ConfigError
 from nas.evaluators.supernet import Feeder, resize, score
 from nas.io import atomic_write_bytes, atomic_write_json
+from nas.status import status
 from nas.core.registry import check_keys
 from nas.core.space import CategoricalSpace
 from nas.train.engine import ACCELERATORS
@@ -222,11 +223,12 @@ def train_supernet(space: dict[str, Any], params: dict[str, Any], data: dict[str
         raise ConfigError(f"data: unknown dataset '{data.get('name') if isinstance(data, dict) else data}' "
                           f"(valid: {', '.join(SOURCES)})")
     check_keys("data", data, ["name", "root", "split_file"])
-    image = load_data(**data).rgb()
-    _quiet()
-    warnings.filterwarnings("ignore", message=".*no `validation_step`.*")  # the data module's, unused here
-    pl.seed_everything(seed, verbose=False)
-    net = build_supernet(space, params, image.num_classes)
+    with status(f"loading {data['name']} and building the supernet", show=progress):  # seconds for fashion_mnist
+        image = load_data(**data).rgb()
+        _quiet()
+        warnings.filterwarnings("ignore", message=".*no `validation_step`.*")  # the data module's, unused here
+        pl.seed_everything(seed, verbose=False)
+        net = build_supernet(space, params, image.num_classes)
     sampling = settings.sampling or net.default_sampling
     n_train = len(image.train.subset(settings.train_subset))
     # Under DDP each rank steps through its 1/devices share; the sampler's phases and the schedule count steps.
@@ -244,10 +246,12 @@ def train_supernet(space: dict[str, Any], params: dict[str, Any], data: dict[str
     net.eval()
     feeder = Feeder(image, settings.batch_size, next(net.parameters()).device)
     val = {}
-    for which in ("largest", "smallest"):
-        arch = getattr(net, which)()
-        sub = net.extract(arch).to(feeder.device)
-        val[which] = round(score(sub, feeder, net.input_size(arch), settings.recal_batches, settings.val_subset)[0], 4)
+    with status("scoring the largest and smallest subnets on validation data", show=progress):
+        for which in ("largest", "smallest"):
+            arch = getattr(net, which)()
+            sub = net.extract(arch).to(feeder.device)
+            val[which] = round(score(sub, feeder, net.input_size(arch), settings.recal_batches,
+                                     settings.val_subset)[0], 4)
     meta = {"space": space["name"], "space_params": {k: v for k, v in space.items() if k != "name"},
             "supernet": net.config(), "train": {**settings.to_dict(), "sampling": sampling}, "data": dict(data),
             "seed": seed, "steps": module.steps, "largest": net.largest().encode(),
