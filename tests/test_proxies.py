@@ -171,6 +171,17 @@ def test_proxy_reference_is_scored_once_with_a_status_line_and_kept(monkeypatch,
     assert {n: list(v) for n, v in second.reference_scores().items()} == \
         {n: list(v) for n, v in first.reference_scores().items()}
 
+    class Convs(NB201Space):  # the same evaluator settings over other cells: their own reference
+        def sample(self, rng):
+            return uniform("nor_conv_3x3")
+
+    monkeypatch.undo()
+    monkeypatch.setenv("NASFLOW_HOME", str(tmp_path))
+    other = EVALUATORS.create("proxy", dict(SMALL), space=Convs(channels=4, cells_per_stage=1))
+    assert {n: list(v) for n, v in other.reference_scores().items()} != \
+        {n: list(v) for n, v in first.reference_scores().items()}
+    assert len(list(tmp_path.glob("proxy_reference/*.json"))) == 2
+
 
 def test_proxy_evaluator_runs_a_search_through_the_api(tmp_path: Path, proxy_evaluator):
     spec = SearchSpec(space=Component("nb201", {"channels": 4, "cells_per_stage": 1}),

@@ -96,19 +96,22 @@ class ProxyEvaluator(Evaluator):
         from nas.io import atomic_write_json, read_json
         from nas.status import status
 
-        path = home() / "proxy_reference" / f"{self.fingerprint()}.json"
+        rng = np.random.default_rng(self.seed)
+        sample = [self.space.sample(rng) for _ in range(self.reference)]
+        # the scoring settings and the cells themselves: another space never reads this sample's scores
+        name = stable_hash(self.fingerprint(), type(self.space).__name__, [a.key() for a in sample])
+        path = home() / "proxy_reference" / f"{name}.json"
         try:
             stored = read_json(path)
             self._reference = {n: np.asarray(stored[n], dtype=float) for n in self.proxies}
             return self._reference
         except (OSError, RunDirError, KeyError, TypeError, ValueError):  # none yet, or unreadable: score it
             pass
-        rng = np.random.default_rng(self.seed)
         rows = []
         with status(f"scoring evaluator=proxy's reference sample of {self.reference} cells (once per settings)",
                     total=self.reference, show=show) as advance:
-            for _ in range(self.reference):
-                rows.append(self._scores(self.space.sample(rng))[0])
+            for arch in sample:
+                rows.append(self._scores(arch)[0])
                 advance()
         self._reference = {n: np.sort([r[n] for r in rows]) for n in self.proxies}
         atomic_write_json(path, {n: v.tolist() for n, v in self._reference.items()})
