@@ -51,6 +51,7 @@ section 5's code on CPU at tiny sizes (a smoke test, about 7 minutes).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
@@ -725,6 +726,17 @@ def profile_markdown(p: dict | None) -> list[str]:
                         "nothing running; TFLOP/s = 6 x forward MACs per image x images / busy time.", ""]
 
 
+def earlier_gpu(path: Path, sections: tuple[str, ...]) -> dict:
+    """The GPU results already in `path` for the sections not rerun now (and the settings they
+    came with), named in `kept_from_earlier_run`; {} when there are none."""
+    try:
+        old = json.loads(path.read_text(encoding="utf-8")).get("gpu")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    kept = [s for s in GPU_SECTIONS if isinstance(old, dict) and s in old and s not in sections]
+    return {**old, "kept_from_earlier_run": kept} if kept else {}
+
+
 def gpu_markdown(g: dict, machine: dict) -> str:
     """The GPU section as markdown; sections that did not run (or failed) say so."""
     lines = [f"# Fast-engine training speed on {g['device']} (torch {machine['torch']})", "",
@@ -779,6 +791,9 @@ def gpu_markdown(g: dict, machine: dict) -> str:
             lines.append(f"| {name} | {p[name]['valid_accuracy']} | {p[name]['mean']} | {p[name]['std']} |")
         lines += ["", f"Difference of means {p['mean_difference']} (two standard errors: {p['noise_2se']}); "
                   f"within seed noise: {p['within_seed_noise']}.", ""]
+    if g.get("kept_from_earlier_run"):
+        lines += [f"Kept from this file's earlier run (its numbers, not this run's): "
+                  f"{', '.join(g['kept_from_earlier_run'])}.", ""]
     missing = [s for s in GPU_SECTIONS if s not in g]
     if missing:
         lines += [f"Not run this time: {', '.join(missing)}.", ""]
@@ -822,11 +837,16 @@ def main() -> None:
         if not (torch.cuda.is_available() or quick):
             sys.exit("--gpu-only needs a CUDA device (or --quick, for a CPU smoke test)")
 
+        # a run of some sections into the default file keeps the other sections' earlier numbers
+        earlier = {} if args.out else earlier_gpu(out, sections)
+
         def save(gpu: dict) -> None:
+            gpu = {**earlier, **gpu}
             atomic_write_json(out, {**result, "gpu": gpu})
             atomic_write_text(out.with_suffix(".md"), gpu_markdown(gpu, result["machine"]))
+            result["gpu"] = gpu
 
-        result["gpu"] = gpu_section(quick, args.fashion_root, sections, save)
+        save(gpu_section(quick, args.fashion_root, sections, save))
         print(gpu_markdown(result["gpu"], result["machine"]))
         print(f"wrote {out} (+ .md)")
         return

@@ -132,3 +132,26 @@ def test_import_time_quick_merges_beside_the_committed_before(tmp_path):
     assert after["targets"]["import nas.errors"]["loaded"] == []  # errors.py imports nothing heavy
     defined = sum(line.startswith("def test_") for line in Path(__file__).read_text().splitlines())
     assert after["targets"]["pytest --collect-only"]["tests"] == defined  # --quick collects this file
+
+
+def test_a_run_of_some_gpu_sections_keeps_the_others_earlier_numbers(tmp_path):
+    """`--gpu-only --sections X` into the committed results file used to replace every other
+    section's numbers with nothing; they are kept and the markdown says whose they are."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from train_throughput import earlier_gpu, gpu_markdown
+
+    path = tmp_path / "gpu.json"
+    OLD = {"measured": False, "reason": "an earlier run's"}
+    assert earlier_gpu(path, ("profile",)) == {}                         # no earlier file
+    path.write_text(json.dumps({"gpu": {"device": "H100", "sections": ["profile", "packing_mps"],
+                                        "profile": {"variants": []}, "packing_mps": OLD}}))
+    assert earlier_gpu(path, ("profile", "packing_mps")) == {}                # everything rerun
+    kept = earlier_gpu(path, ("profile",))
+    assert kept["packing_mps"] == OLD and kept["kept_from_earlier_run"] == ["packing_mps"]
+    new = {"device": "H100", "data": "d", "batch": 256, "budget_width": 25, "width_multiple_8": 24,
+           "sections": ["profile"], "profile": {"variants": []}}
+    merged = {**kept, **new}
+    assert merged["sections"] == ["profile"] and merged["packing_mps"] == OLD
+    md = gpu_markdown(merged, {"torch": "2.14"})
+    assert "Kept from this file's earlier run (its numbers, not this run's): packing_mps." in md
+    assert "packing_mps" not in md.split("Not run this time: ")[1].split(".")[0]
