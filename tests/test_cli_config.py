@@ -200,10 +200,10 @@ def test_a_bad_job_stops_a_sweep_before_its_first_job():
 
 
 def test_a_space_with_repeats_allowed_may_exceed_its_size():
-    spec = check_job(["space=nb201", "strategy=random", "strategy.unique=false", "budget.trials=16000"])
+    spec, _ = check_job(["space=nb201", "strategy=random", "strategy.unique=false", "budget.trials=16000"])
     check_build(spec)
     with pytest.raises(ConfigError, match="use budget.trials<=15625"):
-        check_build(check_job(["space=nb201", "strategy=random", "budget.trials=16000"]))
+        check_build(check_job(["space=nb201", "strategy=random", "budget.trials=16000"])[0])
 
 
 def _env(tmp_path) -> dict[str, str]:
