@@ -125,9 +125,10 @@ def check_config(overrides: list[str]) -> dict[str, Any]:
     return _checked(overrides)[0]
 
 
-def check_job(overrides: list[str]) -> SearchSpec:
+def check_job(overrides: list[str]) -> tuple[SearchSpec, bool]:
     """`check_config`, then the spec and its pairing: the checks that need nothing built,
-    so a sweep's bad job stops it before any slow one."""
+    so a sweep's bad job stops it before any slow one. With the job's `progress`, so the
+    slow checks that follow say what they do only where the job shows progress."""
     from nas.search.spec import SearchSpec
 
     container, space_choice = _checked(overrides)
@@ -136,7 +137,7 @@ def check_job(overrides: list[str]) -> SearchSpec:
         raise ConfigError(f"progress must be true or false, got {progress!r}")
     spec = SearchSpec.from_config(container)
     spec.check_pairing(space_choice)
-    return spec
+    return spec, progress
 
 
 def _checked(overrides: list[str]) -> tuple[dict[str, Any], str | None]:

@@ -138,6 +138,8 @@ TRAIN = ["data=digits", "recipe=cpu_proxy", "evaluator.channels=8", "evaluator.c
     (["train", CELL, *TRAIN, "recipe.train_subset=-5"], "recipe.train_subset must be an integer >= 1 or null"),
     (["train", CELL, *TRAIN, "seed=-1"], "seed must be an integer >= 0, got -1"),
     (["train", CELL, *TRAIN, "evaluator.seeds=[1,-2]"], "evaluator.seeds must be a non-empty list of integers >= 0"),
+    # checked before "loading torch and Lightning ...", which came first
+    (["train-supernet", "space=nb201", "supernet.epochs=0", "out=sn"], "supernet.epochs must be an integer >= 1, got 0"),
 ])
 def test_out_of_range_values_stop_in_one_line_before_any_file(args, message, tmp_path, monkeypatch, capsys):
     """Values of the right type but out of range fail where their settings are checked, not in torch or numpy."""
@@ -200,10 +202,10 @@ def test_a_bad_job_stops_a_sweep_before_its_first_job():
 
 
 def test_a_space_with_repeats_allowed_may_exceed_its_size():
-    spec = check_job(["space=nb201", "strategy=random", "strategy.unique=false", "budget.trials=16000"])
+    spec, _ = check_job(["space=nb201", "strategy=random", "strategy.unique=false", "budget.trials=16000"])
     check_build(spec)
     with pytest.raises(ConfigError, match="use budget.trials<=15625"):
-        check_build(check_job(["space=nb201", "strategy=random", "budget.trials=16000"]))
+        check_build(check_job(["space=nb201", "strategy=random", "budget.trials=16000"])[0])
 
 
 def _env(tmp_path) -> dict[str, str]:

@@ -56,14 +56,16 @@ def test_help_validate_and_config_errors_import_neither_torch_nor_prefect(tmp_pa
         ["search", "strategy=nosuch"],
         ["search", "budget.trials=-1"],  # composed by Hydra, rejected by SearchSpec
         ["search", "space=nb201", "evaluator=table", "strategy=rea", "strategy.population_size=x"],  # by the strategy
+        ["train-supernet", "space=nb201", "supernet.epochs=0"],  # by SupernetSettings
     ]
-    env = {"NASFLOW_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    env = {"NASFLOW_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT)}  # this checkout's code, wherever the interpreter's nas is installed from
     proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(HEAVY), json.dumps(commands)], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     # each command did its job (else "nothing imported" would prove nothing)
-    help_, arch_help, valid, invalid, unknown, budget, param, registry = results
+    help_, arch_help, valid, invalid, unknown, budget, param, supernet, registry = results
     assert help_["code"] == 0 and "nas arch validate FILE" in help_["out"]
     assert arch_help["code"] == 0 and "draw" in arch_help["out"]
     assert valid["code"] == 0 and valid["out"].strip() == f"{RESIDUAL}: valid"
@@ -71,6 +73,7 @@ def test_help_validate_and_config_errors_import_neither_torch_nor_prefect(tmp_pa
     assert unknown["code"] == 2 and "unknown strategy 'nosuch'" in unknown["err"]
     assert budget["code"] == 2 and "budget.trials must be > 0, got -1" in budget["err"]
     assert param["code"] == 2 and "strategy 'rea': parameter 'population_size' must be int, got 'x'" in param["err"]
+    assert supernet["code"] == 2 and supernet["err"] == "nas: error: supernet.epochs must be an integer >= 1, got 0\n"
     assert {"nb201", "nader", "source"} <= set(registry["names"]["space"])
     assert {"random", "rea", "nader", "collm"} <= set(registry["names"]["strategy"])
     for r in results:

@@ -83,3 +83,32 @@ def test_design_strategies_share_the_base(name, tmp_path):
     assert len(resumed.seen) == len(strategy.seen) and resumed.seen.where(designed.arch.key()) is not None
     report = strategy.report([])
     assert report["design"]["proposals"] == 0 and report["llm"]["total"]["calls"] == 3
+
+
+class EmptyIdeaStore:
+    """An idea store that is still empty: `open_ideas` seeds it (with the embedding model's ~10 s, here none)."""
+
+    def count(self) -> int:
+        return 0
+
+    def add_ideas(self, ideas, dedup_threshold: float) -> None:
+        pass
+
+    def ideas(self) -> list:
+        return []
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("progress", [False, True])
+def test_seeding_the_idea_store_says_so_only_with_progress(name, progress, tmp_path, monkeypatch, capsys):
+    """progress=false printed the seeding line anyway: `open_ideas` did not know the search's setting."""
+    from nas.knowledge.config import KnowledgeConfig
+
+    monkeypatch.setattr(KnowledgeConfig, "open_store", lambda self, embedder=None: EmptyIdeaStore())
+    monkeypatch.setattr("nas.knowledge.papers.builtin_ideas", lambda: ["an idea"])
+    params = {**CASES[name][0], "use_knowledge": True}
+    space = SPACES.create(params.pop("space"), {"base": str(DATA / "cnn_parent.py")} if name == "fairnad" else {})
+    strategy = STRATEGIES.create(name, params, space=space, seed=0)
+    strategy.attach(tmp_path / "run", progress=progress)
+    said = "seeding the idea store with 1 built-in ideas (the embedding model loads first) ...\n"
+    assert capsys.readouterr().err == (said if progress else "")

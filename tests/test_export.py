@@ -197,7 +197,7 @@ def supernet_run(tmp_path_factory):
 
 
 def test_supernet_run_exports_the_subnet_with_inherited_weights(supernet_run, capsys, tmp_path):
-    from nas.supernets import SUPERNETS
+    from nas.supernets.base import SUPERNETS
     from nas.spaces.nb201.space import NB201Space
 
     run, summary, trained = supernet_run

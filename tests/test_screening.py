@@ -220,6 +220,6 @@ def test_bad_scorer_params_and_space_are_one_line(tmp_path, evaluator):
 def test_screen_keys_are_checked_in_the_composed_config():
     from nas.config import check_job
 
-    assert check_job(["space=nb201", "screen.factor=4"]).screen == ScreenSettings(factor=4)
+    assert check_job(["space=nb201", "screen.factor=4"])[0].screen == ScreenSettings(factor=4)
     with pytest.raises(ConfigError, match=r"^unknown key 'screen.factr'"):
         check_job(["space=nb201", "screen.factr=2"])

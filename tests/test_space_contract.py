@@ -25,7 +25,7 @@ from conftest import space_preset
 from nas.core.space import SPACES, CategoricalSpace, Cost, SearchSpace
 from nas.errors import ConfigError, EvaluationError
 from nas.measure import count_flops, count_params
-from nas.supernets import SUPERNETS
+from nas.supernets.base import SUPERNETS
 
 PRESETS = {p.stem: space_preset(p.stem)
            for p in sorted(Path(str(resources.files("nas.conf") / "space")).glob("*.yaml"))}

@@ -15,7 +15,7 @@ from nas.spaces.ofa_mbv3.arch import OFAMbv3Arch
 from nas.errors import ConfigError, EncodingError
 from nas.spaces import SPACES
 from nas.spaces.ofa_mbv3.space import OFAMbv3Space
-from nas.supernets import SUPERNETS
+from nas.supernets.base import SUPERNETS
 from nas.spaces.ofa_mbv3.supernet import OFAMbv3Supernet
 
 

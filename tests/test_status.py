@@ -43,6 +43,21 @@ def test_a_sweeps_job_checks_show_progress_and_a_bad_first_job_still_one_line(mo
     assert len(err) == 1 and err[0].startswith("nas: error: strategy=nader searches space=nader"), err
 
 
+
+def test_one_jobs_build_says_what_it_checks_only_with_progress(monkeypatch, tmp_path, capsys):
+    """A single job's build (2-5 s of torch imports) was silent; a component's error after it is still one line."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(search_cli, "_hydra_entry", lambda existing: None)  # the checks alone, no run
+    monkeypatch.setattr(nas.status, "PLAIN_AFTER_S", 0.0)  # off a terminal it says so once the build has run
+    search_cli.main(["space=nb201"])
+    assert capsys.readouterr().err == "checking space=nb201, strategy=rea and evaluator=table ...\n"
+    search_cli.main(["space=nb201", "progress=false"])
+    assert capsys.readouterr().err == ""
+    with pytest.raises(SystemExit):
+        search_cli.main(["space=nb201", "evaluator.simulated_cost_seconds=-1"])  # the evaluator's own check
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["nas: error: evaluator.simulated_cost_seconds must be >= 0, got -1"], err
+
 def test_the_temporary_prefect_server_starts_with_a_status_line(monkeypatch, capsys):
     from prefect.settings import PREFECT_API_URL, temporary_settings
 

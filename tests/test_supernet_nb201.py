@@ -10,7 +10,7 @@ from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
 from nas.errors import EncodingError
 from nas.spaces.nb201.network import NB201Network
 from nas.spaces.nb201.space import NB201Space
-from nas.supernets import SUPERNETS
+from nas.supernets.base import SUPERNETS
 from nas.spaces.nb201.supernet import NB201Supernet
 
 

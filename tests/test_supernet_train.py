@@ -198,7 +198,7 @@ def test_uniform_sampling_draws_one_free_subnet_per_step():
 
 
 def test_real_supernets_declare_phases_over_their_decision_groups():
-    from nas.supernets import SUPERNETS
+    from nas.supernets.base import SUPERNETS
     from nas.spaces import SPACES
 
     for name in SUPERNETS.names():

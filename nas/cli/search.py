@@ -45,16 +45,22 @@ def main(argv: list[str]) -> None:
 
 def check_jobs(jobs: list[list[str]]) -> None:
     """Every job's config, then its components once per distinct job but seed (the slow part: an
-    evaluator may load a table); a sweep's checks take about a second a job, so they show progress."""
-    if len(jobs) == 1:
-        check_build(check_job(jobs[0]))
-        return
+    evaluator may load a table); a sweep's checks take about a second a job, and one job's build
+    2-5 s (torch's imports), so they show progress. Counted steps, so that off a terminal a
+    component's error (raised after the imports) is still the only line."""
     from nas.status import status
 
+    if len(jobs) == 1:
+        spec, progress = check_job(jobs[0])
+        with status(f"checking space={spec.space.name}, strategy={spec.strategy.name} and "
+                    f"evaluator={spec.evaluator.name}", total=1, show=progress) as advance:
+            check_build(spec)
+            advance()
+        return
     with status(f"checking {len(jobs)} jobs", total=len(jobs)) as advance:
         specs = []
         for job in jobs:
-            specs.append(check_job(job))
+            specs.append(check_job(job)[0])
             advance()
         for spec in {repr({**spec.to_dict(), "seed": 0}): spec for spec in specs}.values():
             check_build(spec)

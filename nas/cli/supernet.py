@@ -18,6 +18,7 @@ USAGE = "usage: nas train-supernet space=NAME [data=...] [supernet.KEY=...] [see
 def main(argv: list[str]) -> None:
     from nas.cli.main import check_group_overrides, fail
     from nas.config import check_config, data_source
+    from nas.supernets.settings import SupernetSettings
 
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__.strip() + "\n\n" + USAGE)
@@ -26,18 +27,18 @@ def main(argv: list[str]) -> None:
     rest = [a for a in argv if not a.startswith("out=")]
     check_group_overrides(rest)
     try:
-        cfg = check_config(rest)  # a bad override fails before the slow imports
+        cfg = check_config(rest)  # a bad override or setting fails before the slow imports
         progress = bool(cfg.get("progress", True))
-        from nas.status import status
-
-        with status("loading torch and Lightning", show=progress):  # ~10 s on a CPU, Lightning's torchmetrics most
-            from nas.supernets.train import SupernetSettings, train_supernet
-
         group = dict(cfg["supernet"])
         out = Path(outs[-1][4:] if outs else group.pop("out"))
         group.pop("out", None)
         params = group.pop("params", None) or {}
         settings = SupernetSettings.from_dict(group)
+        from nas.status import status
+
+        with status("loading torch and Lightning", show=progress):  # ~10 s on a CPU, Lightning's torchmetrics most
+            from nas.supernets.train import train_supernet
+
         result = train_supernet(cfg["space"], params, data_source(cfg["data"]), settings, int(cfg["seed"]), out,
                                 progress=progress)
     except NasError as err:

@@ -80,15 +80,15 @@ class DesignStrategy(Strategy):
 
     # -- wiring -------------------------------------------------------------------------------------------
 
-    def attach(self, run_dir: Path, llm_calls: Calls | None = None) -> None:
+    def attach(self, run_dir: Path, llm_calls: Calls | None = None, progress: bool = True) -> None:
         from nas.knowledge.config import KnowledgeConfig
         from nas.llm import LLMClient
 
         self.client = LLMClient(self.llm_settings, run_dir=run_dir, calls=llm_calls)
-        self._open_knowledge(KnowledgeConfig.from_dict(self.knowledge_settings))
+        self._open_knowledge(KnowledgeConfig.from_dict(self.knowledge_settings), progress)
 
     @abstractmethod
-    def _open_knowledge(self, kcfg) -> None:
+    def _open_knowledge(self, kcfg, progress: bool) -> None:
         """Open the stores the strategy reads (ideas, experiences, the attribute tree)."""
 
     # -- ask ----------------------------------------------------------------------------------------------

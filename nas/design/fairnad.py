@@ -132,17 +132,17 @@ class FairNADStrategy(DesignStrategy):
 
     # -- wiring -------------------------------------------------------------------------------------------
 
-    def _open_knowledge(self, kcfg) -> None:
+    def _open_knowledge(self, kcfg, progress: bool) -> None:
         tree = kcfg.load_tree()
         self.attributes = "\n".join(tree.render(t) for t in tree.targets)
-        self.pool = self._idea_pool(kcfg, tree)
+        self.pool = self._idea_pool(kcfg, tree, progress)
 
-    def _idea_pool(self, kcfg, tree) -> list[PoolIdea]:
+    def _idea_pool(self, kcfg, tree, progress: bool) -> list[PoolIdea]:
         """Ideas from the knowledge store; with knowledge off, the attribute tree's leaves themselves."""
         if not self.use_knowledge:
             return [PoolIdea(tree.describe(t), t.granularity, t.main, t.sub) for t in tree.tags()]
         ideas = [PoolIdea(i.text, i.tag.granularity, i.tag.main, i.tag.sub) if i.tag else PoolIdea(i.text)
-                 for i in kcfg.open_ideas().ideas()]
+                 for i in kcfg.open_ideas(progress=progress).ideas()]
         return sorted(ideas, key=lambda i: i.text)  # the store's scroll order is not ours to rely on
 
     # -- ask ----------------------------------------------------------------------------------------------

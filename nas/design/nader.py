@@ -60,9 +60,9 @@ class NaderStrategy(DesignStrategy):
 
     # -- wiring -------------------------------------------------------------------------------------------
 
-    def _open_knowledge(self, kcfg) -> None:
+    def _open_knowledge(self, kcfg, progress: bool) -> None:
         if self.use_knowledge:
-            self.store = kcfg.open_ideas()
+            self.store = kcfg.open_ideas(progress=progress)
         if self.lde:
             self.experience_store = kcfg.open_experiences()
 

@@ -115,7 +115,7 @@ def pick_device(name: str) -> torch.device:
 class SupernetEvaluator(Evaluator):
     @classmethod
     def accepts(cls, space: type[SearchSpace]) -> bool:
-        from nas.supernets import SUPERNETS
+        from nas.supernets.base import SUPERNETS
 
         return space.name in SUPERNETS.names()
 
@@ -173,7 +173,7 @@ class SupernetEvaluator(Evaluator):
         """The supernet and the data, once per evaluator."""
         with self._lock:
             if self._supernet is None:
-                from nas.supernets import SUPERNETS
+                from nas.supernets.base import SUPERNETS
 
                 net = SUPERNETS.create(self.space.name, dict(self.checkpoint["supernet"]), space=self.space)
                 net.load_state_dict(self.checkpoint["state_dict"])

@@ -66,10 +66,11 @@ class KnowledgeConfig:
 
         return KnowledgeStore(**self._where(), embedder=embedder)
 
-    def open_ideas(self, embedder=None):
+    def open_ideas(self, embedder=None, *, progress: bool = True):
         """The idea store for a design search; an empty one is seeded with the
         built-in corpus's tagged ideas (`seed_builtin`), so a fresh machine designs
-        from papers' ideas without an ingest first."""
+        from papers' ideas without an ingest first. `progress`: the search's, so
+        progress=false seeds silently."""
         from nas.knowledge.papers import builtin_ideas
 
         store = self.open_store(embedder)
@@ -78,7 +79,8 @@ class KnowledgeConfig:
 
             ideas = builtin_ideas()
             # once per store, before a NADER or FairNAD search's first trial: ~10 s on 2 busy cores
-            with status(f"seeding the idea store with {len(ideas)} built-in ideas (the embedding model loads first)"):
+            with status(f"seeding the idea store with {len(ideas)} built-in ideas (the embedding model loads first)",
+                        show=progress):
                 store.add_ideas(ideas, dedup_threshold=self.dedup_threshold)
         return store
 

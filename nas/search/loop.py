@@ -132,7 +132,7 @@ class SearchLoop:
         mismatch = self.space.cost_mismatch(self.spec.evaluator.params) if self.spec.constraint.active else None
         if mismatch is not None:
             log.warning(mismatch)
-        self.strategy.attach(self.run.path, self.llm_calls)
+        self.strategy.attach(self.run.path, self.llm_calls, self.progress)
         steady = self.spec.in_flight > 1
         self._elapsed_before, self._start = elapsed_before, time.perf_counter()
         if resume is None:  # before the first history line: a crash never leaves history without state

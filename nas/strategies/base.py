@@ -123,9 +123,10 @@ class Strategy(ABC):
             raise RuntimeError(f"{type(self).__name__}.attach(run_dir) must be called before ask()")
         return self.client
 
-    def attach(self, run_dir: Path, llm_calls: Calls | None = None) -> None:
+    def attach(self, run_dir: Path, llm_calls: Calls | None = None, progress: bool = True) -> None:
         """Called once before the loop: where LLM strategies keep their transcripts,
-        and how their LLM calls run (`LLMClient(calls=...)`; Prefect tasks under runner=prefect)."""
+        and how their LLM calls run (`LLMClient(calls=...)`; Prefect tasks under runner=prefect);
+        `progress`: the search's, so slow one-off work (seeding the idea store) says what it does."""
 
     def restore(self, history: list[TrialRecord]) -> None:
         """Called on resume after `load_state_dict`: rebuild what the history determines

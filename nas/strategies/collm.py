@@ -117,7 +117,7 @@ class CoLLMStrategy(Deduplicating, Strategy):
         self.counts = Counts()
         self._init_seen()
 
-    def attach(self, run_dir: Path, llm_calls=None) -> None:
+    def attach(self, run_dir: Path, llm_calls=None, progress: bool = True) -> None:
         from nas.llm import LLMClient
 
         settings = dict(self.llm_settings)

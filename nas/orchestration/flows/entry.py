@@ -29,7 +29,7 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     overrides = list(overrides or [])
     dirs = [o[len(RUN_DIR):] for o in overrides if o.startswith(RUN_DIR)]
     job = [o for o in overrides if not o.startswith(RUN_DIR)]
-    spec = check_job(job)
+    spec, _ = check_job(job)  # the flow shows no progress of its own
     cfg = compose_config(job)
     run_dir = Path(dirs[-1]).resolve() if dirs else new_run_dir(Path(root).resolve(), run_name(spec))
     made = not dirs or not run_dir.exists()  # a given dir that is not there yet is this run's too

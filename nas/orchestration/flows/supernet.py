@@ -70,7 +70,7 @@ def _must_retrain(inputs: dict[str, Any]) -> bool:
 @flow(name="nas-train-supernet", persist_result=False)
 def train_supernet_flow(overrides: list[str] | None = None) -> dict[str, Any]:
     """`nas train-supernet [out=DIR] [overrides]`; returns the checkpoint's path, hash and scores."""
-    from nas.supernets.train import SupernetSettings
+    from nas.supernets.settings import SupernetSettings
 
     overrides = list(overrides or [])
     outs = [o[4:] for o in overrides if o.startswith("out=")]
