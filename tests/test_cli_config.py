@@ -4,6 +4,7 @@ and search.log progress. In-process except where a second process is the point."
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -114,6 +115,8 @@ def test_a_failed_start_removes_only_a_run_dir_it_made(tmp_path, monkeypatch, ca
         assert info.value.code == 2
         assert "runner.workers: expected a positive integer, got 0" in capsys.readouterr().err
     assert (tmp_path / "mine").is_dir() and not (tmp_path / "made").exists()
+    logging.getLogger("nas").warning("after a failed start")  # no log file left in the removed dir
+    assert not (tmp_path / "made").exists()
 
 
 CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|avg_pool_3x3~1|+|skip_connect~0|nor_conv_3x3~1|skip_connect~2|"

@@ -66,6 +66,20 @@ def check_jobs(jobs: list[list[str]]) -> None:
             check_build(spec)
 
 
+def _detach_logs_in(run_dir: Path) -> None:
+    """Close the log files Hydra set up in a run dir that was removed (its `search.log`, opened
+    on the first line): whatever this process logs next would fail to create it."""
+    import logging
+
+    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]
+    for logger in loggers:
+        for handler in list(logger.handlers):
+            if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == run_dir:
+                logger.removeHandler(handler)
+                handler.close()
+
+
 def _hydra_entry(existing: set[Path]) -> None:
     """`existing`: run dirs that were there before this command (a user's own, an earlier
     run's): a failed start leaves them where they were; it removes only a dir it made."""
@@ -95,6 +109,8 @@ def _hydra_entry(existing: set[Path]) -> None:
                 except BaseException:  # a start that failed (Prefect's, a runner setting's) leaves no dir
                     if run_dir not in existing:
                         run.discard_unstarted()
+                        if not run_dir.exists():
+                            _detach_logs_in(run_dir)
                     raise
             print_summary(run_dir, summary)
         except NasError as err:
