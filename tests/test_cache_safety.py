@@ -99,7 +99,7 @@ def test_refused_records_are_reported_in_one_line_and_removed(tmp_path, caplog, 
             temporary_settings(updates={PREFECT_RESULTS_LOCAL_STORAGE_PATH: tmp_path}):
         assert record_path("k1") == tmp_path / "k1"
         assert read_record("k1", eval_shape, "candidate c1", "re-evaluating it") == (None, True)
-    [message] = [r.getMessage() for r in caplog.records]
+    [message] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert message.startswith(f"corrupt cache entry {tmp_path / 'k1'} for candidate c1 (")
     assert why in message and message.endswith("; re-evaluating it") and "\n" not in message
     assert not (tmp_path / "k1").exists()
@@ -197,7 +197,7 @@ def test_poisoned_llm_call_record_is_refused_and_the_call_made_again(prefect_hom
         with caplog.at_level(logging.WARNING, logger="nas.orchestration.tasks.records"):
             assert ask(srv.base_url, text) == ("second", "live")
         assert not marker.exists(), "an LLM call record was unpickled"
-        [warning] = [r.getMessage() for r in caplog.records]
+        [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
         assert f"corrupt cache entry {record} for the mutator call" in warning and "serializer 'pickle'" in warning
         assert warning.endswith("asking the model again")
 
@@ -205,7 +205,7 @@ def test_poisoned_llm_call_record_is_refused_and_the_call_made_again(prefect_hom
         record.write_bytes(json_record([{"reply": 42}, 0, "live"]))
         with caplog.at_level(logging.WARNING, logger="nas.orchestration.tasks.records"):
             assert ask(srv.base_url, text) == ("third", "live")
-        [warning] = [r.getMessage() for r in caplog.records]
+        [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
         assert "unexpected payload: missing completion_tokens" in warning
         assert ask(srv.base_url, text) == ("third", "cache")
         assert len(srv.requests) == 3
@@ -238,7 +238,7 @@ def test_poisoned_supernet_record_is_refused_and_the_supernet_trained_again(pref
     with caplog.at_level(logging.WARNING, logger="nas.orchestration.tasks.records"):
         assert not train_supernet_flow(overrides)["cached"]
     assert not marker.exists() and trained == [1, 1]
-    [warning] = [r.getMessage() for r in caplog.records]
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert f"corrupt cache entry {record} for supernet nb201" in warning and warning.endswith("training again")
     assert train_supernet_flow(overrides)["cached"]
 
@@ -260,6 +260,6 @@ def test_llm_reply_cache_file_of_the_wrong_shape_is_a_miss(tmp_path, caplog, dam
         with caplog.at_level(logging.WARNING, logger="nas.llm"):
             again = LLMClient(cfg).complete("reader", "hi")
     assert (first.text, again.text, again.source) == ("first", "second", "live")
-    [warning] = [r.getMessage() for r in caplog.records]
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert f"corrupt LLM cache file {path} (" in warning and "\n" not in warning
     assert ("bad token counts" if damage == "shape" else "recursion") in warning
