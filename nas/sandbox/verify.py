@@ -227,10 +227,10 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
             return Verdict(ok=False, stage="output_shape", output_shape=out_shape,
                            error=f"output_shape: output shape {out_shape} != expected {expected} (batch, num_classes)"), {}
         carried = net.carried()
-        if sum(map(math.prod, carried.values())) > MAX_CARRIED:
+        if (elements := sum(map(math.prod, carried.values()))) > MAX_CARRIED:
             name, size = max(carried.items(), key=lambda kv: math.prod(kv[1]))
             return Verdict(ok=False, stage="graph", error=(
-                f"graph: reads {sum(map(math.prod, carried.values())):,} elements of buffers and constants besides "
+                f"graph: reads {elements:,} elements of buffers and constants besides "
                 f"its parameters and normalisation statistics (largest: {name[:80]} {size}), over the "
                 f"{MAX_CARRIED:,} allowed: their values are the model code's, never trained here (make them "
                 f"nn.Parameters)")), {}
