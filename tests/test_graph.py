@@ -307,13 +307,51 @@ def test_buffers_and_constants_count_as_parameters() -> None:
     from nas.sandbox.verify import _graph_verdict
 
     g = rebuilt(Banked())
-    assert g.carried() == {"buffer norm.running_var": [64, 3, 3, 3], "constant table": [10, 64]}
-    assert count_params(g) == count_params(Banked()) + 64 * 27 + 640 - FREE_CARRIED
+    literals = 2 * 2 + 1  # BatchNorm's momentum and eps in both graphs, its step count's + 1 in training
+    assert g.carried() == {"buffer norm.running_var": [64, 3, 3, 3], "constant table": [10, 64],
+                           "literals in the graphs": [literals]}
+    assert count_params(g) == count_params(Banked()) + 64 * 27 + 640 + literals - FREE_CARRIED
     assert count_params(rebuilt(Small())) == count_params(Small())  # BN statistics, a lifted scalar
     verdict = _graph_verdict(artifact(Banked(bank=4096)), 10, (2, 3, 16, 16), Limits(), False)[0]
     assert verdict.stage == "graph" and verdict.error.startswith(
-        f"graph: reads {4096 * 37:,} elements of buffers and constants") and f"{MAX_CARRIED:,}" in verdict.error
+        f"graph: reads {4096 * 37 + literals:,} values of buffers, constants and literals") and (
+        f"{MAX_CARRIED:,}" in verdict.error)
     assert "\n" not in verdict.error
+
+
+class Spelled(nn.Module):
+    """Hostile: a frozen 'pre-trained' layer held in the graph itself, no tensor attribute at all:
+    one weight per `mul(x, w)` (`table=False`), or a table laid out by `cat` of references to a
+    few constants (`table=True`: 16 levels, a quantised network's weights)."""
+
+    def __init__(self, weights: int, table: bool) -> None:
+        super().__init__()
+        self.weights, self.table = weights, table
+        self.fc = nn.Linear(4, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = x.mean((2, 3)).flatten(1)
+        if self.table:
+            levels = [torch.full((1,), (i - 8) / 8) for i in range(16)]
+            w = torch.cat([levels[(i * 7) % 16] for i in range(self.weights)]).view(-1, 3)
+            frozen = f @ w.t()
+        else:
+            frozen = sum(f[:, i % 3:i % 3 + 1] * ((i * 7) % 16 - 8) / 8 for i in range(self.weights))
+        return self.fc(torch.cat([f, frozen.mean(1, keepdim=True)], 1))
+
+
+@pytest.mark.parametrize("table", [False, True])
+def test_values_spelled_out_in_the_graph_count_as_parameters(table: bool) -> None:
+    """Numbers passed as data and constant references laid out in lists are what the model's
+    code chose, as a buffer's values are: they count past FREE_CARRIED, and are refused past
+    MAX_CARRIED; structure (sizes, dimensions, strides) is not counted."""
+    from nas.sandbox.graph import FREE_CARRIED
+
+    weights = 3 * 200  # past FREE_CARRIED once in both graphs
+    g = rebuilt(Spelled(weights, table))
+    [spelled] = g.carried()["literals in the graphs"]
+    assert spelled >= 2 * weights  # each in the train and the eval graph
+    assert count_params(g) == count_params(Spelled(weights, table)) + spelled - FREE_CARRIED
 
 
 class Smuggled(Small):

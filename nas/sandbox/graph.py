@@ -19,6 +19,7 @@ device arguments are replaced by the input's device when run.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -26,6 +27,7 @@ import operator
 import re
 import zipfile
 from dataclasses import dataclass
+from itertools import zip_longest
 from typing import Any
 
 import torch
@@ -202,6 +204,9 @@ class _Program:
             raise GraphError("graph must take exactly one input")
         self.steps: list[tuple[Any, Any, Any]] = []
         self._seen = len(self.inputs)  # values defined so far: a reference must point below
+        # per value: whether it is computed from the input or a parameter (else a constant of the model's)
+        varying = [kind in ("USER_INPUT", "PARAMETER") for kind, _ in self.inputs]
+        self.literals = 0  # `_literals`
         for i, node in enumerate(nodes):
             if not isinstance(node, dict) or set(node) != {"op", "args", "kwargs"}:
                 raise GraphError(f"graph node {i} malformed")
@@ -210,6 +215,8 @@ class _Program:
             if not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise GraphError(f"graph node {i} ({node['op']}) has malformed arguments")
             self.steps.append((fn, args, kwargs))
+            self.literals += _literals(node["op"], args, kwargs, varying)
+            varying.append(any(varying[ref.index] for _, ref in _refs(args, kwargs)))
             self._seen += 1
         out = self._decode(data["outputs"])
         if not isinstance(out, list) or len(out) != 1 or not isinstance(out[0], _Ref):
@@ -266,6 +273,42 @@ class _Program:
                     raise GraphError(f"graph needs over {budget >> 20} MB for one forward pass (at {fn})")
             values.append(out)
         return values[self.output.index]
+
+
+# Schema argument types that take data rather than structure (sizes, dimensions, flags): a number
+# given to one (`mul(x, 0.37)`, `full(size, 0.37)`, a BatchNorm's eps) is a value the model's code chose.
+_DATA_TYPES = ("number", "float", "complex", "Tensor")
+
+
+def _literals(name: str, args: list, kwargs: dict, varying: list[bool]) -> int:
+    """Values one node's arguments spell out (`GraphNet.carried`): the numbers it passes as data
+    (any number, to a Python operator), and each reference in a list to a value computed from
+    no input and no parameter (`cat([c7, c3, c7, ...])` of a few constants lays out a table)."""
+    types = _argument_types(name)
+    positional, keyword = types if types is not None else ([], {})
+    count = 0
+    for kind, value in [*zip_longest(positional, args), *((keyword.get(k), v) for k, v in kwargs.items())]:
+        if types is None or (kind is not None and any(t in kind for t in _DATA_TYPES)):
+            count += _numbers(value)
+        if isinstance(value, list):
+            count += sum(1 for _, ref in _refs([value], {}) if not varying[ref.index])
+    return count
+
+
+def _numbers(value: Any) -> int:
+    if isinstance(value, list):
+        return sum(map(_numbers, value))
+    return int(type(value) in (int, float))
+
+
+@functools.cache
+def _argument_types(name: str) -> tuple[list[str], dict[str, str]] | None:
+    """An aten operator's argument types, by position and by name; None for a Python operator."""
+    if not name.startswith("aten."):
+        return None
+    _, op, overload = name.split(".")
+    arguments = getattr(getattr(torch.ops.aten, op), overload)._schema.arguments
+    return [str(a.type) for a in arguments if not a.kwarg_only], {a.name: str(a.type) for a in arguments}
 
 
 def _literal_args(node: dict) -> Any:
@@ -347,11 +390,11 @@ _NORM_ARGS = {**dict.fromkeys(("batch_norm", "native_batch_norm", "_native_batch
 _LAYER_OPS = frozenset({"linear", "conv1d", "conv2d", "conv3d", "convolution", "conv_transpose1d",
                         "conv_transpose2d", "conv_transpose3d"})
 _ROLES = ("norm_weight", "norm_bias", "running_mean", "running_var")
-# Elements of the tensors a graph reads besides its parameters and normalisation statistics (buffers,
-# lifted constants: `GraphNet.carried`), whose values are the model code's own, never trained from
-# nasflow's initial values: the first FREE_CARRIED are literals (a lifted `torch.tensor(2.0)`, an
-# RGB mean), the rest count as parameters, and a graph with more than MAX_CARRIED is refused (a
-# frozen pre-trained network's worth; about what MAX_NODES literal arguments could hold anyway).
+# Values a graph reads besides its parameters and normalisation statistics (the elements of buffers
+# and lifted constants, and the numbers its nodes spell out: `GraphNet.carried`), which are the model
+# code's own, never trained from nasflow's initial values: the first FREE_CARRIED are free (a lifted
+# `torch.tensor(2.0)`, an RGB mean, each BatchNorm's eps and momentum), the rest count as parameters,
+# and a graph with more than MAX_CARRIED is refused (a frozen pre-trained network's worth).
 FREE_CARRIED = 1024
 MAX_CARRIED = 65_536
 
@@ -499,15 +542,19 @@ class GraphNet(nn.Module):
         return out
 
     def carried(self) -> dict[str, list[int]]:
-        """The tensors the graph reads besides its parameters: buffers and lifted constants (a
+        """What the graphs read besides their parameters: buffers and lifted constants (a
         frozen feature bank, a pre-trained conv stack run by `F.conv2d`), except normalisation
-        running statistics and counters: "buffer <name>" or "constant <name>" -> shape
-        (`FREE_CARRIED`, `MAX_CARRIED`)."""
+        running statistics and counters, "buffer <name>" or "constant <name>" -> shape; and the
+        values the graphs' nodes spell out (`_literals`: one weight per `mul(x, 0.37)`, a table as
+        `cat` of a few constants), "literals in the graphs" -> [count] (`FREE_CARRIED`, `MAX_CARRIED`)."""
         roles = self._roles()
         stats = self._statistics(roles)
-        return {f"{'buffer' if kind == 'BUFFER' else 'constant'} {target}": list(getattr(*self._slots[kind, target]).shape)
-                for kind, target in roles if (kind, target) in self._slots and kind != "PARAMETER"
-                and (kind, target) not in stats}
+        out = {f"{'buffer' if kind == 'BUFFER' else 'constant'} {target}": list(getattr(*self._slots[kind, target]).shape)
+               for kind, target in roles if (kind, target) in self._slots and kind != "PARAMETER"
+               and (kind, target) not in stats}
+        if literals := sum(program.literals for program in self.programs.values()):
+            out["literals in the graphs"] = [literals]
+        return out
 
     def reinitialise(self, seed: int) -> "GraphNet":
         """Replace every parameter and normalisation statistic with values drawn here under `seed`,

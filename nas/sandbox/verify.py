@@ -230,7 +230,7 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
         if (elements := sum(map(math.prod, carried.values()))) > MAX_CARRIED:
             name, size = max(carried.items(), key=lambda kv: math.prod(kv[1]))
             return Verdict(ok=False, stage="graph", error=(
-                f"graph: reads {elements:,} elements of buffers and constants besides "
+                f"graph: reads {elements:,} values of buffers, constants and literals besides "
                 f"its parameters and normalisation statistics (largest: {name[:80]} {size}), over the "
                 f"{MAX_CARRIED:,} allowed: their values are the model code's, never trained here (make them "
                 f"nn.Parameters)")), {}
