@@ -4,6 +4,7 @@ evaluation cache), so no test sees another's cache or the user's."""
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import shutil
 import sqlite3
@@ -259,6 +260,32 @@ def prefect_home(tmp_path: Path):
     yield tmp_path
     os.environ.clear()
     os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was():
+    """Give back the root and `nas.*` loggers as they were before the test. An in-process
+    `nas search` (Hydra's job logging) leaves a level, handlers on streams pytest has since
+    closed ("--- Logging error ---") and `nas.progress` at INFO: without this, what a test
+    sees in its logs depended on which tests its xdist worker ran before it."""
+    def ours() -> dict[str, logging.Logger]:
+        return {name: lg for name, lg in logging.Logger.manager.loggerDict.items()
+                if isinstance(lg, logging.Logger) and (name == "nas" or name.startswith("nas."))}
+
+    root = logging.getLogger()
+    saved = {name: (lg.level, list(lg.handlers), lg.propagate, lg.disabled)
+             for name, lg in [("", root), *ours().items()]}
+    yield
+    for name, lg in [("", root), *ours().items()]:
+        level, handlers, propagate, disabled = saved.get(name, (logging.NOTSET, [], True, False))
+        for handler in [h for h in lg.handlers if h not in handlers]:
+            if type(handler).__module__.startswith("_pytest"):  # pytest's capture of this phase
+                continue
+            lg.removeHandler(handler)
+            handler.close()
+        lg.handlers.extend(h for h in handlers if h not in lg.handlers)
+        lg.setLevel(level)
+        lg.propagate, lg.disabled = propagate, disabled
 
 
 def space_preset(name: str, data: str = "digits") -> dict:
