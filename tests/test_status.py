@@ -36,12 +36,13 @@ def test_a_sweeps_job_checks_show_progress_and_a_bad_first_job_still_one_line(mo
     monkeypatch.setattr(nas.status, "PLAIN_AFTER_S", 0.0)
     search_cli.main(["-m", "space=nb201", "seed=0,1"])
     assert "checking 2 jobs ...\n" in capsys.readouterr().err
+    search_cli.main(["-m", "space=nb201", "seed=0,1", "progress=false"])
+    assert capsys.readouterr().err == ""
     monkeypatch.setattr(nas.status, "PLAIN_AFTER_S", 3600.0)
     with pytest.raises(SystemExit):
         search_cli.main(["-m", "space=nb201", "strategy=nader,random"])
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("nas: error: strategy=nader searches space=nader"), err
-
 
 
 def test_one_jobs_build_says_what_it_checks_only_with_progress(monkeypatch, tmp_path, capsys):
@@ -57,6 +58,7 @@ def test_one_jobs_build_says_what_it_checks_only_with_progress(monkeypatch, tmp_
         search_cli.main(["space=nb201", "evaluator.simulated_cost_seconds=-1"])  # the evaluator's own check
     err = capsys.readouterr().err.splitlines()
     assert err == ["nas: error: evaluator.simulated_cost_seconds must be >= 0, got -1"], err
+
 
 def test_the_temporary_prefect_server_starts_with_a_status_line(monkeypatch, capsys):
     from prefect.settings import PREFECT_API_URL, temporary_settings

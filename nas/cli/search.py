@@ -57,9 +57,11 @@ def check_jobs(jobs: list[list[str]]) -> None:
             check_build(spec)
             advance()
         return
-    with status(f"checking {len(jobs)} jobs", total=len(jobs)) as advance:
-        specs = []
-        for job in jobs:
+    first, progress = check_job(jobs[0])  # its `progress` decides for the sweep (one that sweeps it is rare)
+    with status(f"checking {len(jobs)} jobs", total=len(jobs), show=progress) as advance:
+        specs = [first]
+        advance()
+        for job in jobs[1:]:
             specs.append(check_job(job)[0])
             advance()
         for spec in {repr({**spec.to_dict(), "seed": 0}): spec for spec in specs}.values():
