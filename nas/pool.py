@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -43,11 +43,9 @@ class _Worker:
 
 @dataclass
 class PoolStats:
-    """What a benchmark reads: seconds workers spent evaluating, and worker deaths."""
+    """Worker deaths (what the fault-tolerance tests read)."""
 
-    busy_seconds: float = 0.0
     deaths: int = 0
-    per_slot: dict[int, float] = field(default_factory=dict)
 
 
 class WorkerPool:
@@ -164,9 +162,6 @@ class WorkerPool:
                     pass  # it has died: next_done sees its sentinel and re-runs the candidate
 
     def _finish(self, worker: _Worker, ticket: int, result: dict[str, Any], wall: float) -> None:
-        busy = time.perf_counter() - worker.started
-        self.stats.busy_seconds += busy
-        self.stats.per_slot[worker.slot.index] = self.stats.per_slot.get(worker.slot.index, 0.0) + busy
         worker.ticket = None
         del self._running[ticket]
         self._done.append((ticket, (EvalResult.from_dict(result), False, wall)))
