@@ -347,6 +347,9 @@ def test_values_spelled_out_in_the_graph_count_as_parameters(table: bool) -> Non
     MAX_CARRIED; structure (sizes, dimensions, strides) is not counted."""
     from nas.sandbox.graph import FREE_CARRIED
 
+    # Small: BatchNorm's momentum and eps in both graphs, dropout's p in both, the step count's + 1;
+    # not its convolution's stride/padding, the mean's dimensions or the view's sizes
+    assert rebuilt(Small()).carried()["literals in the graphs"] == [2 * 2 + 2 + 1]
     weights = 3 * 200  # past FREE_CARRIED once in both graphs
     g = rebuilt(Spelled(weights, table))
     [spelled] = g.carried()["literals in the graphs"]

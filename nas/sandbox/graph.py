@@ -282,8 +282,10 @@ _DATA_TYPES = ("number", "float", "complex", "Tensor")
 
 def _literals(name: str, args: list, kwargs: dict, varying: list[bool]) -> int:
     """Values one node's arguments spell out (`GraphNet.carried`): the numbers it passes as data
-    (any number, to a Python operator), and each reference in a list to a value computed from
-    no input and no parameter (`cat([c7, c3, c7, ...])` of a few constants lays out a table)."""
+    (any number, to a Python size operator), and each reference in a list to a value computed
+    from no input and no parameter (`cat([c7, c3, c7, ...])` of a few constants lays out a table)."""
+    if name == "operator.getitem":  # which output of a node: structure
+        return 0
     types = _argument_types(name)
     positional, keyword = types if types is not None else ([], {})
     count = 0
