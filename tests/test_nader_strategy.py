@@ -80,3 +80,13 @@ def test_the_modifier_is_told_which_dead_nodes_were_dropped_before_the_error(tmp
     assert cand.rejected is None and cand.info["retries"] == 1
     assert "duplicate of the parent (node 0): the block is unchanged" in prompts[1]
     assert "(checked without the nodes whose result reaches no output, base block: nodes 9, 10)" in prompts[1]
+
+
+def test_a_draft_repeating_an_earlier_try_is_sent_back_saying_so(tmp_path):
+    """The same draft and error would make the same retry prompt, which the small model mostly
+    answers with the same draft: the prompt says the draft repeats, so it differs."""
+    cand, prompts = design(tmp_path, [ONE_CONV, ONE_CONV, ONE_CONV, KERNEL5], lif_tries=4)
+    assert cand.rejected is None and cand.info["retries"] == 3
+    assert "this same draft" not in prompts[1]
+    assert "(you wrote this same draft in try 1 too: change what the checker names)" in prompts[2]
+    assert "(you wrote this same draft in try 1 and 2 too: change what the checker names)" in prompts[3]

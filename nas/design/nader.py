@@ -7,7 +7,8 @@ to `lif_tries`) and given the top experiences (LDE) — and return the design;
 a draft that never verifies, or a duplicate, comes back as a rejected
 candidate (a failed trial, never trained). A design that drops the parent's
 structure (`KeepsParent`) or gives the parent back unchanged (`Changed`) is
-sent back to the Modifier with that error, within the same `lif_tries`. After failed attempts the
+sent back to the Modifier with that error, within the same `lif_tries`; a draft that repeats an
+earlier try's says so (the same prompt would mostly get the same draft). After failed attempts the
 Reflector writes a tip; tell: record scores in the tree, and after a
 degradation the Reflector writes a suggestion. Tips and suggestions go to the
 experience store.
@@ -103,10 +104,18 @@ class NaderStrategy(DesignStrategy):
             return Try({"attempt": attempt}, answer.value)
 
         tries = self.lif_tries if self.lif else 1
+        written: dict[str, list[int]] = {}  # draft -> the tries that wrote it
 
         def revise(outcome, error: str | None, last: str | None) -> Try | None:
             attempt = len(attempts)
-            return write(attempt, last, _with_dropped(outcome, error)) if attempt < tries else None
+            if attempt >= tries:
+                return None
+            error = _with_dropped(outcome, error)
+            if last is not None and error is not None and "checks" in attempts[-1]:  # the last try wrote `last`
+                before = written.setdefault(last, [])
+                error = _repeated(error, before) if before else error
+                before.append(attempt - 1)
+            return write(attempt, last, error)
 
         attempts: list[dict[str, Any]] = []
         outcome, text = verify_and_retry(chain, write(0, None, None), revise, attempts, retry_no_reply=True)
@@ -225,6 +234,14 @@ def _with_dropped(outcome, error: str | None) -> str | None:
         return error
     nodes = "; ".join(f"{role} block: nodes {', '.join(dead)}" for role, dead in dropped.items())
     return f"{error} (checked without the nodes whose result reaches no output, {nodes})"
+
+
+def _repeated(error: str, before: list[int]) -> str:
+    """The error for a draft that earlier tries (`before`, from 0) wrote too: given the same retry
+    prompt, SmolLM2 mostly writes the same draft again, so each such prompt must differ (one
+    `make run` sent a prompt four times and got one draft four times)."""
+    tries = " and ".join(str(t + 1) for t in before)
+    return f"{error} (you wrote this same draft in try {tries} too: change what the checker names)"
 
 
 def _first_error(attempt: dict[str, Any]) -> str:
