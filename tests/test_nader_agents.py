@@ -196,6 +196,10 @@ def test_files_are_present():
     ("##Residual##\n0:input\n1:output\n", "no edge"),
     (RESIDUAL, "stem section when only base is asked for"),
     ("```block\n" + BASE + "```\n", "fenced"),
+    (BASE.replace("kernel_size=3)", "kernel_size=-3)", 1), "a size with a unary minus"),
+    (BASE.replace("kernel_size=3)", "kernel_size=3,stride=-(1))", 1), "a size with a unary minus inside parentheses"),
+    (BASE.replace("kernel_size=3)", "kernel_size=3,padding=(0.5))", 1), "a decimal where a whole number goes"),
+    (BASE.replace("kernel_size=3)", "kernel_size=1.5)", 1), "a decimal kernel size"),
 ])
 def test_grammar_rejects(gbnf, text, why):
     assert gbnf.accepts(block_grammar(), BASE)
@@ -216,6 +220,9 @@ def test_grammar_bounds_and_fixed_names(gbnf):
     spaced = text.replace("0:input", "0:input\n7:permute(0, 2, 3, 1)")
     assert gbnf.accepts(block_grammar(), spaced)
     assert gbnf.accepts(block_grammar(), text.replace("2:ReLU", "2:reshape(B,-1,(H+1)//2*(W-(1)),W)"))
+    for written in ("Conv2d(out_channels=C-1,kernel_size=3,padding=-1)", "Conv2d(out_channels=(C+1)//2,kernel_size=3)",
+                    "concat(dim=-1)", "DropPath(drop_prob=0.25)"):  # what the value rules still take
+        assert gbnf.accepts(block_grammar(), text.replace("2:ReLU", f"2:{written}")), written
 
 
 TIGHT = block_grammar(tight=("base",))

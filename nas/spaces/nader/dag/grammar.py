@@ -10,7 +10,9 @@ always there (``Conv2d(out_channels=..., kernel_size=..., stride=...)``),
 ``permute``/``reshape``/``repeat`` take positional values, ops with a
 required parameter need parentheses and ops without parameters take none.
 Values are integers (decimals for ``drop_prob``), the block variables
-``B C dim H W`` and ``+ - * / //`` with up to two levels of parentheses.
+``B C dim H W`` and ``+ - * / //`` with up to two levels of parentheses; a
+parameter that must be a whole number >= 0 (``kernel_size``, ``stride``,
+``out_channels``...) takes no unary minus (``padding`` also ``-1``, its "same").
 Whether values make sense and shapes agree: that is the verifier's job
 (`nas.design.verifiers`), whose node-level errors a model can act on.
 
@@ -41,7 +43,7 @@ from collections.abc import Iterable, Mapping
 
 from nas.spaces.nader.dag.canon import ORDERED_OPS
 from nas.spaces.nader.dag.expr import VARIABLES
-from nas.spaces.nader.dag.ops import OPS
+from nas.spaces.nader.dag.ops import OPS, Param
 from nas.spaces.nader.dag.parse import IO_OPS, Block, Node
 from nas.spaces.nader.dag.shapes import topological_order
 from nas.spaces.nader.dag.validate import validate_structure
@@ -69,17 +71,46 @@ def _rule_name(prefix: str, op: str, i: int) -> str:
     return f"{prefix}{i}-{re.sub(r'[^A-Za-z0-9]', '', op).lower()}"
 
 
-def _keyword_args(params: tuple[tuple[str, bool], ...]) -> str:
-    """(name, required) parameters in the registry's order, each at most once and
-    the required ones always, as every packaged file writes them: the first one
+def _keyword_args(params: tuple[tuple[str, bool, str], ...]) -> str:
+    """(name, required, value rule) parameters in the registry's order, each at most once
+    and the required ones always, as every packaged file writes them: the first one
     written is any up to the first required one."""
-    first = next((i for i, (_, required) in enumerate(params) if required), len(params) - 1)
+    first = next((i for i, (_, required, _) in enumerate(params) if required), len(params) - 1)
+
+    def arg(name: str, kind: str) -> str:
+        return f'"{name}" "=" ' + ('("-1" | count)' if kind == "pad" else kind)
+
     alts = []
     for i in range(first + 1):
-        rest = [f'comma "{n}" "=" value' if required else f'(comma "{n}" "=" value)?'
-                for n, required in params[i + 1:]]
-        alts.append(" ".join([f'"{params[i][0]}" "=" value', *rest]))
+        rest = [f"comma {arg(n, kind)}" if required else f"(comma {arg(n, kind)})?" for n, required, kind in params[i + 1:]]
+        alts.append(" ".join([arg(params[i][0], params[i][2]), *rest]))
     return " | ".join(alts)
+
+
+# How a parameter's value may be written, by its registry bounds: (rule, unary minus allowed, decimals
+# allowed). A whole number >= 0 gets neither, so `kernel_size=-3` or `padding=(0.5)` cannot be written
+# (a third of SmolLM2's failed tries in one `make run`); `-1` stays for a padding's "same".
+_VALUE_KINDS = {"value": (True, False), "int": (True, True), "count": (False, True), "fraction": (False, False)}
+
+
+def _value_kind(param: Param) -> str:
+    if param.minimum is None:
+        return "int" if param.integer else "value"
+    if param.minimum >= 0:
+        return "count" if param.integer else "fraction"
+    return "pad" if param.integer and param.minimum == -1 else "value"  # pad: -1 or a count
+
+
+def _value_rules(kind: str) -> list[tuple[str, str]]:
+    """Expressions of `kind` (`_VALUE_KINDS`): at most two levels of parentheses, a few operators per level."""
+    signed, whole = _VALUE_KINDS[kind]
+    p, minus = ("" if kind == "value" else f"{kind}-"), ('"-"? ' if signed else "")
+    return [(kind, f"{p}term (binop {p}term){{0,6}}"),
+            (f"{p}term", f'{minus}({p}atom | "(" {p}value1 ")")'),
+            (f"{p}value1", f"{p}term1 (binop {p}term1){{0,6}}"),
+            (f"{p}term1", f'{minus}({p}atom | "(" {p}value2 ")")'),
+            (f"{p}value2", f"{minus}{p}atom (binop {minus}{p}atom){{0,6}}"),
+            (f"{p}atom", f"{'integer' if whole else 'number'} | {_alternatives(VARIABLES)}")]
 
 
 def _arity(op: str) -> str:
@@ -220,9 +251,9 @@ def block_grammar(ops: list[str] | None = None, sections: tuple[str, ...] = ("ba
         elif spec.variadic:
             alts[arity].append(f'{lit} "(" values ")"')
         elif spec.params:
-            params = tuple((p.name, p.default is None) for p in spec.params)
+            params = tuple((p.name, p.default is None, _value_kind(p)) for p in spec.params)
             rule = extra.setdefault(params, _rule_name("args", op, len(extra)))
-            needed = any(required for _, required in params)
+            needed = any(required for _, required, _ in params)
             alts[arity].append(f'{lit} "(" {rule} ")"' if needed else f'{lit} ("(" {rule} ")")?')
         else:
             alts[arity].append(lit)
@@ -243,16 +274,14 @@ def block_grammar(ops: list[str] | None = None, sections: tuple[str, ...] = ("ba
     if any(op not in OPS for op in names):
         rules.append(("kwargs", "ident-short \"=\" value (comma ident-short \"=\" value){0,7}"))
         rules.append(("ident-short", "[A-Za-z_] [A-Za-z0-9_]{0,23}"))
-    rules.append(("values", "value (comma value){0,7}"))
+    rules.append(("values", "int (comma int){0,7}"))  # permute/reshape/repeat: whole, -1 in a reshape
     rules.append(("comma", '"," " "?'))
-    # Values: at most two levels of parentheses; a few operators per level.
-    rules.append(("value", "term (binop term){0,6}"))
-    rules.append(("term", '"-"? (atom | "(" value1 ")")'))
-    rules.append(("value1", "term1 (binop term1){0,6}"))
-    rules.append(("term1", '"-"? (atom | "(" value2 ")")'))
-    rules.append(("value2", 'atom-signed (binop atom-signed){0,6}'))
-    rules.append(("atom-signed", '"-"? atom'))
-    rules.append(("atom", f"number | {_alternatives(VARIABLES)}"))
+    used = {"int"} | {"value" for op in names if op not in OPS}
+    used |= {"count" if kind == "pad" else kind for params in extra for _, _, kind in params}
+    for kind in _VALUE_KINDS:
+        if kind in used:
+            rules += _value_rules(kind)
+    rules.append(("integer", "[0-9]{1,6}"))
     rules.append(("number", '[0-9]{1,6} ("." [0-9]{1,4})?'))
     rules.append(("binop", '"+" | "-" | "*" | "//" | "/"'))
     rules.append(("ident", f"[A-Za-z_] name-char{{0,{MAX_NAME - 1}}}"))
