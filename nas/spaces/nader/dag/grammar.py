@@ -242,7 +242,7 @@ def block_grammar(ops: list[str] | None = None, sections: tuple[str, ...] = ("ba
         rules.append((f"sec-{sec}", f'{header} "\\n" tight-body' if sec in tight else f"{header} {free}"))
 
     alts: dict[str, list[str]] = {arity: [] for arity in ARITIES}
-    extra: dict[tuple[tuple[str, bool], ...], str] = {}   # parameters -> rule (ops with equal ones share it)
+    extra: dict[tuple[tuple[str, bool, str], ...], str] = {}   # parameters -> rule (ops with equal ones share it)
     for op in names:
         spec = OPS.get(op)
         lit, arity = gbnf_literal(op), _arity(op)
