@@ -87,9 +87,10 @@ def _keyword_args(params: tuple[tuple[str, bool, str], ...]) -> str:
     return " | ".join(alts)
 
 
-# How a parameter's value may be written, by its registry bounds: (rule, unary minus allowed, decimals
-# allowed). A whole number >= 0 gets neither, so `kernel_size=-3` or `padding=(0.5)` cannot be written
-# (a third of SmolLM2's failed tries in one `make run`); `-1` stays for a padding's "same".
+# How a parameter's value may be written, by its registry bounds: rule -> (unary minus allowed, whole
+# numbers only). A whole number >= 0 gets no minus and no decimals, so `kernel_size=-3` or
+# `padding=(0.5)` cannot be written (9 of SmolLM2's 24 failed tries in one `make run`); `-1` stays
+# for a padding's "same".
 _VALUE_KINDS = {"value": (True, False), "int": (True, True), "count": (False, True), "fraction": (False, False)}
 
 
