@@ -76,14 +76,11 @@ def _keyword_args(params: tuple[tuple[str, bool, str], ...]) -> str:
     and the required ones always, as every packaged file writes them: the first one
     written is any up to the first required one."""
     first = next((i for i, (_, required, _) in enumerate(params) if required), len(params) - 1)
-
-    def arg(name: str, kind: str) -> str:
-        return f'"{name}" "=" ' + ('("-1" | count)' if kind == "pad" else kind)
-
     alts = []
     for i in range(first + 1):
-        rest = [f"comma {arg(n, kind)}" if required else f"(comma {arg(n, kind)})?" for n, required, kind in params[i + 1:]]
-        alts.append(" ".join([arg(params[i][0], params[i][2]), *rest]))
+        rest = [f'comma "{n}" "=" {kind}' if required else f'(comma "{n}" "=" {kind})?'
+                for n, required, kind in params[i + 1:]]
+        alts.append(" ".join([f'"{params[i][0]}" "=" {params[i][2]}', *rest]))
     return " | ".join(alts)
 
 
@@ -99,7 +96,7 @@ def _value_kind(param: Param) -> str:
         return "int" if param.integer else "value"
     if param.minimum >= 0:
         return "count" if param.integer else "fraction"
-    return "pad" if param.integer and param.minimum == -1 else "value"  # pad: -1 or a count
+    return "pad" if param.integer and param.minimum == -1 else "value"  # pad: -1 or a count (its rule)
 
 
 def _value_rules(kind: str) -> list[tuple[str, str]]:
@@ -277,8 +274,10 @@ def block_grammar(ops: list[str] | None = None, sections: tuple[str, ...] = ("ba
         rules.append(("ident-short", "[A-Za-z_] [A-Za-z0-9_]{0,23}"))
     rules.append(("values", "int (comma int){0,7}"))  # permute/reshape/repeat: whole, -1 in a reshape
     rules.append(("comma", '"," " "?'))
-    used = {"int"} | {"value" for op in names if op not in OPS}
-    used |= {"count" if kind == "pad" else kind for params in extra for _, _, kind in params}
+    used = {"int"} | {"value" for op in names if op not in OPS} | {kind for ps in extra for _, _, kind in ps}
+    if "pad" in used:
+        rules.append(("pad", '"-1" | count'))
+        used.add("count")
     for kind in _VALUE_KINDS:
         if kind in used:
             rules += _value_rules(kind)
