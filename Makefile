@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/supernet_search.py
 	$(BIN)/python benchmarks/orchestration.py
 	$(BIN)/python benchmarks/isolation.py
+	$(BIN)/python benchmarks/graph_literals.py
 
 clean:
 	rm -rf $(VENV) runs multirun
