@@ -33,6 +33,7 @@ from nas.io import atomic_write_json, read_json  # noqa: E402
 
 NAS = Path(sys.executable).parent / "nas"
 VALID = "tests/data/blocks/residual.txt"
+MODEL = "tests/data/models/cnn_kernel5.py"  # model source: checked in the sandbox, measured here
 INVALID = "<tmp>/broken.txt"  # residual.txt without its first block's output edge
 COMMANDS: dict[str, tuple[list[str], int]] = {  # name -> (argv after `nas`, expected exit code)
     "help": (["--help"], 0),
@@ -40,12 +41,13 @@ COMMANDS: dict[str, tuple[list[str], int]] = {  # name -> (argv after `nas`, exp
     "config_error_composed": (["search", "budget.trials=-1"], 2),  # composed by Hydra, rejected by SearchSpec
     "arch_validate_valid": (["arch", "validate", VALID], 0),
     "arch_validate_invalid": (["arch", "validate", INVALID], 1),
+    "arch_validate_model": (["arch", "validate", MODEL], 0),
     "search_help": (["search", "--help"], 0),
 }
 
 
 def time_command(argv: list[str], expected: int, repeats: int, env: dict[str, str], tmp: Path, tree: Path) -> dict:
-    real = [a.replace("<tmp>", str(tmp)) if a.startswith("<tmp>") else str(tree / a) if a == VALID else a
+    real = [a.replace("<tmp>", str(tmp)) if a.startswith("<tmp>") else str(tree / a) if a in (VALID, MODEL) else a
             for a in argv]
     seconds = []
     for _ in range(repeats):

@@ -521,7 +521,7 @@ def gpu_section(quick: bool, fashion_root: Path, sections: tuple[str, ...] = GPU
     fast = {**GPU_FAST, "accelerator": acc}
     ns = (1, 2) if quick else (1, 2, 4, 8)
     fused_ns = ns if quick else (1, 2, 4, 8, 16)
-    # without CUDA the fused ResNet sections train the depth-1, width-8 skeleton: a smoke test in seconds
+    # without CUDA the fused ResNet and profile sections train the depth-1, width-8 skeleton: a smoke test in seconds
     fused_depth, fused_width = (5, w8) if cuda else (1, 8)
 
     def resnet(width: int):
@@ -535,8 +535,9 @@ def gpu_section(quick: bool, fashion_root: Path, sections: tuple[str, ...] = GPU
                          "not depend on the pixels)", "batch": batch, "budget_width": w_exact,
                  "width_multiple_8": w8, "nader_seconds": NADER_SECONDS, "target_seconds": TARGET_SECONDS,
                  "sections": list(sections)}
-    warm = Recipe(epochs=1, batch_size=batch, train_subset=4 * batch, valid_subset=256, test_subset=256)
-    train_many([resnet(w8)()], data, warm, 0, Engine(**fast, cuda_graphs="off"))  # CUDA/cuDNN start-up
+    if cuda:  # CUDA/cuDNN start-up, paid before the first section
+        warm = Recipe(epochs=1, batch_size=batch, train_subset=4 * batch, valid_subset=256, test_subset=256)
+        train_many([resnet(w8)()], data, warm, 0, Engine(**fast, cuda_graphs="off"))
 
     def rows() -> list[dict]:
         variants = [(f"resnet w{w_exact}", resnet(w_exact), {"cuda_graphs": "off"}, "eager"),
@@ -609,12 +610,12 @@ def gpu_section(quick: bool, fashion_root: Path, sections: tuple[str, ...] = GPU
                         ("static step, eager, 2 in lockstep", 2, {"cuda_graphs": "on"})]
         result = []
         for label, k, extra in variants:
-            nets = [model(3, 32, 10, seed=i, width=w8)[0] for i in range(k)]
+            nets = [model(3, 32, 10, seed=i, depth=fused_depth, width=fused_width)[0] for i in range(k)]
             macs = count_flops(nets[0], (1, 3, 32, 32))
             r = profile_training(nets, data, recipe, Engine(**fast, **extra, concurrent=k), 3 if quick else 30)
             if r["measured"]:  # forward MACs x 2 FLOPs x 3 (forward, two backward GEMMs) per image
                 r["tflops_while_busy"] = round(6 * macs * batch * k / (r["busy_ms_per_step"] / 1000) / 1e12, 2)
-            result.append({"variant": label, "width": w8, "mflops": round(macs / 1e6, 1), **r})
+            result.append({"variant": label, "depth": fused_depth, "width": fused_width, "mflops": round(macs / 1e6, 1), **r})
             print(f"  profile {label}: " + (f"busy {r['busy_ms_per_step']} ms / wall {r['wall_ms_per_step']} ms "
                                             f"per step, {r['calls_per_step']} calls"
                                             if r["measured"] else r["reason"]), flush=True)

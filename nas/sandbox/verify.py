@@ -201,11 +201,38 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
     return verdict, trained
 
 
+_warming: threading.Thread | None = None
+_warming_lock = threading.Lock()
+
+
+def _warm_up(wait: bool = False) -> None:
+    """Import what `_graph_verdict` needs (torch, dynamo, fvcore, the graph loader) in a thread while
+    the child runs: seconds in a fresh process such as `nas arch validate`, spent while it waits
+    for the child's export anyway. `wait`: until it is done. A failure here is left to the real
+    import to raise."""
+    global _warming
+    with _warming_lock:
+        if _warming is None:
+            _warming = threading.Thread(target=_load_trusted_side, name="nas-warm-up")
+            _warming.start()
+    if wait:
+        _warming.join()
+
+
+def _load_trusted_side() -> None:
+    with contextlib.suppress(Exception):
+        import torch._dynamo  # noqa: F401 - the meta kernels' decompositions call into it
+
+        import nas.measure  # noqa: F401 - fvcore's counter
+        import nas.sandbox.graph  # noqa: F401 - the loader and its operator tables
+
+
 def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[int, ...], limits: Limits,
                    with_parent: bool, seeds: Sequence[int] = (), batch: int = CHECK_BATCH) -> tuple[Verdict, dict]:
     """Load, check and measure the exported graph here (the trusted side); its cost per image
     is checked at the training batch `batch` (at least `CHECK_BATCH`) against its counted FLOPs.
     Returns the verdict and the networks to train, one per seed."""
+    _warm_up(wait=True)
     import torch
 
     from nas.measure import count_flops, count_params
@@ -353,6 +380,7 @@ def _run_child(source: str, num_classes: int, input_shape: tuple[int, ...],
     request = {"files": files, "sources": sources, "num_classes": num_classes, "input_shape": list(input_shape),
                "limits": dataclasses.asdict(limits), "train": train, "seeds": list(seeds),
                "export_error": export_error}
+    _warm_up()  # while the child runs
     return run_child("nas.sandbox.worker", request, limits, artifact=True)
 
 
