@@ -2,8 +2,9 @@
 real training on digits and a scripted OpenAI-compatible server: hostile code
 is contained and debugged, an oversize child is downscaled, a broken child is
 fixed by the Debugger, a duplicate is skipped, a garbage reply costs one
-trial, and stages II and III run. The first search runs under the Prefect flow (agent
-calls and evaluations are tasks); a replayed one, without Prefect, reproduces it."""
+trial, and stages II and III run. The search runs under the Prefect flow (agent calls
+and evaluations are tasks); a replay of its LLM replies reproduces it from the
+evaluation cache (tests/test_nader_e2e.py runs a design search with runner=local)."""
 
 from __future__ import annotations
 
@@ -144,11 +145,14 @@ def test_fairnad_search_end_to_end(tmp_path):
     assert "## Design quality" in report and "| init | 4 | 3 (75%) | 1 |" in report
     assert "| 5 | fair | " in report and "## Best design" in report
 
-    # llm=replay: the same search from the transcripts, the server gone: the same history.
+    # llm=replay: the same search from the transcripts, the server gone: the same history, and
+    # every trained candidate comes from the evaluation cache (the designs are checked again).
     again = tmp_path / "replayed"
-    out = search(tmp_path, again, "local", "llm=replay", f"llm.replay_from={run}")
+    out = search(tmp_path, again, "prefect", "llm=replay", f"llm.replay_from={run}")
     assert out.returncode == 0, out.stderr[-3000:]
     replayed = [json.loads(line) for line in (again / "history.jsonl").read_text().splitlines()]
-    assert [(h["key"], h["error"], h["strategy"]["stage"]) for h in replayed] == \
-        [(h["key"], h["error"], h["strategy"]["stage"]) for h in history]
-    assert json.loads((again / "summary.json").read_text())["llm"]["total"]["live"] == 0
+    assert [(h["key"], h["error"], h["strategy"]["stage"], h["accuracy"]) for h in replayed] == \
+        [(h["key"], h["error"], h["strategy"]["stage"], h["accuracy"]) for h in history]
+    again_summary = json.loads((again / "summary.json").read_text())
+    assert again_summary["llm"]["total"]["live"] == 0
+    assert again_summary["cache_hits"] == sum(h["accuracy"] is not None for h in history) == 6
