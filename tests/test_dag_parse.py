@@ -241,6 +241,21 @@ def test_output_edge_direction_and_fan_in():
     assert "node 0: input takes no arguments" in _err(RESNET.replace("0:input", "0:input(x=1)"))
 
 
+def test_without_repeated_edges_keeps_each_edge_once_at_its_first_line():
+    from nas.spaces.nader.dag.validate import without_repeated_edges
+
+    text = "##B##\n0:input\n1:output\n2:ReLU\n3:Add\n0->2\n2->3\n0->3\n2->3\n3->1\n0->3\n"
+    block = parse_block_file(text, "b.txt").sections["B"]
+    once, repeated = without_repeated_edges(block)
+    assert repeated == ["2->3", "0->3"]
+    assert once.edges == [("0", "2"), ("2", "3"), ("0", "3"), ("3", "1")]
+    assert [once.edge_line(i) for i in range(4)] == [6, 7, 8, 10]
+    validate_structure(once)
+    with pytest.raises(EncodingError, match="edge 2->3 is listed twice"):
+        validate_structure(block)                      # the language itself stays strict
+    assert without_repeated_edges(once) == (once, [])
+
+
 def test_without_dead_nodes_drops_what_reaches_no_output_and_keeps_indices_and_lines():
     from nas.spaces.nader.dag.validate import without_dead_nodes
 

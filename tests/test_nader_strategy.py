@@ -82,6 +82,17 @@ def test_the_modifier_is_told_which_dead_nodes_were_dropped_before_the_error(tmp
     assert "(checked without the nodes whose result reaches no output, base block: nodes 9, 10)" in prompts[1]
 
 
+def test_an_edge_listed_twice_counts_once_and_the_modifier_is_told_when_it_retries(tmp_path):
+    cand, _ = design(tmp_path, [KERNEL5.replace("0->7\n", "0->7\n6->7\n")])
+    assert cand.rejected is None and cand.info["retries"] == 0
+    assert cand.info["attempts"][0]["checks"][0]["detail"] == {"repeated": {"base": ["6->7"]}}
+    assert cand.arch.blocks.base.edges.count(("6", "7")) == 1
+    cand, prompts = design(tmp_path, [BASE.replace("0->7\n", "0->7\n0->7\n") + DEAD_TAIL, KERNEL5])
+    assert cand.rejected is None and cand.info["retries"] == 1
+    assert ("(checked with each edge once, base block: 0->7 listed twice and without the nodes whose result "
+            "reaches no output, base block: nodes 9, 10)") in prompts[1]
+
+
 def test_a_draft_repeating_an_earlier_try_is_sent_back_saying_so(tmp_path):
     """The same draft and error would make the same retry prompt, which the small model mostly
     answers with the same draft: the prompt says the draft repeats, so it differs."""

@@ -110,7 +110,7 @@ class NaderStrategy(DesignStrategy):
             attempt = len(attempts)
             if attempt >= tries:
                 return None
-            error = _with_dropped(outcome, error)
+            error = _with_parse_changes(outcome, error)
             if last is not None and error is not None and "checks" in attempts[-1]:  # the last try wrote `last`
                 before = written.setdefault(last, [])
                 error = _repeated(error, before) if before else error
@@ -226,14 +226,20 @@ class NaderStrategy(DesignStrategy):
         return {"tree": self.tree.to_dict()}
 
 
-def _with_dropped(outcome, error: str | None) -> str | None:
-    """The error for the Modifier, saying which of its nodes the parse dropped as dead (the
-    error is about the block without them)."""
-    dropped = outcome.checks[0].detail.get("dropped") if outcome is not None and outcome.checks else None
-    if not dropped or error is None:
+def _with_parse_changes(outcome, error: str | None) -> str | None:
+    """The error for the Modifier, saying which repeated edges the parse counted once and which
+    of its nodes it dropped as dead (the error is about the block without them)."""
+    detail = outcome.checks[0].detail if outcome is not None and outcome.checks else {}
+    changes = []
+    if repeated := detail.get("repeated"):
+        changes.append("with each edge once, " + "; ".join(
+            f"{role} block: {', '.join(edges)} listed twice" for role, edges in repeated.items()))
+    if dropped := detail.get("dropped"):
+        changes.append("without the nodes whose result reaches no output, " + "; ".join(
+            f"{role} block: nodes {', '.join(dead)}" for role, dead in dropped.items()))
+    if not changes or error is None:
         return error
-    nodes = "; ".join(f"{role} block: nodes {', '.join(dead)}" for role, dead in dropped.items())
-    return f"{error} (checked without the nodes whose result reaches no output, {nodes})"
+    return f"{error} (checked {' and '.join(changes)})"
 
 
 def _repeated(error: str, before: list[int]) -> str:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from nas.core.arch import Architecture, SeenIndex
 from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.dag.macro import BlockSet, Skeleton, search_width, section_errors
-from nas.spaces.nader.dag.validate import without_dead_nodes
+from nas.spaces.nader.dag.validate import without_dead_nodes, without_repeated_edges
 from nas.spaces.source.arch import SourceArch
 from nas.errors import EncodingError
 from nas.core.constraint import Constraint
@@ -120,8 +120,9 @@ class Dedup(Verifier):
 class ParseBlock(Verifier):
     """Structure, then shapes at every position of the skeleton (node-level
     errors for the Modifier); sections the draft lacks come from the parent.
-    Operations whose results reach no output are dropped first (they change
-    nothing the block computes); the check's detail lists them by section."""
+    First an edge listed twice counts once and operations whose results reach
+    no output are dropped (neither changes what an accepted block computes);
+    the check's detail lists both by section (`repeated`, `dropped`)."""
 
     name = "parse"
 
@@ -133,10 +134,12 @@ class ParseBlock(Verifier):
             blocks = BlockSet.from_text(draft.text, "block", self.parent)
         except EncodingError as err:
             return self.failed(str(err), FIX)
-        live = {role: without_dead_nodes(block) for role, block in blocks.sections().items()}
+        once = {role: without_repeated_edges(block) for role, block in blocks.sections().items()}
+        live = {role: without_dead_nodes(block) for role, (block, _) in once.items()}
+        repeated = {role: edges for role, (_, edges) in once.items() if edges}
         dropped = {role: dead for role, (_, dead) in live.items() if dead}
         blocks = replace(blocks, **{role: block for role, (block, _) in live.items()})
-        detail = {"dropped": dropped} if dropped else {}
+        detail = {k: v for k, v in (("repeated", repeated), ("dropped", dropped)) if v}
         errors = section_errors(blocks, self.skeleton)
         if errors:
             return self.failed(errors[0], FIX, **detail)

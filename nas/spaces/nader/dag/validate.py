@@ -50,6 +50,25 @@ def without_dead_nodes(block: Block) -> tuple[Block, list[str]]:
                    edges=[block.edges[i] for i in kept], edge_lines=[block.edge_line(i) for i in kept]), dead
 
 
+def without_repeated_edges(block: Block) -> tuple[Block, list[str]]:
+    """The block with each edge once (its first line), and the repeats as "a->b".
+
+    Why: the language refuses an edge listed twice, so reading the edges as a set changes
+    no block it accepts; a small model enumerating a concat's inputs often lists one twice
+    (4 of 26 Modifier tries in one `make run`), and the rest of such a draft deserves a check."""
+    seen: set[tuple[str, str]] = set()
+    kept, repeated = [], []
+    for i, edge in enumerate(block.edges):
+        if edge in seen:
+            repeated.append(f"{edge[0]}->{edge[1]}")
+        else:
+            seen.add(edge)
+            kept.append(i)
+    if not repeated:
+        return block, []
+    return replace(block, edges=[block.edges[i] for i in kept], edge_lines=[block.edge_line(i) for i in kept]), repeated
+
+
 def validate_structure(block: Block) -> None:
     """Raise `EncodingError` naming the offending node/edge of a malformed block."""
     nodes = block.nodes
