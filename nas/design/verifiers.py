@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from nas.core.arch import Architecture, SeenIndex
 from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.dag.macro import BlockSet, Skeleton, search_width, section_errors
+from nas.spaces.nader.dag.parse import Block
 from nas.spaces.nader.dag.validate import without_dead_nodes, without_repeated_edges
 from nas.spaces.source.arch import SourceArch
 from nas.errors import EncodingError
@@ -134,12 +135,15 @@ class ParseBlock(Verifier):
             blocks = BlockSet.from_text(draft.text, "block", self.parent)
         except EncodingError as err:
             return self.failed(str(err), FIX)
-        once = {role: without_repeated_edges(block) for role, block in blocks.sections().items()}
-        live = {role: without_dead_nodes(block) for role, (block, _) in once.items()}
-        repeated = {role: edges for role, (_, edges) in once.items() if edges}
-        dropped = {role: dead for role, (_, dead) in live.items() if dead}
-        blocks = replace(blocks, **{role: block for role, (block, _) in live.items()})
-        detail = {k: v for k, v in (("repeated", repeated), ("dropped", dropped)) if v}
+        cleaned: dict[str, Block] = {}
+        detail: dict[str, dict[str, list[str]]] = {}  # "repeated" / "dropped" -> role -> edges / nodes
+        for role, block in blocks.sections().items():
+            block, repeated = without_repeated_edges(block)
+            cleaned[role], dead = without_dead_nodes(block)
+            for name, found in (("repeated", repeated), ("dropped", dead)):
+                if found:
+                    detail.setdefault(name, {})[role] = found
+        blocks = replace(blocks, **cleaned)
         errors = section_errors(blocks, self.skeleton)
         if errors:
             return self.failed(errors[0], FIX, **detail)

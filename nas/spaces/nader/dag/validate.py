@@ -46,8 +46,7 @@ def without_dead_nodes(block: Block) -> tuple[Block, list[str]]:
     if not dead:
         return block, []
     kept = [i for i, (a, b) in enumerate(block.edges) if a not in dead and b not in dead]
-    return replace(block, nodes={k: n for k, n in block.nodes.items() if k not in dead},
-                   edges=[block.edges[i] for i in kept], edge_lines=[block.edge_line(i) for i in kept]), dead
+    return _with_edges(block, kept, nodes={k: n for k, n in block.nodes.items() if k not in dead}), dead
 
 
 def without_repeated_edges(block: Block) -> tuple[Block, list[str]]:
@@ -64,9 +63,13 @@ def without_repeated_edges(block: Block) -> tuple[Block, list[str]]:
         else:
             seen.add(edge)
             kept.append(i)
-    if not repeated:
-        return block, []
-    return replace(block, edges=[block.edges[i] for i in kept], edge_lines=[block.edge_line(i) for i in kept]), repeated
+    return (_with_edges(block, kept), repeated) if repeated else (block, [])
+
+
+def _with_edges(block: Block, kept: list[int], **changes) -> Block:
+    """The block with only the edges at indices `kept`, each keeping its source line."""
+    return replace(block, edges=[block.edges[i] for i in kept], edge_lines=[block.edge_line(i) for i in kept],
+                   **changes)
 
 
 def validate_structure(block: Block) -> None:
