@@ -176,9 +176,10 @@ def test_kill_9_mid_batch_then_restart_redoes_nothing_finished(tmp_path, env):
 
 @pytest.mark.slow
 def test_sigterm_during_an_llm_call_stops_promptly_with_state_saved(tmp_path, env):
-    """SIGTERM while `nas` waits on the LLM: under Prefect the process ends at once, but its
-    ephemeral API server used to live on holding stdout/stderr, so a caller waiting for the
-    output (a shell pipe, subprocess.run) hung as if SIGTERM were ignored."""
+    """SIGTERM while `nas` waits on the LLM: under Prefect the process ends at once (exit 143,
+    one line saying how to resume), but its ephemeral API server used to live on holding
+    stdout/stderr, so a caller waiting for the output (a shell pipe, subprocess.run) hung as
+    if SIGTERM were ignored."""
     run_dir, home = tmp_path / "run", env["NASFLOW_HOME"]
     generator, held = [], []
 
@@ -200,16 +201,20 @@ def test_sigterm_during_an_llm_call_stops_promptly_with_state_saved(tmp_path, en
         start = time.time()
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.communicate(timeout=30)  # EOF on both pipes: nothing else holds them
+            _, err = proc.communicate(timeout=30)  # EOF on both pipes: nothing else holds them
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
             pytest.fail("nas search did not stop within 30 s of SIGTERM")
         stopped = time.time() - start
-    assert proc.returncode != 0 and stopped < 30
+    assert proc.returncode == 143 and stopped < 30
     assert_nothing_left(home)
     state = json.loads((run_dir / "state.json").read_text())
     assert state["history_lines"] == 2 == len(lines(run_dir / "history.jsonl"))  # the first batch is kept
+    # As after Ctrl-C: one line with what was saved and what to do, not Prefect's crash report
+    assert err.strip().splitlines()[-1] == \
+        f"nas: terminated after 2 trials; run the same command to resume (run dir: {run_dir})"
+    assert "Crash detected" not in err and "Traceback" not in err
 
 
 # -- 2. LLM endpoint faults ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Ctrl-C: a terminal sends SIGINT to the whole process group, once or twice. Workers (runner=processes,
+"""Ctrl-C (and SIGTERM, taken the same way by `nas search`): a terminal sends SIGINT to the whole process group, once or twice. Workers (runner=processes,
 runner=local pools) leave it to the search's process, which stops them at once; a second Ctrl-C while the
 first unwinds is ignored (it printed a traceback). The end-to-end line and exit code:
 tests/test_cli_config.py::test_ctrl_c_stops_a_search_in_one_line_and_the_same_command_resumes."""
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from nas.cli.search import interrupt_once, interrupted
+from nas.cli.search import Terminated, interrupt_once, interrupted, terminate_once
 from nas.orchestration.flows.runners import build_task_runner
 
 
@@ -26,12 +26,29 @@ def test_a_second_ctrl_c_while_the_first_unwinds_is_ignored():
 
 
 
-def test_ctrl_c_before_the_run_dir_is_known_is_the_nothing_saved_line(capsys):
-    """Ctrl-C while the config resolves: no run dir yet (it raised a NameError in the handler)."""
+def test_sigterm_unwinds_as_ctrl_c_once_and_a_second_signal_is_ignored():
+    """SIGTERM raises a KeyboardInterrupt (the search's Ctrl-C path saves and says how to resume);
+    while it unwinds, another SIGTERM or a Ctrl-C is ignored."""
+    previous = {s: signal.signal(s, h) for s, h in ((signal.SIGTERM, terminate_once),
+                                                   (signal.SIGINT, interrupt_once))}
+    try:
+        with pytest.raises(Terminated):
+            signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
+        signal.raise_signal(signal.SIGINT)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@pytest.mark.parametrize("terminated, what, code", [(False, "interrupted", 130), (True, "terminated", 143)])
+def test_a_stop_before_the_run_dir_is_known_is_the_nothing_saved_line(capsys, terminated, what, code):
+    """Ctrl-C or SIGTERM while the config resolves: no run dir yet (it raised a NameError in the handler)."""
     with pytest.raises(SystemExit) as info:
-        interrupted(None)
-    assert info.value.code == 130
-    assert capsys.readouterr().err == "nas: interrupted before the search started; nothing was saved\n"
+        interrupted(None, terminated)
+    assert info.value.code == code
+    assert capsys.readouterr().err == f"nas: {what} before the search started; nothing was saved\n"
+
 
 def test_process_workers_ignore_ctrl_c_and_stop_with_the_flows_interrupt():
     """An idle worker died of SIGINT with a traceback; a busy one was waited for (an evaluation

@@ -93,6 +93,7 @@ def _hydra_entry(existing: set[Path]) -> None:
     def search(cfg: DictConfig) -> None:
         from nas.cli.main import fail
         from nas.execute import execute
+        from nas.orchestration.env import quiet_termination
         from nas.search.rundir import RunDir
         from nas.search.spec import SearchSpec
 
@@ -103,6 +104,8 @@ def _hydra_entry(existing: set[Path]) -> None:
             run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
             run = RunDir(run_dir)
             signal.signal(signal.SIGINT, interrupt_once)
+            signal.signal(signal.SIGTERM, terminate_once)
+            quiet_termination()
             with run.lock():  # before anything is written: another search may own the dir
                 try:
                     save_hydra_files(run_dir / ".hydra", cfg)
@@ -117,8 +120,8 @@ def _hydra_entry(existing: set[Path]) -> None:
             print_summary(run_dir, summary)
         except NasError as err:
             fail(str(err))
-        except KeyboardInterrupt:  # Ctrl-C: the saved state resumes the search; no traceback
-            interrupted(run_dir)
+        except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the saved state resumes the search; no traceback
+            interrupted(run_dir, isinstance(stop, Terminated))
 
     search()
 
@@ -130,17 +133,31 @@ def interrupt_once(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def interrupted(run_dir: Path | None) -> None:
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, a scheduler's stop, a cancel from the Prefect UI) unwinds as Ctrl-C does."""
+
+
+def terminate_once(signum: int, frame: Any) -> None:
+    """SIGTERM as Ctrl-C, once. Under Prefect the flow engine's own handler runs first (it marks
+    the run crashed), then signals again with this one back in place."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise Terminated
+
+
+def interrupted(run_dir: Path | None, terminated: bool = False) -> None:
+    """One line on what was saved, then exit as a shell reports the signal (130 Ctrl-C, 143 SIGTERM)."""
     from nas.search.rundir import RunDir
 
+    what, status = ("terminated", 143) if terminated else ("interrupted", 130)
     # removed (RunDir.discard_unstarted), or a given dir kept: either way no search state was written
     if run_dir is None or not RunDir(run_dir).state_path.exists():
-        print("nas: interrupted before the search started; nothing was saved", file=sys.stderr)
-        raise SystemExit(130)
+        print(f"nas: {what} before the search started; nothing was saved", file=sys.stderr)
+        raise SystemExit(status)
     trials = RunDir(run_dir).saved_trials()
-    print(f"nas: interrupted after {trials} trial{'s' * (trials != 1)}; run the same command to resume "
+    print(f"nas: {what} after {trials} trial{'s' * (trials != 1)}; run the same command to resume "
           f"(run dir: {run_dir})", file=sys.stderr)
-    raise SystemExit(130)
+    raise SystemExit(status)
 
 
 def print_summary(run_dir: Path, summary: dict[str, Any]) -> None:

@@ -40,7 +40,7 @@ def configure_prefect_env() -> None:
         os.environ[key] = str(path)
     guard_ephemeral_server()
     for name in ("prefect.flow_runs", "prefect.task_runs"):
-        if not any(isinstance(f, _QuietInterrupt) for f in logging.getLogger(name).filters):
+        if not any(type(f) is _QuietInterrupt for f in logging.getLogger(name).filters):
             logging.getLogger(name).addFilter(_QuietInterrupt())
 
 
@@ -48,8 +48,22 @@ class _QuietInterrupt(logging.Filter):
     """Drops Prefect's ERROR line "Crash detected! Execution was aborted by an interrupt signal."
     on Ctrl-C (the run is still marked crashed): `nas` says it in one line, with what to do."""
 
+    ending = "aborted by an interrupt signal."
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().endswith("aborted by an interrupt signal.")
+        return not record.getMessage().endswith(self.ending)
+
+
+class _QuietTermination(_QuietInterrupt):
+    ending = "aborted by a termination signal."
+
+
+def quiet_termination() -> None:
+    """Drop Prefect's "Crash detected! ... termination signal." line too: for a process that says
+    in its own line what a SIGTERM stopped (`nas search`)."""
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        if not any(isinstance(f, _QuietTermination) for f in logging.getLogger(name).filters):
+            logging.getLogger(name).addFilter(_QuietTermination())
 
 
 def check_prefect_database() -> None:
