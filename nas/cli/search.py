@@ -134,7 +134,7 @@ def interrupt_once(signum: int, frame: Any) -> None:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (`kill`, a scheduler's stop, a cancel from the Prefect UI) unwinds as Ctrl-C does."""
+    """SIGTERM (`kill`, a scheduler's or container's stop) unwinds as Ctrl-C does."""
 
 
 def terminate_once(signum: int, frame: Any) -> None:
