@@ -229,7 +229,24 @@ def test_exhausted_strategy_stops_the_loop_and_says_why(tmp_path, evaluator, tin
     ended = f"ended after 3 of 10 trials: {summary['exhausted']}"
     assert f"search {ended}" in caplog.messages  # search.log says it
     print_summary(tmp_path, summary)
-    assert capsys.readouterr().out.splitlines()[1] == ended  # and so does `nas search`
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == ended  # and so does `nas search`
+    assert out[2].startswith(f"best: {summary['best']['accuracy']:.2f}% {summary['best']['encoding']} key=")
+
+
+def test_a_multi_line_best_design_is_named_not_printed(tmp_path, capsys):
+    """A block file or model source (NADER, FairNAD) is dozens of lines: the summary line points
+    to the report that shows it and says how to export it."""
+    from nas.cli.search import print_summary
+
+    block = "##Residual##\n0:input\n1:output\n2:Conv2d(out_channels=C,kernel_size=3)\n0->2\n2->1\n"
+    summary = {"trials": 4, "wall_seconds": 12.5, "cache_hits": 0,
+               "best": {"accuracy": 97.49, "encoding": block, "key": "94d0445e8764f180", "trial": 0}}
+    print_summary(tmp_path, summary)
+    assert capsys.readouterr().out.splitlines() == [
+        f"run dir: {tmp_path}",
+        f"best: 97.49% (6-line design in {tmp_path / 'report.md'}) key=94d0445e8764f180 (trial 0 of 4, 12.5s, 0 cached)",
+        f"export it: nas export {tmp_path}"]
 
 
 # --- resume ------------------------------------------------------------------------
