@@ -24,10 +24,10 @@ run: $(STAMP)
 	$(BIN)/nas search
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist load --maxschedchunk 1 --durations=25
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=25
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist load --maxschedchunk 1 -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -202,10 +202,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for key in (file, f"{file}::{getattr(item, 'originalname', item.name)}"):
             for marker in MARKERS.get(key, ()):
                 item.add_marker(marker)
-    # Slow tests first (stable: files keep their order within each group): `make test` hands tests out
-    # one at a time (--dist load --maxschedchunk 1), so the run ends on short tests and neither worker
-    # waits long for the other's last minutes-long test.
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 # A migrated Prefect database, made once per session (each xdist worker) and copied into the homes
