@@ -247,6 +247,9 @@ def test_a_multi_line_best_design_is_named_not_printed(tmp_path, capsys):
         f"run dir: {tmp_path}",
         f"best: 97.49% (6-line design in {tmp_path / 'report.md'}) key=94d0445e8764f180 (trial 0 of 4, 12.5s, 0 cached)",
         f"export it: nas export {tmp_path}"]
+    summary["best"]["encoding"] = [0, 3, 1, 2]  # SPOS and OFA encode as lists of choices: printed as they are
+    print_summary(tmp_path, summary)
+    assert capsys.readouterr().out.splitlines()[1] == "best: 97.49% [0, 3, 1, 2] key=94d0445e8764f180 (trial 0 of 4, 12.5s, 0 cached)"
 
 
 # --- resume ------------------------------------------------------------------------

@@ -169,13 +169,14 @@ def print_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     if best is None:
         print(f"best: none ({summary['trials']} trials, all failed)")
         return
-    lines = best["encoding"].strip().splitlines()
+    encoding = best["encoding"]  # a string, or a list of choices (SPOS, OFA)
     # a block file or model source is dozens of lines: the report shows it, export writes it out
-    shown = lines[0] if len(lines) == 1 else f"({len(lines)}-line design in {run_dir / 'report.md'})"
+    lines = encoding.strip().count("\n") + 1 if isinstance(encoding, str) else 1
+    shown = encoding if lines == 1 else f"({lines}-line design in {run_dir / 'report.md'})"
     print(f"best: {best['accuracy']:.2f}% {shown} key={best['key']} "
           f"(trial {best['trial']} of {summary['trials']}, {summary['wall_seconds']:.1f}s, "
           f"{summary['cache_hits']} cached)")
-    if len(lines) > 1:
+    if lines > 1:
         print(f"export it: nas export {run_dir}")
 
 
