@@ -39,31 +39,32 @@ def configure_prefect_env() -> None:
         path.mkdir(parents=True, exist_ok=True)  # Prefect's sqlite cannot create its folder
         os.environ[key] = str(path)
     guard_ephemeral_server()
-    for name in ("prefect.flow_runs", "prefect.task_runs"):
-        if not any(type(f) is _QuietInterrupt for f in logging.getLogger(name).filters):
-            logging.getLogger(name).addFilter(_QuietInterrupt())
+    _quiet_crash("aborted by an interrupt signal.")
 
 
-class _QuietInterrupt(logging.Filter):
-    """Drops Prefect's ERROR line "Crash detected! Execution was aborted by an interrupt signal."
-    on Ctrl-C (the run is still marked crashed): `nas` says it in one line, with what to do."""
+class _QuietCrash(logging.Filter):
+    """Drops Prefect's ERROR line "Crash detected! Execution was aborted by ..." with this `ending`
+    (the run is still marked crashed): `nas` says it in one line, with what to do."""
 
-    ending = "aborted by an interrupt signal."
+    def __init__(self, ending: str) -> None:
+        super().__init__()
+        self.ending = ending
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().endswith(self.ending)
 
 
-class _QuietTermination(_QuietInterrupt):
-    ending = "aborted by a termination signal."
+def _quiet_crash(ending: str) -> None:
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _QuietCrash) and f.ending == ending for f in log.filters):
+            log.addFilter(_QuietCrash(ending))
 
 
 def quiet_termination() -> None:
-    """Drop Prefect's "Crash detected! ... termination signal." line too: for a process that says
-    in its own line what a SIGTERM stopped (`nas search`)."""
-    for name in ("prefect.flow_runs", "prefect.task_runs"):
-        if not any(isinstance(f, _QuietTermination) for f in logging.getLogger(name).filters):
-            logging.getLogger(name).addFilter(_QuietTermination())
+    """Drop the crash line of a SIGTERM too (Ctrl-C's always is): for a process that says in its
+    own line what a SIGTERM stopped (`nas search`)."""
+    _quiet_crash("aborted by a termination signal.")
 
 
 def check_prefect_database() -> None:
