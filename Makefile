@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet --no-compile -e '.[test]'
-	@# pip compiles the bytecode file by file; two processes do it in half the time (a file that
+	@# pip compiles the bytecode file by file on one core; compileall uses every core (a file that
 	@# does not compile, some packages' templates, is skipped as pip skips it)
 	$(BIN)/python -m compileall -qq -j 0 $(VENV)/lib || true
 	touch $(STAMP)
