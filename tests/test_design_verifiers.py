@@ -4,14 +4,19 @@ can fix it; a passing draft carries its measurements."""
 
 from __future__ import annotations
 
+import json
+import logging
+import shutil
 from pathlib import Path
 
 import pytest
 
 from nas.spaces.nader.dag.macro import BlockSet, Skeleton
 from nas.core.arch import SeenIndex
+from nas.design.verdicts import VerdictCache, verdict_key
 from nas.design.verifiers import DOWNSCALE, FIX, block_chain, source_chain
 from nas.sandbox.limits import Limits
+from nas.sandbox.verify import Verdict
 from nas.core.constraint import Constraint
 
 DATA = Path(__file__).parent / "data"
@@ -95,3 +100,91 @@ def test_source_chain(text, name, retry, fragment):
     assert (failure.name, failure.retry) == (name, retry) and fragment in failure.error, failure
     assert "\n" not in failure.error
     assert outcome.checks[-1] is failure  # the chain stopped there
+
+
+# -- kept verdicts ------------------------------------------------------------------------------------------
+
+KERNEL5 = (DATA / "models/cnn_kernel5.py").read_text()
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("the sandbox ran a design whose verdict is kept")
+
+
+def test_kept_verdict_is_used_instead_of_a_second_sandbox_run(tmp_path, monkeypatch):
+    cache = VerdictCache(tmp_path / "checks")
+    first = source_chain(PARENT, NB201, SeenIndex(), limits=LIMITS, cache=cache).run(KERNEL5)
+    assert first.ok and first.checks[1].detail["cached"] is False
+    assert len(list((tmp_path / "checks").rglob("*.json"))) == 1
+    monkeypatch.setattr("nas.sandbox.verify_model_source", _refuse)
+    again = source_chain(PARENT, NB201, SeenIndex(), limits=LIMITS, cache=cache).run(KERNEL5)
+    assert again.ok and again.checks[1].detail == {**first.checks[1].detail, "cached": True}
+    assert [c.detail for c in again.checks[2:]] == [c.detail for c in first.checks[2:]]
+    # a rejection is kept too, with its line; a different parent is another key
+    hostile = source_chain(PARENT, NB201, SeenIndex(), limits=LIMITS, cache=cache)
+    monkeypatch.undo()
+    refused = hostile.run(HOSTILE)
+    monkeypatch.setattr("nas.sandbox.verify_model_source", _refuse)
+    replayed = hostile.run(HOSTILE)
+    assert replayed.failure.detail["cached"] and replayed.failure.error == refused.failure.error
+    with pytest.raises(AssertionError, match="whose verdict is kept"):
+        source_chain(KERNEL5, NB201, SeenIndex(), limits=LIMITS, cache=cache).run(PARENT)
+
+
+def test_key_covers_everything_a_verdict_depends_on():
+    base = verdict_key(KERNEL5, PARENT, 10, (2, 3, 32, 32), LIMITS)
+    assert base == verdict_key(KERNEL5, PARENT, 10, (2, 3, 32, 32), Limits(wall_s=60))
+    others = [verdict_key(KERNEL5 + "\n", PARENT, 10, (2, 3, 32, 32), LIMITS),
+              verdict_key(KERNEL5, None, 10, (2, 3, 32, 32), LIMITS),
+              verdict_key(KERNEL5, PARENT, 100, (2, 3, 32, 32), LIMITS),
+              verdict_key(KERNEL5, PARENT, 10, (2, 3, 28, 28), LIMITS),
+              verdict_key(KERNEL5, PARENT, 10, (2, 3, 32, 32), Limits(wall_s=60, memory_mb=512))]
+    assert len({base, *others}) == 6
+
+
+def test_checker_fingerprint_follows_the_sandbox_code(tmp_path, monkeypatch):
+    import nas.design.verdicts as verdicts
+
+    checker = tmp_path / "nas"
+    shutil.copytree(verdicts._CHECKER / "sandbox", checker / "sandbox", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(verdicts._CHECKER / "measure.py", checker / "measure.py")
+    monkeypatch.setattr(verdicts, "_CHECKER", checker)
+    verdicts.checker_fingerprint.cache_clear()
+    try:
+        before = verdicts.checker_fingerprint()
+        assert before == verdicts.checker_fingerprint.__wrapped__()
+        (checker / "sandbox" / "graph.py").write_text((checker / "sandbox" / "graph.py").read_text() + "\n# edited\n")
+        assert verdicts.checker_fingerprint.__wrapped__() != before
+    finally:
+        verdicts.checker_fingerprint.cache_clear()
+
+
+def test_limit_hits_crashes_and_self_reported_numbers_are_not_kept(tmp_path):
+    cache = VerdictCache(tmp_path)
+    for n, verdict in enumerate([Verdict(ok=False, stage="limits", error="limits: wall time 60 s exceeded"),
+                                 Verdict(ok=False, stage="crash", error="crash: the child died (SIGSEGV)"),
+                                 Verdict(ok=True, stage="done", params=10, flops=10, self_reported=True)]):
+        cache.put(f"{n:032x}", verdict)
+    assert not list(tmp_path.rglob("*"))
+    kept = Verdict(ok=False, stage="forward", error="forward: channels disagree")
+    cache.put("ab" * 16, kept)
+    assert cache.get("ab" * 16) == kept
+
+
+@pytest.mark.parametrize("damage", [
+    lambda rec: "{not json",
+    lambda rec: json.dumps({**rec, "key": "cd" * 16}),                                 # another key's record
+    lambda rec: json.dumps({**rec, "verdict": {**rec["verdict"], "params": "1e9"}}),   # a field's type
+    lambda rec: json.dumps({**rec, "verdict": {**rec["verdict"], "stage": "limits"}}),  # a verdict never kept
+    lambda rec: json.dumps({**rec, "verdict": {**rec["verdict"], "ok": False}}),       # ok without an error
+    lambda rec: b"\xff\xfe".decode("latin-1"),
+], ids=["json", "key", "field", "stage", "ok", "encoding"])
+def test_damaged_kept_verdict_is_ignored_with_a_warning(damage, tmp_path, caplog):
+    cache, key = VerdictCache(tmp_path), "ab" * 16
+    cache.put(key, Verdict(ok=True, stage="done", params=5466, flops=1679680, layers=4))
+    path = next(tmp_path.rglob("*.json"))
+    text = damage(json.loads(path.read_text()))
+    path.write_bytes(text.encode("latin-1") if text.startswith("\xff") else text.encode())
+    with caplog.at_level(logging.WARNING, logger="nas.design.verdicts"):
+        assert cache.get(key) is None
+    assert [r.getMessage() for r in caplog.records if "ignoring the cached check" in r.getMessage()], caplog.text

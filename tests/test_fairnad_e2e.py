@@ -4,7 +4,8 @@ is contained and debugged, an oversize child is downscaled, a broken child is
 fixed by the Debugger, a duplicate is skipped, a garbage reply costs one
 trial, and stages II and III run. The search runs under the Prefect flow (agent calls
 and evaluations are tasks); a replay of its LLM replies reproduces it from the
-evaluation cache (tests/test_nader_e2e.py runs a design search with runner=local)."""
+evaluation cache and the kept sandbox verdicts (tests/test_nader_e2e.py runs a design
+search with runner=local)."""
 
 from __future__ import annotations
 
@@ -92,6 +93,12 @@ def search(tmp_path: Path, run: Path, runner: str, *llm: str) -> subprocess.Comp
         capture_output=True, text=True, env=env, timeout=900)
 
 
+def executes(history: list[dict]) -> list[bool]:
+    """Whether each sandbox check of the history was a kept verdict."""
+    return [check["detail"]["cached"] for h in history for attempt in h["strategy"].get("attempts", [])
+            for check in attempt.get("checks", []) if check["name"] == "execute"]
+
+
 def test_fairnad_search_end_to_end(tmp_path):
     seed_prefect_db(tmp_path / "home" / "prefect")
     marker = tmp_path / "pwned"
@@ -146,13 +153,16 @@ def test_fairnad_search_end_to_end(tmp_path):
     assert "| 5 | fair | " in report and "## Best design" in report
 
     # llm=replay: the same search from the transcripts, the server gone: the same history, and
-    # every trained candidate comes from the evaluation cache (the designs are checked again).
+    # every trained candidate comes from the evaluation cache.
     again = tmp_path / "replayed"
     out = search(tmp_path, again, "prefect", "llm=replay", f"llm.replay_from={run}")
     assert out.returncode == 0, out.stderr[-3000:]
     replayed = [json.loads(line) for line in (again / "history.jsonl").read_text().splitlines()]
     assert [(h["key"], h["error"], h["strategy"]["stage"], h["accuracy"]) for h in replayed] == \
         [(h["key"], h["error"], h["strategy"]["stage"], h["accuracy"]) for h in history]
+    # ... and no design ran in the sandbox again: every verdict came from $NASFLOW_HOME/checks
+    assert executes(history) and not any(executes(history))
+    assert executes(replayed) and all(executes(replayed))
     again_summary = json.loads((again / "summary.json").read_text())
     assert again_summary["llm"]["total"]["live"] == 0
     assert again_summary["cache_hits"] == sum(h["accuracy"] is not None for h in history) == 6

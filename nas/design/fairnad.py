@@ -95,7 +95,8 @@ class FairNADStrategy(DesignStrategy):
                  iterative_steps: int = 2, sampling: str = "main", use_knowledge: bool = True,
                  max_debug: int = 2, max_downscale: int = 4, structure: bool = True, underused: float = 0.9,
                  input_size: int = 32, num_classes: int = 10, budget: dict[str, float] | None = None,
-                 sandbox: dict[str, Any] | None = None, width_multiple: int = WIDTH_MULTIPLE) -> None:
+                 sandbox: dict[str, Any] | None = None, width_multiple: int = WIDTH_MULTIPLE,
+                 check_cache: bool = True) -> None:
         super().__init__(space, seed, llm, knowledge, budget, input_size)
         stages = {s: True for s in STAGES} | dict(stages or {})
         unknown = sorted(set(stages) - set(STAGES))
@@ -123,6 +124,9 @@ class FairNADStrategy(DesignStrategy):
         self.underused_ratio = underused
         self.input_size, self.num_classes = input_size, num_classes
         self.sandbox = dict(sandbox or {})
+        if type(check_cache) is not bool:
+            raise ConfigError(f"strategy.check_cache must be true or false, got {check_cache!r}")
+        self.check_cache = check_cache
         self.models: list[Model] = []
         self.queue: list[Job] = []
         self.next_stage = "init"      # the stage planned when the queue runs dry
@@ -312,12 +316,15 @@ class FairNADStrategy(DesignStrategy):
             downscale,
             off_multiple,
         )
+        from nas.design.verdicts import VerdictCache
         from nas.design.verifiers import source_chain
+        from nas.home import home
         from nas.sandbox.limits import Limits
 
         chain = source_chain(parent.source, self.budget, self.seen, num_classes=self.num_classes,
                              input_size=self.input_size, limits=Limits(**self.sandbox),
-                             structure=self.structure)
+                             structure=self.structure,
+                             cache=VerdictCache(home() / "checks") if self.check_cache else None)
         debugs = downs = 0
 
         def revise(outcome: Outcome | None, error: str | None, code: str | None) -> Try | None:

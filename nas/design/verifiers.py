@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from nas.core.arch import Architecture, SeenIndex
 from nas.spaces.nader.arch import BlockArch
@@ -20,6 +20,9 @@ from nas.spaces.nader.dag.validate import without_dead_nodes, without_repeated_e
 from nas.spaces.source.arch import SourceArch
 from nas.errors import EncodingError
 from nas.core.constraint import Constraint
+
+if TYPE_CHECKING:
+    from nas.design.verdicts import VerdictCache
 
 FIX, DOWNSCALE = "fix", "downscale"
 
@@ -252,29 +255,41 @@ class ParseSource(Verifier):
 
 class Execute(Verifier):
     """Build, run forward and backward in the sandbox; measure params, FLOPs and
-    what changed against the parent (the code runs only in the child)."""
+    what changed against the parent (the code runs only in the child). With a
+    `cache` (`nas.design.verdicts`), a file checked before is not run again."""
 
     name = "execute"
 
-    def __init__(self, parent_source: str | None, num_classes: int, input_size: int, limits=None) -> None:
+    def __init__(self, parent_source: str | None, num_classes: int, input_size: int, limits=None,
+                 cache: VerdictCache | None = None) -> None:
         from nas.sandbox.limits import Limits
 
         self.parent_source = parent_source
         self.num_classes = num_classes
         self.input_shape = (2, 3, input_size, input_size)
         self.limits = limits or Limits()
+        self.cache = cache
 
     def check(self, draft: Draft) -> Check:
+        from nas.design.verdicts import verdict_key
         from nas.sandbox import verify_model_source
 
-        verdict = verify_model_source(draft.text, num_classes=self.num_classes, input_shape=self.input_shape,
-                                      parent_source=self.parent_source, limits=self.limits)
+        cache, key = self.cache, ""
+        if cache is not None:
+            key = verdict_key(draft.text, self.parent_source, self.num_classes, self.input_shape, self.limits)
+        verdict = cache.get(key) if cache is not None else None
+        cached = verdict is not None
+        if verdict is None:
+            verdict = verify_model_source(draft.text, num_classes=self.num_classes, input_shape=self.input_shape,
+                                          parent_source=self.parent_source, limits=self.limits)
+            if cache is not None:
+                cache.put(key, verdict)
         draft.facts["verdict"] = verdict
         if not verdict.ok:
             return self.failed(f"{verdict.stage}: {verdict.error}", FIX, stage=verdict.stage,
-                               traceback=verdict.traceback)
+                               traceback=verdict.traceback, cached=cached)
         return self.passed(params=verdict.params, flops=verdict.flops, layers=verdict.layers,
-                           changed_layers=verdict.changed_layers)
+                           changed_layers=verdict.changed_layers, cached=cached)
 
 
 class SourceBudget(Verifier):
@@ -313,7 +328,9 @@ class Structure(Verifier):
 
 
 def source_chain(parent_source: str | None, budget: Constraint, seen: SeenIndex, *, num_classes: int = 10,
-                 input_size: int = 32, limits=None, structure: bool = True) -> Chain:
-    """`structure=False`: FairNAD's ablation without the structural verifier."""
-    checks = [ParseSource(), Execute(parent_source, num_classes, input_size, limits), SourceBudget(budget)]
+                 input_size: int = 32, limits=None, structure: bool = True,
+                 cache: VerdictCache | None = None) -> Chain:
+    """`structure=False`: FairNAD's ablation without the structural verifier; `cache`: the
+    `VerdictCache` the execute check reads and fills."""
+    checks = [ParseSource(), Execute(parent_source, num_classes, input_size, limits, cache), SourceBudget(budget)]
     return Chain(checks + ([Structure()] if structure else []) + [Dedup(seen)])
