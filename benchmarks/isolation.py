@@ -2,11 +2,13 @@
 
   python benchmarks/isolation.py [--quick] [--baseline REV] [--out benchmarks/results/isolation.json]
 
-1. Hostile models: tests/test_hostile.py's per-file test (every template in
-   tests/hostile/ through the real CLI, `nas arch validate` or `nas train`,
-   with its containment checks: canary listeners, files outside, the API key
-   anywhere, processes left behind, forged numbers), read from its JUnit
-   report: cases tried / contained and seconds per case (CLI start + verdict).
+1. Hostile models: tests/test_hostile.py's hostile tests (every template in
+   tests/hostile/ through the real CLI: `nas arch validate FILE...` for each
+   kind's files, `nas train` one by one; with their containment checks: canary
+   listeners, files outside, the API key anywhere, processes left behind,
+   forged numbers), read from the outcomes they write (NASFLOW_HOSTILE_REPORT):
+   cases tried / contained and seconds per case (the verdict on that file; the
+   first of a `validate` run and each `train` include the CLI's start).
 2. Overhead on a normal model (tests/data/models/cnn_parent.py): wall seconds
    of verification and of training (digits, 2 epochs, 1 seed) for
    - isolated: this tree (bubblewrap + seccomp, trace then train),
@@ -95,26 +97,18 @@ def overhead(baseline: str, repeats: int) -> dict:
 
 
 def hostile(quick: bool) -> dict:
-    """Run the hostile suite's per-file test (the real CLI, all containment checks)
-    and read each case's outcome and duration from its JUnit report."""
-    import xml.etree.ElementTree as ET
-
-    selector = "tests/test_hostile.py::test_hostile_model_is_contained"
+    """Run the hostile suite's tests (the real CLI, all containment checks) and read each
+    case's outcome and seconds from the JSON they write."""
+    selectors = ["tests/test_hostile.py::test_hostile_models_are_contained",
+                 "tests/test_hostile.py::test_hostile_trained_model_is_contained"]
     with tempfile.TemporaryDirectory(prefix="nas-bench-hostile-") as tmp:
-        report = Path(tmp) / "junit.xml"
-        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", selector, f"--junitxml={report}"]
-        if quick:
-            args += ["-k", " or ".join(p.stem for p in sorted((ROOT / "tests" / "hostile").glob("*.py"))[:6])]
-        subprocess.run(args, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=7200)
-        cases = []
-        for case in ET.parse(report).getroot().iter("testcase"):
-            failure = case.find("failure")
-            if failure is None:
-                failure = case.find("error")
-            message = None if failure is None else (failure.get("message") or "").splitlines()[:3]
-            cases.append({"case": case.get("name").split("[", 1)[-1].rstrip("]"), "contained": failure is None,
-                          "seconds": round(float(case.get("time")), 3), "problems": message})
-    secs = sorted(c["seconds"] for c in cases)
+        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *selectors]
+        if quick:  # one kind's validate run and one training case
+            args += ["-k", "cache or forge_train_result"]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "NASFLOW_HOSTILE_REPORT": tmp}
+        subprocess.run(args, cwd=ROOT, env=env, timeout=7200)
+        cases = [case for path in sorted(Path(tmp).glob("*.json")) for case in json.loads(path.read_text())]
+    secs = sorted(c["seconds"] for c in cases if c["seconds"] is not None)
     return {"tried": len(cases), "contained": sum(c["contained"] for c in cases),
             "median_s": round(statistics.median(secs), 3) if secs else None,
             "max_s": secs[-1] if secs else None, "cases": cases}

@@ -111,3 +111,19 @@ def test_validate_model_source_in_sandbox(nas_env, tmp_path):
     r = run_nas(["arch", "validate", str(bad)], nas_env)
     assert r.returncode == 1
     assert len(r.stdout.strip().splitlines()) == 1 and "os.system" in r.stdout
+
+
+def test_validate_several_files_one_line_each_in_order(nas_env, tmp_path):
+    """Each model file in its own sandbox, one after another: a rejected file neither stops
+    nor colours the next one's verdict; exit 1 if any is invalid; a missing file stops
+    everything before the first check."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os\nos.system('true')\n")
+    good = MODELS / "cnn_parent.py"
+    r = run_nas(["arch", "validate", str(bad), str(good), str(BLOCKS / "residual.txt")], nas_env)
+    lines = r.stdout.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 3, r.stdout + r.stderr
+    assert lines[0].startswith(f"{bad}: ") and "os.system" in lines[0]
+    assert lines[1].startswith(f"{good}: valid model (") and lines[2] == f"{BLOCKS / 'residual.txt'}: valid"
+    r = run_nas(["arch", "validate", str(good), str(tmp_path / "nope.py")], nas_env)
+    assert r.returncode == 2 and r.stdout == "" and "nope.py" in r.stderr

@@ -2,14 +2,20 @@
 
 Every file in tests/hostile/ is a small valid conv net plus one attack (escape
 the tripwire, steal a secret, forge the numbers, reach the network, leave a
-process or a file behind, poison a cache, exhaust a resource). Each runs as
-`nas arch validate FILE` (or `nas train FILE`, for training forges and
-resource abuse) in a scene of its own: a fresh NASFLOW_HOME, a HOME whose
-.bashrc holds the API key, a run dir, a canary dir and canary listeners, with
-the key and a second token in the CLI's environment. Whatever the model does,
-afterwards: nothing new outside, the secrets in no output or file, no
-connection, no process left, no number the model forged, and the CLI itself
-exits normally. Then `nas` is killed mid-check and must leave nothing behind.
+process or a file behind, poison a cache, exhaust a resource). The files of one
+kind run together as `nas arch validate FILE...` (each in its own sandbox child,
+one after another, so an attack on the CLI itself would also show in the files
+checked after it); training forges and resource abuse run one by one as
+`nas train FILE`. Each CLI run has a scene of its own: a fresh NASFLOW_HOME, a
+HOME whose .bashrc holds the API key, a run dir, a canary dir and canary
+listeners, with the key and a second token in the CLI's environment. Whatever
+the models do, afterwards: nothing new outside, the secrets in no output or
+file, no connection, no process left, no number a model forged, one line per
+file naming it, and the CLI itself exits normally. Then `nas` is killed
+mid-check and must leave nothing behind.
+
+With NASFLOW_HOSTILE_REPORT set to a folder, each test writes its cases' outcomes
+there as JSON (benchmarks/isolation.py reads them).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import site
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +50,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 ROOT = Path(__file__).resolve().parents[1]
 NAS = str(Path(sys.executable).with_name("nas"))
 CASES = hostile_files()
+TRAINED = [c for c in CASES if c.cli == "train"]
+GROUPS = {kind: [c for c in CASES if c.cli == "validate" and c.kind == kind] for kind in KINDS}
+GROUPS = {kind: cases for kind, cases in GROUPS.items() if cases}
+REPORT = os.environ.get("NASFLOW_HOSTILE_REPORT")
 # Training runs get tight sandbox limits, so resource abuse ends in seconds, not an hour.
 TRAIN_WALL_S = 45
 TRAIN_ARGS = ["data=digits", "recipe=quick", "recipe.epochs=1", f"evaluator.sandbox.wall_s={TRAIN_WALL_S}",
@@ -175,32 +186,52 @@ def scene(tmp_path: Path):
     world.clean()
 
 
-def start(scene: Scene, model: Path, cli: str) -> subprocess.Popen:
+def start(scene: Scene, models: list[Path], cli: str) -> subprocess.Popen:
     if cli == "validate":
-        args = [NAS, "arch", "validate", str(model)]
+        args = [NAS, "arch", "validate", *map(str, models)]
     else:
-        args = [NAS, "train", str(model), *TRAIN_ARGS, "--out", str(scene.run_dir / "result.json")]
+        args = [NAS, "train", str(models[0]), *TRAIN_ARGS, "--out", str(scene.run_dir / "result.json")]
     proc = subprocess.Popen(args, cwd=scene.run_dir, env=scene.env(), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     scene.pgid = proc.pid
     return proc
 
 
-def run_cli(scene: Scene, model: Path, cli: str) -> Outcome:
+def run_cli(scene: Scene, models: list[Path], cli: str) -> tuple[Outcome, list[float]]:
+    """The CLI's outcome, and when (seconds after its start) each line of its stdout came."""
     began = time.monotonic()
-    proc = start(scene, model, cli)
-    limit = (VALIDATE_WALL_S if cli == "validate" else TRAIN_WALL_S) + 2 * SLACK_S
+    proc = start(scene, models, cli)
+    limit = len(models) * ((VALIDATE_WALL_S if cli == "validate" else TRAIN_WALL_S) + SLACK_S) + SLACK_S
+    stdout: list[bytes] = []
+    stamps: list[float] = []
+    stderr: list[bytes] = []
+
+    def read_lines() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            stdout.append(line)
+            stamps.append(time.monotonic() - began)
+
+    def read_all() -> None:
+        assert proc.stderr is not None
+        stderr.append(proc.stderr.read())
+
+    readers = [threading.Thread(target=read_lines), threading.Thread(target=read_all)]
+    for reader in readers:
+        reader.start()
     try:
-        out, err = proc.communicate(timeout=limit)
-    except subprocess.TimeoutExpired:  # stalled (e.g. stopped by the model): kill it, report it
+        proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:  # stalled (e.g. stopped by a model): kill it, report it
         os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        err += f"\n[test] nas did not finish within {limit} s".encode()
+        proc.wait()
+        stderr.append(f"\n[test] nas did not finish within {limit} s".encode())
         proc.returncode = None
+    for reader in readers:
+        reader.join()
     result_file = scene.run_dir / "result.json"
     result = json.loads(result_file.read_text()) if result_file.is_file() else None
-    return Outcome(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"),
-                   time.monotonic() - began, result)
+    return Outcome(proc.returncode, b"".join(stdout).decode(errors="replace"),
+                   b"".join(stderr).decode(errors="replace"), time.monotonic() - began, result), stamps
 
 
 def wait_until_clean(scene: Scene, seconds: float = 5.0) -> tuple[dict[int, str], list[Path]]:
@@ -222,7 +253,7 @@ def self_reported(record: object) -> bool:
     return False
 
 
-def containment(scene: Scene, model: Path, before: dict[str, dict], events: list) -> list[str]:
+def containment(scene: Scene, models: list[Path], before: dict[str, dict], events: list) -> list[str]:
     """(a)-(d): what got out of the sandbox, one line per problem."""
     problems = []
     after = scene.watched()
@@ -231,7 +262,7 @@ def containment(scene: Scene, model: Path, before: dict[str, dict], events: list
     problems += [f"(a) file outside: {p}" for p in scene.outside_files()]
     problems += [f"(a) file in the test's dirs named with the marker: {p}"
                  for p in named_outside(scene.marker, [(scene.root, True)])]
-    problems += [f"(a) {h}" for h in files_holding(scene.root, [scene.marker], skip={model})]
+    problems += [f"(a) {h}" for h in files_holding(scene.root, [scene.marker], skip=set(models))]
     problems += [f"(b) {h}" for h in files_holding(scene.root, scene.needles(), skip=set(scene.planted))]
     problems += [f"(c) canary listener saw {kind}: {data[:60]!r}" for kind, data in events]
     procs, dirs = wait_until_clean(scene)
@@ -240,8 +271,8 @@ def containment(scene: Scene, model: Path, before: dict[str, dict], events: list
     return problems
 
 
-def verdict_problems(case: Hostile, scene: Scene, out: Outcome) -> list[str]:
-    """(b) secrets in the output, (e) forged numbers, (f) how the CLI ended, and the header's expectation."""
+def cli_problems(scene: Scene, out: Outcome) -> list[str]:
+    """(b) secrets in the output, (f) how the CLI ended."""
     problems = [f"(b) a secret ({n[:12]}...) in the CLI's output" for n in scene.needles() if n in out.output]
     if out.returncode not in (0, 1):
         problems.append(f"(f) nas exited with {out.returncode} (0 or 1 expected; negative = killed by a signal)")
@@ -249,8 +280,13 @@ def verdict_problems(case: Hostile, scene: Scene, out: Outcome) -> list[str]:
         problems.append("(f) a Python traceback on stderr")
     if len(out.stdout) > MAX_OUTPUT or len(out.stderr) > MAX_OUTPUT:
         problems.append(f"(f) {len(out.stdout)} + {len(out.stderr)} bytes of output")
-    if out.returncode == 1 and case.cli == "validate" and len(out.stdout.strip().splitlines()) != 1:
-        problems.append("(f) the rejection is not one line on stdout")
+    return problems
+
+
+def verdict_problems(case: Hostile, out: Outcome) -> list[str]:
+    """(e) forged numbers and the header's expectation, from the CLI's verdict on this one file
+    (for `validate`: its line alone, as `out.stdout`, exit 0 if that line says valid)."""
+    problems = []
     if case.cli == "validate":
         valid = VALID.search(out.stdout)
         if valid:
@@ -268,6 +304,37 @@ def verdict_problems(case: Hostile, scene: Scene, out: Outcome) -> list[str]:
     if case.expect == "limits" and ("limits" not in out.output or out.seconds > seconds_allowed):
         problems.append(f"expected a limits failure within {seconds_allowed} s, got {out.seconds:.0f} s")
     return problems
+
+
+def per_file(models: list[Path], out: Outcome, stamps: list[float]) -> tuple[list[Outcome | None], list[str]]:
+    """`nas arch validate FILE...`'s verdict on each file (None: no line of its own) from its
+    one line per file, in order, and what is wrong with the lines as a whole."""
+    lines = out.stdout.splitlines()
+    problems = []
+    if len(lines) != len(models):
+        problems.append(f"(f) {len(lines)} lines on stdout for {len(models)} files")
+    verdicts: list[Outcome | None] = []
+    for i, model in enumerate(models):
+        line = lines[i] if i < len(lines) else ""
+        if not line.startswith(f"{model}: "):
+            verdicts.append(None)
+            continue
+        seconds = stamps[i] - (stamps[i - 1] if i else 0.0)
+        verdicts.append(Outcome(0 if VALID.search(line) else 1, line + "\n", "", seconds))
+    if out.returncode in (0, 1) and out.returncode != max((v.returncode or 0 for v in verdicts if v), default=0):
+        problems.append(f"(f) nas exited with {out.returncode}, but its lines say otherwise")
+    return verdicts, problems
+
+
+def report(name: str, outcomes: dict[str, tuple[list[str], float | None]]) -> None:
+    """For benchmarks/isolation.py: each case's problems and seconds (JSON, one file per test)."""
+    if REPORT:
+        cases = [{"case": case, "contained": not problems, "seconds": None if secs is None else round(secs, 3),
+                  "problems": problems[:3]} for case, (problems, secs) in outcomes.items()]
+        path = Path(REPORT, f"{name}.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.with_suffix(".tmp").write_text(json.dumps(cases))
+        path.with_suffix(".tmp").replace(path)
 
 
 def train_problems(record: dict | None) -> list[str]:
@@ -318,10 +385,11 @@ def test_clean_model_passes_in_the_same_scene(cli: str, scene: Scene, canary: Ca
     model = scene.models / "clean.py"
     model.write_text(CLEAN)
     before, first = scene.watched(), canary.count()
-    out = run_cli(scene, model, cli)
+    out, _ = run_cli(scene, [model], cli)
     assert out.returncode == 0, describe(out)
     case = Hostile(path=model, attack="none", kind="forge", cli=cli)
-    problems = verdict_problems(case, scene, out) + containment(scene, model, before, canary.since(first))
+    problems = cli_problems(scene, out) + verdict_problems(case, out)
+    problems += containment(scene, [model], before, canary.since(first))
     assert not problems, "\n".join(problems) + "\n" + describe(out)
     if cli == "validate":
         assert VALID.search(out.stdout), describe(out)
@@ -329,13 +397,37 @@ def test_clean_model_passes_in_the_same_scene(cli: str, scene: Scene, canary: Ca
         assert not self_reported(out.result) and 0 < out.result["accuracy"] < 100, out.result
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
-def test_hostile_model_is_contained(case: Hostile, scene: Scene, canary: Canary) -> None:
+@pytest.mark.parametrize("kind", GROUPS)
+def test_hostile_models_are_contained(kind: str, scene: Scene, canary: Canary) -> None:
+    """The `validate` cases of one kind, in one `nas arch validate FILE...` run: each file's line
+    is judged on its own, containment for the run as a whole (problems name the case where
+    the CLI's line or the file's marker says which)."""
+    cases = GROUPS[kind]
+    models = []
+    for case in cases:
+        models.append(scene.models / case.path.name)
+        models[-1].write_text(case.render(scene.subs(canary.port, canary.sock)))
+    before, first = scene.watched(), canary.count()
+    out, stamps = run_cli(scene, models, "validate")
+    verdicts, run_problems = per_file(models, out, stamps)
+    run_problems += cli_problems(scene, out) + containment(scene, models, before, canary.since(first))
+    own = {case.stem: (["(f) no line of its own on stdout"], None) if verdict is None
+           else (verdict_problems(case, verdict), verdict.seconds) for case, verdict in zip(cases, verdicts)}
+    report(f"validate-{kind}", {stem: (mine + run_problems, secs) for stem, (mine, secs) in own.items()})
+    problems = [f"{stem}: {p}" for stem, (mine, _) in own.items() for p in mine]
+    problems += [f"the run: {p}" for p in run_problems]
+    assert not problems, f"{kind} ({len(cases)} files):\n" + "\n".join(problems) + "\n" + describe(out)
+
+
+@pytest.mark.parametrize("case", TRAINED, ids=[c.stem for c in TRAINED])
+def test_hostile_trained_model_is_contained(case: Hostile, scene: Scene, canary: Canary) -> None:
     model = scene.models / case.path.name
     model.write_text(case.render(scene.subs(canary.port, canary.sock)))
     before, first = scene.watched(), canary.count()
-    out = run_cli(scene, model, case.cli)
-    problems = verdict_problems(case, scene, out) + containment(scene, model, before, canary.since(first))
+    out, _ = run_cli(scene, [model], case.cli)
+    problems = cli_problems(scene, out) + verdict_problems(case, out)
+    problems += containment(scene, [model], before, canary.since(first))
+    report(f"train-{case.stem}", {case.stem: (problems, out.seconds)})
     assert not problems, f"{case.stem} ({case.attack}):\n" + "\n".join(problems) + "\n" + describe(out)
 
 
@@ -346,7 +438,7 @@ def test_unexportable_model_still_trains_on_the_data(scene: Scene, canary: Canar
     model.write_text(CLEAN.replace("        return self.fc(self.features(x))\n",
                                    "        h = self.features(x)\n        if h.sum() > 0:  # data-dependent\n"
                                    "            h = h * 1.0\n        return self.fc(h)\n"))
-    out = run_cli(scene, model, "train")
+    out, _ = run_cli(scene, [model], "train")
     assert out.returncode == 0, describe(out)
     assert self_reported(out.result) and 0 < out.result["accuracy"] <= 100, out.result
 
@@ -359,7 +451,7 @@ def test_model_that_reads_the_data_is_refused_in_one_line(scene: Scene, canary: 
     case = next(c for c in CASES if c.stem == "data_memorise_digits")
     model = scene.models / case.path.name
     model.write_text(case.render(scene.subs(canary.port, canary.sock)))
-    out = run_cli(scene, model, "train")
+    out, _ = run_cli(scene, [model], "train")
     assert out.returncode == 1, describe(out)
     errors = [line for line in out.stderr.splitlines() if line.strip() and not line.startswith("training ")]
     assert len(errors) == 1 and errors[0].startswith("nas: error: "), describe(out)
@@ -375,7 +467,7 @@ def test_killing_nas_leaves_nothing_behind(sig: signal.Signals, scene: Scene, ca
     sleeper = next(c for c in CASES if c.stem == "dos_sleep_forever")
     model = scene.models / sleeper.path.name
     model.write_text(sleeper.render(scene.subs(canary.port, canary.sock)))
-    proc = start(scene, model, "validate")
+    proc = start(scene, [model], "validate")
     began, running = time.monotonic(), {}
     try:
         while time.monotonic() - began < VALIDATE_WALL_S - 10:

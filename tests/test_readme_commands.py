@@ -38,7 +38,7 @@ RUN: dict[str, Run] = {
         Run(append="runner=local budget.trials=2", checks=("sweep",)),
     "nas compare DIR... [--baseline random] [--at 25 50 100]": Run(args="compare {sweep} --baseline random --at 1 2"),
     "nas export RUN_DIR [--out DIR]": Run(args="export {run_dir} --out {tmp}/export"),
-    "nas arch validate FILE": Run(args="arch validate tests/data/blocks/residual.txt"),
+    "nas arch validate FILE...": Run(args="arch validate tests/data/blocks/residual.txt tests/data/blocks/shuffle_se.txt"),
     "nas arch show FILE [--json]": Run(args="arch show tests/data/blocks/residual.txt --json"),
     "nas arch draw FILE -o g.png": Run(args="arch draw tests/data/blocks/residual.txt -o g.png"),
     "nas knowledge ingest": Run(),

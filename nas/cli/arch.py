@@ -1,4 +1,4 @@
-"""`nas arch validate|show|draw FILE`: one architecture file, two representations.
+"""`nas arch validate FILE... | show FILE | draw FILE`: architecture files, two representations.
 
 A ``.py`` file is a FairNAD-style model source (``Network(num_classes=...)``),
 checked only inside the sandbox; anything else is a NADER block file.
@@ -16,8 +16,9 @@ from nas.errors import EncodingError, NasError
 
 SKELETONS = ("nb201", "imagenet")
 DESCRIPTIONS = {
-    "validate": "Check a block file (structure, arguments, shapes at every position, budget) or "
-                "a model .py in the sandbox. Exit 0 if valid, 1 if not; errors on stdout.",
+    "validate": "Check block files (structure, arguments, shapes at every position, budget) or "
+                "model .py files, each in its own sandbox, one after another. Exit 0 if all are valid, "
+                "1 if any is not; errors on stdout.",
     "show": "Key, width, params, FLOPs and PyTorch source of an architecture file: a '#' summary line, "
             "then the self-contained source (a runnable model file); --json for every field.",
     "draw": "Draw a valid block file's graphs as a PNG (an invalid file: validate's errors, exit 1, no PNG).",
@@ -26,7 +27,10 @@ DESCRIPTIONS = {
 
 def _parser(command: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"nas arch {command}", description=DESCRIPTIONS[command])
-    p.add_argument("file", type=Path)
+    if command == "validate":
+        p.add_argument("files", type=Path, nargs="+", metavar="FILE")
+    else:
+        p.add_argument("file", type=Path)
     if command == "draw":
         p.add_argument("-o", "--out", type=Path, required=True, help="PNG to write")
     p.add_argument("--skeleton", choices=SKELETONS, default="nb201",
@@ -94,33 +98,40 @@ def block_errors(text: str, source: str, args: argparse.Namespace) -> list[str]:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    text = _read(args.file)
-    if args.file.suffix == ".py":
+    """Every file is read first (a missing one stops before any check), then checked in turn:
+    one line per model file, so a file whose check fails does not hide the others'."""
+    texts = {path: _read(path) for path in dict.fromkeys(args.files)}
+    parent = _read(args.parent) if args.parent else None
+    return max(_validate_one(path, text, parent, args) for path, text in texts.items())
+
+
+def _validate_one(path: Path, text: str, parent: str | None, args: argparse.Namespace) -> int:
+    if path.suffix == ".py":
         from nas.search.record import SELF_REPORTED
 
-        verdict = _verify(args, text)
+        verdict = _verify(args, path, text, parent)
         if verdict.ok:
             how = (f"; {SELF_REPORTED}: the model could not be exported as a graph ({verdict.export_error})"
                    if verdict.self_reported else "")
-            print(f"{args.file}: valid model ({verdict.params:,} params, {verdict.flops:,} FLOPs{how})")
+            print(f"{path}: valid model ({verdict.params:,} params, {verdict.flops:,} FLOPs{how})", flush=True)
             return 0
-        print(f"{args.file}: {verdict.error}")
+        print(f"{path}: {verdict.error}", flush=True)
         return 1
-    errors = block_errors(text, str(args.file), args)
+    errors = block_errors(text, str(path), args)
     for line in errors:
         print(line)
     if not errors:
-        print(f"{args.file}: valid")
+        print(f"{path}: valid")
+    sys.stdout.flush()
     return 1 if errors else 0
 
 
-def _verify(args: argparse.Namespace, text: str):
+def _verify(args: argparse.Namespace, path: Path, text: str, parent: str | None):
     from nas.sandbox import verify_model_source
 
-    parent = _read(args.parent) if getattr(args, "parent", None) else None
     size = args.input_size
     return verify_model_source(text, num_classes=args.num_classes, input_shape=(2, 3, size, size),
-                               parent_source=parent, filename=args.file.name)
+                               parent_source=parent, filename=path.name)
 
 
 def show_block(text: str, source: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -155,7 +166,7 @@ def show_block(text: str, source: str, args: argparse.Namespace) -> dict[str, An
 def show_model(text: str, args: argparse.Namespace) -> dict[str, Any]:
     from nas.core.arch import stable_hash
 
-    verdict = _verify(args, text)
+    verdict = _verify(args, args.file, text, None)
     if not verdict.ok:
         raise NasError(f"{args.file}: {verdict.error}")
     return {
@@ -204,7 +215,8 @@ def main(argv: list[str]) -> None:
     if argv and argv[0] in ("-h", "--help"):
         import textwrap
 
-        print("usage: nas arch {validate,show,draw} FILE [options]   (nas arch COMMAND --help for options)\n")
+        print("usage: nas arch validate FILE... | {show,draw} FILE [options]   "
+              "(nas arch COMMAND --help for options)\n")
         for name, text in DESCRIPTIONS.items():
             print(textwrap.fill(text, 100, initial_indent=f"  {name:9s} ", subsequent_indent=" " * 12))
         raise SystemExit(0)
