@@ -84,6 +84,29 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+class KeyedFiles:
+    """Records shared by runs and processes, one JSON file per key (`root/<2 chars>/<key>.json`),
+    written atomically; read as untrusted, since anyone with the folder may have written one."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def read(self, key: str) -> tuple[Any, str | None]:
+        """(the parsed file, None); (None, None) if there is none; (None, why) if it does not parse."""
+        try:
+            return json.loads(self.path(key).read_text(encoding="utf-8")), None
+        except FileNotFoundError:
+            return None, None
+        except (OSError, ValueError, RecursionError) as err:  # bad JSON, not UTF-8, nested too deep
+            return None, (str(err).splitlines() or [type(err).__name__])[0][:120]
+
+    def write(self, key: str, record: Any) -> None:
+        atomic_write_json(self.path(key), record)
+
+
 def read_input_text(path: Path) -> str:
     """A UTF-8 text file named on the command line, or one line saying why it cannot be read."""
     try:

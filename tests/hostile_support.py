@@ -30,7 +30,7 @@ PLACEHOLDERS = ("__CANARY_DIR__", "__CANARY_PORT__", "__CANARY_SOCK__", "__NASFL
                 "__RUN_DIR__", "__HOME__", "__MARKER__")
 # The accuracy training forges claim (they claim 1 param and 1 FLOP too): never a trusted result.
 FORGED_ACCURACY = 99.8765
-_HEADER = re.compile(r"#\s*(attack|kind|cli|expect):\s*(.+)")
+_HEADER = re.compile(r"#\s*(attack|kind|cli|expect|wall_s):\s*(.+)")
 
 
 @dataclass(frozen=True)
@@ -38,13 +38,15 @@ class Hostile:
     """One hostile template and what its header says about it. `cli`: which
     command runs it (train for training forges and resource abuse, which gets
     tight sandbox limits there); `expect`: `invalid` = the CLI must reject it,
-    `limits` = reject it as a limits failure, `any` = only containment counts."""
+    `limits` = reject it as a limits failure, `any` = only containment counts; `wall_s`: the
+    sandbox's wall-clock limit for a `train` case, if not the suite's."""
 
     path: Path
     attack: str
     kind: str
     cli: str = "validate"
     expect: str = "any"
+    wall_s: int | None = None
 
     @property
     def stem(self) -> str:
@@ -60,7 +62,8 @@ class Hostile:
         missing = {"attack", "kind"} - set(fields)
         if missing:
             raise ValueError(f"{path.name}: header lacks {', '.join(sorted(missing))}")
-        return cls(path=path, **fields)
+        wall_s = int(fields.pop("wall_s")) if "wall_s" in fields else None
+        return cls(path=path, wall_s=wall_s, **fields)
 
     def render(self, subs: dict[str, str]) -> str:
         text = self.path.read_text(encoding="utf-8")

@@ -172,3 +172,9 @@ def test_downscale_asks_for_channel_multiples_and_records_those_not_kept(tmp_pat
     assert off_multiple(base_source("resnet32"), 8) == []  # the base model's widths are multiples of 8
     with pytest.raises(ConfigError, match="strategy.width_multiple must be an integer >= 1, got 0"):
         make(width_multiple=0)
+
+
+def test_check_cache_must_be_a_boolean():
+    with pytest.raises(ConfigError, match="strategy.check_cache must be true or false, got 'yes'"):
+        make(check_cache="yes")
+    assert make(check_cache=False).check_cache is False

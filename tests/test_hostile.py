@@ -55,9 +55,7 @@ GROUPS = {kind: [c for c in CASES if c.cli == "validate" and c.kind == kind] for
 GROUPS = {kind: cases for kind, cases in GROUPS.items() if cases}
 REPORT = os.environ.get("NASFLOW_HOSTILE_REPORT")
 # Training runs get tight sandbox limits, so resource abuse ends in seconds, not an hour.
-TRAIN_WALL_S = 45
-# A model that only sleeps meets the wall clock whatever its limit: 15 s spares a test worker 30 idle seconds.
-TRAIN_WALL_BY_CASE = {"dos_sleep_forever": 15}
+TRAIN_WALL_S = 45  # a case's `# wall_s:` header may lower it (a model that only sleeps needs no more than 15)
 TRAIN_ARGS = ["data=digits", "recipe=quick", "recipe.epochs=1", "evaluator.sandbox.cpu_s=10",
               "evaluator.sandbox.memory_mb=1024"]
 VALIDATE_WALL_S = 60  # nas.sandbox.Limits' default, which `nas arch validate` uses
@@ -188,15 +186,11 @@ def scene(tmp_path: Path):
     world.clean()
 
 
-def train_wall(model: Path) -> int:
-    return TRAIN_WALL_BY_CASE.get(model.stem, TRAIN_WALL_S)
-
-
-def start(scene: Scene, models: list[Path], cli: str) -> subprocess.Popen:
+def start(scene: Scene, models: list[Path], cli: str, wall_s: int = TRAIN_WALL_S) -> subprocess.Popen:
     if cli == "validate":
         args = [NAS, "arch", "validate", *map(str, models)]
     else:
-        args = [NAS, "train", str(models[0]), *TRAIN_ARGS, f"evaluator.sandbox.wall_s={train_wall(models[0])}",
+        args = [NAS, "train", str(models[0]), *TRAIN_ARGS, f"evaluator.sandbox.wall_s={wall_s}",
                 "--out", str(scene.run_dir / "result.json")]
     proc = subprocess.Popen(args, cwd=scene.run_dir, env=scene.env(), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -204,11 +198,13 @@ def start(scene: Scene, models: list[Path], cli: str) -> subprocess.Popen:
     return proc
 
 
-def run_cli(scene: Scene, models: list[Path], cli: str) -> tuple[Outcome, list[float]]:
-    """The CLI's outcome, and when (seconds after its start) each line of its stdout came."""
+def run_cli(scene: Scene, models: list[Path], cli: str,
+            wall_s: int = TRAIN_WALL_S) -> tuple[Outcome, list[float]]:
+    """The CLI's outcome, and when (seconds after its start) each line of its stdout came;
+    `wall_s`: the sandbox's wall-clock limit for `train`."""
     began = time.monotonic()
-    proc = start(scene, models, cli)
-    limit = len(models) * ((VALIDATE_WALL_S if cli == "validate" else train_wall(models[0])) + SLACK_S) + SLACK_S
+    proc = start(scene, models, cli, wall_s)
+    limit = len(models) * ((VALIDATE_WALL_S if cli == "validate" else wall_s) + SLACK_S) + SLACK_S
     stdout: list[bytes] = []
     stamps: list[float] = []
     stderr: list[bytes] = []
@@ -305,7 +301,7 @@ def verdict_problems(case: Hostile, out: Outcome) -> list[str]:
         problems += train_problems(out.result)
         if self_reported(out.result) and SELF_REPORTED not in out.stdout:
             problems.append(f"(e) the printed result does not say it is {SELF_REPORTED}")
-    seconds_allowed = (VALIDATE_WALL_S if case.cli == "validate" else train_wall(case.path)) + SLACK_S
+    seconds_allowed = (VALIDATE_WALL_S if case.cli == "validate" else case.wall_s or TRAIN_WALL_S) + SLACK_S
     if case.expect in ("invalid", "limits") and out.returncode != 1:
         problems.append(f"expected a rejection (exit 1), got exit {out.returncode}")
     if case.expect == "limits" and ("limits" not in out.output or out.seconds > seconds_allowed):
@@ -431,7 +427,7 @@ def test_hostile_trained_model_is_contained(case: Hostile, scene: Scene, canary:
     model = scene.models / case.path.name
     model.write_text(case.render(scene.subs(canary.port, canary.sock)))
     before, first = scene.watched(), canary.count()
-    out, _ = run_cli(scene, [model], case.cli)
+    out, _ = run_cli(scene, [model], case.cli, case.wall_s or TRAIN_WALL_S)
     problems = cli_problems(scene, out) + verdict_problems(case, out)
     problems += containment(scene, [model], before, canary.since(first))
     report(f"train-{case.stem}", {case.stem: (problems, out.seconds)})

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import Callable
 
 from nas.core.arch import stable_hash
-from nas.io import atomic_write_json
+from nas.io import KeyedFiles
 from nas.sandbox.limits import Limits
 from nas.sandbox.verify import Verdict
 
@@ -55,32 +55,35 @@ def cacheable(verdict: Verdict) -> bool:
     return not verdict.self_reported and verdict.stage not in UNCACHED_STAGES
 
 
-class VerdictCache:
+class VerdictCache(KeyedFiles):
     """One JSON file per key under `root` (`$NASFLOW_HOME/checks` by default)."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-
-    def _path(self, key: str) -> Path:
-        return self.root / key[:2] / f"{key}.json"
-
     def get(self, key: str) -> Verdict | None:
-        path = self._path(key)
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(record, dict) or record.get("key") != key:
-                raise ValueError("not a record of this key")
-            verdict = Verdict.from_child(record.get("verdict"))
-            if not cacheable(verdict):
-                raise ValueError(f"a verdict that is never kept (stage {verdict.stage})")
-        except FileNotFoundError:
+        record, problem = self.read(key)
+        if record is None and problem is None:
             return None
-        except (OSError, ValueError, RecursionError) as err:  # bad JSON, wrong fields, not UTF-8
-            log.warning("ignoring the cached check %s (%s); checking the design again", path,
-                        (str(err).splitlines() or [type(err).__name__])[0][:120])
-            return None
-        return verdict
+        if problem is None:
+            try:
+                if not isinstance(record, dict) or record.get("key") != key:
+                    raise ValueError("not a record of this key")
+                verdict = Verdict.from_child(record.get("verdict"))
+                if not cacheable(verdict):
+                    raise ValueError(f"a verdict that is never kept (stage {verdict.stage})")
+                return verdict
+            except ValueError as err:  # wrong fields or values
+                problem = str(err)[:120]
+        log.warning("ignoring the cached check %s (%s); checking the design again", self.path(key), problem)
+        return None
 
     def put(self, key: str, verdict: Verdict) -> None:
         if cacheable(verdict):
-            atomic_write_json(self._path(key), {"key": key, "verdict": verdict.to_dict()})
+            self.write(key, {"key": key, "verdict": verdict.to_dict()})
+
+    def verdict(self, key: str, check: Callable[[], Verdict]) -> tuple[Verdict, bool]:
+        """The verdict kept for `key`, else `check()`'s (kept if it may be); and whether it was kept."""
+        kept = self.get(key)
+        if kept is not None:
+            return kept, True
+        verdict = check()
+        self.put(key, verdict)
+        return verdict, False

@@ -274,16 +274,15 @@ class Execute(Verifier):
         from nas.design.verdicts import verdict_key
         from nas.sandbox import verify_model_source
 
-        cache, key = self.cache, ""
-        if cache is not None:
+        def check():
+            return verify_model_source(draft.text, num_classes=self.num_classes, input_shape=self.input_shape,
+                                       parent_source=self.parent_source, limits=self.limits)
+
+        if self.cache is None:
+            verdict, cached = check(), False
+        else:
             key = verdict_key(draft.text, self.parent_source, self.num_classes, self.input_shape, self.limits)
-        verdict = cache.get(key) if cache is not None else None
-        cached = verdict is not None
-        if verdict is None:
-            verdict = verify_model_source(draft.text, num_classes=self.num_classes, input_shape=self.input_shape,
-                                          parent_source=self.parent_source, limits=self.limits)
-            if cache is not None:
-                cache.put(key, verdict)
+            verdict, cached = self.cache.verdict(key, check)
         draft.facts["verdict"] = verdict
         if not verdict.ok:
             return self.failed(f"{verdict.stage}: {verdict.error}", FIX, stage=verdict.stage,

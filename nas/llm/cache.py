@@ -4,7 +4,6 @@ transcript. Keys never include credentials, and neither do records."""
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 from nas.core.arch import stable_hash
 from nas.errors import ConfigError
-from nas.io import append_jsonl, atomic_write_json, read_jsonl
+from nas.io import KeyedFiles, append_jsonl, read_jsonl
 
 TRANSCRIPT = Path("llm") / "transcripts.jsonl"
 log = logging.getLogger("nas.llm")
@@ -24,35 +23,23 @@ def call_key(model: str, messages: list[dict[str, str]], params: dict[str, Any],
                         "attempt": attempt}, length=32)
 
 
-class ReplyCache:
+class ReplyCache(KeyedFiles):
     """Successful replies by key, shared by all runs (so a re-run costs no calls)."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-
-    def _path(self, key: str) -> Path:
-        return self.root / key[:2] / f"{key}.json"
-
     def get(self, key: str) -> dict[str, Any] | None:
-        path = self._path(key)
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, RecursionError) as err:  # bad JSON, not UTF-8, nested too deep
-            problem: str | None = (str(err).splitlines() or [type(err).__name__])[0][:120]
-        else:
+        record, problem = self.read(key)
+        if problem is None:
             if not isinstance(record, dict) or record.get("key") != key:
                 return None
             problem = _reply_problem(record)
             if problem is None:
                 return record
         # Derived data: the call runs again and its reply replaces the file.
-        log.warning("corrupt LLM cache file %s (%s); asking the model again", path, problem)
+        log.warning("corrupt LLM cache file %s (%s); asking the model again", self.path(key), problem)
         return None
 
     def put(self, record: dict[str, Any]) -> None:
-        atomic_write_json(self._path(record["key"]), record)
+        self.write(record["key"], record)
 
 
 def _reply_problem(record: dict[str, Any]) -> str | None:
