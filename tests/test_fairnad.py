@@ -175,6 +175,6 @@ def test_downscale_asks_for_channel_multiples_and_records_those_not_kept(tmp_pat
 
 
 def test_check_cache_must_be_a_boolean():
-    with pytest.raises(ConfigError, match="strategy.check_cache must be true or false, got 'yes'"):
+    with pytest.raises(ConfigError, match="parameter 'check_cache' must be bool, got 'yes'"):
         make(check_cache="yes")
     assert make(check_cache=False).check_cache is False

@@ -124,8 +124,6 @@ class FairNADStrategy(DesignStrategy):
         self.underused_ratio = underused
         self.input_size, self.num_classes = input_size, num_classes
         self.sandbox = dict(sandbox or {})
-        if type(check_cache) is not bool:
-            raise ConfigError(f"strategy.check_cache must be true or false, got {check_cache!r}")
         self.check_cache = check_cache
         self.models: list[Model] = []
         self.queue: list[Job] = []
