@@ -14,10 +14,20 @@ WORKDIR /app
 # Dependencies first, so code edits do not re-install torch.
 COPY pyproject.toml README.md ./
 COPY nas/__init__.py nas/__init__.py
+COPY supernets/__init__.py supernets/__init__.py
+COPY tasks/__init__.py tasks/__init__.py
+COPY flows/__init__.py flows/__init__.py
+COPY conf/__init__.py conf/__init__.py
 RUN pip install --upgrade pip \
     && pip install .
 
 COPY nas nas
+COPY supernets supernets
+COPY tasks tasks
+COPY flows flows
+COPY conf conf
+# The deployments: `nas serve` in /app reads it; a Docker or Kubernetes work pool runs them here.
+COPY prefect.yaml prefect.yaml
 RUN pip install --no-deps --force-reinstall . && nas --help >/dev/null
 
 VOLUME ["/app/runs", "/app/.nasflow"]

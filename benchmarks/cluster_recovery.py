@@ -33,8 +33,8 @@ def run(engine: str, n: int, cost: float, kill: bool) -> dict[str, Any]:
     import psutil
     from prefect import flow
 
-    from nas.orchestration.flows.placement import open_executor
-    from nas.orchestration.flows.runners import build_task_runner, shared_api
+    from flows.placement import open_executor
+    from flows.runners import build_task_runner, shared_api
     from nas.search.spec import Component, SearchSpec
     from nas.strategies.base import Candidate
 
@@ -96,7 +96,7 @@ def main() -> None:
     home = tempfile.mkdtemp(prefix="nasflow-cluster-recovery-")  # a cache of its own, removed at the end
     atexit.register(shutil.rmtree, home, ignore_errors=True)
     os.environ["NASFLOW_HOME"] = home
-    from nas.orchestration.env import configure_prefect_env
+    from tasks.env import configure_prefect_env
 
     configure_prefect_env()
     from nas.io import atomic_write_json, atomic_write_text

@@ -55,7 +55,7 @@ PAPER = {"collm": {"100": {"mean": 94.37, "std": 0.01}}, "note": "CoLLM-NAS Tabl
 
 # Read when the code is imported, not per run: a long benchmark whose process keeps the code it
 # started with must not pick up a config file edited since (a new key its code would refuse).
-LOCAL_YAML: dict[str, Any] = yaml.safe_load((ROOT / "nas" / "conf" / "llm" / "local.yaml").read_text())
+LOCAL_YAML: dict[str, Any] = yaml.safe_load((ROOT / "conf" / "llm" / "local.yaml").read_text())
 
 
 def local_llm(cache: Path) -> dict[str, Any]:

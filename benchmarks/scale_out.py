@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from nas.evaluators.simulated import SimulatedClock, SimulatedEvaluator  # noqa: E402
-from nas.orchestration.env import configure_prefect_env  # noqa: E402
+from tasks.env import configure_prefect_env  # noqa: E402
 from nas.io import atomic_write_json, atomic_write_text  # noqa: E402
 from nas.pool import WorkerPool  # noqa: E402
 from nas.search.loop import SearchLoop  # noqa: E402
@@ -76,8 +76,8 @@ def cluster(name: str) -> Callable[[SearchSpec, int, Callable[[Any], Rows]], Row
     def engine(spec: SearchSpec, workers: int, body: Callable[[Any], Rows]) -> Rows:
         from prefect import flow
 
-        from nas.orchestration.flows.placement import open_executor
-        from nas.orchestration.flows.runners import build_task_runner, shared_api
+        from flows.placement import open_executor
+        from flows.runners import build_task_runner, shared_api
 
         runner = {"name": name, "n_workers": workers, "threads_per_worker": 1, "num_cpus": workers,
                   "object_store_mb": 80, "max_retries": 2}

@@ -60,9 +60,9 @@ def space_config() -> dict[str, Any]:
 
 
 def train(out: Path, quick: bool, seed: int) -> Path:
-    from nas.supernets.train import SupernetSettings, train_supernet
+    from supernets.train import SupernetSettings, train_supernet
 
-    cfg = yaml.safe_load((ROOT / "nas" / "conf" / "supernet" / "default.yaml").read_text())
+    cfg = yaml.safe_load((ROOT / "conf" / "supernet" / "default.yaml").read_text())
     cfg.pop("out"), cfg.pop("params")
     cfg.update(epochs=1 if quick else 2, train_subset=3000 if quick else 6000, val_subset=500)
     settings = SupernetSettings(**cfg)
@@ -174,7 +174,7 @@ def main() -> None:
             print(f"{label:9s} ({seeds} seeds) best {results[label]['final_best']['mean']:.2f} "
                   f"± {results[label]['final_best']['std']:.2f}, {results[label]['seconds_per_subnet_score']:.2f} "
                   "s per subnet score", flush=True)
-    payload = {"benchmark": "supernet_search", "space": "ofa_mbv3 (nas/conf/space/ofa_mbv3_small.yaml)",
+    payload = {"benchmark": "supernet_search", "space": "ofa_mbv3 (conf/space/ofa_mbv3_small.yaml)",
                "data": DATA["name"], "metric": "validation accuracy of the subnet with inherited weights (%)",
                "checkpoint": {"path": str(ckpt), "sha256": meta.get("sha256"),
                               "train_wall_seconds": round(train_wall, 1) if args.checkpoint is None else None},

@@ -30,7 +30,7 @@ from nas.io import atomic_write_json, read_json  # noqa: E402
 
 SERVER_START = """
 import sys, time
-from nas.orchestration.env import configure_prefect_env
+from tasks.env import configure_prefect_env
 configure_prefect_env()
 from prefect.server.api.server import SubprocessASGIServer
 began = time.perf_counter()

@@ -1,4 +1,4 @@
-"""A screenshot of the Prefect UI showing what a search publishes there (nas/orchestration/flows/artifacts.py):
+"""A screenshot of the Prefect UI showing what a search publishes there (flows/artifacts.py):
 its report, its top trials and its progress, on the flow run's Artifacts tab.
 
 Starts `prefect server start` on a free loopback port (with PREFECT_UI_API_URL set, as the
@@ -32,7 +32,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 OVERRIDES = ["space=nb201", "strategy=random", "evaluator=table", "budget.trials=20", "runner=prefect"]
-RUN_NAME = "random-nb201-s0"  # nas/orchestration/flows/search.py's run_name for these overrides
+RUN_NAME = "random-nb201-s0"  # flows/search.py's run_name for these overrides
 
 
 def free_port() -> int:

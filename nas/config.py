@@ -1,4 +1,4 @@
-"""Config composition: `nas/conf/config.yaml` + Hydra overrides, checked before anything
+"""Config composition: `conf/config.yaml` + Hydra overrides, checked before anything
 runs, every problem one line (ConfigError). A library module, so the CLI, the Prefect
 flows and the regression probes compose and check a job the same way."""
 
@@ -9,6 +9,7 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from nas.core.registry import plugins
 from nas.errors import ConfigError, NasError
 
 if TYPE_CHECKING:
@@ -24,9 +25,25 @@ def data_source(data: dict[str, Any]) -> dict[str, Any]:
     return {key: data[key] for key in DATA_SOURCE if key in data}
 
 
+def plugin_configs() -> list[str]:
+    """The config packages of installed plugins (entry points `nasflow.conf`: a package holding
+    group folders, e.g. `strategy/<name>.yaml`), searched after `conf`."""
+    return sorted({ep.value for ep in plugins("nasflow.conf").values()})
+
+
+def searchpath() -> list[str]:
+    """The override that adds the plugins' config packages to Hydra's search path (none without plugins)."""
+    found = plugin_configs()
+    return [f"hydra.searchpath=[{','.join('pkg://' + p for p in found)}]"] if found else []
+
+
 def available(group: str) -> list[str]:
-    folder = resources.files("nas.conf") / group
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    names: set[str] = set()
+    for package in ("conf", *plugin_configs()):
+        folder = resources.files(package) / group
+        if folder.is_dir():
+            names.update(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+    return sorted(names)
 
 
 def validate_group_overrides(args: list[str]) -> None:
@@ -52,15 +69,15 @@ def compose_config(overrides: list[str]) -> dict[str, Any]:
 
 
 def compose(overrides: list[str], hydra: bool = False) -> Any:
-    """Hydra's composition of `nas/conf/config.yaml` + overrides, its errors in one line (ConfigError)."""
+    """Hydra's composition of `conf/config.yaml` + overrides, its errors in one line (ConfigError)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     try:
-        with initialize_config_module("nas.conf", version_base="1.3"):
-            return hydra_compose("config", overrides=overrides, return_hydra_config=hydra)
+        with initialize_config_module("conf", version_base="1.3"):
+            return hydra_compose("config", overrides=[*searchpath(), *overrides], return_hydra_config=hydra)
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(one_line(err)) from None
 
@@ -233,13 +250,13 @@ def _add_hint(base: Any, parts: list[str]) -> str:
 
 @cache
 def default_groups() -> frozenset[str]:
-    """The groups `nas/conf/config.yaml` chooses (and `space_defaults`' strategy and evaluator)."""
+    """The groups `conf/config.yaml` chooses (and `space_defaults`' strategy and evaluator)."""
     import yaml
 
-    entries = yaml.safe_load((resources.files("nas.conf") / "config.yaml").read_text())["defaults"]
+    entries = yaml.safe_load((resources.files("conf") / "config.yaml").read_text())["defaults"]
     return frozenset({"strategy", "evaluator", *(k for e in entries if isinstance(e, dict) for k in e)})
 
 
 @cache
 def group_dirs() -> frozenset[str]:
-    return frozenset(p.name for p in resources.files("nas.conf").iterdir() if p.is_dir() and not p.name.startswith("_"))
+    return frozenset(p.name for p in resources.files("conf").iterdir() if p.is_dir() and not p.name.startswith("_"))

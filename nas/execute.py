@@ -16,9 +16,6 @@ if TYPE_CHECKING:
     from nas.evaluators.base import Evaluator
     from nas.search.spec import SearchSpec
 
-FLOW_MODULE = "nas.orchestration.flows.search"
-
-
 class SearchRunner:
     """Where a search's loop and evaluations run; `settings` is the `runner` config group."""
 
@@ -29,8 +26,7 @@ class SearchRunner:
         raise NotImplementedError
 
 
-RUNNERS: Registry[SearchRunner] = Registry("runner", modules={name: FLOW_MODULE for name in
-                                                              ("prefect", "processes", "dask", "ray")})
+RUNNERS: Registry[SearchRunner] = Registry("runner", "nasflow.runners")
 
 
 @RUNNERS.register("local")

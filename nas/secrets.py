@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from nas.terminal import printable
+
 MASK = "***"
 MIN_ENV_SECRET = 8  # shorter *_TOKEN values are flags and counts, not credentials
 MIN_SECRET = 4      # a configured key shorter than this would mask ordinary words
@@ -72,20 +74,22 @@ scrub_data = SCRUBBER.scrub_data
 
 
 class ScrubFilter(logging.Filter):
-    """Masks secrets in a record's message, traceback and stack; never drops a record."""
+    """Masks secrets in a record's message, traceback and stack, and escapes their control
+    characters (a model's or an LLM's text in a log line must not rewrite the console:
+    `nas.terminal`); never drops a record."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
         except Exception:  # bad %-args: logging reports those itself when it formats
             return True
-        record.msg, record.args = scrub(message), None
+        record.msg, record.args = printable(scrub(message), lines=True), None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = scrub(record.exc_text)
+            record.exc_text = printable(scrub(record.exc_text), lines=True)
         if record.stack_info:
-            record.stack_info = scrub(record.stack_info)
+            record.stack_info = printable(scrub(record.stack_info), lines=True)
         return True
 
 

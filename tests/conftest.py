@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nas.orchestration.env import configure_prefect_env
+from tasks.env import configure_prefect_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -179,11 +179,13 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_supernet_nb201.py": (),
     "test_supernet_train.py": (),
     "test_supernet_train.py::test_cli_trains_a_supernet_then_searches_with_it": ("cli",),
+    "test_plugins.py": ("cli", "slow"),
     "test_proxies.py": (),
     "test_proxies.py::test_model_source_gets_its_proxies_from_the_exported_graph": ("sandbox",),
     "test_status.py": (),
     "test_table_evaluator.py": (),
     "test_train.py": (),
+    "test_trusted_side.py": (),
     "test_train_e2e.py": ("cli",),
     "test_train_e2e.py::test_train_search_writes_run_files_and_replays_from_cache": ("prefect",),
     "test_train_eval.py": (),
@@ -211,7 +213,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 _PREFECT_DB = Path(os.environ["NASFLOW_HOME"]) / "prefect-template.db"
 _MAKE_PREFECT_DB = """
 import asyncio
-from nas.orchestration.env import configure_prefect_env
+from tasks.env import configure_prefect_env
 configure_prefect_env()
 from prefect.server.database import provide_database_interface
 asyncio.run(provide_database_interface().create_db())
@@ -254,7 +256,7 @@ def prefect_home(tmp_path: Path):
     for key in [k for k in os.environ if k.startswith("PREFECT_")]:
         del os.environ[key]
     os.environ["NASFLOW_HOME"] = str(tmp_path / "home")
-    from nas.orchestration.env import configure_prefect_env
+    from tasks.env import configure_prefect_env
 
     configure_prefect_env()
     yield tmp_path
@@ -293,7 +295,7 @@ def space_preset(name: str, data: str = "digits") -> dict:
     (`${data.num_classes}`) resolved against a data group (the default job's)."""
     from omegaconf import OmegaConf
 
-    conf = ROOT / "nas" / "conf"
+    conf = ROOT / "conf"
     cfg = OmegaConf.create({"space": OmegaConf.load(conf / "space" / f"{name}.yaml"),
                             "data": OmegaConf.load(conf / "data" / f"{data}.yaml")})
     return OmegaConf.to_container(cfg, resolve=True)["space"]  # type: ignore[index]

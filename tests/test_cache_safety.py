@@ -12,6 +12,7 @@ import logging
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 from prefect.results import ResultRecord, ResultRecordMetadata
 from prefect.serializers import PickleSerializer, Serializer
@@ -19,8 +20,8 @@ from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_setti
 
 from conftest import run_nas
 from nas.evaluators.base import EvalResult
-from nas.orchestration.tasks.evaluate import RESULT_FIELDS  # (imports Prefect's task engine, which configures logging)
-from nas.orchestration.tasks.records import SERIALIZER, PlainJSONSerializer, check_fields, read_record, record_path
+from tasks.evaluate import RESULT_FIELDS  # (imports Prefect's task engine, which configures logging)
+from tasks.records import SERIALIZER, PlainJSONSerializer, check_fields, read_record, record_path
 
 KEYLIKE = "sk-proj-AbCdEf0123456789"
 
@@ -95,7 +96,7 @@ def eval_shape(data) -> str | None:
 ])
 def test_refused_records_are_reported_in_one_line_and_removed(tmp_path, caplog, content, why):
     (tmp_path / "k1").write_bytes(content)
-    with caplog.at_level(logging.WARNING, logger="nas.orchestration.tasks.records"), \
+    with caplog.at_level(logging.WARNING, logger="tasks.records"), \
             temporary_settings(updates={PREFECT_RESULTS_LOCAL_STORAGE_PATH: tmp_path}):
         assert record_path("k1") == tmp_path / "k1"
         assert read_record("k1", eval_shape, "candidate c1", "re-evaluating it") == (None, True)
@@ -174,7 +175,7 @@ def test_poisoned_llm_call_record_is_refused_and_the_call_made_again(prefect_hom
 
     from nas.llm import LLMClient
     from support.scripted import ScriptedServer
-    from nas.orchestration.tasks.llm import prefect_calls
+    from tasks.llm import prefect_calls
 
     @flow(persist_result=False)
     def ask(base_url: str, text: str) -> tuple[str, str]:
@@ -196,7 +197,7 @@ def test_poisoned_llm_call_record_is_refused_and_the_call_made_again(prefect_hom
         assert ask(srv.base_url, text) == ("first", "cache")  # the record is read as it is
 
         record.write_bytes(pickle_record(record, marker))
-        with caplog.at_level(logging.WARNING, logger="nas.orchestration.tasks.records"):
+        with caplog.at_level(logging.WARNING, logger="tasks.records"):
             assert ask(srv.base_url, text) == ("second", "live")
         assert not marker.exists(), "an LLM call record was unpickled"
         [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -205,7 +206,7 @@ def test_poisoned_llm_call_record_is_refused_and_the_call_made_again(prefect_hom
 
         caplog.clear()
         record.write_bytes(json_record([{"reply": 42}, 0, "live"]))
-        with caplog.at_level(logging.WARNING, logger="nas.orchestration.tasks.records"):
+        with caplog.at_level(logging.WARNING, logger="tasks.records"):
             assert ask(srv.base_url, text) == ("third", "live")
         [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
         assert "unexpected payload: missing completion_tokens" in warning
@@ -215,9 +216,9 @@ def test_poisoned_llm_call_record_is_refused_and_the_call_made_again(prefect_hom
 
 @pytest.mark.slow
 def test_poisoned_supernet_record_is_refused_and_the_supernet_trained_again(prefect_home, monkeypatch, caplog):
-    import nas.supernets.train
-    from nas.orchestration.flows.supernet import train_supernet_flow
-    from nas.supernets.train import TrainedSupernet
+    import supernets.train
+    from flows.supernet import train_supernet_flow
+    from supernets.train import TrainedSupernet
 
     trained = []
 
@@ -228,7 +229,7 @@ def test_poisoned_supernet_record_is_refused_and_the_supernet_trained_again(pref
         path.write_bytes(b"weights")
         return TrainedSupernet(path, hashlib.sha256(b"weights").hexdigest(), 50.0, 10.0, 1, 0.1)
 
-    monkeypatch.setattr(nas.supernets.train, "train_supernet", fake_train)
+    monkeypatch.setattr(supernets.train, "train_supernet", fake_train)
     overrides = ["space=nb201", "data=digits", "supernet.epochs=1", f"out={prefect_home / 'sn'}"]
     cache = record_path("x").parent
     before = set(cache.iterdir())
@@ -237,7 +238,7 @@ def test_poisoned_supernet_record_is_refused_and_the_supernet_trained_again(pref
     [record] = set(cache.iterdir()) - before
     marker = prefect_home / "pwned"
     record.write_bytes(pickle_record(record, marker))
-    with caplog.at_level(logging.WARNING, logger="nas.orchestration.tasks.records"):
+    with caplog.at_level(logging.WARNING, logger="tasks.records"):
         assert not train_supernet_flow(overrides)["cached"]
     assert not marker.exists() and trained == [1, 1]
     [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -265,3 +266,23 @@ def test_llm_reply_cache_file_of_the_wrong_shape_is_a_miss(tmp_path, caplog, dam
     [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert f"corrupt LLM cache file {path} (" in warning and "\n" not in warning
     assert ("bad token counts" if damage == "shape" else "recursion") in warning
+
+
+@pytest.mark.parametrize("uses_seed", [True, False])
+def test_the_evaluation_cache_key_holds_the_seed_when_results_depend_on_it(uses_seed):
+    """Two searches that differ only in seed must not replay each other's trained results
+    from Prefect's cache; an evaluator whose results ignore the seed shares them."""
+    from nas.search.spec import Component, SearchSpec, build_evaluator
+    from nas.spaces import SPACES
+    from nas.strategies.base import Candidate
+    from tasks.evaluate import PrefectExecutor, cache_key
+
+    space = SPACES.create("nb201", {})
+    evaluator = build_evaluator(Component("table", {}), space)
+    evaluator.uses_seed = uses_seed
+    candidate = Candidate(space.sample(np.random.default_rng(0)))
+    keys = [cache_key(PrefectExecutor(SearchSpec(Component("nb201", {}), Component("random", {}),
+                                                 Component("table", {}), seed=seed), evaluator, 0).inputs(candidate))
+            for seed in (0, 1, 1)]
+    assert keys[1] == keys[2]
+    assert (keys[0] != keys[1]) is uses_seed

@@ -80,17 +80,43 @@ def test_help_validate_and_config_errors_import_neither_torch_nor_prefect(tmp_pa
         assert r["loaded"] == [], f"{' '.join(r['argv'])} imported {r['loaded']}"
 
 
-@pytest.mark.parametrize("package", ["nas.spaces", "nas.strategies", "nas.evaluators"])
-def test_lazy_registry_tables_match_what_the_modules_register(package):
-    """Each table entry names the module that registers it, and no registered name is missing."""
-    registry = {"nas.spaces": "SPACES", "nas.strategies": "STRATEGIES", "nas.evaluators": "EVALUATORS"}[package]
-    homes = {"nas.strategies": ("nas.strategies", "nas.design")}.get(package, (package,))  # LLM design strategies
-    reg = getattr(importlib.import_module(package), registry)
-    for name, module in reg._modules.items():
+# (registry, where it lives, the packages whose modules register into it)
+REGISTRIES = [("SPACES", "nas.core.space", ("nas.spaces",)), ("STRATEGIES", "nas.strategies.base",
+              ("nas.strategies", "nas.agents")), ("EVALUATORS", "nas.evaluators.base", ("nas.evaluators", "supernets")),
+              ("SUPERNETS", "supernets.base", ("supernets",)), ("PROXIES", "nas.proxies.base", ("nas.proxies",)),
+              ("SCORERS", "nas.search.screen", ("nas.search", "nas.proxies")), ("RUNNERS", "nas.execute", ("flows",)),
+              ("REPORTERS", "nas.train.progress", ("tasks",))]
+
+
+@pytest.mark.parametrize("registry, home, packages", REGISTRIES, ids=[r for r, _, _ in REGISTRIES])
+def test_entry_points_match_what_the_modules_register(registry, home, packages):
+    """Each entry point names the module that registers it, and no registered name lacks one
+    (a class registered without its entry point is invisible until something imports its module)."""
+    from nas.core.registry import plugins
+
+    reg = getattr(importlib.import_module(home), registry)
+    declared = plugins(reg.group)
+    assert declared, f"no entry points in {reg.group}: is the project installed (pip install -e .)?"
+    for name, ep in declared.items():
         cls = reg.get(name)
-        assert cls.__module__ == module and cls.name == name
-    for home in homes:
-        for info in pkgutil.iter_modules(importlib.import_module(home).__path__):
-            importlib.import_module(f"{home}.{info.name}")
-    registered = {n for n, cls in reg._entries.items() if cls.__module__.startswith(tuple(h + "." for h in homes))}
-    assert registered == set(reg._modules)
+        assert cls.__module__ == ep.value and cls.name == name
+    for package in packages:
+        for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
+            importlib.import_module(info.name)
+    registered = {n for n, cls in reg._entries.items() if cls.__module__.startswith(tuple(p + "." for p in packages))}
+    assert registered == set(declared)
+
+
+def test_an_entry_point_that_registers_nothing_is_one_line(monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    from nas.core import registry as registry_module
+    from nas.errors import ConfigError
+
+    reg = registry_module.Registry("widget", "nasflow.test-widgets")
+    monkeypatch.setattr(registry_module, "plugins", lambda group: {
+        "odd": EntryPoint("odd", "nas.errors", group)} if group == "nasflow.test-widgets" else {})
+    assert reg.names() == ["odd"]
+    with pytest.raises(ConfigError, match=r"^widget 'odd': entry point 'nas.errors' \(group nasflow.test-widgets\) "
+                                          r"registered no widget of that name$"):
+        reg.get("odd")

@@ -15,8 +15,8 @@ import pytest
 from prefect_dask import DaskTaskRunner
 
 from nas.errors import ConfigError
-from nas.orchestration.flows.placement import Placement, open_executor
-from nas.orchestration.flows.runners import build_task_runner, shared_api, slot_cluster
+from flows.placement import Placement, open_executor
+from flows.runners import build_task_runner, shared_api, slot_cluster
 from nas.search.loop import AsyncExecutor, SearchLoop
 from nas.search.record import read_history
 from nas.search.spec import Component

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from nas.agents.collm import (candidates_grammar, decision_table, parse_candidates, single_grammar,
+from nas.agents.collm.agents import (candidates_grammar, decision_table, parse_candidates, single_grammar,
                               strategy_grammar, values_text)
 from nas.spaces.nb201.arch import OPS, NB201Cell
 from nas.errors import ConfigError, RunDirError
@@ -24,7 +24,7 @@ from nas.core.space import CategoricalSpace, Decision
 from nas.spaces.nb201.space import NB201Space
 from nas.strategies import STRATEGIES, Trial
 from nas.strategies.base import SearchExhausted
-from nas.strategies.collm import CoLLMStrategy
+from nas.agents.collm.strategy import CoLLMStrategy
 
 SPACE = NB201Space()
 ALL_CELLS = [NB201Cell(ops) for ops in itertools.product(OPS, repeat=6)]
@@ -389,10 +389,10 @@ def test_local_model_writes_legal_candidates(tmp_path, monkeypatch, table):
     pytest.importorskip("llama_cpp")
     import yaml
 
-    from nas.strategies.collm import CoLLMStrategy as C
+    from nas.agents.collm.strategy import CoLLMStrategy as C
 
     monkeypatch.setenv("NASFLOW_HOME", str(tmp_path / "home"))
-    cfg = yaml.safe_load(open("nas/conf/llm/local.yaml"))
+    cfg = yaml.safe_load(open("conf/llm/local.yaml"))
     cfg = {**cfg, "cache": False, "timeout_s": 600, "local": {**cfg["local"], "n_threads": 1}}  # 1 thread: shared cores
     strategy = C(SPACE, 0, llm=cfg, max_retries=0, navigator_memory=False)
     strategy.attach(tmp_path / "run")

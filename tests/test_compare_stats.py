@@ -214,7 +214,7 @@ def test_experiment_overrides_are_checked_in_one_line(capsys):
 def test_ablation_preset_composes():
     cfg = config.compose_config(["+experiment=ablation"])
     assert (cfg["space"]["name"], cfg["evaluator"]["name"], cfg["runner"]["name"]) == ("nb201", "table", "local")
-    sweep = yaml.safe_load((ROOT / "nas" / "conf" / "experiment" / "ablation.yaml").read_text())["hydra"]["sweeper"]
+    sweep = yaml.safe_load((ROOT / "conf" / "experiment" / "ablation.yaml").read_text())["hydra"]["sweeper"]
     strategies = sweep["params"]["strategy"].split(",")
     assert strategies == ["random", "rea", "reinforce", "evolution"]
     assert set(strategies) <= set(config.available("strategy"))

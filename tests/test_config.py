@@ -24,8 +24,8 @@ def test_config_files_match_registry(group):
     """Every registered class has a file of its name; other files are presets of a registered class."""
     assert set(REGISTRIES[group].names()) <= set(available(group))
     for name in available(group):
-        text = (resources.files("nas.conf") / group / f"{name}.yaml").read_text()
-        assert yaml.safe_load(text)["name"] in REGISTRIES[group].names(), f"nas/conf/{group}/{name}.yaml"
+        text = (resources.files("conf") / group / f"{name}.yaml").read_text()
+        assert yaml.safe_load(text)["name"] in REGISTRIES[group].names(), f"conf/{group}/{name}.yaml"
 
 
 def _load(group: str, name: str, overrides: tuple[str, ...] = ()) -> Component:
@@ -33,11 +33,11 @@ def _load(group: str, name: str, overrides: tuple[str, ...] = ()) -> Component:
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
-    with initialize_config_module("nas.conf", version_base="1.3"):
+    with initialize_config_module("conf", version_base="1.3"):
         cfg = compose("config", overrides=[f"{group}={name}", *overrides])
     node = OmegaConf.to_container(cfg, resolve=True)[group]
     assert node["name"] == name or name not in REGISTRIES[group].names(), \
-        f"nas/conf/{group}/{name}.yaml must say name: {name}"
+        f"conf/{group}/{name}.yaml must say name: {name}"
     return Component.from_config(group, node)
 
 
@@ -55,7 +55,7 @@ def test_every_strategy_config_builds(name):
         from hydra import compose, initialize_config_module
         from omegaconf import OmegaConf
 
-        with initialize_config_module("nas.conf", version_base="1.3"):
+        with initialize_config_module("conf", version_base="1.3"):
             space = cls.spaces[0] if cls.spaces else "nb201"   # collm searches any categorical space
             cfg = compose("config", overrides=[f"strategy={name}", f"space={space}", "evaluator=train"])
         spec = SearchSpec.from_config(OmegaConf.to_container(cfg, resolve=True))
@@ -70,7 +70,7 @@ def test_every_strategy_config_builds(name):
 @pytest.fixture(scope="module")
 def nb201_checkpoint(tmp_path_factory):
     """A supernet for the run's NB201 space (5 cells per stage, 16 channels), trained for one step."""
-    from nas.supernets.train import SupernetSettings, train_supernet
+    from supernets.train import SupernetSettings, train_supernet
 
     settings = SupernetSettings(epochs=1, batch_size=64, train_subset=64, val_subset=50, recal_batches=1)
     return train_supernet({"name": "nb201"}, {}, {"name": "digits", "root": None, "split_file": None}, settings,
@@ -115,7 +115,7 @@ def test_the_default_job_is_an_open_ended_design_with_the_local_model():
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf
 
-    with initialize_config_module("nas.conf", version_base="1.3"):
+    with initialize_config_module("conf", version_base="1.3"):
         cfg = OmegaConf.to_container(compose("config"), resolve=True)
     assert (cfg["space"]["name"], cfg["strategy"]["name"], cfg["evaluator"]["name"]) == ("nader", "nader", "train")
     assert cfg["data"]["name"] == "digits" and cfg["llm"]["backend"] == "local"

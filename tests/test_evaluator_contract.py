@@ -21,21 +21,21 @@ from conftest import space_preset
 from nas.core.space import SearchSpace
 from nas.errors import ConfigError
 from nas.evaluators import EVALUATORS, EvalResult
-from nas.evaluators import supernet as supernet_evaluator
+from supernets import evaluator as supernet_evaluator
 from nas.search.spec import Component, build_evaluator
 from nas.spaces import SPACES
-from nas.supernets.train import SupernetSettings, train_supernet
+from supernets.train import SupernetSettings, train_supernet
 
 DIGITS = {"name": "digits", "root": None, "split_file": None}
 
 
 def preset(label: str) -> SearchSpace:
-    """A space preset of nas/conf/space, as the default job's data group resolves it."""
+    """A space preset of conf/space, as the default job's data group resolves it."""
     params = space_preset(label)
     return SPACES.create(params.pop("name"), params)
 
 
-LABELS = sorted(p.stem for p in Path(str(resources.files("nas.conf") / "space")).glob("*.yaml"))
+LABELS = sorted(p.stem for p in Path(str(resources.files("conf") / "space")).glob("*.yaml"))
 
 
 @dataclass(frozen=True)

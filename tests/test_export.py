@@ -183,7 +183,7 @@ def test_onnx_failure_falls_back_to_torchscript_with_the_reason(monkeypatch, tmp
 
 @pytest.fixture(scope="module")
 def supernet_run(tmp_path_factory):
-    from nas.supernets.train import SupernetSettings, train_supernet
+    from supernets.train import SupernetSettings, train_supernet
 
     root = tmp_path_factory.mktemp("supernet")
     space = {"channels": 4, "cells_per_stage": 1}
@@ -197,7 +197,7 @@ def supernet_run(tmp_path_factory):
 
 
 def test_supernet_run_exports_the_subnet_with_inherited_weights(supernet_run, capsys, tmp_path):
-    from nas.supernets.base import SUPERNETS
+    from supernets.base import SUPERNETS
     from nas.spaces.nb201.space import NB201Space
 
     run, summary, trained = supernet_run

@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from nas.agents.fairnad import HYPER_IDEAS, UPSCALE_IDEAS, parse_design_reply, parse_model_reply
-from nas.design.fairnad import Model, PoolIdea
+from nas.agents.fairnad.agents import HYPER_IDEAS, UPSCALE_IDEAS, parse_design_reply, parse_model_reply
+from nas.agents.fairnad.strategy import Model, PoolIdea
 from nas.errors import ConfigError
 from nas.evaluators.base import EvalResult
 from nas.llm.parse import ParseError
@@ -152,7 +152,7 @@ def test_model_reply_parsing():
 
 
 def test_downscale_asks_for_channel_multiples_and_records_those_not_kept(tmp_path, monkeypatch):
-    from nas.agents.fairnad import DOWNSCALE_SHRINK, downscale, off_multiple
+    from nas.agents.fairnad.agents import DOWNSCALE_SHRINK, downscale, off_multiple
     from nas.llm import LLMClient
     from support.scripted import ScriptedServer
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import NAS, ROOT, run_nas
-from nas.agents.collm import values_text
+from nas.agents.collm.agents import values_text
 from nas.spaces.nb201.arch import OPS, NB201Cell
 from support.scripted import ScriptedServer, Step
 from nas.spaces.nb201.space import NB201Space
@@ -104,7 +104,7 @@ def evaluation_records(cache: Path) -> dict[str, dict]:
     out = {}
     for path in cache.iterdir() if cache.exists() else []:
         try:
-            value = json.loads(json.loads(path.read_text())["result"])  # plain JSON (nas/orchestration/tasks/records.py)
+            value = json.loads(json.loads(path.read_text())["result"])  # plain JSON (tasks/records.py)
         except (ValueError, KeyError, TypeError):
             continue  # being written
         if isinstance(value, dict) and "accuracy" in value:

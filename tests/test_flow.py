@@ -46,11 +46,11 @@ def run_flow(tmp_path_factory):
     for key in [k for k in os.environ if k.startswith("PREFECT_")]:
         del os.environ[key]
     os.environ["NASFLOW_HOME"] = str(tmp_path_factory.mktemp("home"))
-    from nas.orchestration.env import configure_prefect_env
+    from tasks.env import configure_prefect_env
 
     configure_prefect_env()
     EVALUATORS.register("flaky_test")(FlakyEvaluator)
-    from nas.orchestration.flows.search import run_search_flow
+    from flows.search import run_search_flow
 
     yield run_search_flow
     EVALUATORS._entries.pop("flaky_test")
@@ -91,7 +91,7 @@ def test_llm_calls_are_cached_prefect_tasks(run_flow, tmp_path):
     from nas.llm import LLMClient
     from nas.llm.client import LLMError
     from support.scripted import ScriptedServer, Step
-    from nas.orchestration.tasks.llm import prefect_calls
+    from tasks.llm import prefect_calls
 
     @flow(persist_result=False)
     def ask(base_url: str, text: str) -> tuple[str, str]:

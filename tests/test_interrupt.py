@@ -12,7 +12,7 @@ import time
 import pytest
 
 from nas.cli.search import Terminated, interrupt_once, interrupted, terminate_once
-from nas.orchestration.flows.runners import build_task_runner
+from flows.runners import build_task_runner
 
 
 def test_a_second_ctrl_c_while_the_first_unwinds_is_ignored():

@@ -1,12 +1,15 @@
-"""The package's layers, read from the code (README, "Architecture"): the CLI and Prefect sit
-on top of the library, and nothing below imports them (module level or inside functions,
-read with `ast`); the core imports no deep-learning, Prefect or Hydra package (checked by
-importing it in a fresh interpreter that refuses those imports and records each attempt)."""
+"""The project's layers, read from the code (docs, "Architecture"): `nas.core` <- `nas` <-
+`supernets` <- `tasks` <- `flows` <- `nas.cli`. No module imports a layer above its own
+(module level or inside functions, read with `ast`) or names one in a string (the registries
+reach upward through entry points, declared in pyproject.toml); only tasks and flows import
+Prefect; the core imports no deep-learning, Prefect or Hydra package (checked by importing it
+in a fresh interpreter that refuses those imports and records each attempt)."""
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from fnmatch import fnmatch
@@ -15,27 +18,34 @@ from pathlib import Path
 
 import pytest
 
-NAS = Path(__file__).resolve().parents[1] / "nas"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("nas", "supernets", "tasks", "flows")
 
 # The torch-free core: patterns over the modules under nas/.
 CORE = ["nas.core", "nas.core.*", "nas.strategies", "nas.strategies.*", "nas.search", "nas.search.*", "nas.errors",
         "nas.io", "nas.spaces", "nas.spaces.*.arch", "nas.spaces.*.space", "nas.spaces.*.cost", "nas.design",
-        "nas.design.*"]
+        "nas.design.*", "nas.agents.*.strategy", "nas.agents.nader.modtree"]
 HEAVY = ("torch", "torchvision", "lightning", "pytorch_lightning", "timm", "ofa", "prefect", "hydra")
-
-# (imported name, the packages whose modules may import it): the library reaches the top
-# layers only through registry module tables (strings), never an import.
-OWNERS = [("nas.cli", ("nas.cli",)), ("nas.orchestration", ("nas.orchestration", "nas.cli")),
-          ("prefect", ("nas.orchestration",)), ("prefect_dask", ("nas.orchestration",)),
-          ("prefect_ray", ("nas.orchestration",))]
+PREFECT = ("prefect", "prefect_dask", "prefect_ray")
+GROUND = ("nas.errors", "nas.io", "nas.secrets", "nas.terminal")  # the core's floor: one-line errors, atomic writes, scrubbing, escaping
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(NAS.parent).with_suffix("").parts
+    parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {module_name(p): p for p in sorted(NAS.rglob("*.py"))}
+MODULES = {module_name(p): p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
+
+
+def layer(name: str) -> int:
+    """0 the core ... 5 the CLI; -1 for a module that is not ours."""
+    if within(name, "nas.cli"):
+        return 5
+    for rank, package in ((4, "flows"), (3, "tasks"), (2, "supernets"), (1, "nas")):
+        if within(name, package):
+            return 0 if any(within(name, g) for g in ("nas.core", *GROUND)) else rank
+    return -1
 
 
 @cache
@@ -57,22 +67,61 @@ def imports(name: str) -> frozenset[str]:
     return frozenset(found)
 
 
+# A dotted name of one of our upper layers inside a string: an import hidden from `imports`.
+DOTTED = re.compile(r"^(nas\.cli|flows|tasks|supernets)(\.[a-z_0-9]+)+(:[A-Za-z_]\w*)?$")
+
+
+@cache
+def named_in_strings(name: str) -> frozenset[str]:
+    tree = ast.parse(MODULES[name].read_text(), str(MODULES[name]))
+    return frozenset(node.value.partition(":")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str) and DOTTED.match(node.value))
+
+
 def within(name: str, package: str) -> bool:
     return name == package or name.startswith(package + ".")
 
 
+def test_every_package_is_read():
+    assert {"nas.core.registry", "nas.cli.main", "supernets.train", "tasks.evaluate", "flows.search",
+            "nas.sandbox.graph"} <= set(MODULES)
+    assert {layer(n) for n in MODULES} == {0, 1, 2, 3, 4, 5}
+
+
 def test_the_reader_sees_imports_inside_functions():
     """A reader that missed function-level imports would pass every rule below."""
-    assert "nas.orchestration.server" in imports("nas.cli.serve")  # imported inside main()
-    assert "prefect.runner" in imports("nas.orchestration.serve")  # inside serve()
+    assert "flows.server" in imports("nas.cli.serve")  # imported inside main()
+    assert "prefect.runner" in imports("flows.serve")  # inside serve()
     assert "nas.config" in imports("nas.cli.search")
 
 
-@pytest.mark.parametrize("target, owners", OWNERS, ids=[t for t, _ in OWNERS])
-def test_only_the_layers_above_import(target, owners):
-    wrong = sorted({f"{name} imports {imp}" for name in MODULES if not any(within(name, o) for o in owners)
-                    for imp in imports(name) if within(imp, target)})
-    assert wrong == [], f"only {' and '.join(owners)} may import {target}: " + "; ".join(wrong)
+def test_the_string_reader_sees_dotted_names():
+    assert DOTTED.match("flows.search:search_flow") and DOTTED.match("supernets.evaluator")
+    assert not DOTTED.match("flows") and not DOTTED.match("tasks are cached") and not DOTTED.match("nas.core.space")
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_module_reaches_a_layer_above(name):
+    rank = layer(name)
+    wrong = sorted(imp for imp in imports(name) | named_in_strings(name) if layer(imp) > rank)
+    assert wrong == [], f"{name} (layer {rank}) reaches up to: {', '.join(wrong)}"
+
+
+def test_only_tasks_and_flows_import_prefect():
+    wrong = sorted(f"{name} imports {imp}" for name in MODULES if layer(name) not in (3, 4)
+                   for imp in imports(name) if any(within(imp, p) for p in PREFECT))
+    assert wrong == [], "; ".join(wrong)
+
+
+def test_top_level_names_are_this_project():
+    """`flows`, `tasks`, `supernets` and `conf` are the design card's top-level names: in this
+    project's environment they must resolve to its folders, not to another installed package."""
+    code = "import conf, flows, supernets, tasks; print('\\n'.join(m.__file__ for m in (conf, flows, supernets, tasks)))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/",
+                         check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    found = [Path(line).parent for line in run.stdout.split()]
+    assert found == [ROOT / "conf", ROOT / "flows", ROOT / "supernets", ROOT / "tasks"]
 
 
 def core_modules() -> list[str]:
@@ -112,14 +161,14 @@ print(json.dumps(out))
 @pytest.fixture(scope="module")
 def core_imports() -> dict:
     run = subprocess.run([sys.executable, "-c", PROBE, ",".join(HEAVY), *core_modules()], capture_output=True, text=True,
-                         timeout=120, cwd=NAS.parent, check=False)
+                         timeout=120, cwd=ROOT, check=False)
     assert run.returncode == 0, run.stderr[-2000:]
     return json.loads(run.stdout)
 
 
 def test_core_list_matches_modules():
     core = core_modules()
-    assert {"nas.core.registry", "nas.search.loop", "nas.design.nader", "nas.spaces.nb201.arch",
+    assert {"nas.core.registry", "nas.search.loop", "nas.agents.nader.strategy", "nas.spaces.nb201.arch",
             "nas.spaces.nader.space", "nas.spaces.source.space"} <= set(core)
 
 

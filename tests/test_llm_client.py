@@ -262,7 +262,7 @@ def test_shipped_llm_configs_load():
     from omegaconf import OmegaConf
 
     for name in ("local", "openai", "replay"):
-        with initialize_config_module("nas.conf", version_base="1.3"):
+        with initialize_config_module("conf", version_base="1.3"):
             cfg = compose("config", overrides=[f"llm={name}", "llm.replay_from=/tmp/x"])
         data = OmegaConf.to_container(cfg.llm, resolve=True)
         config = LLMConfig.from_dict(data)

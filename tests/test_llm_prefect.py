@@ -15,7 +15,7 @@ def test_failed_llm_task_logs_one_line_and_is_not_cached(prefect_home):
 
     from nas.llm import LLMClient, LLMError
     from support.scripted import ScriptedServer, Step
-    from nas.orchestration.tasks.llm import prefect_calls
+    from tasks.llm import prefect_calls
 
     @flow(persist_result=False)
     def ask(base_url: str) -> tuple[str, str, dict]:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nas.strategies.modtree import POLICIES, ModificationTree, Node
+from nas.agents.nader.modtree import POLICIES, ModificationTree, Node
 
 
 def make(policy: str = "dfs", root_score: float | None = 0.5, **kw: Any) -> ModificationTree:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nas.agents.nader import (block_language, modify, parse_block_reply, parse_ranking, parse_short, propose,
+from nas.agents.nader.agents import (block_language, modify, parse_block_reply, parse_ranking, parse_short, propose,
                               reflect_suggestion, reflect_tip)
 from nas.spaces.nader.dag.canon import block_key
 from nas.spaces.nader.dag.grammar import block_grammar, tight_text
@@ -362,6 +362,7 @@ def test_parse_ranking():
     f"```block\n{NEW_BASE}```",
     f"Here is the block:\n```\n{NEW_BASE}```\nIt adds a gate.",
     f"```python\nprint(1)\n```\n```block\n{NEW_BASE}```",
+    f"A first draft:\n```block\n{TIGHT_BASE}```\nOn second thought, with a gate:\n```block\n{NEW_BASE}```",  # the last
     f"<block>\n{NEW_BASE}</block>",
     f"<block>```block\n{NEW_BASE}```</block>",
     f"Sure.\n{NEW_BASE}\nThis adds a channel gate before the residual sum.",
@@ -606,7 +607,7 @@ def test_constrained_modifier_reply_always_parses(tmp_path, monkeypatch):
 
     monkeypatch.setenv("NASFLOW_HOME", str(tmp_path / "home"))
     parent = BlockSet.from_text(RESIDUAL, "parent")
-    # nas/conf/llm/local.yaml's modifier settings but greedy (temperature 0): the same reply on
+    # conf/llm/local.yaml's modifier settings but greedy (temperature 0): the same reply on
     # every run, so a failure is reproducible; the grammar's size bound (parent + 16 nodes,
     # at most 4 edges into each) keeps even a looping reply inside max_tokens.
     cfg = {"backend": "local", "cache": False, "local": {"n_ctx": 4096, "n_threads": None,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nas.design.nader import NaderStrategy
+from nas.agents.nader.strategy import NaderStrategy
 from nas.evaluators.base import EvalResult
 from support.scripted import ScriptedServer
 from nas.spaces.nader.space import BlockSpace

@@ -1,4 +1,4 @@
-"""What a search publishes in the Prefect UI (nas/orchestration/flows/artifacts.py), read back through the
+"""What a search publishes in the Prefect UI (flows/artifacts.py), read back through the
 API of a real `prefect server`: the report, the top trials, the progress, and the
 flow run's name; and the deployment run dirs that take that name."""
 
@@ -82,7 +82,7 @@ def test_progress_follows_each_batch(served_search):
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from nas.orchestration.flows.artifacts import SearchArtifacts
+    from flows.artifacts import SearchArtifacts
 
     api, run_dir = served_search
     history = read_history(run_dir / "history.jsonl")
@@ -105,7 +105,7 @@ def test_progress_follows_each_batch(served_search):
 
 @pytest.mark.slow
 def test_serve_warns_when_the_ui_calls_another_api(served_search):
-    from nas.orchestration.server import ui_warning
+    from flows.server import ui_warning
 
     api, _ = served_search
     assert ui_warning(api) is None  # the server was started with PREFECT_UI_API_URL=api
@@ -115,7 +115,7 @@ def test_serve_warns_when_the_ui_calls_another_api(served_search):
 
 
 def test_deployment_run_dirs_are_named_and_never_shared(tmp_path):
-    from nas.orchestration.flows.entry import new_run_dir
+    from flows.entry import new_run_dir
 
     first, second = new_run_dir(tmp_path / "runs", "rea-nb201-s0"), new_run_dir(tmp_path / "runs", "rea-nb201-s0")
     (first / "summary.json").write_text("{}")
@@ -125,7 +125,7 @@ def test_deployment_run_dirs_are_named_and_never_shared(tmp_path):
 
 
 def test_artifact_keys_are_valid():
-    from nas.orchestration.flows.artifacts import artifact_key
+    from flows.artifacts import artifact_key
 
     assert artifact_key("evolution-ofa_mbv3-s3", "top-trials") == "evolution-ofa-mbv3-s3-top-trials"
     assert artifact_key("REA-NB201-s0", "report") == "rea-nb201-s0-report"

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run_nas
 from nas.errors import InputError
-from nas.orchestration.env import check_prefect_database, check_sqlite
+from tasks.env import check_prefect_database, check_sqlite
 
 PAGE = 4096
 
@@ -101,7 +101,7 @@ def test_prefect_client_telemetry_is_off_like_the_servers_analytics(tmp_path):
     import subprocess
     import sys
 
-    probe = ("import os; from nas.orchestration.env import configure_prefect_env; configure_prefect_env(); "
+    probe = ("import os; from tasks.env import configure_prefect_env; configure_prefect_env(); "
              "from prefect._internal.analytics.enabled import is_telemetry_enabled; "
              "print(os.environ['DO_NOT_TRACK'], is_telemetry_enabled())")
     env = {k: v for k, v in os.environ.items() if k != "DO_NOT_TRACK" and not k.startswith("PREFECT_")}

@@ -62,8 +62,8 @@ RUN: dict[str, Run] = {
     "nas compare multirun/<time> --baseline random [--at 25 50 100] [--band std|iqr] [--out DIR] [--allow-mixed]":
         Run(args="compare {ablation} --baseline random --at 1 2 --band iqr --out {tmp}/cmp"),
     "nas serve --list": Run(),
-    "nas serve --config my_serve.yaml": Run(append="--list"),  # a copy of nas/conf/serve/default.yaml
-    "nas serve deployments.nightly-regression.cron='0 4 * * *' deployments.design-search=null": Run(append="--list"),
+    "nas serve --file my_prefect.yaml": Run(append="--list"),  # a copy of the repo's prefect.yaml
+    "nas serve nightly-regression.cron='0 4 * * *' design-search=null": Run(append="--list"),
     "nas regress --suite smoke": Run(append="--out {tmp}/regress"),
 }
 
@@ -147,7 +147,7 @@ def readme_runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess | str
     earlier outputs: DIR, RUN_DIR, runs/sn_spos); a command whose data is missing is a str."""
     cwd = tmp_path_factory.mktemp("readme")
     (cwd / "tests").symlink_to(ROOT / "tests")  # README paths are relative to a checkout
-    shutil.copy(ROOT / "nas" / "conf" / "serve" / "default.yaml", cwd / "my_serve.yaml")
+    shutil.copy(ROOT / "prefect.yaml", cwd / "my_prefect.yaml")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
     env.update(NASFLOW_HOME=str(cwd / "home"), PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="180")
     seed_prefect_db(cwd / "home" / "prefect")

@@ -194,7 +194,7 @@ def test_cli_smoke_suite_against_committed_and_tampered_baselines(nas_env, tmp_p
 
 @pytest.mark.slow
 def test_flow_fails_on_regression(prefect_home, tmp_path):
-    from nas.orchestration.flows.regression import regression_flow
+    from flows.regression import regression_flow
     from nas.regression.judge import RegressionFailed
 
     with pytest.raises(RegressionFailed, match="table.rea.best_at_25"):

@@ -17,14 +17,14 @@ from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 from prefect_dask import DaskTaskRunner
 
 from conftest import run_nas, seed_prefect_db
-from nas.orchestration.flows.runners import build_task_runner, local_cluster
+from flows.runners import build_task_runner, local_cluster
 from nas.errors import ConfigError, MissingDependencyError
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def runner_conf(name: str) -> dict:
-    return yaml.safe_load((ROOT / "nas" / "conf" / "runner" / f"{name}.yaml").read_text())
+    return yaml.safe_load((ROOT / "conf" / "runner" / f"{name}.yaml").read_text())
 
 
 def test_each_runner_config_builds_its_task_runner():
@@ -71,7 +71,7 @@ def test_missing_prefect_dask_says_how_to_install_it(monkeypatch):
 def navigator_and_generator(request: dict) -> str:
     """CoLLM's two LLMs, scripted as a pure function of the request (so every runner sees the
     same replies): a fixed strategy, and K NB201 cells picked by a hash of the conversation."""
-    from nas.agents.collm import values_text
+    from nas.agents.collm.agents import values_text
     from nas.spaces.nb201.arch import OPS, NB201Cell
     from nas.spaces.nb201.space import NB201Space
 
@@ -125,7 +125,7 @@ def test_dask_search_matches_the_other_runners_and_fills_the_cache(tmp_path, nas
     ({}, ("auto", 1, "auto")),
 ])
 def test_supernet_training_hands_devices_and_strategy_to_lightning(settings, expected, monkeypatch, tmp_path):
-    import nas.supernets.train as st
+    import supernets.train as st
 
     class Launched(Exception):
         pass
@@ -145,7 +145,7 @@ def test_supernet_training_hands_devices_and_strategy_to_lightning(settings, exp
 
 
 def test_bad_supernet_device_settings_are_one_line():
-    from nas.supernets.train import SupernetSettings
+    from supernets.train import SupernetSettings
 
     with pytest.raises(ConfigError, match=r"^supernet.devices must be an integer >= 1, got 0$"):
         SupernetSettings(devices=0)

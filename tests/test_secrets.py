@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nas.agents.collm import values_text
+from nas.agents.collm.agents import values_text
 from nas.spaces.nb201.arch import OPS, NB201Cell
 from nas.errors import EvaluationError
 from nas.evaluators import EVALUATORS, EvalResult, Evaluator

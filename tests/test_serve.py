@@ -1,6 +1,7 @@
-"""`nas serve` and the flows it serves: the deployment list and its one-line errors,
-a deployment run end to end against a real `prefect server`, and the supernet
-flow's cache, which must not outlive its checkpoint."""
+"""prefect.yaml's deployments and the flows they run: `nas serve`'s deployment list and its
+one-line errors, a deployment run end to end against a real `prefect server` both served by
+`nas serve` and deployed by `prefect deploy --all` to a process work pool and run by a worker,
+and the supernet flow's cache, which must not outlive its checkpoint."""
 
 from __future__ import annotations
 
@@ -21,43 +22,103 @@ from conftest import NAS, ROOT, run_nas, seed_prefect_db
 PREFECT = str(Path(sys.executable).parent / "prefect")
 OVERRIDES = ["space=nb201", "strategy=random", "evaluator=table", "budget.trials=5"]
 
-SERVE_YAML = """\
-limit: 1
+PREFECT_YAML = """\
+name: test
 deployments:
-  table-search:
-    flow: nas.orchestration.flows.entry:search_overrides_flow
+  - name: table-search
+    entrypoint: flows/entry.py:search_overrides_flow
     parameters:
       overrides: [space=nb201, strategy=rea, evaluator=table, budget.trials=50]
       root: {root}
+    work_pool: {{name: nasflow-process}}
 """
+DEPLOYMENTS = {"nas-search-overrides/table-search", "nas-search-overrides/design-search",
+               "nas-train-supernet/train-supernet", "nas-search-overrides/supernet-search",
+               "nas-ingest-overrides/knowledge-ingest", "nas-regression/nightly-regression"}
 
 
 def test_list_shows_full_names_and_schedules(nas_env, tmp_path):
-    config = tmp_path / "serve.yaml"
-    config.write_text(SERVE_YAML.format(root=tmp_path / "runs"))
-    out = run_nas(["serve", "--config", str(config), "--list"], nas_env, timeout=120)
+    config = tmp_path / "prefect.yaml"
+    config.write_text(PREFECT_YAML.format(root=tmp_path / "runs"))
+    out = run_nas(["serve", "--file", str(config), "--list"], nas_env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "nas-search-overrides/table-search" in out.stdout and "on demand" in out.stdout
-    default = run_nas(["serve", "--list"], nas_env, timeout=120)
+    assert "limit: 2 flow runs at once" in out.stdout
+    default = run_nas(["serve", "--list", "--limit", "none", "table-search.cron=0 * * * *", "design-search=null"],
+                      nas_env, timeout=120)  # the repo's prefect.yaml
     assert default.returncode == 0, default.stderr
-    for name in ("nas-search-overrides/table-search", "nas-train-supernet/train-supernet",
-                 "nas-ingest-overrides/knowledge-ingest", "nightly-regression"):
-        assert name in default.stdout
-    assert "0 3 * * *" in default.stdout
+    listed = {line for line in default.stdout.splitlines() if not line.startswith((" ", "limit"))}
+    assert listed == DEPLOYMENTS - {"nas-search-overrides/design-search"}
+    assert "schedule: 0 3 * * * (UTC)" in default.stdout and "schedule: 0 * * * * (UTC)" in default.stdout
+    assert "limit: none" in default.stdout
 
 
 @pytest.mark.parametrize("args, env_extra, message", [
-    (["deployments.table-search.cron=xx"], {}, "deployment 'table-search': invalid cron 'xx'"),
-    (["deployments.table-search.parameters.seed=1"], {}, "deployment 'table-search': parameters:"),
+    (["table-search.cron=xx"], {}, "deployment 'table-search': invalid cron 'xx'"),
+    (["table-search.schedules=[{cron: '0 3 * * *', timezone: Mars/Base}]"], {},
+     "deployment 'table-search': invalid timezone 'Mars/Base'"),
+    (["table-search.schedules=[{cron: '0 3 * * *', every: 2}]"], {},
+     "deployment 'table-search': schedule: unknown key 'every' (valid: cron, timezone, active)"),
+    (["table-search.parameters.seed=1"], {}, "deployment 'table-search': parameters:"),
+    (["table-search.flow=flows.entry:search_overrides_flow"], {},
+     "deployment 'table-search': unknown key 'flow' (valid: name, entrypoint, "),
+    (["table-search.entrypoint=flows.entry:search_overrides_flow"], {},
+     "deployment 'table-search': entrypoint must be 'path/to/file.py:flow_function', got 'flows.entry:"),
+    (["table-search.entrypoint=flows/entry.py:nope"], {},
+     "deployment 'table-search': cannot import flows/entry.py:nope (module 'flows.entry' has no attribute 'nope')"),
+    (["tablesearch.cron=0 3 * * *"], {}, "override 'tablesearch.cron=0 3 * * *': no deployment 'tablesearch' "
+                                         "(valid: table-search)"),
+    (["table-search=null"], {}, "prefect.yaml: no deployments"),
+    (["table-search.parameters=[1"], {}, "override 'table-search.parameters=[1': not valid YAML (expected ',' or ']'"),
     ([], {}, "PREFECT_API_URL is not set; start a server with `prefect server start --host 127.0.0.1`"),
     ([], {"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "no Prefect server answers at http://127.0.0.1:9/api"),
 ])
 def test_serve_fails_in_one_line(nas_env, tmp_path, args, env_extra, message):
-    config = tmp_path / "serve.yaml"
-    config.write_text(SERVE_YAML.format(root=tmp_path / "runs"))
-    out = run_nas(["serve", "--config", str(config), *args], {**nas_env, **env_extra}, timeout=120)
+    config = tmp_path / "prefect.yaml"
+    config.write_text(PREFECT_YAML.format(root=tmp_path / "runs"))
+    out = run_nas(["serve", "--file", str(config), *args], {**nas_env, **env_extra}, timeout=120)
     assert out.returncode == 2
+    message = message.replace("prefect.yaml:", f"{config}:")
     assert out.stderr.startswith(f"nas: error: {message}") and out.stderr.count("\n") == 1, out.stderr
+
+
+@pytest.mark.parametrize("text, message", [
+    ("deployments: {}", "{path}: 'deployments' must be a list of deployments"),
+    ("limit: 2\ndeployments: []", "{path}: unknown key 'limit' (valid: name, prefect-version, build, push, pull, "),
+    ("deployments:\n  - entrypoint: flows/entry.py:search_overrides_flow", "{path}: deployments[0] needs a name"),
+    ("deployments:\n  - {name: a, entrypoint: 'flows/entry.py:search_overrides_flow'}\n"
+     "  - {name: a, entrypoint: 'flows/entry.py:search_overrides_flow'}", "{path}: deployment 'a' is declared twice"),
+    ("deployments:\n  - {name: a, entrypoint: 'flows/entry.py:search_overrides_flow', schedules: {cron: x}}",
+     "deployment 'a': schedules must be a list of {{cron: ..., timezone: UTC}}"),
+    ("deployments:\n  - name: a\n   x: 1", "{path}: not valid YAML (expected <block end>, but found '<block mapping start>' "
+                                           "on line 3)"),
+])
+def test_a_malformed_prefect_yaml_fails_in_one_line(prefect_home, tmp_path, text, message):
+    from flows.serve import load
+    from nas.errors import ConfigError
+
+    path = tmp_path / "prefect.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    assert str(err.value).startswith(message.format(path=path)) and "\n" not in str(err.value), str(err.value)
+
+
+def test_the_repo_prefect_yaml_is_what_nas_serve_serves(prefect_home):
+    """One declaration: the repo's prefect.yaml, in Prefect's format, every deployment to the process pool."""
+    import yaml
+
+    from flows.serve import PROJECT_FILE, build, load
+
+    assert PROJECT_FILE == ROOT / "prefect.yaml"
+    raw = yaml.safe_load(PROJECT_FILE.read_text())
+    assert raw["pull"] == [{"prefect.deployments.steps.set_working_directory": {"directory": "{{ project-dir.stdout }}"}}]
+    assert {d["work_pool"]["name"] for d in raw["deployments"]} == {"nasflow-process"}
+    built = [build(entry) for entry in load()]
+    assert {f"{d.flow_name}/{d.name}" for d in built} == DEPLOYMENTS
+    crons = {d.name: [(s.schedule.cron, s.schedule.timezone) for s in d.schedules] for d in built}
+    assert crons["nightly-regression"] == [("0 3 * * *", "UTC")]
+    assert all(not c for name, c in crons.items() if name != "nightly-regression")
 
 
 def _free_port() -> int:
@@ -146,7 +207,7 @@ def test_deployment_run_checks_overrides_as_nas_search_does(prefect_home, tmp_pa
     """The overrides flow's checks are `nas search`'s (nas/config.py): a typo fails the run
     in one line before any run dir exists."""
     from nas.errors import ConfigError
-    from nas.orchestration.flows.entry import search_overrides_flow
+    from flows.entry import search_overrides_flow
 
     with pytest.raises(ConfigError) as err:
         search_overrides_flow.fn(["space=nb201", override], root=str(tmp_path / "runs"))
@@ -157,7 +218,7 @@ def test_deployment_run_checks_overrides_as_nas_search_does(prefect_home, tmp_pa
 @pytest.mark.slow
 def test_a_failed_deployment_run_removes_its_run_dir_only_while_empty(prefect_home, tmp_path, monkeypatch):
     """A run that fails in `execute` leaves no empty ROOT/<name> behind, and never removes one with files."""
-    import nas.orchestration.flows.entry as entry
+    import flows.entry as entry
     from nas.errors import NasError
 
     runs, missing = tmp_path / "runs", tmp_path / "none.pt"
@@ -196,8 +257,8 @@ def test_serve_runs_a_deployment_against_a_real_server(nas_env, tmp_path):
 
     server, api = _start_server(tmp_path, nas_env, PREFECT_UI_ENABLED="false")
     client_env = {**nas_env, "PREFECT_API_URL": api, "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
-    config = tmp_path / "serve.yaml"
-    config.write_text(SERVE_YAML.format(root=tmp_path / "runs"))
+    config = tmp_path / "prefect.yaml"
+    config.write_text(PREFECT_YAML.format(root=tmp_path / "runs"))
 
     def ok(path: str) -> bool:
         try:
@@ -208,7 +269,7 @@ def test_serve_runs_a_deployment_against_a_real_server(nas_env, tmp_path):
     serve = None
     try:
         procs = {"prefect server": (server, tmp_path / "server.log")}
-        serve = _start([*NAS, "serve", "--config", str(config)], client_env, tmp_path / "serve.log")
+        serve = _start([*NAS, "serve", "--file", str(config), "--limit", "1"], client_env, tmp_path / "serve.log")
         procs["nas serve"] = (serve, tmp_path / "serve.log")
         _wait_for(lambda: ok("/deployments/name/nas-search-overrides/table-search"), "the deployment", 120, procs)
 
@@ -239,10 +300,64 @@ def test_serve_runs_a_deployment_against_a_real_server(nas_env, tmp_path):
 
 
 @pytest.mark.slow
+def test_prefect_deploy_all_to_a_process_pool_and_a_worker_runs_the_table_search(nas_env, tmp_path):
+    """The repo's prefect.yaml as Prefect itself reads it: `prefect deploy --all` (from the repo root)
+    to a process work pool, a run of table-search, and a worker that runs it to completion in the
+    project dir (the pull step) with the run's parameters."""
+    import httpx
+
+    server, api = _start_server(tmp_path, nas_env, PREFECT_UI_ENABLED="false")
+    env = {**nas_env, "PREFECT_API_URL": api, "PREFECT_HOME": str(tmp_path / "cli-home"),
+           "PREFECT_RESULTS_LOCAL_STORAGE_PATH": str(tmp_path / "results"),
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "INFO"}
+    declared = (ROOT / "prefect.yaml").read_bytes()
+    runs, worker = tmp_path / "runs", None
+
+    def cli(*args: str, timeout: float = 180) -> str:
+        out = subprocess.run([PREFECT, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        assert out.returncode == 0, f"prefect {' '.join(args)}:\n{out.stdout[-3000:]}{out.stderr[-3000:]}"
+        return out.stdout
+
+    try:
+        cli("work-pool", "create", "nasflow-process", "--type", "process")
+        cli("deploy", "--all", "--no-prompt", timeout=300)
+        deployments = httpx.post(f"{api}/deployments/filter", json={}, timeout=10).json()
+        flows = {f["id"]: f["name"] for f in httpx.post(f"{api}/flows/filter", json={}, timeout=10).json()}
+        assert {f"{flows[d['flow_id']]}/{d['name']}" for d in deployments} == DEPLOYMENTS
+        assert {d["work_pool_name"] for d in deployments} == {"nasflow-process"}
+        assert all(d["pull_steps"] == [{"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}]
+                   for d in deployments)
+        nightly = next(d for d in deployments if d["name"] == "nightly-regression")
+        assert [(s["schedule"]["cron"], s["schedule"]["timezone"]) for s in nightly["schedules"]] == [("0 3 * * *", "UTC")]
+
+        cli("deployment", "run", "nas-search-overrides/table-search", "--param", f"overrides={json.dumps(OVERRIDES)}",
+            "--param", f"root={runs}")
+        worker = _start([PREFECT, "worker", "start", "--pool", "nasflow-process", "--run-once", "--limit", "1"],
+                        env, tmp_path / "worker.log")
+        try:  # --run-once --limit 1: it exits once the run it picked up has finished
+            worker.wait(300)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the worker did not finish the run in 300 s:\n{(tmp_path / 'worker.log').read_text()[-3000:]}")
+        table = next(d for d in deployments if d["name"] == "table-search")
+        flow_runs = httpx.post(f"{api}/flow_runs/filter", json={"flow_runs": {"deployment_id": {"any_": [table["id"]]}}},
+                               timeout=10).json()
+        log = (tmp_path / "worker.log").read_text()[-3000:]
+        assert [(r["name"], r["state_type"]) for r in flow_runs] == [("random-nb201-s0", "COMPLETED")], log
+        summary = json.loads((runs / "random-nb201-s0" / "summary.json").read_text())
+        assert summary["trials"] == 5 and summary["strategy"] == "random", summary
+        assert (ROOT / "prefect.yaml").read_bytes() == declared  # deploying left the declaration as it was
+    finally:
+        for proc in (worker, server):
+            if proc is not None:
+                _stop(proc)
+    assert not _group_alive(server.pid) and (worker is None or not _group_alive(worker.pid)), "orphan processes left"
+
+
+@pytest.mark.slow
 def test_supernet_flow_is_cached_while_its_checkpoint_exists(prefect_home, monkeypatch):
-    import nas.supernets.train
-    from nas.orchestration.flows.supernet import train_supernet_flow
-    from nas.supernets.train import TrainedSupernet
+    import supernets.train
+    from flows.supernet import train_supernet_flow
+    from supernets.train import TrainedSupernet
 
     trained = []
 
@@ -253,7 +368,7 @@ def test_supernet_flow_is_cached_while_its_checkpoint_exists(prefect_home, monke
         path.write_bytes(b"weights")
         return TrainedSupernet(path, hashlib.sha256(b"weights").hexdigest(), 50.0, 10.0, 1, 0.1)
 
-    monkeypatch.setattr(nas.supernets.train, "train_supernet", fake_train)
+    monkeypatch.setattr(supernets.train, "train_supernet", fake_train)
     out = prefect_home / "sn"
     overrides = ["space=nb201", "data=digits", "supernet.epochs=1", f"out={out}"]
     first = train_supernet_flow(overrides)

@@ -15,8 +15,8 @@ from nas.errors import ConfigError, EncodingError
 from nas.measure import count_flops, count_params
 from nas.spaces import SPACES
 from nas.spaces.autoformer.space import AutoFormerSpace
-from nas.supernets.base import SUPERNETS
-from nas.spaces.autoformer.supernet import AutoFormerSupernet
+from supernets.base import SUPERNETS
+from supernets.autoformer import AutoFormerSupernet
 
 
 

@@ -1,5 +1,5 @@
 """The contract every registered space and supernet keeps, checked on every preset in
-nas/conf/space (the `_small` CPU presets included): what strategies, evaluators,
+conf/space (the `_small` CPU presets included): what strategies, evaluators,
 training and export rely on, so a new space folder is tested by adding its yaml.
 
 The full-size ImageNet presets build networks of hundreds of MFLOPs: their
@@ -25,10 +25,10 @@ from conftest import space_preset
 from nas.core.space import SPACES, CategoricalSpace, Cost, SearchSpace
 from nas.errors import ConfigError, EvaluationError
 from nas.measure import count_flops, count_params
-from nas.supernets.base import SUPERNETS
+from supernets.base import SUPERNETS
 
 PRESETS = {p.stem: space_preset(p.stem)
-           for p in sorted(Path(str(resources.files("nas.conf") / "space")).glob("*.yaml"))}
+           for p in sorted(Path(str(resources.files("conf") / "space")).glob("*.yaml"))}
 # ImageNet-size networks: seconds each to build and run on 2 cores.
 LARGE = {"ofa_mbv3", "spos", "autoformer"}
 

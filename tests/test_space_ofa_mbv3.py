@@ -15,8 +15,8 @@ from nas.spaces.ofa_mbv3.arch import OFAMbv3Arch
 from nas.errors import ConfigError, EncodingError
 from nas.spaces import SPACES
 from nas.spaces.ofa_mbv3.space import OFAMbv3Space
-from nas.supernets.base import SUPERNETS
-from nas.spaces.ofa_mbv3.supernet import OFAMbv3Supernet
+from supernets.base import SUPERNETS
+from supernets.ofa_mbv3 import OFAMbv3Supernet
 
 
 # In the format of CoLLM-NAS's MobileNet-space table (values ours).

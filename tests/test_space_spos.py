@@ -15,8 +15,8 @@ from nas.errors import ConfigError, EncodingError
 from nas.measure import count_flops, count_params
 from nas.spaces import SPACES
 from nas.spaces.spos.space import SPOSSpace
-from nas.supernets.base import SUPERNETS
-from nas.spaces.spos.supernet import SPOSSupernet
+from supernets.base import SUPERNETS
+from supernets.spos import SPOSSupernet
 
 
 

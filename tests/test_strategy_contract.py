@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from nas.agents.collm import values_text
+from nas.agents.collm.agents import values_text
 from nas.core.space import SearchSpace
 from nas.evaluators.base import EvalResult
 from nas.evaluators.table import TableEvaluator

@@ -10,8 +10,8 @@ from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
 from nas.errors import EncodingError
 from nas.spaces.nb201.network import NB201Network
 from nas.spaces.nb201.space import NB201Space
-from nas.supernets.base import SUPERNETS
-from nas.spaces.nb201.supernet import NB201Supernet
+from supernets.base import SUPERNETS
+from supernets.nb201 import NB201Supernet
 
 
 @pytest.fixture(scope="module")

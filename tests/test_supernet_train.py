@@ -15,10 +15,10 @@ from nas.core.arch import Architecture
 from nas.spaces.nb201.arch import NB201Cell
 from nas.errors import ConfigError, MissingDependencyError
 from nas.evaluators import EVALUATORS
-from nas.evaluators import supernet as supernet_evaluator
+from supernets import evaluator as supernet_evaluator
 from nas.core.space import CategoricalSpace, Decision
 from nas.spaces.nb201.space import NB201Space
-from nas.supernets.train import SubnetSampler, SupernetSettings, train_supernet
+from supernets.train import SubnetSampler, SupernetSettings, train_supernet
 
 SPACE = {"name": "nb201", "channels": 4, "cells_per_stage": 1}
 DIGITS = {"name": "digits", "root": None, "split_file": None}
@@ -198,7 +198,7 @@ def test_uniform_sampling_draws_one_free_subnet_per_step():
 
 
 def test_real_supernets_declare_phases_over_their_decision_groups():
-    from nas.supernets.base import SUPERNETS
+    from supernets.base import SUPERNETS
     from nas.spaces import SPACES
 
     for name in SUPERNETS.names():

@@ -43,7 +43,7 @@ def test_recipe_rejects_bad_values():
 
 
 def test_recipe_and_supernet_share_the_sgd_cosine_settings_and_their_checks():
-    from nas.supernets.train import SupernetSettings
+    from supernets.train import SupernetSettings
     from nas.train.recipe import SgdCosine
 
     assert isinstance(NB201, SgdCosine) and isinstance(SupernetSettings(), SgdCosine)
@@ -233,6 +233,19 @@ def test_non_finite_loss_stops_at_once():
 def test_loss_not_improving_stops_after_patience():
     r = train(tiny_net(1, 8), digits(), Recipe(epochs=6, batch_size=64, lr=1e-7, patience_epochs=2), seed=0)
     assert r.terminated.startswith("loss not improving") and r.epochs == 2
+
+
+@pytest.mark.parametrize("losses, stops", [
+    ([1.0], False), ([1.0, 0.95], True), ([1.0, 0.8], False),
+    ([1.0, 0.8, 0.95], False),          # past the patience epoch a noisy epoch is no reason to stop
+    ([1.0, 0.8, 0.95, 1.2], False),
+    ([1.0, 0.8, float("nan")], True),   # a non-finite loss stops at any epoch
+])
+def test_the_patience_rule_is_judged_once_at_its_epoch(losses, stops):
+    from nas.train.early_stop import failing
+
+    reason = failing(losses, Recipe(epochs=10, patience_epochs=2, min_loss_drop=0.1))
+    assert (reason is not None) is stops, reason
 
 
 def _evaluator(**recipe):

@@ -262,8 +262,8 @@ def test_ddp_trains_with_two_processes_through_the_worker():
 def test_metrics_say_how_the_numbers_were_computed():
     """compile/capture seconds and the share of seeds trained as CUDA graphs, numeric (as the
     evaluation cache's record check wants): on CPU no graph is captured, even when asked for."""
-    from nas.orchestration.tasks.evaluate import RESULT_FIELDS
-    from nas.orchestration.tasks.records import check_fields
+    from tasks.evaluate import RESULT_FIELDS
+    from tasks.records import check_fields
 
     arch = evaluator().space.sample(np.random.default_rng(3))
     for engine in ({"kind": "fast"}, {"kind": "fast", "cuda_graphs": "on"}):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from nas.data.sources import digits
-from nas.orchestration.progress import PrefectProgress, artifact_key
+from tasks.progress import PrefectProgress, artifact_key
 from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.dag.macro import Skeleton
 from nas.spaces.nader.network import build_network

@@ -1,3 +1,4 @@
-"""Design agents as typed functions: a prompt file, a parser and one call through
-the LLM layer each (`nas.llm.LLMClient.ask`). No search logic and no stores:
-callers (the strategies) pass texts in and get an `Answer` back."""
+"""The LLM methods, one folder each: `nader/` (block files; agents, modification tree,
+strategy), `fairnad/` (model source), `collm/` (supernet encodings). In each, `agents.py` holds
+the agents as typed functions (a prompt file from `prompts/`, a parser, one call through
+`nas.llm.LLMClient.ask`) and `strategy.py` the search strategy that drives them."""

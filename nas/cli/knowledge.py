@@ -80,8 +80,8 @@ def _ingest(args, settings: dict[str, Any]) -> None:
     from nas.knowledge.reader import IngestReport
 
     if args.prefect:
-        from nas.orchestration.flows.knowledge import ingest_flow
-        from nas.orchestration.server import start_temporary_server
+        from flows.knowledge import ingest_flow
+        from flows.server import start_temporary_server
         from nas.status import status
 
         start_temporary_server(show=True)

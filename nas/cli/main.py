@@ -1,6 +1,6 @@
 """The `nas` command.
 
-  nas search [hydra overrides] [-m]   run a search (Hydra config in nas/conf/)
+  nas search [hydra overrides] [-m]   run a search (Hydra config in conf/)
   nas compare DIR... [--baseline S]   aggregate runs: mean ± std, curves, paired tests, Pareto fronts
   nas arch validate FILE              check a block file or model .py (exit 0 valid, 1 not)
   nas arch show FILE [--json]         key, width, params, FLOPs, PyTorch source
@@ -9,7 +9,7 @@
   nas train-supernet [overrides]      train a space's weight-sharing supernet (space=, data=, supernet.*=, out=)
   nas knowledge ingest|search|tree|stats   the design-knowledge store (papers -> tagged ideas)
   nas export RUN_DIR [--out DIR]      the best model: PyTorch source + state dict, ONNX (TorchScript fallback)
-  nas serve [overrides]               serve every flow as a Prefect deployment (schedules from nas/conf/serve)
+  nas serve [--list] [overrides]      serve prefect.yaml's deployments on a local Prefect Runner
   nas regress [--suite S]             the benchmark-regression suite against stored baselines
 """
 
@@ -30,8 +30,9 @@ COMMANDS = {"search": "nas.cli.search", "compare": "nas.cli.compare", "arch": "n
 
 def fail(message: str) -> None:
     from nas.secrets import scrub
+    from nas.terminal import printable
 
-    print(f"nas: error: {scrub(message)}", file=sys.stderr)
+    print(f"nas: error: {printable(scrub(message), lines=True)}", file=sys.stderr)  # no escape from a model's text
     raise SystemExit(2)
 
 

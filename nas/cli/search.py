@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nas.config import check_build, check_job, job_overrides
+from nas.config import check_build, check_job, job_overrides, searchpath
 from nas.errors import NasError
 from nas.io import check_output
 
@@ -39,7 +39,7 @@ def main(argv: list[str]) -> None:
             check_jobs(job_overrides([a for a in argv if a not in MULTIRUN], bool(flags)))
         except NasError as err:
             fail(str(err))
-    sys.argv = ["nas search", *argv]
+    sys.argv = ["nas search", *searchpath(), *argv]
     _hydra_entry(existing)
 
 
@@ -89,11 +89,11 @@ def _hydra_entry(existing: set[Path]) -> None:
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, OmegaConf
 
-    @hydra.main(config_path="pkg://nas.conf", config_name="config", version_base="1.3")
+    @hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
     def search(cfg: DictConfig) -> None:
         from nas.cli.main import fail
         from nas.execute import execute
-        from nas.orchestration.env import quiet_termination
+        from tasks.env import quiet_termination
         from nas.search.rundir import RunDir
         from nas.search.spec import SearchSpec
 

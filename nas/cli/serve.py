@@ -1,12 +1,20 @@
-"""`nas serve [--config NAME|FILE] [--list] [KEY=VALUE ...]`: serve every flow as a
-Prefect deployment, with the schedules of nas/conf/serve/default.yaml, against the server
-at PREFECT_API_URL, until Ctrl-C or SIGTERM.
+"""`nas serve [--file PREFECT_YAML] [--limit N] [--list] [NAME.KEY=VALUE ...]`: serve the
+deployments of prefect.yaml (the ones `prefect deploy --all` deploys to a work pool) on a
+local Prefect Runner, against the server at PREFECT_API_URL, until Ctrl-C or SIGTERM.
 
   prefect server start --host 127.0.0.1            # in another terminal
   export PREFECT_API_URL=http://127.0.0.1:4200/api
   nas serve                                        # then start runs from the UI or `prefect deployment run`
   nas serve --list                                 # what would be served; no server needed
-  nas serve deployments.table-search.cron='0 * * * *' deployments.nightly-regression=null
+  nas serve table-search.cron='0 * * * *' nightly-regression=null
+
+prefect.yaml: by default the checkout's (beside the `flows` package); an installed wheel has
+none there and reads ./prefect.yaml instead (the Docker image's /app holds one); --file names
+another. Overrides reach one deployment by its name:
+  NAME.cron='0 4 * * *'            replace its schedules with this cron (UTC); NAME.cron=null: on demand
+  NAME.parameters.KEY=VALUE        a default parameter of its runs, e.g. table-search.parameters.root=/data/runs
+  NAME.KEY=VALUE                   any other key of its prefect.yaml entry (description, concurrency_limit, ...)
+  NAME=null                        do not serve it
 
 On another port, tell the server's UI where its API is (else it calls port 4200):
   PREFECT_UI_API_URL=http://127.0.0.1:4300/api prefect server start --host 127.0.0.1 --port 4300
@@ -21,14 +29,28 @@ import sys
 from nas.errors import NasError
 
 
+def _limit(text: str) -> int | None:
+    if text == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1 or 'none', got {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nas serve", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default="default",
-                        help="a name in nas/conf/serve/ or a YAML file (default: default)")
+    parser.add_argument("--file", default=None, metavar="PREFECT_YAML",
+                        help="the deployments (default: the project's prefect.yaml)")
+    parser.add_argument("--limit", type=_limit, default=2, metavar="N",
+                        help="flow runs at once across all deployments (default: 2; 'none': no limit)")
     parser.add_argument("--list", action="store_true", help="print the deployments and exit")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                        help="dotted overrides of the serve config; KEY=null drops an entry")
+    parser.add_argument("overrides", nargs="*", metavar="NAME.KEY=VALUE",
+                        help="overrides of one deployment's entry; NAME=null drops it")
     return parser
 
 
@@ -39,22 +61,22 @@ def main(argv: list[str]) -> None:
     # A served flow's logs are what the UI shows of it; the CLI's default of WARNING hides them.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
     try:
-        from nas.orchestration.flows.deployments import build, load_config
-        from nas.orchestration.serve import describe, serve
-        from nas.orchestration.server import check_server, ui_warning
+        from flows.serve import build, describe, load, serve
+        from flows.server import check_server, ui_warning
 
-        config = load_config(args.config, args.overrides)
+        entries = load(args.file, args.overrides)
         if args.list:
-            print("\n".join(describe(config)))
+            print("\n".join(describe(entries, args.limit)))
             return
-        deployments = [build(entry) for entry in config.entries]
+        deployments = [build(entry) for entry in entries]
         url = check_server()
     except NasError as err:
         fail(str(err))
     print(f"nas serve: serving on {url} (UI: {url.removesuffix('/api')}/deployments); Ctrl-C to stop", flush=True)
     if (warning := ui_warning(url)) is not None:
         print(warning, file=sys.stderr, flush=True)
-    for entry, deployment in zip(config.entries, deployments):
-        print(f"  {deployment.flow_name}/{entry.name}  [{entry.cron or 'on demand'}]", flush=True)
-    serve(config, deployments)
+    for entry, deployment in zip(entries, deployments, strict=True):
+        schedule = ", ".join(map(str, entry.schedules)) or "on demand"
+        print(f"  {deployment.flow_name}/{entry.name}  [{schedule}]", flush=True)
+    serve(deployments, args.limit)
     print("nas serve: stopped", flush=True)

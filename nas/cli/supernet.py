@@ -1,6 +1,6 @@
 """`nas train-supernet [out=DIR] [overrides]`: train the space's weight-sharing supernet.
 
-Overrides are Hydra's, with the `supernet` group (nas/conf/supernet/default.yaml):
+Overrides are Hydra's, with the `supernet` group (conf/supernet/default.yaml):
 `space=nb201 data=fashion_mnist supernet.epochs=1 supernet.train_subset=2000 out=runs/sn`.
 Writes DIR/supernet.pt and DIR/supernet.json (sha256 + metadata); search with it:
 `nas search space=nb201 evaluator=supernet evaluator.checkpoint=DIR/supernet.pt data=...`.
@@ -18,7 +18,7 @@ USAGE = "usage: nas train-supernet space=NAME [data=...] [supernet.KEY=...] [see
 def main(argv: list[str]) -> None:
     from nas.cli.main import check_group_overrides, fail
     from nas.config import check_config, data_source
-    from nas.supernets.settings import SupernetSettings
+    from supernets.settings import SupernetSettings
 
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__.strip() + "\n\n" + USAGE)
@@ -37,7 +37,7 @@ def main(argv: list[str]) -> None:
         from nas.status import status
 
         with status("loading torch and Lightning", show=progress):  # ~10 s on a CPU, Lightning's torchmetrics most
-            from nas.supernets.train import train_supernet
+            from supernets.train import train_supernet
 
         result = train_supernet(cfg["space"], params, data_source(cfg["data"]), settings, int(cfg["seed"]), out,
                                 progress=progress)

@@ -1,16 +1,18 @@
 """Name → class registries (timm-style decorators) with one factory each.
 
-Adding a space, strategy or evaluator is one `@REGISTRY.register("name")`
-class, its module in the registry's `modules` table, plus one YAML file in
-`nas/conf/<group>/name.yaml`. The table lets a registry list every name while
-importing only the module of the name asked for: naming a strategy must not
-pay for every other strategy's torch, LLM or Prefect imports.
+Adding a space, strategy or evaluator is one `@REGISTRY.register("name")` class, an entry
+point naming its module in the registry's group (`nasflow.<group>` in pyproject.toml's
+`[project.entry-points]`, or in any installed package's: that is a plugin), plus one YAML
+file in `conf/<group>/name.yaml`. Entry points let a registry list every name while
+importing only the module of the name asked for: naming a strategy must not pay for every
+other strategy's torch, LLM or Prefect imports, and a layer never names a module above it.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
+from functools import cache
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Callable, Generic, TypeVar
 
 from nas.errors import ConfigError
@@ -20,11 +22,17 @@ T = TypeVar("T")
 _SCALARS = (bool, int, float, str)
 
 
+@cache
+def plugins(group: str) -> dict[str, EntryPoint]:
+    """The entry points of `group` in every installed distribution, read once per process."""
+    return {ep.name: ep for ep in entry_points(group=group)}
+
+
 class Registry(Generic[T]):
-    def __init__(self, kind: str, modules: dict[str, str] | None = None) -> None:
+    def __init__(self, kind: str, group: str) -> None:
         self.kind = kind
+        self.group = group  # entry-point group: name -> the module that registers it, imported by `get`
         self._entries: dict[str, type[T]] = {}
-        self._modules = dict(modules or {})  # name -> module that registers it, imported by `get`
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
         def deco(cls: type[T]) -> type[T]:
@@ -37,11 +45,14 @@ class Registry(Generic[T]):
         return deco
 
     def names(self) -> list[str]:
-        return sorted({*self._entries, *self._modules})
+        return sorted({*self._entries, *plugins(self.group)})
 
     def get(self, name: str) -> type[T]:
-        if name not in self._entries and name in self._modules:
-            importlib.import_module(self._modules[name])
+        if name not in self._entries and name in plugins(self.group):
+            plugins(self.group)[name].load()
+            if name not in self._entries:
+                raise ConfigError(f"{self.kind} '{name}': entry point '{plugins(self.group)[name].value}' "
+                                  f"(group {self.group}) registered no {self.kind} of that name")
         try:
             return self._entries[name]
         except KeyError:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import math
 from abc import ABC, abstractmethod
@@ -268,14 +267,6 @@ class OpenEndedSpace(SearchSpace[A]):
         return path.read_text(encoding="utf-8")
 
 
-def family_modules(role: str) -> dict[str, str]:
-    """Name -> `nas.spaces.<family>.<role>` for every family folder holding a `<role>.py`, found
-    without importing any: a family registers its space (and supernet) under its folder's name,
-    so adding a space is adding its folder (and its yaml)."""
-    spec = importlib.util.find_spec("nas.spaces")
-    folders = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
-    return {d.name: f"nas.spaces.{d.name}.{role}" for f in folders for d in sorted(f.iterdir())
-            if (d / f"{role}.py").is_file()}
-
-
-SPACES: Registry[SearchSpace] = Registry("space", modules=family_modules("space"))
+# A family registers its space under its folder's name (`nas/spaces/<family>/space.py`), by
+# entry point: naming one space loads no other family.
+SPACES: Registry[SearchSpace] = Registry("space", "nasflow.spaces")

@@ -1,4 +1,3 @@
-"""LLM design strategies (NADER over block files, FairNAD over model source): the
-`DesignStrategy` base they share, the verifier chain their drafts pass before
-anything trains, and the design-quality metrics of their runs. Modules are
-imported where used: the strategy registry names `nas.design.nader` and `nas.design.fairnad`."""
+"""What the LLM design strategies share (NADER over block files, FairNAD over model source;
+each in its folder under `nas/agents/`): the `DesignStrategy` base, the verifier chain their
+drafts pass before anything trains, kept sandbox verdicts, and the design-quality metrics."""

@@ -114,7 +114,4 @@ def evaluate_safely(evaluator: Evaluator, arch: Architecture, seed: int | None) 
         return EvalResult.failure(str(err), time.perf_counter() - start)
 
 
-EVALUATORS: Registry[Evaluator] = Registry("evaluator", modules={
-    "proxy": "nas.evaluators.proxy", "simulated": "nas.evaluators.simulated", "supernet": "nas.evaluators.supernet",
-    "table": "nas.evaluators.table", "train": "nas.evaluators.train",
-})
+EVALUATORS: Registry[Evaluator] = Registry("evaluator", "nasflow.evaluators")

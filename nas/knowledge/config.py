@@ -1,4 +1,4 @@
-"""Knowledge settings (`nas/conf/knowledge/*.yaml`) and the objects they build."""
+"""Knowledge settings (`conf/knowledge/*.yaml`) and the objects they build."""
 
 from __future__ import annotations
 

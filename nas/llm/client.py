@@ -77,7 +77,7 @@ class LLMClient:
     def __init__(self, config: LLMConfig | dict[str, Any] | None = None, run_dir: Path | None = None, *,
                  sleep: Callable[[float], None] = time.sleep, calls: Calls | None = None) -> None:
         """`calls(role, key, fetch, cached)` runs each non-replayed call's `fetch()` (e.g. as a
-        cached Prefect task, `nas/orchestration/tasks/llm.py`) and returns its (result, retries, source);
+        cached Prefect task, `tasks/llm.py`) and returns its (result, retries, source);
         `cached` is `llm.cache`, so that with it off no store answers the call either."""
         self.config = config if isinstance(config, LLMConfig) else LLMConfig.from_dict(config)
         register(os.environ.get(self.config.api_key_env))  # never written, whatever writes it

@@ -1,4 +1,4 @@
-"""LLM settings (`nas/conf/llm/*.yaml`): one endpoint, per-role sampling settings."""
+"""LLM settings (`conf/llm/*.yaml`): one endpoint, per-role sampling settings."""
 
 from __future__ import annotations
 

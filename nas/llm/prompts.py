@@ -1,5 +1,6 @@
-"""Prompt templates are files (`nas/prompts/*.md`), versioned, and part of the
-LLM cache key, so editing a prompt never replays a stale reply.
+"""Prompt templates are files (`nas/prompts/*.md`, and each LLM method's own in
+`nas/agents/<method>/prompts/`), versioned, and part of the LLM cache key (by name, version
+and content, not by path), so editing a prompt never replays a stale reply.
 
 File format: a header block, then `[system]` and `[user]` sections; fields are
 `{{name}}` (JSON examples keep their single braces)::
@@ -22,6 +23,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from nas.errors import ConfigError
@@ -95,9 +97,19 @@ def load_prompt(name: str) -> Prompt:
     """A packaged prompt by name, or a path to a user's prompt file."""
     if name.endswith(".md") and Path(name).is_file():
         return parse_prompt(Path(name).read_text(encoding="utf-8"), name)
-    folder = resources.files("nas") / "prompts"
-    file = folder / f"{name}.md"
-    if not file.is_file():
-        valid = sorted(p.name[:-3] for p in folder.iterdir() if p.name.endswith(".md"))
-        raise ConfigError(f"unknown prompt '{name}' (valid: {', '.join(valid)})")
-    return parse_prompt(file.read_text(encoding="utf-8"), f"nas/prompts/{name}.md")
+    files = packaged_prompts()
+    if name not in files:
+        raise ConfigError(f"unknown prompt '{name}' (valid: {', '.join(sorted(files))})")
+    where, file = files[name]
+    return parse_prompt(file.read_text(encoding="utf-8"), where)
+
+
+@cache
+def packaged_prompts() -> dict[str, tuple[str, Traversable]]:
+    """name -> (where, file) for the shared prompts and every LLM method's."""
+    root = resources.files("nas")
+    folders = [("nas/prompts", root / "prompts")]
+    folders += [(f"nas/agents/{d.name}/prompts", d / "prompts") for d in sorted(
+        (root / "agents").iterdir(), key=lambda d: d.name) if (d / "prompts").is_dir()]
+    return {f.name[:-3]: (f"{where}/{f.name}", f) for where, folder in folders for f in folder.iterdir()
+            if f.name.endswith(".md")}

@@ -66,6 +66,4 @@ class GradientProxy(Proxy):
 # no NASWOT kernel): below any real score, and finite, so metrics stay plain JSON numbers.
 LOWEST = -1e30
 
-PROXIES: Registry[Proxy] = Registry("proxy", modules={
-    name: "nas.proxies.scores" for name in ("synflow", "snip", "grad_norm", "jacob_cov", "naswot", "params")
-})
+PROXIES: Registry[Proxy] = Registry("proxy", "nasflow.proxies")

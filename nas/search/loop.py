@@ -1,5 +1,5 @@
 """The ask → evaluate → tell loop. Executors decide *how* a batch is
-evaluated (in-process here; as cached Prefect tasks in `nas/orchestration/tasks/`)."""
+evaluated (in-process here; as cached Prefect tasks in `tasks/`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from nas.search.spec import SearchSpec
 from nas.strategies.base import Candidate, SearchExhausted, Trial, random_only_note
 
 log = logging.getLogger(__name__)
-progress_log = logging.getLogger("nas.progress")  # search.log only under `nas search` (nas/conf/config.yaml)
+progress_log = logging.getLogger("nas.progress")  # search.log only under `nas search` (conf/config.yaml)
 
 
 class Executor(Protocol):

@@ -94,8 +94,7 @@ class Scorer(ABC):
         """One finite score per architecture, in their order."""
 
 
-SCORERS: Registry[Scorer] = Registry("scorer", modules={
-    "predictor": "nas.search.screen", "proxy": "nas.proxies.screen"})
+SCORERS: Registry[Scorer] = Registry("scorer", "nasflow.scorers")
 
 
 @SCORERS.register("predictor")

@@ -216,12 +216,12 @@ def _first(natural: str | None, names: list[str]) -> list[str]:
 
 
 def space_defaults(label: str) -> dict[str, str]:
-    """The natural strategy and evaluator of a space preset (nas/conf/space_defaults/<label>.yaml)."""
+    """The natural strategy and evaluator of a space preset (conf/space_defaults/<label>.yaml)."""
     from importlib import resources
 
     import yaml
 
-    path = resources.files("nas.conf") / "space_defaults" / f"{label}.yaml"
+    path = resources.files("conf") / "space_defaults" / f"{label}.yaml"
     if not path.is_file():
         return {}
     entries = yaml.safe_load(path.read_text()).get("defaults") or []

@@ -202,11 +202,7 @@ class Deduplicating:
                 raise RunDirError(f"{where}: {err}") from None
 
 
-STRATEGIES: Registry[Strategy] = Registry("strategy", modules={
-    "bananas": "nas.strategies.bananas", "collm": "nas.strategies.collm", "evolution": "nas.strategies.evolution", "fairnad": "nas.design.fairnad",
-    "nader": "nas.design.nader", "random": "nas.strategies.random_search", "rea": "nas.strategies.rea",
-    "reinforce": "nas.strategies.reinforce",
-})
+STRATEGIES: Registry[Strategy] = Registry("strategy", "nasflow.strategies")
 
 
 def random_only_note(name: str, params: dict[str, Any], trials: int) -> str | None:

@@ -5,7 +5,7 @@ silence during long work is a bug.  Both engines call `on_epoch` once per
 finished epoch, when they read the epoch's loss anyway (no extra device
 synchronisation).  `nas train` draws it (`EpochDisplay`); inside a Prefect
 task or flow run it becomes one progress artifact per candidate's training
-(nas/orchestration/progress.py), which the UI shows live.
+(tasks/progress.py), which the UI shows live.
 """
 
 from __future__ import annotations
@@ -103,9 +103,9 @@ class EpochDisplay:
                         state=f"epoch {p.epoch}/{p.epochs}  loss {p.loss:.4f}  {rest}")
 
 
-# Who shows a training's progress while it runs inside an orchestrator's run, by module
-# name: the library never imports Prefect (nas/orchestration/progress.py registers it).
-REPORTERS: Registry[Any] = Registry("progress reporter", modules={"prefect": "nas.orchestration.progress"})
+# Who shows a training's progress while it runs inside an orchestrator's run, by entry point:
+# the library never imports Prefect (tasks/progress.py registers it).
+REPORTERS: Registry[Any] = Registry("progress reporter", "nasflow.reporters")
 
 
 def prefect_progress() -> OnEpoch | None:

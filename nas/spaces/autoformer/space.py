@@ -96,7 +96,7 @@ class AutoFormerSpace(CategoricalSpace[AutoFormerArch]):
 
     def build(self, arch: AutoFormerArch, num_classes: int, in_channels: int = 3, input_size: int = 32,
               options: Mapping[str, Any] | None = None) -> "nn.Module":
-        from nas.spaces.autoformer.supernet import ViT
+        from nas.spaces.autoformer.network import ViT
 
         return ViT(self.validate(arch), head_dim=self.head_dim, patch_size=self.patch_size,
                    image_size=self.image_size, num_classes=num_classes, in_channels=in_channels)
@@ -137,7 +137,7 @@ def _check(name: str, value: Any, choices: tuple[Any, ...]) -> None:
 
 def vit_cost(arch: AutoFormerArch, *, head_dim: int, patch_size: int, image_size: int, num_classes: int,
              in_channels: int = 3) -> Cost:
-    """Params and fvcore FLOPs of `nas.spaces.autoformer.supernet.ViT`, in closed form (tests check it
+    """Params and fvcore FLOPs of `nas.spaces.autoformer.network.ViT`, in closed form (tests check it
     against fvcore): fvcore counts one MAC per Linear/conv/matmul weight use, 5 per LayerNorm
     element, nothing for softmax, GELU, adds or the attention scale."""
     e, patches = arch.embed_dim, (image_size // patch_size) ** 2

@@ -14,7 +14,7 @@ from nas.core.space import SPACES, CategoricalSpace, Cost, Decision
 if TYPE_CHECKING:
     from torch import nn
 
-    from nas.spaces.ofa_mbv3.supernet import SubnetCost
+    from nas.spaces.ofa_mbv3.network import SubnetCost
 
 
 def _choice_set(name: str, values: Any) -> tuple[int, ...]:
@@ -82,9 +82,9 @@ class OFAMbv3Space(CategoricalSpace[OFAMbv3Arch]):
     def build(self, arch: OFAMbv3Arch, num_classes: int, in_channels: int = 3, input_size: int = 32,
               options: Mapping[str, Any] | None = None) -> "nn.Module":
         """OFA generates a subnet only from its elastic network: the subnet of a fresh supernet."""
-        from nas.spaces.ofa_mbv3.supernet import OFAMbv3Supernet
+        from nas.spaces.ofa_mbv3.network import elastic_network, subnet
 
-        return OFAMbv3Supernet(self, num_classes, in_channels).extract(arch)
+        return subnet(elastic_network(self, num_classes, in_channels), self, arch)
 
     def decode(self, encoding: Any) -> OFAMbv3Arch:
         return self.validate(OFAMbv3Arch.decode(encoding, self.num_blocks))
@@ -111,11 +111,11 @@ class OFAMbv3Space(CategoricalSpace[OFAMbv3Arch]):
     # --- cost and prompts -------------------------------------------------
     def cost(self, arch: OFAMbv3Arch) -> Cost:
         """fvcore params/MACs of the static subnet at (1, 3, r, r) with `num_classes` outputs
-        (see `nas.spaces.ofa_mbv3.supernet.SubnetCost`: per-block measurements, cached)."""
+        (see `nas.spaces.ofa_mbv3.network.SubnetCost`: per-block measurements, cached)."""
         with self._lock:
             if self._cost is None:
-                # Imported here: torch stays out of space imports, and supernets import this module.
-                from nas.spaces.ofa_mbv3.supernet import SubnetCost
+                # Imported here: torch stays out of space imports, and the network module imports this one.
+                from nas.spaces.ofa_mbv3.network import SubnetCost
 
                 self._cost = SubnetCost(self)
             return self._cost(arch)

@@ -99,7 +99,7 @@ class SPOSSpace(CategoricalSpace[SPOSArch]):
 
     def build(self, arch: SPOSArch, num_classes: int, in_channels: int = 3, input_size: int = 32,
               options: Mapping[str, Any] | None = None) -> "nn.Module":
-        from nas.spaces.spos.supernet import subnet
+        from nas.spaces.spos.network import subnet
 
         return subnet(self, arch, num_classes, in_channels)
 
@@ -160,6 +160,6 @@ def _ints(name: str, values: Any) -> tuple[int, ...]:
 def cost_table(config: tuple[Any, ...]) -> tuple[Cost, tuple[tuple[Cost, ...], ...]]:
     """(stem + head cost, cost of each choice in each block): measured once per skeleton on a
     random-init supernet, since no unit's cost depends on the other blocks' choices."""
-    from nas.spaces.spos.supernet import measure_costs  # supernets import the spaces
+    from nas.spaces.spos.network import measure_costs  # the network module imports this one
 
     return measure_costs(SPOSSpace(*config))

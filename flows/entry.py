@@ -1,0 +1,83 @@
+"""Flows started with Hydra overrides, as `nas` takes them on the command line, so
+any search or ingestion can be launched from the Prefect UI or `prefect
+deployment run` with nothing but a list of strings, checked as the command
+line's are (nas/config.py): a search's unknown group option or key fails its run in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+from prefect.runtime import flow_run
+
+from nas.config import check_config, check_job, compose_config
+from nas.execute import execute
+from nas.search.rundir import RunDir
+
+RUN_DIR = "hydra.run.dir="
+
+
+@flow(name="nas-search-overrides", persist_result=False)
+def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs") -> dict[str, Any]:
+    """Any `nas search` (table, supernet, open-ended design) under the chosen runner;
+    writes to `hydra.run.dir=DIR` when given (resuming a run there), else to a new
+    ROOT/<strategy>-<space>-s<seed>[-N], and the flow run takes that directory's name
+    (a run that fails before writing to a dir it made removes it again)."""
+    from flows.search import run_name
+
+    overrides = list(overrides or [])
+    dirs = [o[len(RUN_DIR):] for o in overrides if o.startswith(RUN_DIR)]
+    job = [o for o in overrides if not o.startswith(RUN_DIR)]
+    spec, _ = check_job(job)  # the flow shows no progress of its own
+    cfg = compose_config(job)
+    run_dir = Path(dirs[-1]).resolve() if dirs else new_run_dir(Path(root).resolve(), run_name(spec))
+    made = not dirs or not run_dir.exists()  # a given dir that is not there yet is this run's too
+    run = RunDir(run_dir)
+    with run.lock():  # taken again by `execute`; held here to remove the dir a failed start made
+        try:
+            _rename_flow_run(run_dir.name if not dirs else run_name(spec))
+            summary = execute(spec, run_dir, cfg.get("runner") or {}, progress=False)
+        except BaseException:
+            if made:
+                run.discard_unstarted()
+            raise
+    return {"run_dir": str(run_dir), **summary}
+
+
+def new_run_dir(root: Path, name: str) -> Path:
+    """ROOT/NAME, or NAME-2, NAME-3, ... when taken: created here (mkdir is atomic), so two
+    runs started at once never share a directory and no earlier run is overwritten."""
+    root.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        path = root / (name if n == 1 else f"{name}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            n += 1
+
+
+def _rename_flow_run(name: str) -> None:
+    """A deployment run starts under a random name (`jasmine-penguin`); the search's own
+    name is known only once its overrides are composed."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_name(flow_run.get_id(), name)
+
+
+@flow(name="nas-ingest-overrides", persist_result=False)
+def ingest_overrides_flow(paths: list[str] | None = None, overrides: list[str] | None = None,
+                          out: str | None = None) -> dict[str, Any]:
+    """`nas knowledge ingest PATHS [overrides] --prefect`; no paths reads the built-in corpus."""
+    from nas.knowledge.config import KnowledgeConfig
+    from nas.llm import LLMConfig
+    from flows.knowledge import ingest_flow
+
+    cfg = check_config(list(overrides or []))
+    settings = {"llm": cfg["llm"], "knowledge": cfg["knowledge"]}
+    LLMConfig.from_dict(settings["llm"])  # bad settings fail before any paper is read
+    KnowledgeConfig.from_dict(settings["knowledge"])
+    return ingest_flow(settings, list(paths or []), out)

@@ -1,0 +1,85 @@
+"""The search flow: drives ask → evaluate (cached tasks) → tell, and publishes the
+search's report, top trials and progress as artifacts (flows/artifacts.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from nas.evaluators.base import Evaluator
+from nas.execute import RUNNERS, SearchRunner
+from flows.artifacts import SearchArtifacts
+from flows.placement import open_executor
+from flows.runners import build_task_runner, shared_api
+from tasks.llm import prefect_calls
+from nas.report import write_run_report
+from nas.search.loop import SearchLoop, trusts_self_reported
+from nas.search.spec import SearchSpec
+
+
+@flow(name="nas-search", persist_result=False, validate_parameters=False)
+def search_flow(spec: dict[str, Any], run_dir: str, retries: int = 1,
+                progress: bool = True, runner: str = "prefect",
+                runner_settings: dict[str, Any] | None = None) -> dict[str, Any]:
+    search = SearchSpec.from_dict(spec)
+    space = search.build_space()
+    evaluator = search.build_evaluator(space)
+    executor = open_executor(runner_settings or {"name": runner}, search, evaluator, retries)
+    artifacts = SearchArtifacts(run_name(search), search.trials, trusts_self_reported(search))
+    artifacts.start()
+    loop = SearchLoop(search, Path(run_dir), executor, progress=progress, runner=runner,
+                      llm_calls=prefect_calls, on_batch=artifacts.on_batch,
+                      evaluator_fingerprint=evaluator.fingerprint())
+    summary = loop.run_search()
+    write_run_report(Path(run_dir), summary)
+    artifacts.finish(Path(run_dir), summary)
+    return summary
+
+
+def run_name(spec: SearchSpec) -> str:
+    """`<strategy>-<space>-s<seed>`: the flow run's name in the UI, and a deployment run's dir."""
+    return f"{spec.strategy.name}-{spec.space.name}-s{spec.seed}"
+
+
+def run_search_flow(spec: SearchSpec, run_dir: Path, *, progress: bool, retries: int = 1, workers: int = 4,
+                    runner: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`runner` (the config group's dict) picks the task runner: threads, processes,
+    Dask or Ray; without one, a thread pool of `workers`."""
+    runner = runner or {"name": "prefect", "workers": workers}
+    named = search_flow.with_options(
+        task_runner=build_task_runner(runner),
+        flow_run_name=run_name(spec),
+    )
+    with shared_api(runner, show=progress):
+        return named(spec.to_dict(), str(run_dir), retries, progress, runner.get("name", "prefect"), dict(runner))
+
+
+class FlowRunner(SearchRunner):
+    """The search as the `nas-search` flow, its evaluations tasks of the configured task
+    runner (flows/runners.py); the flow builds its own evaluator."""
+
+    def run(self, spec: SearchSpec, run_dir: Path, evaluator: Evaluator, progress: bool) -> dict[str, Any]:
+        return run_search_flow(spec, run_dir, runner=self.settings, retries=int(self.settings.get("retries", 1)),
+                               progress=progress)
+
+
+@RUNNERS.register("prefect")
+class ThreadsFlowRunner(FlowRunner):
+    """Evaluations on a thread pool of `workers`."""
+
+
+@RUNNERS.register("processes")
+class ProcessesFlowRunner(FlowRunner):
+    """Evaluations in a pool of `workers` processes."""
+
+
+@RUNNERS.register("dask")
+class DaskFlowRunner(FlowRunner):
+    """Evaluations on a local Dask cluster or a scheduler's (`address`)."""
+
+
+@RUNNERS.register("ray")
+class RayFlowRunner(FlowRunner):
+    """Evaluations on a local Ray or a cluster's (`address`)."""

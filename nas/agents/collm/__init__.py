@@ -1,0 +1,1 @@
+"""CoLLM-NAS: a stateful Navigator and a stateless Generator over supernet encodings."""

@@ -1,0 +1,1 @@
+"""FairNAD: agents that edit PyTorch model source, the strategy with its feedback loop."""

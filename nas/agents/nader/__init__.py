@@ -1,0 +1,1 @@
+"""NADER: agents that edit block graphs in the DAG language, a modification tree, the strategy."""

@@ -1,1 +1,0 @@
-"""Hydra config groups, shipped as package data (`pkg://nas.conf`)."""

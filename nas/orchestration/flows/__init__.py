@@ -1,8 +1,0 @@
-"""Prefect flows, each stage a cached, retryable task: search (`search`, and
-`entry` from Hydra overrides), knowledge ingestion (`knowledge`), supernet
-training (`supernet`), benchmark regression (`regression`); `deployments`
-serves them (`nas serve`); `artifacts` is what a search shows in the UI."""
-
-from nas.orchestration.env import configure_prefect_env
-
-configure_prefect_env()

@@ -1,0 +1,216 @@
+"""Supernet training in Lightning (stage one of two-stage NAS).
+
+Sampling per step:
+
+* "uniform" (SPOS, AutoFormer): one uniformly random subnet.
+* "sandwich" (OFA, BigNAS): the largest, the smallest and `n_random` random
+  subnets (distinct), gradients summed into one optimiser step. With the
+  supernet's `phases`, training is split evenly into len(phases)+1 parts:
+  part 0 trains the largest network only, part k releases the decision
+  groups phases[:k]; unreleased decisions stay at their largest value, and
+  decisions in no phase (OFA's resolution) are drawn from the start.
+
+Simplified against OFA: one run with one cosine schedule over all phases
+(OFA restarts training per phase, with its own epochs and learning rates);
+the teacher is the largest subnet of the same step (in-place distillation,
+BigNAS) rather than a separately trained full network, and subnets other than
+the largest learn only from its soft labels; no label smoothing.
+Inputs are resized to `supernet.input_size(arch)` per subnet; grey data is RGB.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+
+from nas.core.arch import Architecture
+from nas.data.module import ImageDataModule
+from nas.data.sources import SOURCES, load_data
+from nas.errors import ConfigError
+from supernets.evaluator import Feeder, resize, score
+from nas.io import atomic_write_bytes, atomic_write_json
+from nas.status import status
+from nas.core.registry import check_keys
+from nas.core.space import CategoricalSpace
+from nas.train.fit import _quiet
+from nas.train.optim import sgd_cosine
+from supernets.base import SUPERNETS, Supernet
+from supernets.settings import SupernetSettings
+
+
+class SubnetSampler:
+    """The subnets one training step trains; under sandwich the largest comes first (the teacher)."""
+
+    def __init__(self, space: CategoricalSpace, largest: Architecture, smallest: Architecture, sampling: str,
+                 phases: tuple[tuple[str, ...], ...], n_random: int, total_steps: int, seed: int) -> None:
+        self.space, self.sampling, self.n_random = space, sampling, n_random
+        self.groups = [d.name.split("[")[0] for d in space.decisions()]
+        self.largest, self.smallest = space.to_values(largest), space.to_values(smallest)
+        self.phases = tuple(phases) if sampling == "sandwich" else ()
+        self.total_steps = max(total_steps, 1)
+        self.rng = np.random.default_rng(seed)
+
+    @classmethod
+    def for_supernet(cls, supernet: Supernet, sampling: str, n_random: int, total_steps: int,
+                     seed: int) -> "SubnetSampler":
+        return cls(supernet.space, supernet.largest(), supernet.smallest(), sampling, supernet.phases,
+                   n_random, total_steps, seed)
+
+    @property
+    def n_phases(self) -> int:
+        return len(self.phases) + 1
+
+    def phase(self, step: int) -> int:
+        return min(step * self.n_phases // self.total_steps, self.n_phases - 1)
+
+    def pinned(self, phase: int) -> list[bool]:
+        """Per decision, whether it is still held at its largest value in `phase`."""
+        held = {group for groups in self.phases[phase:] for group in groups}
+        return [group in held for group in self.groups]
+
+    def draw(self, step: int) -> list[Architecture]:
+        if self.sampling == "uniform":
+            return [self.space.sample(self.rng)]
+        pinned = self.pinned(self.phase(step))
+
+        def pin(values: list[Any]) -> Architecture:
+            return self.space.from_values([big if p else v for v, big, p in zip(values, self.largest, pinned)])
+
+        randoms = [pin(self.space.to_values(self.space.sample(self.rng))) for _ in range(self.n_random)]
+        return list({a.key(): a for a in [pin(self.largest), pin(self.smallest), *randoms]}.values())
+
+
+class SupernetModule(pl.LightningModule):
+    """Weight-sharing training: each step backpropagates through the sampler's
+    subnets one at a time (manual optimisation: one graph in memory) and takes
+    one optimiser step on the summed gradients."""
+
+    def __init__(self, supernet: Supernet, sampler: SubnetSampler, settings: SupernetSettings) -> None:
+        super().__init__()
+        self.supernet, self.sampler, self.settings = supernet, sampler, settings
+        self.distill = settings.distill and sampler.sampling == "sandwich"
+        self.automatic_optimization = False
+        self.steps = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.supernet(x)
+
+    def training_step(self, batch, batch_idx: int) -> None:
+        x, y = batch
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        opt.zero_grad()
+        phase = self.sampler.phase(self.steps)
+        teacher = None
+        for i, arch in enumerate(self.sampler.draw(self.steps)):
+            self.supernet.set_active(arch)
+            logits = self.supernet(resize(x, self.supernet.input_size(arch)))
+            if teacher is None:
+                loss = F.cross_entropy(logits, y)
+            else:
+                loss = -(teacher * logits.log_softmax(1)).sum(1).mean()
+            if i == 0:
+                self.log("loss", loss.detach(), prog_bar=True, batch_size=len(y))
+                teacher = logits.detach().softmax(1) if self.distill else None
+            self.manual_backward(loss)
+        opt.step()
+        sched.step()
+        self.steps += 1
+        self.log("phase", float(phase), prog_bar=True, batch_size=len(y))
+
+    def configure_optimizers(self):
+        """No weight decay on BatchNorm/LayerNorm weights and biases (as OFA)."""
+        decay = [p for p in self.supernet.parameters() if p.ndim > 1]
+        rest = [p for p in self.supernet.parameters() if p.ndim <= 1]
+        groups = [{"params": decay}, {"params": rest, "weight_decay": 0.0}]
+        opt, sched = sgd_cosine(self.settings, groups, self.sampler.total_steps)
+        return [opt], [sched]
+
+
+@dataclass(frozen=True)
+class TrainedSupernet:
+    path: Path  # supernet.pt; supernet.json beside it
+    sha256: str
+    val_accuracy_largest: float
+    val_accuracy_smallest: float
+    steps: int
+    wall_seconds: float
+
+
+def build_supernet(space: dict[str, Any], params: dict[str, Any], num_classes: int) -> Supernet:
+    """The space's registered supernet for RGB input; `space` is its config (name + parameters)."""
+    from nas.spaces import SPACES
+
+    name = space.get("name")
+    if name not in SUPERNETS.names():
+        raise ConfigError(f"space '{name}' has no supernet (spaces with one: {', '.join(SUPERNETS.names())})")
+    clash = sorted({"num_classes", "in_channels"} & set(params))
+    if clash:
+        raise ConfigError(f"supernet.params.{clash[0]} is set from the data; remove it")
+    built = SPACES.create(name, {k: v for k, v in space.items() if k != "name"})
+    return SUPERNETS.create(name, {**params, "num_classes": num_classes, "in_channels": 3}, space=built)
+
+
+def train_supernet(space: dict[str, Any], params: dict[str, Any], data: dict[str, Any], settings: SupernetSettings,
+                   seed: int, out_dir: Path, progress: bool = True) -> TrainedSupernet:
+    """Train, score the largest and smallest subnets on validation data, write
+    `out_dir/supernet.pt` then `supernet.json` (its sha256 and the metadata), each atomically."""
+    start = time.perf_counter()
+    if not isinstance(data, dict) or data.get("name") not in SOURCES:
+        raise ConfigError(f"data: unknown dataset '{data.get('name') if isinstance(data, dict) else data}' "
+                          f"(valid: {', '.join(SOURCES)})")
+    check_keys("data", data, ["name", "root", "split_file"])
+    with status(f"loading {data['name']} and building the supernet", show=progress):  # seconds for fashion_mnist
+        image = load_data(**data).rgb()
+        _quiet()
+        warnings.filterwarnings("ignore", message=".*no `validation_step`.*")  # the data module's, unused here
+        pl.seed_everything(seed, verbose=False)
+        net = build_supernet(space, params, image.num_classes)
+    sampling = settings.sampling or net.default_sampling
+    n_train = len(image.train.subset(settings.train_subset))
+    # Under DDP each rank steps through its 1/devices share; the sampler's phases and the schedule count steps.
+    total = settings.epochs * math.ceil(math.ceil(n_train / settings.devices) / settings.batch_size)
+    module = SupernetModule(net, SubnetSampler.for_supernet(net, sampling, settings.n_random, total, seed), settings)
+    dm = ImageDataModule(image, settings.batch_size, settings.flip, settings.crop, settings.train_subset, seed=seed)
+    trainer = pl.Trainer(max_epochs=settings.epochs, accelerator=settings.accelerator, devices=settings.devices,
+                         strategy=settings.lightning_strategy(), logger=False,
+                         enable_checkpointing=False, enable_progress_bar=progress, enable_model_summary=False,
+                         num_sanity_val_steps=0, limit_val_batches=0)
+    trainer.fit(module, datamodule=dm)
+    if not trainer.is_global_zero:
+        raise SystemExit(0)  # DDP's extra ranks (relaunched commands) only train; rank 0 scores and writes
+
+    net.eval()
+    feeder = Feeder(image, settings.batch_size, next(net.parameters()).device)
+    val = {}
+    with status("scoring the largest and smallest subnets on validation data", show=progress):
+        for which in ("largest", "smallest"):
+            arch = getattr(net, which)()
+            sub = net.extract(arch).to(feeder.device)
+            val[which] = round(score(sub, feeder, net.input_size(arch), settings.recal_batches,
+                                     settings.val_subset)[0], 4)
+    meta = {"space": space["name"], "space_params": {k: v for k, v in space.items() if k != "name"},
+            "supernet": net.config(), "train": {**settings.to_dict(), "sampling": sampling}, "data": dict(data),
+            "seed": seed, "steps": module.steps, "largest": net.largest().encode(),
+            "smallest": net.smallest().encode(), "val_accuracy_largest": val["largest"],
+            "val_accuracy_smallest": val["smallest"]}
+    buffer = io.BytesIO()
+    torch.save({**meta, "state_dict": {k: v.detach().cpu() for k, v in net.state_dict().items()}}, buffer)
+    raw = buffer.getvalue()
+    sha256 = hashlib.sha256(raw).hexdigest()
+    path = Path(out_dir) / "supernet.pt"
+    atomic_write_bytes(path, raw)
+    wall = round(time.perf_counter() - start, 3)
+    atomic_write_json(path.with_suffix(".json"), {"file": path.name, "sha256": sha256, "bytes": len(raw),
+                                                  "wall_seconds": wall, **meta})
+    return TrainedSupernet(path, sha256, val["largest"], val["smallest"], module.steps, wall)

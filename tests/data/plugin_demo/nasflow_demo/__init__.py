@@ -1,0 +1,1 @@
+"""A nasflow plugin: the `ordered` strategy."""

@@ -1,0 +1,1 @@
+"""Config groups this plugin adds to nasflow's (found through the `nasflow.conf` entry point)."""
