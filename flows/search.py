@@ -8,7 +8,6 @@ from typing import Any
 
 from prefect import flow
 
-from nas.evaluators.base import Evaluator
 from nas.execute import RUNNERS, SearchRunner
 from flows.artifacts import SearchArtifacts
 from flows.placement import open_executor
@@ -16,22 +15,21 @@ from flows.runners import build_task_runner, shared_api
 from tasks.llm import prefect_calls
 from nas.report import write_run_report
 from nas.search.loop import SearchLoop, trusts_self_reported
-from nas.search.spec import SearchSpec
+from nas.search.spec import Search, SearchSpec
 
 
 @flow(name="nas-search", persist_result=False, validate_parameters=False)
 def search_flow(spec: dict[str, Any], run_dir: str, retries: int = 1,
                 progress: bool = True, runner: str = "prefect",
                 runner_settings: dict[str, Any] | None = None) -> dict[str, Any]:
-    search = SearchSpec.from_dict(spec)
-    space = search.build_space()
-    evaluator = search.build_evaluator(space)
+    built = Search.of(SearchSpec.from_dict(spec))  # the caller's parts when it runs in this process
+    search, evaluator = built.spec, built.evaluator
     executor = open_executor(runner_settings or {"name": runner}, search, evaluator, retries)
     artifacts = SearchArtifacts(run_name(search), search.trials, trusts_self_reported(search))
     artifacts.start()
     loop = SearchLoop(search, Path(run_dir), executor, progress=progress, runner=runner,
                       llm_calls=prefect_calls, on_batch=artifacts.on_batch,
-                      evaluator_fingerprint=evaluator.fingerprint())
+                      evaluator_fingerprint=evaluator.fingerprint(), search=built)
     summary = loop.run_search()
     write_run_report(Path(run_dir), summary)
     artifacts.finish(Path(run_dir), summary)
@@ -43,10 +41,13 @@ def run_name(spec: SearchSpec) -> str:
     return f"{spec.strategy.name}-{spec.space.name}-s{spec.seed}"
 
 
-def run_search_flow(spec: SearchSpec, run_dir: Path, *, progress: bool, retries: int = 1, workers: int = 4,
-                    runner: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_search_flow(spec: SearchSpec | Search, run_dir: Path, *, progress: bool, retries: int = 1,
+                    workers: int = 4, runner: dict[str, Any] | None = None) -> dict[str, Any]:
     """`runner` (the config group's dict) picks the task runner: threads, processes,
-    Dask or Ray; without one, a thread pool of `workers`."""
+    Dask or Ray; without one, a thread pool of `workers`. A built `Search` is handed to the flow."""
+    if isinstance(spec, Search):
+        spec.ready()
+        spec = spec.spec
     runner = runner or {"name": "prefect", "workers": workers}
     named = search_flow.with_options(
         task_runner=build_task_runner(runner),
@@ -58,10 +59,10 @@ def run_search_flow(spec: SearchSpec, run_dir: Path, *, progress: bool, retries:
 
 class FlowRunner(SearchRunner):
     """The search as the `nas-search` flow, its evaluations tasks of the configured task
-    runner (flows/runners.py); the flow builds its own evaluator."""
+    runner (flows/runners.py); the flow takes over the built search (`Search.of`)."""
 
-    def run(self, spec: SearchSpec, run_dir: Path, evaluator: Evaluator, progress: bool) -> dict[str, Any]:
-        return run_search_flow(spec, run_dir, runner=self.settings, retries=int(self.settings.get("retries", 1)),
+    def run(self, search: Search, run_dir: Path, progress: bool) -> dict[str, Any]:
+        return run_search_flow(search, run_dir, runner=self.settings, retries=int(self.settings.get("retries", 1)),
                                progress=progress)
 
 

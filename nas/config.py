@@ -184,16 +184,18 @@ def _resolve(cfg: Any) -> dict[str, Any]:
         raise ConfigError(one_line(err)) from None
 
 
-def check_build(spec: SearchSpec) -> None:
-    """The rest of what `execute` checks before it starts, without writing anything."""
+def check_build(spec: SearchSpec, keep: bool = False) -> None:
+    """The rest of what `execute` checks before it starts, without writing anything. `keep`: the
+    job runs next in this process, which then uses what was built (`Search.of`) and hears its
+    warnings now; otherwise (a sweep's jobs, checked once per distinct job) they are left unsaid."""
     import logging
 
-    logging.disable(logging.WARNING)  # a component's warnings are said once, when the job builds it
+    if keep:
+        spec.build().ready()
+        return
+    logging.disable(logging.WARNING)
     try:
-        space = spec.build_space()
-        spec.check_budget(space)
-        spec.build_strategy(space)
-        spec.build_evaluator(space)
+        spec.build()
     finally:
         logging.disable(logging.NOTSET)
 
@@ -216,6 +218,8 @@ def check_key(override: Any, base: Any) -> None:
             if (override.is_add() or override.is_force_add()) and parts[0] in COMPONENTS and depth == len(parts) - 1:
                 return
             hint = MOVED.get(key) or (_add_hint(base, parts) if depth == len(parts) - 1 and not override.is_add() else "")
+            if not hint and depth == len(parts) - 1 >= 2 and parts[0] in COMPONENTS and not override.is_add():
+                hint = f"; a key {where} does not list is added with +{key}={value}"  # e.g. strategy.sampler_params
             section = f"of {where}" if where else "at the top level"
             raise ConfigError(f"unknown key '{key}' (valid keys {section}: {', '.join(map(str, node))}){hint}")
         node = node._get_node(part)

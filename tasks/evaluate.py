@@ -37,8 +37,15 @@ RESULT_FIELDS = {"accuracy": _number_or_none, "params": _number_or_none, "flops"
                  "curve": lambda v: isinstance(v, list) and all(map(is_number, v))}
 
 
+# The search's own evaluator, for the tasks that run in its process (runner=prefect's threads):
+# the flow built it already. Task runs in other processes build theirs (`_evaluator`).
+_SHARED: dict[tuple[str, str], Evaluator] = {}
+
+
 @lru_cache(maxsize=16)
 def _evaluator(space_json: str, evaluator_json: str) -> Evaluator:
+    if (space_json, evaluator_json) in _SHARED:
+        return _SHARED[space_json, evaluator_json]
     space_c, eval_c = Component(**json.loads(space_json)), Component(**json.loads(evaluator_json))
     return build_evaluator(eval_c, SPACES.create(space_c.name, space_c.params))
 
@@ -65,6 +72,7 @@ class PrefectExecutor:
         self.space = {"name": spec.space.name, "params": dict(spec.space.params)}
         self.evaluator = {"name": spec.evaluator.name, "params": dict(spec.evaluator.params)}
         self.fingerprint = evaluator.fingerprint()
+        _SHARED[json.dumps(self.space, sort_keys=True), json.dumps(self.evaluator, sort_keys=True)] = evaluator
         self.seed = spec.seed if evaluator.uses_seed else None
         self.refresh = evaluate_task.with_options(retries=retries, refresh_cache=True)
         self.task = evaluate_task.with_options(retries=retries) if cached else self.refresh

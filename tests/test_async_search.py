@@ -26,7 +26,7 @@ from nas.search.loop import LocalExecutor, SearchLoop
 from nas.search.record import read_history
 from nas.search.rundir import RunDir
 from nas.search.slots import Slot, assign_slots, visible_gpus
-from nas.search.spec import Component, SearchSpec
+from nas.search.spec import Component, Search, SearchSpec
 from nas.spaces.nb201.space import NB201Space
 from nas.strategies.base import Candidate
 
@@ -141,7 +141,8 @@ def test_in_flight_is_refused_for_batch_strategies_batch_sizes_and_batch_executo
         SearchSpec(space=Component("nb201"), strategy=Component("rea"), evaluator=Component("table"),
                    in_flight=4, batch_size=2)
     with pytest.raises(ConfigError, match=r"unknown key 'runner.worker' \(valid keys of runner=local: workers"):
-        LocalRunner({"name": "local", "worker": 2}).run(spec_of(), Path("unused"), None, False)  # type: ignore[arg-type]
+        LocalRunner({"name": "local", "worker": 2}).run(Search(spec_of(), None, None, None), Path("unused"),  # type: ignore[arg-type]
+                                                        False)
     with pytest.raises(ConfigError, match=r"^budget.in_flight=4: runner=local evaluates in batches only"):
         SearchLoop(spec_of(), tmp_path, LocalExecutor(clock_evaluator, None), progress=False).run_search()
     assert not (tmp_path / "state.json").exists()  # refused before the run dir was touched

@@ -93,7 +93,7 @@ def test_a_local_worker_pool_says_it_is_starting(monkeypatch, tmp_path, capsys):
     """runner=local with budget.in_flight > 1: the workers' start was 20 s without a line."""
     from nas.execute import LocalRunner
     from nas.pool import WorkerPool
-    from nas.search.spec import Component, SearchSpec
+    from nas.search.spec import Component, Search, SearchSpec
 
     class Started(Exception):
         pass
@@ -105,5 +105,5 @@ def test_a_local_worker_pool_says_it_is_starting(monkeypatch, tmp_path, capsys):
     spec = SearchSpec(space=Component("nb201"), strategy=Component("random"), evaluator=Component("table"),
                       trials=2, in_flight=2)
     with pytest.raises(Started):
-        LocalRunner({"name": "local"}).run(spec, tmp_path, None, progress=True)  # type: ignore[arg-type]
+        LocalRunner({"name": "local"}).run(Search(spec, None, None, None), tmp_path, progress=True)  # type: ignore[arg-type]
     assert capsys.readouterr().err == "starting the worker pool ...\n"

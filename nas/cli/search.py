@@ -40,7 +40,13 @@ def main(argv: list[str]) -> None:
         except NasError as err:
             fail(str(err))
     sys.argv = ["nas search", *searchpath(), *argv]
-    _hydra_entry(existing)
+    try:
+        _hydra_entry(existing)
+    finally:
+        from nas.search.spec import Search  # loaded by the checks already
+
+        Search.forget()  # what the checks built for a job that never started
+
 
 
 def check_jobs(jobs: list[list[str]]) -> None:
@@ -54,7 +60,7 @@ def check_jobs(jobs: list[list[str]]) -> None:
         spec, progress = check_job(jobs[0])
         with status(f"checking space={spec.space.name}, strategy={spec.strategy.name} and "
                     f"evaluator={spec.evaluator.name}", total=1, show=progress) as advance:
-            check_build(spec)
+            check_build(spec, keep=True)
             advance()
         return
     first, progress = check_job(jobs[0])  # its `progress` decides for the sweep (one that sweeps it is rare)

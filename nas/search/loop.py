@@ -19,7 +19,7 @@ from nas.evaluators.base import EvalResult, Evaluator, evaluate_safely
 from nas.search.record import TrialRecord, best_record, best_so_far, evaluated
 from nas.search.rundir import Resume, RunDir
 from nas.search.screen import Screen
-from nas.search.spec import SearchSpec
+from nas.search.spec import Search, SearchSpec
 from nas.strategies.base import Candidate, SearchExhausted, Trial, random_only_note
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class SearchLoop:
     def __init__(self, spec: SearchSpec, run_dir: Path, executor: Executor, *,
                  progress: bool = True, runner: str = "local", llm_calls=None,
                  on_batch: Callable[[list[TrialRecord]], None] | None = None,
-                 evaluator_fingerprint: str | None = None) -> None:
+                 evaluator_fingerprint: str | None = None, search: Search | None = None) -> None:
         self.spec = spec
         self.evaluator_fingerprint = evaluator_fingerprint  # in summary.json: which table/data/recipe scored
         self.run = RunDir(run_dir)
@@ -88,8 +88,9 @@ class SearchLoop:
         self.runner = runner
         self.llm_calls = llm_calls  # how LLM strategies' calls run (Prefect tasks under the flow)
         self.on_batch = on_batch  # sees the history after each batch is saved (the flow's progress artifact)
-        self.space = spec.build_space()
-        self.strategy = spec.build_strategy(self.space)
+        # `search`: the parts built for this run (execute, the flow); a library caller may leave it out
+        self.space = search.space if search is not None else spec.build_space()
+        self.strategy = search.strategy if search is not None else spec.build_strategy(self.space)
         self.history: list[TrialRecord] = []
         self._bar: tuple[Any, Any] = (None, None)
         self.screen = Screen(spec.screen, self.space, spec.seed)

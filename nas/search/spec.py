@@ -1,7 +1,9 @@
-"""A search's identity (what to build) and the factories that build it."""
+"""A search's identity (what to build), the factories that build it, and the built search
+(`Search`): made once per process and passed down from the check to the loop."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -183,6 +185,47 @@ class SearchSpec:
 
     def build_evaluator(self, space: SearchSpace) -> Evaluator:
         return build_evaluator(self.evaluator, space)
+
+    def build(self) -> Search:
+        """The checks that need the parts, then the parts (each error one line)."""
+        space = self.build_space()
+        self.check_budget(space)
+        return Search(self, space, self.build_strategy(space), self.build_evaluator(space))
+
+
+@dataclass(frozen=True)
+class Search:
+    """One search's parts, built once per process: the command's checks build them, and the run
+    dir, the runner, the flow and the loop use that same space, strategy and evaluator. `ready`
+    hands a built search to the next layer down (the flow is called with the spec as data), and
+    `of` takes it there, building only when nothing was handed over (a deployment's run)."""
+
+    spec: SearchSpec
+    space: SearchSpace
+    strategy: Strategy
+    evaluator: Evaluator
+
+    def ready(self) -> None:
+        _READY[_identity(self.spec)] = self
+
+    @staticmethod
+    def of(spec: SearchSpec) -> Search:
+        return _READY.pop(_identity(spec), None) or spec.build()
+
+    @staticmethod
+    def forget(spec: SearchSpec | None = None) -> None:
+        """Drop what was handed over and never taken (a start that failed before); None: everything."""
+        if spec is None:
+            _READY.clear()
+        else:
+            _READY.pop(_identity(spec), None)
+
+
+_READY: dict[str, Search] = {}
+
+
+def _identity(spec: SearchSpec) -> str:
+    return json.dumps(spec.to_dict(), sort_keys=True, default=str)
 
 
 def build_evaluator(component: Component, space: SearchSpace) -> Evaluator:
