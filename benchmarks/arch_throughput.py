@@ -30,12 +30,12 @@ sys.path.insert(0, str(ROOT / "tests"))  # support.crosscheck: a test helper, no
 import torch  # noqa: E402
 
 from nas.core.arch import SeenIndex  # noqa: E402
-from nas.spaces.nader.arch import BlockArch  # noqa: E402
-from nas.spaces.nader.dag.compile import BlockModule  # noqa: E402
-from nas.spaces.nader.dag.macro import BlockSet, Skeleton, plan, search_width  # noqa: E402
-from nas.spaces.nader.dag.canon import relabel  # noqa: E402
 from nas.io import atomic_write_bytes, atomic_write_json  # noqa: E402
 from nas.sandbox import verify_model_source  # noqa: E402
+from nas.spaces.nader.arch import BlockArch  # noqa: E402
+from nas.spaces.nader.dag.canon import relabel  # noqa: E402
+from nas.spaces.nader.dag.compile import BlockModule  # noqa: E402
+from nas.spaces.nader.dag.macro import BlockSet, Skeleton, plan, search_width  # noqa: E402
 from support.crosscheck import as_dicts, crosscheck  # noqa: E402
 
 NADER = ROOT.parent / "shared" / "data" / "nader"

@@ -41,9 +41,9 @@ from nas.io import atomic_write_json  # noqa: E402
 from nas.knowledge.embed import Embedder  # noqa: E402
 from nas.knowledge.idea import Idea  # noqa: E402
 from nas.knowledge.stats import mentions_attention  # noqa: E402
+from nas.knowledge.store import KnowledgeStore, close_client, open_client  # noqa: E402
 from nas.knowledge.tagger import EmbeddingTagger, LLMTagger  # noqa: E402
 from nas.knowledge.tree import AttributeTree  # noqa: E402
-from nas.knowledge.store import KnowledgeStore, close_client, open_client  # noqa: E402
 
 QUICK_N = 500
 CHUNK = 256

@@ -23,11 +23,11 @@ Measured on 2 CPU cores: random/REA ~0.3 s per run; bananas and REA+screening re
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 import sys
-from dataclasses import asdict
 import tempfile
 import time
+from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 

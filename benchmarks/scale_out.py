@@ -38,7 +38,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from nas.evaluators.simulated import SimulatedClock, SimulatedEvaluator  # noqa: E402
-from tasks.env import configure_prefect_env  # noqa: E402
 from nas.io import atomic_write_json, atomic_write_text  # noqa: E402
 from nas.pool import WorkerPool  # noqa: E402
 from nas.search.loop import SearchLoop  # noqa: E402
@@ -46,6 +45,7 @@ from nas.search.record import read_history  # noqa: E402
 from nas.search.slots import assign_slots  # noqa: E402
 from nas.search.spec import Component, SearchSpec  # noqa: E402
 from nas.strategies.base import Candidate  # noqa: E402
+from tasks.env import configure_prefect_env  # noqa: E402
 
 HOUR = 3600.0  # simulated median training time (seconds)
 SIGMA = 1.0    # lognormal spread of training times

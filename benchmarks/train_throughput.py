@@ -61,24 +61,24 @@ import sys
 import tempfile
 import time
 from contextlib import contextmanager
-from queue import Empty
 from pathlib import Path
+from queue import Empty
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-
 import statistics  # noqa: E402
 
-from nas.spaces.nader.arch import BlockArch  # noqa: E402
-from nas.spaces.nader.dag.macro import Skeleton, search_width  # noqa: E402
-from nas.spaces.nb201.arch import NB201Cell  # noqa: E402
-from nas.spaces.nader.network import build_network  # noqa: E402
-from nas.spaces.nb201.space import NB201Space  # noqa: E402
+import torch  # noqa: E402
+
 from nas.data.sources import FASHION_MNIST_ROOT, ImageData, Split, digits, fashion_mnist  # noqa: E402
 from nas.io import atomic_write_json, atomic_write_text  # noqa: E402
 from nas.measure import count_flops  # noqa: E402
+from nas.spaces.nader.arch import BlockArch  # noqa: E402
+from nas.spaces.nader.dag.macro import Skeleton, search_width  # noqa: E402
+from nas.spaces.nader.network import build_network  # noqa: E402
+from nas.spaces.nb201.arch import NB201Cell  # noqa: E402
+from nas.spaces.nb201.space import NB201Space  # noqa: E402
 from nas.train.engine import Engine  # noqa: E402
 from nas.train.optim import sgd  # noqa: E402
 from nas.train.recipe import NB201, NB201_SEEDS, Recipe  # noqa: E402

@@ -17,9 +17,9 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 
-from tasks.progress import prefect_key
 from nas.report import render_markdown
 from nas.search.record import TrialRecord, best_record, evaluated, read_history
+from tasks.progress import prefect_key
 
 PLOT_LINE = "![best so far](best_so_far.png)"  # nas/report.py's relative link, dead in the UI
 TOP = 10

@@ -72,9 +72,9 @@ def _rename_flow_run(name: str) -> None:
 def ingest_overrides_flow(paths: list[str] | None = None, overrides: list[str] | None = None,
                           out: str | None = None) -> dict[str, Any]:
     """`nas knowledge ingest PATHS [overrides] --prefect`; no paths reads the built-in corpus."""
+    from flows.knowledge import ingest_flow
     from nas.knowledge.config import KnowledgeConfig
     from nas.llm import LLMConfig
-    from flows.knowledge import ingest_flow
 
     cfg = check_config(list(overrides or []))
     settings = {"llm": cfg["llm"], "knowledge": cfg["knowledge"]}

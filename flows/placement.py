@@ -12,10 +12,10 @@ from typing import Any
 from prefect.context import FlowRunContext
 from prefect.task_runners import TaskRunner
 
-from nas.evaluators.base import Evaluator
 from flows.runners import count_setting, positive_setting
-from tasks.evaluate import PrefectExecutor
+from nas.evaluators.base import Evaluator
 from nas.search.spec import SearchSpec
+from tasks.evaluate import PrefectExecutor
 
 
 @dataclass(frozen=True)

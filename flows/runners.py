@@ -15,8 +15,8 @@ from typing import Any
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
-from nas.errors import ConfigError, MissingDependencyError
 from flows.server import start_temporary_server
+from nas.errors import ConfigError, MissingDependencyError
 from nas.search.slots import assign_slots, visible_gpus
 
 FLOW_RUNNERS = ("prefect", "processes", "dask", "ray")

@@ -8,14 +8,14 @@ from typing import Any
 
 from prefect import flow
 
-from nas.execute import RUNNERS, SearchRunner
 from flows.artifacts import SearchArtifacts
 from flows.placement import open_executor
 from flows.runners import build_task_runner, shared_api
-from tasks.llm import prefect_calls
+from nas.execute import RUNNERS, SearchRunner
 from nas.report import write_run_report
 from nas.search.loop import SearchLoop, trusts_self_reported
 from nas.search.spec import Search, SearchSpec
+from tasks.llm import prefect_calls
 
 
 @flow(name="nas-search", persist_result=False, validate_parameters=False)

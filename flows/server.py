@@ -53,8 +53,8 @@ def start_temporary_server(show: bool) -> Any | None:
 
     server = SubprocessASGIServer()  # one per process: the flow's API calls find it running
     if not server.running:
-        from tasks.env import check_prefect_database
         from nas.status import status
+        from tasks.env import check_prefect_database
 
         check_prefect_database()  # a damaged one would cost minutes and end in "Timed out ..."
         with status("starting Prefect's temporary server", show=show):

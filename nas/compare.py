@@ -23,8 +23,8 @@ from nas.errors import ConfigError, NasError
 from nas.io import atomic_write_json, atomic_write_text, check_output, read_json_object
 from nas.report import _pyplot, save_figure
 from nas.search.loop import trusts_self_reported
-from nas.search.record import best_so_far, read_history
 from nas.search.pareto import Objective, non_dominated_sort
+from nas.search.record import best_so_far, read_history
 from nas.strategies.base import random_only_note
 
 MIN_PAIRS = 5  # below this the exact two-sided test cannot reach p < 0.0625, so no p-value is given

@@ -14,7 +14,6 @@ from nas.core.arch import Architecture
 from nas.core.registry import Registry
 from nas.core.space import CategoricalSpace
 
-
 A = TypeVar("A", bound=Architecture)
 S = TypeVar("S", bound=CategoricalSpace)
 

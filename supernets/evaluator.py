@@ -25,13 +25,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas.core.arch import Architecture, stable_hash
+from nas.core.registry import check_keys
+from nas.core.space import Cost, SearchSpace
 from nas.data.normalise import Normaliser
 from nas.data.sources import SOURCES, ImageData, Split, load_data
 from nas.errors import ConfigError, MissingDependencyError
 from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
 from nas.measure import count_flops, count_params
-from nas.core.registry import check_keys
-from nas.core.space import Cost, SearchSpace
 
 # (evaluator fingerprint, subnet key) → result: a repeated subnet costs nothing in this process.
 SCORES: dict[tuple[str, str], EvalResult] = {}

@@ -35,17 +35,17 @@ import torch
 import torch.nn.functional as F
 
 from nas.core.arch import Architecture
+from nas.core.registry import check_keys
+from nas.core.space import CategoricalSpace
 from nas.data.module import ImageDataModule
 from nas.data.sources import SOURCES, load_data
 from nas.errors import ConfigError
-from supernets.evaluator import Feeder, resize, score
 from nas.io import atomic_write_bytes, atomic_write_json
 from nas.status import status
-from nas.core.registry import check_keys
-from nas.core.space import CategoricalSpace
 from nas.train.fit import _quiet
 from nas.train.optim import sgd_cosine
 from supernets.base import SUPERNETS, Supernet
+from supernets.evaluator import Feeder, resize, score
 from supernets.settings import SupernetSettings
 
 

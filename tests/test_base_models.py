@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from nas.spaces.source.arch import SourceArch
 from nas.errors import ConfigError
-from nas.spaces.source.bases import BASE_MODELS, base_source
 from nas.sandbox import Verdict, verify_model_source
+from nas.spaces.source.arch import SourceArch
+from nas.spaces.source.bases import BASE_MODELS, base_source
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ROOT / "nas" / "spaces" / "source" / "bases"

@@ -10,10 +10,10 @@ import json
 import numpy as np
 import pytest
 
+from nas.core.constraint import Constraint
 from nas.errors import ConfigError
 from nas.evaluators import EvalResult
 from nas.evaluators.table import TableEvaluator
-from nas.core.constraint import Constraint
 from nas.spaces import SearchSpace
 from nas.spaces.nb201.space import NB201Space
 from nas.strategies import STRATEGIES, Candidate, Trial
@@ -160,8 +160,8 @@ def test_evolution_resume_mid_generation(table):
 
 
 def categorical_spaces() -> list[str]:
-    from nas.spaces import SPACES
     from nas.core.space import CategoricalSpace
+    from nas.spaces import SPACES
 
     return [n for n in SPACES.names() if issubclass(SPACES.get(n), CategoricalSpace)]
 

@@ -11,8 +11,8 @@ import subprocess
 import time
 
 import pytest
-from conftest import NAS, ROOT
 
+from conftest import NAS, ROOT
 from nas.cli.main import main
 from nas.config import available, check_build, check_job, compose, job_overrides
 from nas.errors import ConfigError

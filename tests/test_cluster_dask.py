@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from prefect_dask import DaskTaskRunner
 
-from nas.errors import ConfigError
 from flows.placement import Placement, open_executor
 from flows.runners import build_task_runner, shared_api, slot_cluster
+from nas.errors import ConfigError
 from nas.search.loop import AsyncExecutor, SearchLoop
 from nas.search.record import read_history
 from nas.search.spec import Component

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from nas.errors import ConfigError
 from flows.placement import Placement, open_executor
 from flows.runners import build_task_runner, shared_api
+from nas.errors import ConfigError
 from support.cluster import candidates, inside_flow, slow_spec, wait_for
 
 ray = pytest.importorskip("ray")  # the `ray` extra (installed by `.[test]`)

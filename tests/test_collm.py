@@ -12,19 +12,25 @@ import re
 import numpy as np
 import pytest
 
-from nas.agents.collm.agents import (candidates_grammar, decision_table, parse_candidates, single_grammar,
-                              strategy_grammar, values_text)
-from nas.spaces.nb201.arch import OPS, NB201Cell
+from nas.agents.collm.agents import (
+    candidates_grammar,
+    decision_table,
+    parse_candidates,
+    single_grammar,
+    strategy_grammar,
+    values_text,
+)
+from nas.agents.collm.strategy import CoLLMStrategy
+from nas.core.constraint import Constraint
+from nas.core.space import CategoricalSpace, Decision
 from nas.errors import ConfigError, RunDirError
 from nas.evaluators.table import TableEvaluator
 from nas.llm.parse import ParseError
-from support.scripted import ScriptedServer, Step
-from nas.core.constraint import Constraint
-from nas.core.space import CategoricalSpace, Decision
+from nas.spaces.nb201.arch import OPS, NB201Cell
 from nas.spaces.nb201.space import NB201Space
 from nas.strategies import STRATEGIES, Trial
 from nas.strategies.base import SearchExhausted
-from nas.agents.collm.strategy import CoLLMStrategy
+from support.scripted import ScriptedServer, Step
 
 SPACE = NB201Space()
 ALL_CELLS = [NB201Cell(ops) for ops in itertools.product(OPS, repeat=6)]

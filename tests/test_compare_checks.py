@@ -16,15 +16,15 @@ import pytest
 
 from nas.cli import main as cli
 from nas.compare import compare, curve_styles, expected_best, find_runs, load_curves, plot_curves, table_reference
+from nas.core.constraint import Constraint
 from nas.errors import ConfigError
 from nas.evaluators.table import TableEvaluator
-from nas.spaces.nb201.table import default_table_path, load_table
 from nas.io import atomic_write_json
-from nas.core.constraint import Constraint
 from nas.search.loop import LocalExecutor, SearchLoop
 from nas.search.record import TrialRecord
 from nas.search.spec import Component, SearchSpec
 from nas.spaces.nb201.space import NB201Space
+from nas.spaces.nb201.table import default_table_path, load_table
 from nas.strategies.base import random_only_note
 
 TRAIN = {"data": {"name": "digits", "root": None}, "channels": 16, "recipe": {"epochs": 2}}

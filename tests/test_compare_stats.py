@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import ROOT, run_nas
 
+from conftest import ROOT, run_nas
 from nas import config
 from nas.cli import main as cli
 from nas.compare import compare, find_runs, load_curves, paired_tests

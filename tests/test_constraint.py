@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nas.spaces.nb201.arch import NB201Cell
-from nas.errors import ConfigError
 from nas.core.constraint import Constraint
+from nas.errors import ConfigError
 from nas.search.spec import SearchSpec
 from nas.spaces import SPACES
+from nas.spaces.nb201.arch import NB201Cell
 from nas.spaces.nb201.space import NB201Space
 from nas.spaces.source.space import SourceSpace
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nas.errors import EncodingError
 from nas.spaces.nader.dag import Block, parse_block_file, validate_structure
 from nas.spaces.nader.dag.canon import ORDERED_OPS, block_key, canonical_form, relabel
-from nas.errors import EncodingError
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "nader"
 SUBDIRS = ("blocks", "blocks-cifar", "darts")

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from nas.measure import count_flops, count_params
 from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.dag.compile import BlockModule, block_source
 from nas.spaces.nader.dag.macro import BlockSet, Skeleton, plan, search_width
 from nas.spaces.nader.dag.shapes import Position, analyse
-from nas.measure import count_flops, count_params
 from nas.spaces.nader.network import build_network, network_source
 from nas.spaces.nader.space import BlockSpace
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from nas.spaces.nader.dag import OPS, Block, Node, parse_block_file, validate_structure
 from nas.errors import EncodingError
+from nas.spaces.nader.dag import OPS, Block, Node, parse_block_file, validate_structure
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "nader"
 SUBDIRS = ("blocks", "blocks-cifar", "darts")

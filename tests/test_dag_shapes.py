@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nas.errors import EncodingError
 from nas.spaces.nader.dag import parse_block_file
 from nas.spaces.nader.dag.expr import ExprError, eval_int, evaluate, normal_form, parse_expr, to_python
 from nas.spaces.nader.dag.ops import GLOSSARY, OPS
 from nas.spaces.nader.dag.shapes import Position, analyse
-from nas.errors import EncodingError
 
 POS = Position(C=64, dim=64, H=32, W=32)
 

@@ -10,9 +10,9 @@ import pytest
 
 from nas.design.base import DesignStrategy
 from nas.evaluators.base import EvalResult
-from support.scripted import ScriptedServer
 from nas.spaces import SPACES
 from nas.strategies import STRATEGIES, Trial
+from support.scripted import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = (ROOT / "nas/spaces/nader/dag/bases/resnet_basic.txt").read_text().split("##Residual_stem##")[0]

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from nas.spaces.nader.dag.macro import BlockSet, Skeleton
 from nas.core.arch import SeenIndex
+from nas.core.constraint import Constraint
 from nas.design.verdicts import VerdictCache, verdict_key
 from nas.design.verifiers import DOWNSCALE, FIX, block_chain, source_chain
 from nas.sandbox.limits import Limits
 from nas.sandbox.verify import Verdict
-from nas.core.constraint import Constraint
+from nas.spaces.nader.dag.macro import BlockSet, Skeleton
 
 DATA = Path(__file__).parent / "data"
 RESIDUAL = (DATA / "blocks/residual.txt").read_text()

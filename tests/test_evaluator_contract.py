@@ -17,13 +17,12 @@ import numpy as np
 import pytest
 
 from conftest import space_preset
-
 from nas.core.space import SearchSpace
 from nas.errors import ConfigError
 from nas.evaluators import EVALUATORS, EvalResult
-from supernets import evaluator as supernet_evaluator
 from nas.search.spec import Component, build_evaluator
 from nas.spaces import SPACES
+from supernets import evaluator as supernet_evaluator
 from supernets.train import SupernetSettings, train_supernet
 
 DIGITS = {"name": "digits", "root": None, "split_file": None}

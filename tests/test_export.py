@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from nas.spaces.nader.arch import BlockArch
-from nas.spaces.source.arch import SourceArch
 from nas.cli.main import main as nas_main
 from nas.search.loop import LocalExecutor, SearchLoop
 from nas.search.spec import Component, SearchSpec
+from nas.spaces.nader.arch import BlockArch
+from nas.spaces.source.arch import SourceArch
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = {"name": "digits", "root": None, "split_file": None}
@@ -197,8 +197,8 @@ def supernet_run(tmp_path_factory):
 
 
 def test_supernet_run_exports_the_subnet_with_inherited_weights(supernet_run, capsys, tmp_path):
-    from supernets.base import SUPERNETS
     from nas.spaces.nb201.space import NB201Space
+    from supernets.base import SUPERNETS
 
     run, summary, trained = supernet_run
     manifest = export(capsys, str(run), "--out", str(tmp_path / "e"))

@@ -14,8 +14,8 @@ from nas.agents.fairnad.strategy import Model, PoolIdea
 from nas.errors import ConfigError
 from nas.evaluators.base import EvalResult
 from nas.llm.parse import ParseError
-from nas.spaces.source.bases import base_source
 from nas.spaces import SPACES
+from nas.spaces.source.bases import base_source
 from nas.strategies import STRATEGIES, Candidate, Trial
 
 

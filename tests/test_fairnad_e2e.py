@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from conftest import seed_prefect_db
-from support.scripted import ScriptedServer
 from nas.spaces.source.bases import base_source
+from support.scripted import ScriptedServer
 
 pytestmark = pytest.mark.slow
 

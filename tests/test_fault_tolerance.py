@@ -23,8 +23,8 @@ import pytest
 from conftest import NAS, ROOT, run_nas
 from nas.agents.collm.agents import values_text
 from nas.spaces.nb201.arch import OPS, NB201Cell
-from support.scripted import ScriptedServer, Step
 from nas.spaces.nb201.space import NB201Space
+from support.scripted import ScriptedServer, Step
 
 SPACE = NB201Space()
 CELLS = [NB201Cell(ops) for ops in itertools.product(OPS, repeat=6)]

@@ -17,6 +17,7 @@ from nas.train.recipe import Recipe
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from fused_pack import Stacked, train_fused  # noqa: E402
+
 from test_train_fast import tiny_net  # noqa: E402
 
 SEEDS = (0, 1, 2)

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from nas.cli.search import Terminated, interrupt_once, interrupted, terminate_once
 from flows.runners import build_task_runner
+from nas.cli.search import Terminated, interrupt_once, interrupted, terminate_once
 
 
 def test_a_second_ctrl_c_while_the_first_unwinds_is_ignored():

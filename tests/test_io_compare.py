@@ -13,9 +13,8 @@ from nas.compare import aggregate, compare, find_runs, load_curves, render_table
 from nas.errors import NasError, RunDirError
 from nas.evaluators.table import TableEvaluator
 from nas.search.loop import LocalExecutor, SearchLoop
-from nas.search.spec import SearchSpec
 from nas.search.record import best_so_far, read_history
-from nas.search.spec import Component
+from nas.search.spec import Component, SearchSpec
 from nas.spaces.nb201.space import NB201Space
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -16,7 +16,13 @@ from nas.errors import NasError
 from nas.knowledge.embed import DEFAULT_DIM, Embedder, default_embedder
 from nas.knowledge.idea import Idea, Tag
 from nas.knowledge.store import (
-    Experience, ExperienceStore, KnowledgeStore, close_client, import_nader_experiences, open_client)
+    Experience,
+    ExperienceStore,
+    KnowledgeStore,
+    close_client,
+    import_nader_experiences,
+    open_client,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 NADER = Path(__file__).resolve().parents[2] / "shared" / "data" / "nader"

@@ -4,8 +4,8 @@ over raw HTTP (urllib) and through the openai SDK."""
 from __future__ import annotations
 
 import json
-import time
 import threading
+import time
 import urllib.error
 import urllib.request
 

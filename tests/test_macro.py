@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from support.crosscheck import crosscheck
-from nas.spaces.nader.dag.macro import BlockSet, Skeleton, plan, role_of, search_width, section_errors
-from nas.errors import ConfigError, EncodingError
 from nas.core.constraint import Constraint
+from nas.errors import ConfigError, EncodingError
+from nas.spaces.nader.dag.macro import BlockSet, Skeleton, plan, role_of, search_width, section_errors
+from support.crosscheck import crosscheck
 
 HERE = Path(__file__).resolve().parent
 BLOCKS = HERE / "data" / "blocks"

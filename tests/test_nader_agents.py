@@ -13,14 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from nas.agents.nader.agents import (block_language, modify, parse_block_reply, parse_ranking, parse_short, propose,
-                              reflect_suggestion, reflect_tip)
+from nas.agents.nader.agents import (
+    block_language,
+    modify,
+    parse_block_reply,
+    parse_ranking,
+    parse_short,
+    propose,
+    reflect_suggestion,
+    reflect_tip,
+)
+from nas.errors import EncodingError
+from nas.llm import LLMClient, ParseError
 from nas.spaces.nader.dag.canon import block_key
 from nas.spaces.nader.dag.grammar import block_grammar, tight_text
 from nas.spaces.nader.dag.ops import OPS
 from nas.spaces.nader.dag.parse import parse_block_file
-from nas.errors import EncodingError
-from nas.llm import LLMClient, ParseError
 from support.scripted import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -602,8 +610,8 @@ def test_constrained_modifier_reply_always_parses(tmp_path, monkeypatch):
     """SmolLM2-135M under the block grammar: whatever it writes is a block file
     (the verifier then judges it); a few ideas, no cache."""
     pytest.importorskip("llama_cpp")
-    from nas.spaces.nader.dag.macro import BlockSet
     from nas.llm import local
+    from nas.spaces.nader.dag.macro import BlockSet
 
     monkeypatch.setenv("NASFLOW_HOME", str(tmp_path / "home"))
     parent = BlockSet.from_text(RESIDUAL, "parent")

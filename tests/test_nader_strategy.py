@@ -10,9 +10,9 @@ import pytest
 
 from nas.agents.nader.strategy import NaderStrategy
 from nas.evaluators.base import EvalResult
-from support.scripted import ScriptedServer
 from nas.spaces.nader.space import BlockSpace
 from nas.strategies.base import Trial
+from support.scripted import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = (ROOT / "nas/spaces/nader/dag/bases/resnet_basic.txt").read_text().split("##Residual_stem##")[0]

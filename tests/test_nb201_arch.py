@@ -7,9 +7,9 @@ import itertools
 import pytest
 import torch
 
+from nas.errors import EncodingError
 from nas.spaces.nb201.arch import ANB_CODES, ANB_EDGES, EDGES, OPS, NB201Cell
 from nas.spaces.nb201.space import NB201Space
-from nas.errors import EncodingError
 
 BEST_TUPLE = (2, 2, 0, 2, 3, 2)
 BEST_STRING = "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0|nor_conv_1x1~1|nor_conv_3x3~2|"

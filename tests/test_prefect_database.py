@@ -56,8 +56,7 @@ def test_a_sound_empty_or_missing_database_passes(tmp_path):
 
 
 def test_the_checked_file_is_prefects_unless_a_server_is_given(tmp_path):
-    from prefect.settings import (PREFECT_API_URL, PREFECT_SERVER_DATABASE_CONNECTION_URL,
-                                  temporary_settings)
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_DATABASE_CONNECTION_URL, temporary_settings
 
     path = tmp_path / "prefect.db"
     path.write_bytes(b"not a database at all")

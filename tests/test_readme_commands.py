@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from conftest import NAS, ROOT, seed_prefect_db
 
 FASHION = Path("/usr/share/datasets/fashion-mnist")

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_nas
 
+from conftest import run_nas
 from nas.regression.judge import (
     HIGHER,
     LOWER,

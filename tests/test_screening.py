@@ -12,8 +12,8 @@ import pytest
 
 from nas.compare import compare
 from nas.errors import ConfigError
-from nas.export import ExportError
 from nas.evaluators.table import TableEvaluator
+from nas.export import ExportError
 from nas.export.selection import load_trial
 from nas.report import render_markdown
 from nas.search.loop import LocalExecutor, SearchLoop

@@ -8,16 +8,15 @@ from typing import Any
 
 import pytest
 
-from nas.spaces.nb201.arch import NB201Cell
 from nas.errors import ConfigError, EvaluationError, RunDirError
 from nas.evaluators.table import TableEvaluator
 from nas.report import write_run_report
 from nas.search.loop import LocalExecutor, SearchLoop
 from nas.search.record import TrialRecord, best_so_far, read_history
-from nas.search.spec import SearchSpec
 from nas.search.rundir import RunDir
-from nas.search.spec import Component
+from nas.search.spec import Component, SearchSpec
 from nas.spaces import SPACES
+from nas.spaces.nb201.arch import NB201Cell
 from nas.spaces.nb201.space import NB201Space
 from nas.strategies import STRATEGIES
 from nas.strategies.random_search import RandomSearch

@@ -16,16 +16,16 @@ from pathlib import Path
 import pytest
 
 from nas.agents.collm.agents import values_text
-from nas.spaces.nb201.arch import OPS, NB201Cell
 from nas.errors import EvaluationError
 from nas.evaluators import EVALUATORS, EvalResult, Evaluator
 from nas.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl, rewrite_jsonl
 from nas.llm import LLMClient, LLMError
-from support.scripted import ScriptedServer
 from nas.search.loop import LocalExecutor, SearchLoop
 from nas.search.spec import Component, SearchSpec
 from nas.secrets import MASK, Scrubber, install_log_scrubbing, register, scrub
+from nas.spaces.nb201.arch import OPS, NB201Cell
 from nas.spaces.nb201.space import NB201Space
+from support.scripted import ScriptedServer
 
 KEYLIKE = "sk-proj-AbCdEf0123456789"  # the shape of an OpenAI key, never registered
 

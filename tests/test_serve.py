@@ -206,8 +206,8 @@ def _wait_for(check, what: str, timeout: float, procs: dict[str, tuple[subproces
 def test_deployment_run_checks_overrides_as_nas_search_does(prefect_home, tmp_path, override, message):
     """The overrides flow's checks are `nas search`'s (nas/config.py): a typo fails the run
     in one line before any run dir exists."""
-    from nas.errors import ConfigError
     from flows.entry import search_overrides_flow
+    from nas.errors import ConfigError
 
     with pytest.raises(ConfigError) as err:
         search_overrides_flow.fn(["space=nb201", override], root=str(tmp_path / "runs"))

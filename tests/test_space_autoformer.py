@@ -3,21 +3,18 @@ the weight-entangled supernet against the subnets it extracts."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
 
 from conftest import space_preset
-
-from nas.spaces.autoformer.arch import AutoFormerArch
 from nas.errors import ConfigError, EncodingError
 from nas.measure import count_flops, count_params
 from nas.spaces import SPACES
+from nas.spaces.autoformer.arch import AutoFormerArch
 from nas.spaces.autoformer.space import AutoFormerSpace
-from supernets.base import SUPERNETS
 from supernets.autoformer import AutoFormerSupernet
-
+from supernets.base import SUPERNETS
 
 
 def preset(name: str) -> AutoFormerSpace:

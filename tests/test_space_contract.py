@@ -21,7 +21,6 @@ import pytest
 import torch
 
 from conftest import space_preset
-
 from nas.core.space import SPACES, CategoricalSpace, Cost, SearchSpace
 from nas.errors import ConfigError, EvaluationError
 from nas.measure import count_flops, count_params

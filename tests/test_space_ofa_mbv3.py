@@ -10,14 +10,12 @@ import pytest
 import torch
 
 from conftest import space_preset
-
-from nas.spaces.ofa_mbv3.arch import OFAMbv3Arch
 from nas.errors import ConfigError, EncodingError
 from nas.spaces import SPACES
+from nas.spaces.ofa_mbv3.arch import OFAMbv3Arch
 from nas.spaces.ofa_mbv3.space import OFAMbv3Space
 from supernets.base import SUPERNETS
 from supernets.ofa_mbv3 import OFAMbv3Supernet
-
 
 # In the format of CoLLM-NAS's MobileNet-space table (values ours).
 PAPER = {"r": [208], "d": [3, 3, 3, 3, 4],

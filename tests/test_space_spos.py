@@ -9,15 +9,13 @@ import pytest
 import torch
 
 from conftest import space_preset
-
-from nas.spaces.spos.arch import CHOICE_NAMES, SPOSArch
 from nas.errors import ConfigError, EncodingError
 from nas.measure import count_flops, count_params
 from nas.spaces import SPACES
+from nas.spaces.spos.arch import CHOICE_NAMES, SPOSArch
 from nas.spaces.spos.space import SPOSSpace
 from supernets.base import SUPERNETS
 from supernets.spos import SPOSSupernet
-
 
 
 def preset(name: str) -> SPOSSpace:

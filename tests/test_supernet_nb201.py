@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
 from nas.errors import EncodingError
+from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
 from nas.spaces.nb201.network import NB201Network
 from nas.spaces.nb201.space import NB201Space
 from supernets.base import SUPERNETS

@@ -12,12 +12,12 @@ import torch
 
 from conftest import run_nas
 from nas.core.arch import Architecture
-from nas.spaces.nb201.arch import NB201Cell
+from nas.core.space import CategoricalSpace, Decision
 from nas.errors import ConfigError, MissingDependencyError
 from nas.evaluators import EVALUATORS
-from supernets import evaluator as supernet_evaluator
-from nas.core.space import CategoricalSpace, Decision
+from nas.spaces.nb201.arch import NB201Cell
 from nas.spaces.nb201.space import NB201Space
+from supernets import evaluator as supernet_evaluator
 from supernets.train import SubnetSampler, SupernetSettings, train_supernet
 
 SPACE = {"name": "nb201", "channels": 4, "cells_per_stage": 1}
@@ -198,8 +198,8 @@ def test_uniform_sampling_draws_one_free_subnet_per_step():
 
 
 def test_real_supernets_declare_phases_over_their_decision_groups():
-    from supernets.base import SUPERNETS
     from nas.spaces import SPACES
+    from supernets.base import SUPERNETS
 
     for name in SUPERNETS.names():
         cls = SUPERNETS.get(name)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-
 import os
 import pickle
 import sys
@@ -12,12 +11,12 @@ import types
 import numpy as np
 import pytest
 
-from nas.spaces.nb201.arch import OPS, NB201Cell
 from nas.errors import ConfigError, EvaluationError, MissingDependencyError
 from nas.evaluators import EVALUATORS, EvalResult
 from nas.evaluators.table import TableEvaluator
 from nas.measure import count_flops, count_params
 from nas.spaces import SPACES
+from nas.spaces.nb201.arch import OPS, NB201Cell
 from nas.spaces.nb201.cost import cost_model
 from nas.spaces.nb201.space import NB201Space
 from nas.spaces.nb201.table import SCALAR_METRICS, _file_sha256, default_table_path, load_table

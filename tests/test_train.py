@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
+from nas.data.module import random_crop, random_flip
+from nas.data.sources import FASHION_MNIST_ROOT, cifar10, cifar100, digits, fashion_mnist, imagenet16_120
+from nas.errors import ConfigError, MissingDependencyError, NasError
 from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.dag.macro import Skeleton
 from nas.spaces.nader.network import build_network
-from nas.data.sources import FASHION_MNIST_ROOT, cifar10, cifar100, digits, fashion_mnist, imagenet16_120
-from nas.data.module import random_crop, random_flip
-from nas.errors import ConfigError, MissingDependencyError, NasError
 from nas.train.fit import train
 from nas.train.recipe import CPU_PROXY, NB201, Recipe
 
@@ -43,8 +43,8 @@ def test_recipe_rejects_bad_values():
 
 
 def test_recipe_and_supernet_share_the_sgd_cosine_settings_and_their_checks():
-    from supernets.train import SupernetSettings
     from nas.train.recipe import SgdCosine
+    from supernets.train import SupernetSettings
 
     assert isinstance(NB201, SgdCosine) and isinstance(SupernetSettings(), SgdCosine)
     assert SupernetSettings().lr == 0.05 and SupernetSettings().momentum == NB201.momentum
@@ -277,8 +277,8 @@ def test_train_evaluator_cache_identity_and_failures():
 
 
 def test_block_width_rounds_to_the_width_multiple_and_enters_the_fingerprint():
-    from nas.spaces.nader.arch import BlockArch
     from nas.evaluators.train import TrainEvaluator
+    from nas.spaces.nader.arch import BlockArch
     from nas.spaces.nader.space import BlockSpace
     from nas.spaces.nb201.space import NB201Space
     from nas.train.build import build_model

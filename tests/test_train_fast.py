@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from nas.spaces.nader.arch import BlockArch
-from nas.spaces.nader.dag.macro import Skeleton
-from nas.spaces.nader.network import build_network
 from nas.data.module import random_crop, random_flip
 from nas.data.sources import digits
 from nas.errors import ConfigError, EvaluationError
+from nas.spaces.nader.arch import BlockArch
+from nas.spaces.nader.dag.macro import Skeleton
+from nas.spaces.nader.network import build_network
 from nas.train.engine import Engine
 from nas.train.fast import train_fast
 from nas.train.fit import train

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from nas.data.sources import digits
-from tasks.progress import PrefectProgress, artifact_key
 from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.dag.macro import Skeleton
 from nas.spaces.nader.network import build_network
@@ -19,6 +18,7 @@ from nas.train.engine import Engine
 from nas.train.progress import EpochDisplay, EpochProgress, clock, prefect_progress
 from nas.train.recipe import Recipe
 from nas.train.run import train_many
+from tasks.progress import PrefectProgress, artifact_key
 
 RESIDUAL = (Path(__file__).resolve().parent / "data" / "blocks" / "residual.txt").read_text()
 RECIPE = Recipe(epochs=3, batch_size=64)

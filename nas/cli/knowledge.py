@@ -139,9 +139,9 @@ def _tree(args, settings: dict[str, Any]) -> None:
 
     kcfg = KnowledgeConfig.from_dict(settings["knowledge"])
     if args.build:
+        from nas.home import home
         from nas.knowledge.tree_build import build_tree
         from nas.llm import LLMClient, LLMConfig
-        from nas.home import home
 
         out = args.out or home() / "knowledge" / "attribute_tree.json"
         client = LLMClient(LLMConfig.from_dict(settings["llm"]), run_dir=out.parent / (out.stem + "-record"))

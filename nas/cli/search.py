@@ -99,9 +99,9 @@ def _hydra_entry(existing: set[Path]) -> None:
     def search(cfg: DictConfig) -> None:
         from nas.cli.main import fail
         from nas.execute import execute
-        from tasks.env import quiet_termination
         from nas.search.rundir import RunDir
         from nas.search.spec import SearchSpec
+        from tasks.env import quiet_termination
 
         run_dir: Path | None = None  # Ctrl-C may come before it is known
         try:

@@ -39,7 +39,6 @@ from nas.data.normalise import channel_stats
 from nas.errors import MissingDependencyError
 
 
-
 @dataclass
 class Split:
     images: torch.Tensor  # uint8, (N, C, H, W)

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nas.design.metrics import design_metrics
-from nas.search.record import TrialRecord
-from nas.design.verifiers import Chain, Outcome
-from nas.llm.client import Calls
 from nas.core.arch import SeenIndex
 from nas.core.constraint import Constraint
+from nas.design.metrics import design_metrics
+from nas.design.verifiers import Chain, Outcome
+from nas.llm.client import Calls
+from nas.search.record import TrialRecord
 from nas.strategies.base import Candidate, SearchExhausted, Strategy
 
 

@@ -13,13 +13,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from nas.core.arch import Architecture, SeenIndex
+from nas.core.constraint import Constraint
+from nas.errors import EncodingError
 from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.dag.macro import BlockSet, Skeleton, search_width, section_errors
 from nas.spaces.nader.dag.parse import Block
 from nas.spaces.nader.dag.validate import without_dead_nodes, without_repeated_edges
 from nas.spaces.source.arch import SourceArch
-from nas.errors import EncodingError
-from nas.core.constraint import Constraint
 
 if TYPE_CHECKING:
     from nas.design.verdicts import VerdictCache

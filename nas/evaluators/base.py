@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from nas.core.arch import Architecture
-from nas.errors import NasError
 from nas.core.registry import Registry
 from nas.core.space import SearchSpace
+from nas.errors import NasError
 
 if TYPE_CHECKING:
     from torch import nn

@@ -25,11 +25,11 @@ from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from nas.core.arch import Architecture, stable_hash
+from nas.core.registry import check_keys
+from nas.core.space import SearchSpace
 from nas.errors import ConfigError, EvaluationError, NasError
 from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
-from nas.core.registry import check_keys
 from nas.sandbox.limits import Limits
-from nas.core.space import SearchSpace
 from nas.train.build import build_model
 from nas.train.engine import Engine
 from nas.train.progress import OnEpoch, combine, prefect_progress

@@ -6,8 +6,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from nas.errors import ConfigError
 from nas.core.registry import check_keys
+from nas.errors import ConfigError
 
 TAGGERS = ("embed", "llm")
 SCREENS = ("auto", "llm", "embed", "off")

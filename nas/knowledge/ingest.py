@@ -53,11 +53,11 @@ def check_record_dir(out: Path) -> None:
 
 
 def prepare(settings: dict[str, Any], paths: list[Path], out: Path | None) -> Ingest:
+    from nas.home import home
     from nas.knowledge.config import KnowledgeConfig
     from nas.knowledge.embed import default_embedder
     from nas.knowledge.papers import builtin_corpus
     from nas.llm import LLMClient, LLMConfig
-    from nas.home import home
 
     kcfg = KnowledgeConfig.from_dict(settings["knowledge"])
     lcfg = LLMConfig.from_dict(settings["llm"])

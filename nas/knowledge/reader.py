@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from nas.knowledge.idea import IDEA_MAX_WORDS, Idea
 from nas.errors import NasError
+from nas.knowledge.idea import IDEA_MAX_WORDS, Idea
 from nas.knowledge.papers import BadFile, ExperienceFile, IdeaList, Paper, read_path
 from nas.knowledge.tagger import EmbeddingTagger, leaf_string
 from nas.knowledge.tree import AttributeTree

@@ -27,9 +27,9 @@ from qdrant_client import QdrantClient, models
 from threadpoolctl import ThreadpoolController
 
 from nas.errors import NasError
+from nas.home import home
 from nas.knowledge.embed import Embedder, default_embedder
 from nas.knowledge.idea import Idea, normalise
-from nas.home import home
 
 FILTER_KEYS = ("target", "granularity", "main", "sub", "source")
 _PAGE = 256

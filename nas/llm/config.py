@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from nas.errors import ConfigError
 from nas.core.registry import check_keys
+from nas.errors import ConfigError
 from nas.llm.local import PROMPT_CACHE_MB
 
 BACKENDS = ("local", "openai", "replay")

@@ -31,8 +31,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from nas.home import home
 from nas.errors import MissingDependencyError, NasError
+from nas.home import home
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_ALIAS = "smollm2-135m-instruct"

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from nas.errors import ConfigError, EvaluationError, MissingDependencyError
-from nas.search.record import best_so_far, read_history
 from nas.regression.judge import (
     HIGHER,
     LOWER,
@@ -28,6 +27,7 @@ from nas.regression.judge import (
     metric_dict,
     plan,
 )
+from nas.search.record import best_so_far, read_history
 
 
 class ProbeSkipped(Exception):

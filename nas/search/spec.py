@@ -8,10 +8,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from nas.core.arch import stable_hash
-from nas.errors import ConfigError
 from nas.core.constraint import Constraint
-from nas.search.screen import ScreenSettings
+from nas.errors import ConfigError
 from nas.evaluators import EVALUATORS, Evaluator
+from nas.search.screen import ScreenSettings
 from nas.spaces import SPACES, SearchSpace
 from nas.strategies import STRATEGIES, Strategy
 

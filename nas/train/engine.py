@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from nas.errors import ConfigError
 from nas.core.registry import check_keys
+from nas.errors import ConfigError
 
 KINDS = ("plain", "fast")
 ACCELERATORS = ("cpu", "gpu", "auto")

@@ -24,8 +24,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -40,8 +40,8 @@ from nas.measure import count_flops, count_params
 from nas.train.early_stop import failing
 from nas.train.engine import Engine
 from nas.train.graphs import StaticEval, StaticStep, padded_rows
-from nas.train.progress import EpochProgress, OnEpoch
 from nas.train.optim import sgd_cosine
+from nas.train.progress import EpochProgress, OnEpoch
 from nas.train.recipe import Recipe
 from nas.train.result import TrainResult
 

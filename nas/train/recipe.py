@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
-from nas.errors import ConfigError
 from nas.core.registry import check_keys
+from nas.errors import ConfigError
 
 NB201_SEEDS = (777, 888, 999)
 

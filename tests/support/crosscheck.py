@@ -17,9 +17,9 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from nas.errors import EncodingError
 from nas.spaces.nader.dag.macro import BlockSet, Plan, Skeleton, plan
 from nas.spaces.nader.dag.ops import numel
-from nas.errors import EncodingError
 
 PARAM_TOLERANCE = 50  # annos params are in M with 4 decimals: +-50 parameters
 FLOP_TOLERANCE = 50_000  # flops in G with 4 decimals: +-50k

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
 from nas.core.arch import Architecture
+from nas.core.space import CategoricalSpace
 from nas.errors import EncodingError
 from nas.llm.client import Answer, LLMClient, Reply
 from nas.llm.gbnf import gbnf_choice, gbnf_literal
 from nas.llm.parse import ParseError, snippet
-from nas.core.space import CategoricalSpace
 
 T = TypeVar("T")
 Messages = list[dict[str, str]]

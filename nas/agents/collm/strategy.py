@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from nas.core.arch import Architecture
+from nas.core.space import CategoricalSpace, SearchSpace
 from nas.errors import ConfigError, RunDirError
 from nas.llm.client import Answer
 from nas.search.record import TrialRecord
-from nas.core.space import CategoricalSpace, SearchSpace
 from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, SearchExhausted, Strategy, Trial
 
 log = logging.getLogger("nas.agents.collm.strategy")

@@ -17,10 +17,10 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE
 from nas.llm.client import Answer, LLMClient, Reply
 from nas.llm.parse import ParseError, extract_code, find_tagged, snippet
 from nas.llm.prompts import load_prompt
+from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE
 
 MAX_IDEA_WORDS = 50
 MAX_TRACE_LINES = 12

@@ -19,15 +19,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE
-from nas.spaces.source.arch import SourceArch
 from nas.core.arch import SeenIndex
+from nas.core.space import SearchSpace
 from nas.design.base import DesignStrategy, Try, verify_and_retry
 from nas.design.metrics import design_metrics
 from nas.design.verifiers import Outcome, budget_limits
 from nas.errors import ConfigError, RunDirError
 from nas.search.record import TrialRecord
-from nas.core.space import SearchSpace
+from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE
+from nas.spaces.source.arch import SourceArch
 from nas.strategies.base import STRATEGIES, Candidate, Draft, SearchExhausted, Trial
 
 STAGES = ("fair", "pareto", "iterative")

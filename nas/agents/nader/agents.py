@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import re
 
-from nas.spaces.nader.dag.grammar import MAX_EDGES, MAX_NODES, block_grammar, tight_text
-from nas.spaces.nader.dag.macro import role_of
-from nas.spaces.nader.dag.ops import OPS
-from nas.spaces.nader.dag.parse import parse_block_file
 from nas.errors import EncodingError
 from nas.llm.client import Answer, LLMClient, Reply
 from nas.llm.gbnf import gbnf_choice, gbnf_literal
 from nas.llm.parse import ParseError, extract_tagged, fences, find_tagged, snippet
 from nas.llm.prompts import load_prompt
+from nas.spaces.nader.dag.grammar import MAX_EDGES, MAX_NODES, block_grammar, tight_text
+from nas.spaces.nader.dag.macro import role_of
+from nas.spaces.nader.dag.ops import OPS
+from nas.spaces.nader.dag.parse import parse_block_file
 
 MAX_WORDS = 50
 MAX_EXPERIENCES = 5

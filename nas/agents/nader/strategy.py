@@ -18,15 +18,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from nas.spaces.nader.dag.macro import BlockSet, Skeleton
+from nas.agents.nader.modtree import ModificationTree
 from nas.core.arch import SeenIndex
+from nas.core.space import SearchSpace
 from nas.design.base import DesignStrategy, Try, verify_and_retry
 from nas.design.verifiers import Changed, KeepsParent, block_chain
 from nas.errors import ConfigError, RunDirError
 from nas.search.record import TrialRecord
-from nas.core.space import SearchSpace
+from nas.spaces.nader.dag.macro import BlockSet, Skeleton
 from nas.strategies.base import STRATEGIES, Candidate, Draft, Trial
-from nas.agents.nader.modtree import ModificationTree
 
 GENERIC_IDEA = "Improve the block's accuracy with one architectural change of your choice."
 

@@ -14,13 +14,12 @@ that the first `heads` heads are the leading `3 * heads * head_dim` rows.
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nas.spaces.autoformer.arch import AutoFormerArch
 from nas.errors import ConfigError
+from nas.spaces.autoformer.arch import AutoFormerArch
 from nas.spaces.autoformer.space import mlp_hidden
 
 

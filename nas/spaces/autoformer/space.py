@@ -7,9 +7,9 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Sequence
 
-from nas.spaces.autoformer.arch import AutoFormerArch
-from nas.errors import ConfigError, EncodingError
 from nas.core.space import SPACES, CategoricalSpace, Cost, Decision
+from nas.errors import ConfigError, EncodingError
+from nas.spaces.autoformer.arch import AutoFormerArch
 
 if TYPE_CHECKING:
     from torch import nn

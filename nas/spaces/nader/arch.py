@@ -10,11 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from nas.core.arch import Architecture, stable_hash
+from nas.errors import EncodingError
 from nas.spaces.nader.dag.canon import canonical_form
 from nas.spaces.nader.dag.expr import normal_form
 from nas.spaces.nader.dag.macro import BlockSet, Plan, Skeleton, plan, search_width
 from nas.spaces.nader.dag.shapes import ROLES
-from nas.errors import EncodingError
 
 if TYPE_CHECKING:
     from nas.core.constraint import Constraint

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from nas.core.constraint import Constraint
 from nas.core.registry import check_count, check_keys
 from nas.core.space import SPACES, OpenEndedSpace
 from nas.errors import ConfigError
 from nas.spaces.nader.arch import BlockArch
-from nas.core.constraint import Constraint
 from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE, Plan, Skeleton, search_width
 
 if TYPE_CHECKING:

@@ -7,9 +7,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from nas.spaces.ofa_mbv3.arch import NUM_STAGES, OFAMbv3Arch
-from nas.errors import ConfigError, EncodingError
 from nas.core.space import SPACES, CategoricalSpace, Cost, Decision
+from nas.errors import ConfigError, EncodingError
+from nas.spaces.ofa_mbv3.arch import NUM_STAGES, OFAMbv3Arch
 
 if TYPE_CHECKING:
     from torch import nn

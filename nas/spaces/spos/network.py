@@ -9,9 +9,9 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
-from nas.spaces.spos.arch import SPOSArch
-from nas.measure import count_flops, count_params
 from nas.core.space import Cost
+from nas.measure import count_flops, count_params
+from nas.spaces.spos.arch import SPOSArch
 from nas.spaces.spos.space import BlockShape, SPOSSpace
 
 KERNELS = (3, 5, 7)  # choices 0-2; choice 3 is the Xception-style unit

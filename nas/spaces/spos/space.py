@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
-from nas.spaces.spos.arch import CHOICE_NAMES, SPOSArch
-from nas.errors import ConfigError, EncodingError
 from nas.core.space import SPACES, CategoricalSpace, Cost, Decision
+from nas.errors import ConfigError, EncodingError
+from nas.spaces.spos.arch import CHOICE_NAMES, SPOSArch
 
 if TYPE_CHECKING:
     from torch import nn

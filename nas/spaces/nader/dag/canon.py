@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from nas.spaces.nader.dag.parse import Block, Node
 from nas.errors import EncodingError
+from nas.spaces.nader.dag.parse import Block, Node
 
 ORDERED_OPS: frozenset[str] = frozenset({"concat", "Concat", "Multiply"})
 """Multi-input ops whose result depends on input order: `concat`/`Concat`

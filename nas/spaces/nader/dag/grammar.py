@@ -41,14 +41,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from nas.errors import EncodingError
+from nas.llm.gbnf import gbnf_choice, gbnf_literal
 from nas.spaces.nader.dag.canon import ORDERED_OPS
 from nas.spaces.nader.dag.expr import VARIABLES
 from nas.spaces.nader.dag.ops import OPS, Param
 from nas.spaces.nader.dag.parse import IO_OPS, Block, Node
 from nas.spaces.nader.dag.shapes import topological_order
 from nas.spaces.nader.dag.validate import validate_structure
-from nas.errors import EncodingError
-from nas.llm.gbnf import gbnf_choice, gbnf_literal
 
 SECTIONS = ("base", "stem", "downsample")
 MAX_NODES = 64   # the largest packaged NADER section has 61 nodes

@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cache
 
+from nas.core.constraint import Constraint
+from nas.errors import ConfigError, EncodingError
 from nas.spaces.nader.dag.parse import Block, parse_block_file
 from nas.spaces.nader.dag.shapes import ROLES, Analysis, Position, analyse
-from nas.errors import ConfigError, EncodingError
-from nas.core.constraint import Constraint
 
 
 def role_of(section: str) -> str:

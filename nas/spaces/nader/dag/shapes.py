@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from nas.errors import EncodingError
 from nas.spaces.nader.dag.ops import OPS, Bound, Dim, OpError, OpSpec, Shape, show, show_values
 from nas.spaces.nader.dag.parse import Block
 from nas.spaces.nader.dag.validate import validate_structure
-from nas.errors import EncodingError
 
 ROLES = ("base", "stem", "downsample")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from nas.errors import EncodingError
 from nas.spaces.nader.dag.ops import OPS as OP_SPECS
 from nas.spaces.nader.dag.parse import IO_OPS, Block
-from nas.errors import EncodingError
 
 OPS = frozenset(OP_SPECS)
 
