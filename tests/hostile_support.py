@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 HOSTILE = Path(__file__).parent / "hostile"
-KINDS = ("escape", "secret", "data", "forge", "network", "process", "cache", "fs", "dos")
+KINDS = ("escape", "secret", "data", "forge", "network", "process", "cache", "fs", "dos", "parent")
 CLIS = ("validate", "train")
 EXPECTS = ("any", "invalid", "limits")
 PLACEHOLDERS = ("__CANARY_DIR__", "__CANARY_PORT__", "__CANARY_SOCK__", "__NASFLOW_HOME__",

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from nas.measure import count_flops, count_params
+from nas.sandbox.aten_ops import WorkCounter
 from nas.sandbox.graph import GRAPH_FILE, GraphError, GraphNet, compare, export_graph, pack, unpack
 from nas.sandbox.limits import Limits
 
@@ -92,7 +93,7 @@ def _first_op(graph: dict, op: str) -> None:
     (lambda g: _first_op(g, "aten.as_strided.default"), "not allowed"),
     (lambda g: _first_op(g, "builtins.eval"), "not allowed"),
     (lambda g: _first_op(g, "aten.no_such_op.default"), "not allowed"),
-    (lambda g: _first_op(g, "aten.add.no_such_overload"), "does not exist"),
+    (lambda g: _first_op(g, "aten.add.no_such_overload"), "not allowed"),
     (lambda g: _first_op(g, "aten._reshape_alias.default"), "not allowed"),  # any sizes and strides: heap access
     (lambda g: _first_op(g, "aten._reshape_alias_copy.default"), "not allowed"),
     (lambda g: _first_op(g, "aten.add.out"), "not allowed"),  # resizes the tensor passed as out=
@@ -169,6 +170,79 @@ def test_a_graph_that_asks_for_hours_of_compute_is_refused_before_it_runs() -> N
     with pytest.raises(GraphError, match=r"train graph needs 1\.\d+e\+13 operations .* over the limit"):
         net.dry_run(2, 1 << 30)
     assert rebuilt(Small()).dry_run(2, 1 << 30)[1].macs > 0  # the model itself passes
+
+
+class Upsampled(nn.Module):
+    """Hostile: a 1023-wide max pool (stride 1, padding 511) after an upsample to 1024x1024: ~10^12
+    comparisons an image, while it reads and writes ~10^6 elements."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = nn.functional.interpolate(x.mean(1, keepdim=True), size=(1024, 1024))
+        return self.fc(x.mean((2, 3))) + nn.functional.max_pool2d(h, 1023, stride=1, padding=511).mean() * 0
+
+
+def test_a_pool_is_counted_by_its_window_not_its_elements() -> None:
+    with pytest.raises(GraphError, match=r"train graph needs \d\.\d+e\+12 operations .* over the limit"):
+        rebuilt(Upsampled()).dry_run(2, 1 << 30)
+
+
+def _meta(*shape: int) -> torch.Tensor:
+    return torch.empty(shape, device="meta")
+
+
+@pytest.mark.parametrize("call, field, units", [
+    (lambda: nn.functional.max_pool2d(_meta(1, 1, 64, 64), 31, stride=1, padding=15), "other", 64 * 64 * 31 * 31),
+    (lambda: nn.functional.avg_pool2d(_meta(1, 1, 64, 64), [31, 15], stride=1, padding=[15, 7]), "other",
+     64 * 64 * 31 * 15),
+    (lambda: nn.functional.max_pool1d(_meta(1, 1, 4096), 255, stride=1, padding=127, return_indices=True)[0],
+     "other", 4096 * 255),
+    (lambda: nn.functional.adaptive_max_pool2d(_meta(1, 1, 64, 64), 63), "other", 63 * 63 * 3 * 3),
+    (lambda: _meta(4, 1024).sort(), "other", 4 * 1024 * 10),  # n log2 n per row
+    (lambda: _meta(4, 1024).topk(3), "other", 4 * 1024 * 10),
+    (lambda: nn.functional.interpolate(_meta(1, 1, 8, 8), size=(32, 32), mode="bicubic"), "other", 32 * 32 * 16),
+    (lambda: torch.addbmm(_meta(8, 8), _meta(1, 8, 16).expand(64, 8, 16), _meta(1, 16, 8).expand(64, 16, 8)),
+     "macs", 64 * 8 * 16 * 8),
+    (lambda: nn.functional.bilinear(_meta(4, 8), _meta(4, 6), _meta(5, 8, 6)), "macs", 4 * 5 * 8 * 6),
+    (lambda: nn.functional.conv_transpose2d(_meta(1, 1, 4, 4), _meta(1, 1, 1, 1), stride=64), "traffic",
+     193 * 193),  # its output, which it writes (mostly zeros) however few products it has
+])
+def test_work_counts_each_operator_by_its_formula(call, field: str, units: int) -> None:
+    """Operators whose cost is not the elements they read or write: a pool's window times its output,
+    n log n for a sort, an interpolation's taps, products torch has no FLOP formula for, and what a
+    transposed convolution writes (besides the views around it, a few elements each)."""
+    with WorkCounter() as work:
+        call()
+    assert units <= getattr(work, field) < 1.25 * units
+
+
+class Stacked(nn.Module):
+    """1x1 convolutions at 512x512: ~67 MB of tensors an image, ~17 GB at the training batch of 256."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList([nn.Conv2d(3, 8, 1), *(nn.Conv2d(8, 8, 1) for _ in range(3))])
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = nn.functional.interpolate(x, size=(512, 512))
+        for conv in self.convs:
+            h = conv(h).relu()
+        return self.fc(h.mean((2, 3)))
+
+
+def test_a_training_step_must_fit_the_trainers_memory_at_the_training_batch() -> None:
+    """The budget is what the trainer has, whatever the batch (it was scaled by the batch: a stack
+    like this one at 1024x1024 passed with ~390 GB of forward tensors at batch 256)."""
+    g = rebuilt(Stacked())
+    assert g.dry_run(2, 1 << 30)[0] == [2, 10]
+    with pytest.raises(GraphError, match=r"needs over 511 MB for the forward of a training step of 256 images"):
+        g.dry_run(2, 1 << 30, 256)
+    with pytest.raises(GraphError, match="parameters need 0 MB to train .* over the trainer's 0 MB"):
+        g.dry_run(2, 1 << 10)
 
 
 def test_uninitialised_memory_is_zero_filled() -> None:
@@ -283,6 +357,25 @@ def test_products_fvcore_has_no_handle_for_are_counted() -> None:
     assert verdict.ok and verdict.flops == count_flops(net, (1, 3, 16, 16)) >= hidden
 
 
+@pytest.mark.parametrize("net, error", [
+    (Batched("outer"), r"operations per image \(at batch 256\) outside .* more than the [\d,]+ FLOPs it could count"),
+    (Stacked(), "for the forward of a training step of 256 images"),
+])
+def test_refusals_decidable_on_shapes_come_before_any_real_compute(net: nn.Module, error: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Work and memory are refused on the meta device, before this process runs the graph for real
+    (a forward, a backward, fvcore's trace), which a refused graph may make take hours or gigabytes."""
+    from nas.sandbox.verify import _graph_verdict
+
+    def ran(*args, **kwargs):
+        raise AssertionError("ran the graph for real")
+
+    monkeypatch.setattr(GraphNet, "forward", ran)
+    monkeypatch.setattr("nas.measure.count_flops", ran)
+    verdict = _graph_verdict(artifact(net), 10, (2, 3, 16, 16), Limits(), False)[0]
+    assert not verdict.ok and re.search(error, verdict.error), verdict.error
+
+
 class Banked(nn.Module):
     """Hostile: a frozen 'pre-trained' filter bank run by `F.conv2d` from a buffer named like BatchNorm
     statistics, and a lifted constant table: capacity that `parameters()` does not show."""
@@ -312,7 +405,8 @@ def test_buffers_and_constants_count_as_parameters() -> None:
                            "literals in the graphs": [literals]}
     assert count_params(g) == count_params(Banked()) + 64 * 27 + 640 + literals - FREE_CARRIED
     assert count_params(rebuilt(Small())) == count_params(Small())  # BN statistics, a lifted scalar
-    verdict = _graph_verdict(artifact(Banked(bank=4096)), 10, (2, 3, 16, 16), Limits(), False)[0]
+    # 4,096 channels at 16x16: a training step of 256 images needs ~4 GB, so a trainer with 8 GB
+    verdict = _graph_verdict(artifact(Banked(bank=4096)), 10, (2, 3, 16, 16), Limits(memory_mb=8192), False)[0]
     assert verdict.stage == "graph" and verdict.error.startswith(
         f"graph: reads {4096 * 37 + literals:,} values of buffers, constants and literals") and (
         f"{MAX_CARRIED:,}" in verdict.error)
@@ -355,6 +449,45 @@ def test_values_spelled_out_in_the_graph_count_as_parameters(table: bool) -> Non
     [spelled] = g.carried()["literals in the graphs"]
     assert spelled >= 2 * weights  # each in the train and the eval graph
     assert count_params(g) == count_params(Spelled(weights, table)) + spelled - FREE_CARRIED
+
+
+class Picked(nn.Module):
+    """Hostile: a frozen table of `picks` values of 15 levels, each picked by a literal index (`form`:
+    select, narrow, slice, or a value of `unbind` in a list), from levels tainted by the input so no
+    value is a constant of the model's."""
+
+    def __init__(self, form: str, picks: int) -> None:
+        super().__init__()
+        self.form, self.codes = form, [(i * 7) % 15 + 1 for i in range(picks)]
+        self.fc = nn.Linear(3, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        levels = (torch.arange(16) - 8) / 8 + 0 * x.sum()
+        if self.form == "select":
+            table = torch.stack([levels[c] for c in self.codes])
+        elif self.form == "narrow":
+            table = torch.cat([levels.narrow(0, c, 1) for c in self.codes])
+        elif self.form == "slice":
+            table = torch.cat([levels[c:c + 1] for c in self.codes])
+        else:
+            values = levels.unbind(0)
+            table = torch.stack([values[c] for c in self.codes])
+        return self.fc(x.mean((2, 3))) + table.mean()
+
+
+@pytest.mark.parametrize("form, per_pick", [
+    ("select", 1 + 1),  # its index, and its reference in the list of one-element values
+    ("narrow", 2 + 1),  # start and length
+    ("slice", 2 + 1),   # start and end
+    ("unbind", 1),      # its reference in the list (the export takes each of unbind's 16 values once)
+])
+def test_values_picked_by_literal_indices_count_however_tainted(form: str, per_pick: int) -> None:
+    """A table spelled as picks from a few levels (`select.int(levels, 0, k)` over levels tainted by
+    `0 * sum(x)`) carries what its indices say: each literal index of a data-selecting operator
+    counts, and so does each reference in a list to a one-element value, however it was computed."""
+    picks = 40  # beyond the one of the baseline; in both the train and the eval graph
+    one, more = (rebuilt(Picked(form, 1 + n)).carried()["literals in the graphs"][0] for n in (0, picks))
+    assert more - one == 2 * per_pick * picks
 
 
 class Smuggled(Small):

@@ -10,9 +10,12 @@ checked after it); training forges and resource abuse run one by one as
 HOME whose .bashrc holds the API key, a run dir, a canary dir and canary
 listeners, with the key and a second token in the CLI's environment. Whatever
 the models do, afterwards: nothing new outside, the secrets in no output or
-file, no connection, no process left, no number a model forged, one line per
-file naming it, and the CLI itself exits normally. Then `nas` is killed
-mid-check and must leave nothing behind.
+file, no connection, no process left, no number a model forged, one plain line
+per file naming it (no control character: a model's text cannot rewrite the
+screen), the CLI's own peak memory bounded, and the CLI itself exits normally.
+The `parent` kind forges what the child sends back (the artifact's ZIP, JSON
+and safetensors headers, the report's strings) to attack the trusted side's
+parsing. Then `nas` is killed mid-check and must leave nothing behind.
 
 With NASFLOW_HOSTILE_REPORT set to a folder, each test writes its cases' outcomes
 there as JSON (benchmarks/isolation.py reads them).
@@ -61,7 +64,12 @@ TRAIN_ARGS = ["data=digits", "recipe=quick", "recipe.epochs=1", "evaluator.sandb
 VALIDATE_WALL_S = 60  # nas.sandbox.Limits' default, which `nas arch validate` uses
 SLACK_S = 40  # CLI start-up, the sandbox's start-up, a loaded machine
 MAX_OUTPUT = 1 << 20
-VALID = re.compile(r"valid model \(([\d,]+) params, ([\d,]+) FLOPs\)")
+# A file's verdict line says valid at its start only: a model's text later in the line is not a verdict.
+VALID = re.compile(r"^\S+: valid model \(([\d,]+) params, ([\d,]+) FLOPs\)", re.MULTILINE)
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # terminal escapes, carriage returns (tabs and newlines pass)
+# The CLI's own peak resident memory (not its sandbox children's): checking an honest model peaks at
+# ~0.9 GB, so a run over this spent a gigabyte more on what a child sent.
+PARENT_RSS_MB = 2048
 # Where an escaped attack would leave files (always named with its marker): (folder, recursive).
 OUTSIDE = [(Path("/tmp"), False), (Path("/var/tmp"), False), (Path("/dev/shm"), False), (ROOT, False),
            (ROOT / "nas", True), (Path(sysconfig.get_paths()["purelib"]), False),
@@ -165,6 +173,7 @@ class Outcome:
     stderr: str
     seconds: float
     result: dict | None = None
+    peak_rss_mb: float = 0.0
 
     @property
     def output(self) -> str:
@@ -219,7 +228,23 @@ def run_cli(scene: Scene, models: list[Path], cli: str,
         assert proc.stderr is not None
         stderr.append(proc.stderr.read())
 
-    readers = [threading.Thread(target=read_lines), threading.Thread(target=read_all)]
+    peak_kb = [0]
+
+    def watch_memory() -> None:
+        """The CLI's peak resident memory (VmHWM), read until it has exited (no status, or a zombie's)."""
+        status = Path(f"/proc/{proc.pid}/status")
+        while True:
+            try:
+                found = re.search(r"^VmHWM:\s+(\d+) kB", status.read_text(), re.MULTILINE)
+            except OSError:
+                return
+            if found is None:
+                return
+            peak_kb[0] = max(peak_kb[0], int(found.group(1)))
+            time.sleep(0.05)
+
+    readers = [threading.Thread(target=read_lines), threading.Thread(target=read_all),
+               threading.Thread(target=watch_memory)]
     for reader in readers:
         reader.start()
     try:
@@ -234,7 +259,7 @@ def run_cli(scene: Scene, models: list[Path], cli: str,
     result_file = scene.run_dir / "result.json"
     result = json.loads(result_file.read_text()) if result_file.is_file() else None
     return Outcome(proc.returncode, b"".join(stdout).decode(errors="replace"),
-                   b"".join(stderr).decode(errors="replace"), time.monotonic() - began, result), stamps
+                   b"".join(stderr).decode(errors="replace"), time.monotonic() - began, result, peak_kb[0] / 1024), stamps
 
 
 def wait_until_clean(scene: Scene, seconds: float = 5.0) -> tuple[dict[int, str], list[Path]]:
@@ -283,6 +308,10 @@ def cli_problems(scene: Scene, out: Outcome) -> list[str]:
         problems.append("(f) a Python traceback on stderr")
     if len(out.stdout) > MAX_OUTPUT or len(out.stderr) > MAX_OUTPUT:
         problems.append(f"(f) {len(out.stdout)} + {len(out.stderr)} bytes of output")
+    if control := CONTROL.search(out.stdout):
+        problems.append(f"(f) a control character ({control.group()!r}) on stdout")
+    if out.peak_rss_mb > PARENT_RSS_MB:
+        problems.append(f"(h) nas itself peaked at {out.peak_rss_mb:.0f} MB resident, over {PARENT_RSS_MB} MB")
     return problems
 
 
@@ -329,11 +358,13 @@ def per_file(models: list[Path], out: Outcome, stamps: list[float]) -> tuple[lis
     return verdicts, problems
 
 
-def report(name: str, outcomes: dict[str, tuple[list[str], float | None]]) -> None:
-    """For benchmarks/isolation.py: each case's problems and seconds (JSON, one file per test)."""
+def report(name: str, outcomes: dict[str, tuple[list[str], float | None]], peak_rss_mb: float) -> None:
+    """For benchmarks/isolation.py: each case's problems and seconds, and the peak resident memory
+    of the `nas` run that checked it (JSON, one file per test)."""
     if REPORT:
         cases = [{"case": case, "contained": not problems, "seconds": None if secs is None else round(secs, 3),
-                  "problems": problems[:3]} for case, (problems, secs) in outcomes.items()]
+                  "parent_rss_mb": round(peak_rss_mb), "problems": problems[:3]}
+                 for case, (problems, secs) in outcomes.items()]
         path = Path(REPORT, f"{name}.json")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.with_suffix(".tmp").write_text(json.dumps(cases))
@@ -416,7 +447,8 @@ def test_hostile_models_are_contained(kind: str, scene: Scene, canary: Canary) -
     run_problems += cli_problems(scene, out) + containment(scene, models, before, canary.since(first))
     own = {case.stem: (["(f) no line of its own on stdout"], None) if verdict is None
            else (verdict_problems(case, verdict), verdict.seconds) for case, verdict in zip(cases, verdicts)}
-    report(f"validate-{kind}", {stem: (mine + run_problems, secs) for stem, (mine, secs) in own.items()})
+    report(f"validate-{kind}", {stem: (mine + run_problems, secs) for stem, (mine, secs) in own.items()},
+           out.peak_rss_mb)
     problems = [f"{stem}: {p}" for stem, (mine, _) in own.items() for p in mine]
     problems += [f"the run: {p}" for p in run_problems]
     assert not problems, f"{kind} ({len(cases)} files):\n" + "\n".join(problems) + "\n" + describe(out)
@@ -430,7 +462,7 @@ def test_hostile_trained_model_is_contained(case: Hostile, scene: Scene, canary:
     out, _ = run_cli(scene, [model], case.cli, case.wall_s or TRAIN_WALL_S)
     problems = cli_problems(scene, out) + verdict_problems(case, out)
     problems += containment(scene, [model], before, canary.since(first))
-    report(f"train-{case.stem}", {case.stem: (problems, out.seconds)})
+    report(f"train-{case.stem}", {case.stem: (problems, out.seconds)}, out.peak_rss_mb)
     assert not problems, f"{case.stem} ({case.attack}):\n" + "\n".join(problems) + "\n" + describe(out)
 
 

@@ -108,15 +108,17 @@ def _validate(args: argparse.Namespace) -> int:
 def _validate_one(path: Path, text: str, parent: str | None, args: argparse.Namespace) -> int:
     if path.suffix == ".py":
         from nas.search.record import SELF_REPORTED
+        from nas.terminal import printable
 
         verdict = _verify(args, path, text, parent)
         if verdict.ok:
             how = (f"; {SELF_REPORTED}: the model could not be exported as a graph ({verdict.export_error})"
                    if verdict.self_reported else "")
-            print(f"{path}: valid model ({verdict.params:,} params, {verdict.flops:,} FLOPs{how})", flush=True)
-            return 0
-        print(f"{path}: {verdict.error}", flush=True)
-        return 1
+            line, status = f"{path}: valid model ({verdict.params:,} params, {verdict.flops:,} FLOPs{how})", 0
+        else:
+            line, status = f"{path}: {verdict.error}", 1
+        print(printable(line), flush=True)  # one line, whatever the file's name or the model's messages hold
+        return status
     errors = block_errors(text, str(path), args)
     for line in errors:
         print(line)
@@ -135,9 +137,9 @@ def _verify(args: argparse.Namespace, path: Path, text: str, parent: str | None)
 
 
 def show_block(text: str, source: str, args: argparse.Namespace) -> dict[str, Any]:
+    from nas.measure import count_flops, count_params
     from nas.spaces.nader.arch import BlockArch
     from nas.spaces.nader.dag.macro import search_width
-    from nas.measure import count_flops, count_params
     from nas.spaces.nader.network import build_network, network_source
 
     arch = BlockArch.from_text(text, source)

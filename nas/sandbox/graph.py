@@ -19,19 +19,23 @@ device arguments are replaced by the input's device when run.
 
 from __future__ import annotations
 
+import enum
 import functools
 import io
 import json
 import math
 import operator
 import re
+import struct
 import zipfile
+from collections.abc import Collection
 from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves
 
 from nas.sandbox.aten_ops import WorkCounter, allowed, zero_filled
 
@@ -47,8 +51,8 @@ _SIZE_LIMIT = 1 << 63
 # Bytes of graph JSON: it becomes Python objects here at ~20x its size (torchvision's largest models
 # export to under 1 MB per mode).
 MAX_GRAPH_BYTES = 32 << 20
-# A forward pass may do at most this many operations (multiply-accumulates plus elements read or
-# written, `aten_ops.WorkCounter`) at the verification batch: this process runs the graph, and a
+# A forward pass may do at most this many operations (each operator's cost by its formula:
+# `aten_ops.WorkCounter.total`) at the verification batch: this process runs the graph, and a
 # graph of a few nodes can ask for hours of compute (a ResNet-50 at 224 px, batch 2: 8e9).
 MAX_WORK = 5e10
 _STR_OPTIONS = frozenset({"reduce", "reduction", "rounding_mode", "approximate", "padding_mode", "mode",
@@ -161,28 +165,132 @@ class Artifact:
     weights: dict[str, dict[str, torch.Tensor]]
 
 
-def unpack(data: bytes, max_bytes: int) -> Artifact:
-    """Parse an artifact without executing anything from it; raises `GraphError`."""
+def unpack(data: bytes, max_bytes: int, sets: Collection[str] = ("init", "const")) -> Artifact:
+    """Parse an artifact without executing anything from it, reading only the weight sets in
+    `sets` (those the request asked for); raises `GraphError`. Nothing the child wrote is
+    parsed before its size is bounded here: the ZIP's end record and directory (`_entries`),
+    the graph JSON's size and nesting (`_json`), each safetensors header's size and tensor
+    count against the graph's inputs (`_header`)."""
+    from safetensors import SafetensorError
     from safetensors.torch import load
 
+    names = _entries(data, {GRAPH_FILE, *(f"{s}.safetensors" for s in sets)}, max_bytes)
+    if GRAPH_FILE not in names:
+        raise GraphError(f"artifact has no {GRAPH_FILE}")
     try:
         zf = zipfile.ZipFile(io.BytesIO(data))
-        infos = zf.infolist()
-        if sum(i.file_size for i in infos) > max_bytes or any(i.compress_type != zipfile.ZIP_STORED for i in infos):
-            raise GraphError("artifact is compressed or too large")
-        names = [i.filename for i in infos]
-        if GRAPH_FILE not in names or not all(n == GRAPH_FILE or re.fullmatch(r"\w+\.safetensors", n)
-                                              for n in names):
-            raise GraphError("artifact has unexpected files")
         if zf.getinfo(GRAPH_FILE).file_size > MAX_GRAPH_BYTES:
             raise GraphError(f"artifact's graph is over {MAX_GRAPH_BYTES >> 20} MB")
-        graph = json.loads(zf.read(GRAPH_FILE))
-        weights = {n.removesuffix(".safetensors"): load(zf.read(n)) for n in names if n != GRAPH_FILE}
-    except (zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError, RuntimeError, OSError) as err:
-        raise GraphError(f"artifact is malformed ({type(err).__name__}: {err})") from None
-    if not isinstance(graph, dict) or graph.get("format") != FORMAT:
-        raise GraphError("artifact has an unknown graph format")
+        graph = _json(zf.read(GRAPH_FILE), "artifact's graph")
+        if not isinstance(graph, dict) or graph.get("format") != FORMAT:
+            raise GraphError("artifact has an unknown graph format")
+        weights = {}
+        for name in names:
+            if name != GRAPH_FILE:
+                body, weight_set = zf.read(name), name.removesuffix(".safetensors")
+                _header(body, name, _inputs(graph.get("parent") if weight_set.startswith("parent") else graph))
+                weights[weight_set] = load(body)
+    except (zipfile.BadZipFile, SafetensorError, RuntimeError, OSError, EOFError) as err:
+        raise GraphError(f"artifact is malformed ({type(err).__name__}: {str(err)[:200]})") from None
     return Artifact(graph, weights)
+
+
+# What `pack` writes, as ZIP's structures: the end of central directory record and a central
+# directory entry (signature, then 2- and 4-byte fields, little-endian).
+_END = struct.Struct("<4s4H2LH")
+_ENTRY = struct.Struct("<4s6H3L5H2L")
+_UTF8_NAME = 0x800  # the only flag `zipfile` sets on a stored entry (not for ASCII names, which these are)
+# Nesting a JSON text may have: each level costs a stack frame in every walk over the value (the
+# graph's deepest honest value, a node's list argument, is 8 levels down).
+MAX_JSON_DEPTH = 32
+# Bytes of a safetensors header per tensor it describes (a path, dtype, shape and offsets: ~100 bytes).
+_HEADER_PER_TENSOR = 1024
+_ESCAPED = re.compile(rb"\\.", re.DOTALL)
+_STRING = re.compile(rb'"[^"]*"')
+# Each byte of a JSON text without its strings -> 1 + how it changes the nesting depth.
+_STEPS = bytes(2 if b in b"[{" else 0 if b in b"]}" else 1 for b in range(256))
+
+
+def _entries(data: bytes, expected: set[str], max_bytes: int) -> list[str]:
+    """The artifact's entry names, read from its end record and central directory before
+    `zipfile` sees the bytes (whose reader takes every entry a directory lists, however many):
+    laid out as `pack` writes them (stored, no comment, no extra fields), at most one entry per
+    name of `expected`, at most `max_bytes` in all."""
+    if len(data) < _END.size:
+        raise GraphError("artifact is malformed (shorter than a ZIP end record)")
+    signature, disk, first, here, count, size, start, comment = _END.unpack_from(data, len(data) - _END.size)
+    if signature != b"PK\x05\x06" or comment or disk or first or here != count:
+        raise GraphError("artifact is malformed (no ZIP end record at its end, a comment, or several disks)")
+    if count > len(expected):
+        raise GraphError(f"artifact's ZIP directory lists {count:,} entries, over the {len(expected)} expected")
+    if start + size != len(data) - _END.size:
+        raise GraphError(f"artifact's ZIP directory ({size:,} bytes at {start:,}) does not end at its end record")
+    names: list[str] = []
+    total, at = 0, start
+    for i in range(count):
+        if at + _ENTRY.size > start + size:
+            raise GraphError(f"artifact's ZIP directory ends inside entry {i}")
+        (signature, _, _, flags, method, _, _, _, stored, file_size, name_size, extra, note, *_,
+         offset) = _ENTRY.unpack_from(data, at)
+        name = data[at + _ENTRY.size:at + _ENTRY.size + name_size].decode("ascii", "replace")
+        at += _ENTRY.size + name_size + extra + note
+        if signature != b"PK\x01\x02" or flags & ~_UTF8_NAME or extra or note or offset >= start:
+            raise GraphError(f"artifact's ZIP directory entry {i} ({name[:60]!r}) is malformed")
+        if method != zipfile.ZIP_STORED or stored != file_size:
+            raise GraphError(f"artifact's entry {name[:60]!r} is compressed")
+        if name not in expected:
+            raise GraphError(f"artifact has unexpected files ({name[:60]!r}; expected {', '.join(sorted(expected))})")
+        if name in names:
+            raise GraphError(f"artifact's ZIP directory lists {name!r} twice")
+        names.append(name)
+        total += file_size
+    if at != start + size:
+        raise GraphError(f"artifact's ZIP directory holds {start + size - at:,} bytes more than its {count} entries")
+    if total > max_bytes:
+        raise GraphError(f"artifact is too large ({total:,} bytes, over {max_bytes:,})")
+    return names
+
+
+def _json(data: bytes, what: str) -> Any:
+    """`data` as JSON, parsed once its nesting is known to be at most `MAX_JSON_DEPTH` levels:
+    its strings dropped, the depth after each byte is a running sum (in chunks: linear time,
+    a few MB whatever the size)."""
+    import numpy as np
+
+    steps = _STRING.sub(b"", _ESCAPED.sub(b"", data)).translate(_STEPS)
+    depth = 0
+    for start in range(0, len(steps), 1 << 20):
+        levels = depth + np.cumsum(np.frombuffer(steps[start:start + (1 << 20)], np.int8) - 1, dtype=np.int64)
+        if levels.max() > MAX_JSON_DEPTH:
+            raise GraphError(f"{what} nests deeper than {MAX_JSON_DEPTH} levels")
+        depth = int(levels[-1])
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise GraphError(f"{what} is not JSON ({err})") from None
+
+
+def _inputs(graph: Any) -> int:
+    """The tensors a graph's two programs take, at most `MAX_NODES`: what any weight set of it holds at most."""
+    programs = [graph.get(mode) for mode in ("train", "eval")] if isinstance(graph, dict) else []
+    return min(MAX_NODES, sum(len(p["inputs"]) for p in programs
+                              if isinstance(p, dict) and isinstance(p.get("inputs"), list)))
+
+
+def _header(body: bytes, name: str, tensors: int) -> None:
+    """Bound a safetensors file's header before `safetensors` parses it: its length, its nesting,
+    and the tensors it describes, at most `tensors` (the graph's inputs)."""
+    if len(body) < 8:
+        raise GraphError(f"artifact's {name} is malformed (no header)")
+    size, cap = int.from_bytes(body[:8], "little"), _HEADER_PER_TENSOR * (tensors + 1)
+    if size > min(cap, len(body) - 8):
+        bound = "its file's size" if size > len(body) - 8 else f"the {cap:,} a graph of {tensors:,} inputs needs"
+        raise GraphError(f"artifact's {name} header claims {size:,} bytes, over {bound}")
+    header = _json(body[8:8 + size], f"artifact's {name} header")
+    if not isinstance(header, dict):
+        raise GraphError(f"artifact's {name} header is malformed")
+    if (count := len(header) - ("__metadata__" in header)) > tensors:
+        raise GraphError(f"artifact's {name} holds {count:,} tensors, more than its graph's {tensors:,} inputs")
 
 
 class _Program:
@@ -192,8 +300,8 @@ class _Program:
         if not isinstance(data, dict) or set(data) != {"inputs", "nodes", "outputs"}:
             raise GraphError("graph has the wrong fields")
         inputs, nodes = data["inputs"], data["nodes"]
-        if not isinstance(inputs, list) or not isinstance(nodes, list) or len(nodes) > MAX_NODES:
-            raise GraphError(f"graph inputs/nodes malformed or over {MAX_NODES} nodes")
+        if not isinstance(inputs, list) or not isinstance(nodes, list) or max(len(inputs), len(nodes)) > MAX_NODES:
+            raise GraphError(f"graph inputs/nodes malformed or over {MAX_NODES} inputs or nodes")
         self.inputs: list[tuple[str, str | None]] = []
         for spec in inputs:
             if (not isinstance(spec, dict) or spec.get("kind") not in _KINDS
@@ -205,8 +313,10 @@ class _Program:
         self.steps: list[tuple[Any, Any, Any]] = []
         self._seen = len(self.inputs)  # values defined so far: a reference must point below
         # per value: whether it is computed from the input or a parameter (else a constant of the model's)
-        varying = [kind in ("USER_INPUT", "PARAMETER") for kind, _ in self.inputs]
+        self.varying = varying = [kind in ("USER_INPUT", "PARAMETER") for kind, _ in self.inputs]
+        producers: list[str | None] = [None] * len(self.inputs)  # which operator made each value
         self.literals = 0  # `_literals`
+        self.scalars: int | None = None  # `_Meter.scalars`, once a dry run has counted them
         for i, node in enumerate(nodes):
             if not isinstance(node, dict) or set(node) != {"op", "args", "kwargs"}:
                 raise GraphError(f"graph node {i} malformed")
@@ -215,8 +325,9 @@ class _Program:
             if not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise GraphError(f"graph node {i} ({node['op']}) has malformed arguments")
             self.steps.append((fn, args, kwargs))
-            self.literals += _literals(node["op"], args, kwargs, varying)
+            self.literals += _literals(node["op"], args, kwargs, varying, producers)
             varying.append(any(varying[ref.index] for _, ref in _refs(args, kwargs)))
+            producers.append(node["op"])
             self._seen += 1
         out = self._decode(data["outputs"])
         if not isinstance(out, list) or len(out) != 1 or not isinstance(out[0], _Ref):
@@ -247,11 +358,10 @@ class _Program:
             return value
         raise GraphError("graph argument malformed")
 
-    def run(self, bound: list[Any], x: torch.Tensor, budget: int | None = None) -> Any:
+    def run(self, bound: list[Any], x: torch.Tensor, meter: _Meter | None = None) -> Any:
         """Execute on `bound` (one value per input spec, the user input as `_INPUT`);
-        with `budget`, stop once the tensors produced exceed that many bytes."""
+        with `meter` (a dry run), measure each step as it goes (`_Meter.take`)."""
         values = [x if v is _INPUT else v for v in bound]
-        used = 0
 
         def get(arg: Any) -> Any:
             if isinstance(arg, _Ref):
@@ -265,14 +375,54 @@ class _Program:
             return arg
 
         for fn, args, kwargs in self.steps:
-            out = fn(*get(args), **get(kwargs))
-            if budget is not None:
-                used += sum(t.numel() * t.element_size() for t in (out if isinstance(out, (list, tuple)) else [out])
-                            if isinstance(t, torch.Tensor))
-                if used > budget:
-                    raise GraphError(f"graph needs over {budget >> 20} MB for one forward pass (at {fn})")
+            inputs = get(args), get(kwargs)
+            out = fn(*inputs[0], **inputs[1])
+            if meter is not None:
+                meter.take(fn, out, inputs, [values[ref.index] for value in [*args, *kwargs.values()]
+                                             if isinstance(value, list) for _, ref in _refs(value, {})
+                                             if self.varying[ref.index]])
             values.append(out)
         return values[self.output.index]
+
+
+# What training an exported graph holds besides one forward's tensors, in copies of its parameters:
+# their values, their gradients and an optimiser's two states (Adam's; SGD with momentum keeps one).
+_PARAMETER_COPIES = 4
+
+
+@dataclass
+class _Meter:
+    """What a dry run measures as a graph runs, besides its work (`WorkCounter`): `used`, the bytes
+    of the tensors its operators make (a view no larger than its base, or an in-place operator's
+    result, is its input's memory; an expanded view counts whole, as the operator reading it may
+    copy it), refused past `budget` (`what` says for what); `scalars`, references in a list to a
+    one-element value computed from the input or a parameter (`stack([u[3], u[7], ...])` of the
+    values of a table, however tainted: `GraphNet.carried`)."""
+
+    budget: int
+    what: str
+    used: int = 0
+    scalars: int = 0
+
+    @classmethod
+    def training(cls, net: "GraphNet", batch: int, budget: int) -> "_Meter":
+        """For the train graph: one training step of `batch` images within `budget` bytes: the
+        forward's tensors twice (autograd keeps what the forward made, at most all of it, and the
+        backward makes at most one gradient for each), after `_PARAMETER_COPIES` of the parameters."""
+        weights = _PARAMETER_COPIES * sum(p.numel() * p.element_size() for p in net.parameters())
+        if weights > budget:
+            raise GraphError(f"graph's parameters need {weights >> 20} MB to train (values, gradients and "
+                             f"optimiser state), over the trainer's {budget >> 20} MB")
+        return cls((budget - weights) // 2, f"for the forward of a training step of {batch} images (twice that "
+                   f"with the backward, beside {weights >> 20} MB for the parameters: over the trainer's {budget >> 20} MB)")
+
+    def take(self, fn: Any, out: Any, inputs: Any, listed: list[Any]) -> None:
+        self.scalars += sum(1 for v in listed if isinstance(v, torch.Tensor) and v.numel() <= 1)
+        seen = {id(t) for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)}
+        self.used += sum(t.numel() * t.element_size() for t in tree_leaves(out) if isinstance(t, torch.Tensor)
+                         and id(t) not in seen and not (t._is_view() and t.numel() <= t._base.numel()))
+        if self.used > self.budget:
+            raise GraphError(f"graph needs over {self.budget >> 20} MB {self.what} (at {fn})")
 
 
 # Schema argument types that take data rather than structure (sizes, dimensions, flags): a number
@@ -280,12 +430,26 @@ class _Program:
 _DATA_TYPES = ("number", "float", "complex", "Tensor")
 
 
-def _literals(name: str, args: list, kwargs: dict, varying: list[bool]) -> int:
+# Data-selecting operators and their arguments that say which values they pick (`select(levels, 0, k)`
+# is the k-th value of a table: a value the model's code chose), not counted where they spell a whole
+# dimension (`_WHOLE`: a slice from 0, to the end, by 1).
+_SELECTING = {"select": ("index",), "narrow": ("start", "length"), "slice": ("start", "end", "step"),
+              "roll": ("shifts",), "diagonal": ("offset",), "diag_embed": ("offset",), "tril": ("diagonal",),
+              "triu": ("diagonal",)}
+_WHOLE = {"start": 0, "step": 1}
+_TO_THE_END = 1 << 62  # an `end` at least this is "to the end" (torch.export writes sys.maxsize)
+
+
+def _literals(name: str, args: list, kwargs: dict, varying: list[bool], producers: list[str | None]) -> int:
     """Values one node's arguments spell out (`GraphNet.carried`): the numbers it passes as data
-    (any number, to a Python size operator), and each reference in a list to a value computed
-    from no input and no parameter (`cat([c7, c3, c7, ...])` of a few constants lays out a table)."""
-    if name == "operator.getitem":  # which output of a node: structure
-        return 0
+    (any number, to a Python size operator), the indices a data-selecting operator picks by
+    (`_SELECTING`, and which value of an `unbind` a `getitem` takes), and each reference in a list
+    to a value computed from no input and no parameter (`cat([c7, c3, c7, ...])` of a few constants
+    lays out a table)."""
+    if name == "operator.getitem":  # which output of a node: structure, but for unbind's values
+        source = args[0] if args and isinstance(args[0], _Ref) else None
+        unbind = source is not None and str(producers[source.index]).startswith("aten.unbind.")
+        return int(unbind and len(args) == 2 and type(args[1]) is int)
     types = _argument_types(name)
     positional, keyword = types if types is not None else ([], {})
     count = 0
@@ -294,6 +458,12 @@ def _literals(name: str, args: list, kwargs: dict, varying: list[bool]) -> int:
             count += _numbers(value)
         if isinstance(value, list):
             count += sum(1 for _, ref in _refs([value], {}) if not varying[ref.index])
+    if (selecting := _SELECTING.get(name.split(".")[1].removesuffix("_"))) is not None:
+        names = _argument_names(name)
+        for field, value in [*zip(names, args), *kwargs.items()]:
+            if field in selecting:
+                count += sum(1 for v in (value if isinstance(value, list) else [value]) if type(v) is int
+                             and v != _WHOLE.get(field) and not (field == "end" and v >= _TO_THE_END))
     return count
 
 
@@ -311,6 +481,13 @@ def _argument_types(name: str) -> tuple[list[str], dict[str, str]] | None:
     _, op, overload = name.split(".")
     arguments = getattr(getattr(torch.ops.aten, op), overload)._schema.arguments
     return [str(a.type) for a in arguments if not a.kwarg_only], {a.name: str(a.type) for a in arguments}
+
+
+@functools.cache
+def _argument_names(name: str) -> list[str]:
+    """An aten operator's positional argument names."""
+    _, op, overload = name.split(".")
+    return [a.name for a in getattr(getattr(torch.ops.aten, op), overload)._schema.arguments if not a.kwarg_only]
 
 
 def _literal_args(node: dict) -> Any:
@@ -331,8 +508,16 @@ class _Ref:
         self.index = index
 
 
-_DEVICE = object()  # a device argument: the input's device at run time
-_INPUT = object()   # where the user input goes among the bound inputs
+class _Placeholder(enum.Enum):
+    """Stand-ins among a graph's arguments and bound values, found by identity: enum members,
+    so copy, deepcopy and pickle give back the same object (a copied `object()` is another one,
+    and a deep-copied network, as the zero-cost proxies score it, would pass it to an operator)."""
+
+    DEVICE = "a device argument: the input's device at run time"
+    INPUT = "where the user input goes among the bound inputs"
+
+
+_DEVICE, _INPUT = _Placeholder.DEVICE, _Placeholder.INPUT
 
 
 def _resolve(name: Any) -> Any:
@@ -344,14 +529,9 @@ def _resolve(name: Any) -> Any:
         raise GraphError(f"graph operation {name[:60]!r} not allowed (aten tensor operators only)")
     _, op, overload = name.split(".")
     if not allowed(op, overload):
-        raise GraphError(f"graph operation {name!r} not allowed (not among the operators a model may use: "
-                         f"nas/sandbox/aten_ops.py)")
-    try:
-        fn = getattr(getattr(torch.ops.aten, op), overload)
-    except (AttributeError, RuntimeError):
-        raise GraphError(f"graph operation {name!r} does not exist") from None
-    if not isinstance(fn, torch._ops.OpOverload):
-        raise GraphError(f"graph operation {name!r} is not an operator")
+        raise GraphError(f"graph operation {name!r} not allowed (not among the operators a model may use, or "
+                         f"one that writes into its arguments: nas/sandbox/aten_ops.py)")
+    fn = getattr(getattr(torch.ops.aten, op), overload)
     if any("str" in str(a.type) and a.name not in _STR_OPTIONS for a in fn._schema.arguments):
         raise GraphError(f"graph operation {name!r} not allowed (takes a string)")
     return zero_filled(fn)
@@ -474,32 +654,36 @@ class GraphNet(nn.Module):
         return program.run(self._bound(program), x)
 
     def dry_run(self, batch: int, budget_bytes: int, train_batch: int = 0) -> tuple[list[int], WorkCounter]:
-        """Run both graphs on the meta device (no memory, no compute) to check they
-        execute and stay within `budget_bytes` and `MAX_WORK` per forward of `batch` images;
-        with a larger `train_batch`, again at that batch, within the same limits per image (a
-        graph whose cost grows faster than its batch, mixing images, would pass at `batch` and
-        cost far more in training). Returns the output shape at `batch` and the eval graph's work
-        at the larger batch (what one forward costs)."""
+        """Run both graphs on the meta device (no memory, no compute) to check that they execute,
+        that one forward of `batch` images stays within `MAX_WORK`, and that training fits in
+        `budget_bytes`, the memory the trainer has (`_Meter.training`); with a larger `train_batch`,
+        again at that batch: within the same memory, and within `MAX_WORK` per image (a graph whose
+        cost grows faster than its batch, mixing images, would pass at `batch` and cost far more in
+        training). Counts the one-element values the graphs list (`carried`). Returns the output
+        shape at `batch` and the eval graph's work at the larger batch (what one forward costs)."""
         shapes, work = [], WorkCounter()
         for size in sorted({batch, max(batch, train_batch)}):
             scale = size / batch
             for mode, program in self.programs.items():
                 work = WorkCounter()
-                out = self._meta_run(program, size, int(budget_bytes * scale), work)
-                if work.macs + work.other > MAX_WORK * scale:
-                    raise GraphError(f"{mode} graph needs {work.macs + work.other:.3g} operations for one forward "
+                meter = _Meter.training(self, size, budget_bytes) if mode == "train" else _Meter(
+                    budget_bytes, f"for an evaluation pass of {size} images (over the trainer's {budget_bytes >> 20} MB)")
+                out = self._meta_run(program, size, meter, work)
+                if work.total > MAX_WORK * scale:
+                    raise GraphError(f"{mode} graph needs {work.total:.3g} operations for one forward "
                                      f"pass of {size} images, over the limit of {MAX_WORK * scale:.3g}")
                 if size == batch:
                     shapes.append(list(out.shape))
+                    program.scalars = meter.scalars
         if shapes[0] != shapes[1]:
             raise GraphError(f"train and eval graphs disagree on the output shape ({shapes[0]} vs {shapes[1]})")
         return shapes[0], work
 
-    def _meta_run(self, program: _Program, batch: int, budget_bytes: int, work: WorkCounter) -> torch.Tensor:
+    def _meta_run(self, program: _Program, batch: int, meter: _Meter, work: WorkCounter) -> torch.Tensor:
         bound = [v if v is _INPUT else v.to("meta") for v in self._bound(program)]
         try:
             with work:
-                out = program.run(bound, torch.empty((batch, *self.input_shape), device="meta"), budget_bytes)
+                out = program.run(bound, torch.empty((batch, *self.input_shape), device="meta"), meter)
         except GraphError:
             raise
         except Exception as err:  # an operator rejected its arguments
@@ -548,13 +732,20 @@ class GraphNet(nn.Module):
         frozen feature bank, a pre-trained conv stack run by `F.conv2d`), except normalisation
         running statistics and counters, "buffer <name>" or "constant <name>" -> shape; and the
         values the graphs' nodes spell out (`_literals`: one weight per `mul(x, 0.37)`, a table as
-        `cat` of a few constants), "literals in the graphs" -> [count] (`FREE_CARRIED`, `MAX_CARRIED`)."""
+        `cat` of a few constants, `select(table, 0, k)`) or list one by one (`_Meter.scalars`, counted
+        by the dry run, else by a meta run here), "literals in the graphs" -> [count] (`FREE_CARRIED`,
+        `MAX_CARRIED`)."""
         roles = self._roles()
         stats = self._statistics(roles)
         out = {f"{'buffer' if kind == 'BUFFER' else 'constant'} {target}": list(getattr(*self._slots[kind, target]).shape)
                for kind, target in roles if (kind, target) in self._slots and kind != "PARAMETER"
                and (kind, target) not in stats}
-        if literals := sum(program.literals for program in self.programs.values()):
+        for program in self.programs.values():
+            if program.scalars is None:  # counted as the graph runs: a meta run, at the verification batch
+                meter = _Meter(_TO_THE_END, "")
+                self._meta_run(program, 2, meter, WorkCounter())
+                program.scalars = meter.scalars
+        if literals := sum(program.literals + (program.scalars or 0) for program in self.programs.values()):
             out["literals in the graphs"] = [literals]
         return out
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from nas.sandbox.isolation import SANDBOX_TMP, isolation, package_root
 from nas.sandbox.limits import MB, Limits
+from nas.terminal import printable
 
 STAGES = ("syntax", "import", "instantiate", "forward", "output_shape", "backward", "export", "measure",
           "structure", "graph", "train", "done", "limits", "policy", "crash")
@@ -89,6 +90,12 @@ class Verdict:
     export_error: str | None = None
     wall_s: float = 0.0
 
+    def __post_init__(self) -> None:
+        """Its text may hold what a model's code wrote (an exception message): escaped here, so no
+        verdict carries a terminal escape or, in `error`, a second line (`nas.terminal`)."""
+        self.error, self.export_error = (None if v is None else printable(v) for v in (self.error, self.export_error))
+        self.traceback = None if self.traceback is None else printable(self.traceback, lines=True)
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -99,11 +106,11 @@ class Verdict:
         if not isinstance(data, dict) or set(data) != {f.name for f in dataclasses.fields(cls)}:
             raise ValueError("report has the wrong fields")
         checks = {"ok": lambda v: type(v) is bool, "stage": lambda v: v in STAGES,
-                  "error": _opt_str(1000), "traceback": _opt_str(8000), "params": _opt_int,
+                  "error": _opt_line(1000), "traceback": _opt_str(8000), "params": _opt_int,
                   "flops": _opt_int, "changed": lambda v: v is None or type(v) is bool,
                   "output_shape": lambda v: v is None or (type(v) is list and all(_count(n) for n in v)),
                   "changed_layers": _opt_int, "layers": _opt_int,
-                  "self_reported": lambda v: type(v) is bool, "export_error": _opt_str(1000),
+                  "self_reported": lambda v: type(v) is bool, "export_error": _opt_line(1000),
                   "wall_s": lambda v: type(v) in (int, float)}
         bad = [k for k, check in checks.items() if not check(data[k])]
         if bad:
@@ -123,6 +130,11 @@ def _opt_int(v: object) -> bool:
 
 def _opt_str(cap: int):
     return lambda v: v is None or (isinstance(v, str) and len(v) <= cap)
+
+
+def _opt_line(cap: int):
+    """A single-line field: a line break in it would print as a line of its own (a forged verdict)."""
+    return lambda v: _opt_str(cap)(v) and (v is None or ("\n" not in v and "\r" not in v))
 
 
 def verify_model_source(source: str, *, num_classes: int = 10,
@@ -231,6 +243,10 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
                    with_parent: bool, seeds: Sequence[int] = (), batch: int = CHECK_BATCH) -> tuple[Verdict, dict]:
     """Load, check and measure the exported graph here (the trusted side); its cost per image
     is checked at the training batch `batch` (at least `CHECK_BATCH`) against its counted FLOPs.
+    Every refusal decidable on shapes comes first, on the meta device (`GraphNet.dry_run`): work,
+    a training step's memory at that batch against `limits.memory_mb` (what the trainer has),
+    carried data, work beyond what fvcore could count; then fvcore's trace at batch 1 and the
+    checks on its count; only then a real forward and backward at the verification batch.
     Returns the verdict and the networks to train, one per seed."""
     _warm_up(wait=True)
     import torch
@@ -241,7 +257,8 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
     if not artifact:
         return Verdict(ok=False, stage="crash", error="crash: the sandbox sent no model graph"), {}
     try:
-        art = unpack(artifact, _MAX_ARTIFACT)
+        art = unpack(artifact, _MAX_ARTIFACT, ("init", "const", *(f"seed{seed}" for seed in seeds),
+                                               *(("parent", "parent_const") if with_parent else ())))
         net = GraphNet(art)
         channels = net.input_shape[0]
         if net.input_shape[1:] != tuple(input_shape[2:]) or channels not in (input_shape[1], 3):
@@ -261,25 +278,26 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
                 f"its parameters and normalisation statistics (largest: {name[:80]} {size}), over the "
                 f"{MAX_CARRIED:,} allowed: their values are the model code's, never trained here (make them "
                 f"nn.Parameters)")), {}
+        hidden = work.other // big  # per image, outside convolutions and matrix products
+        slack = UNCOUNTED_PER_INPUT * math.prod(shape[1:])
+        # On shapes first: fvcore counts at most `fvcore_bound` FLOPs (twice that for the slack of its
+        # einsum handle), so work past it is refused before anything runs for real.
+        if hidden > max(bound := 2 * work.fvcore_bound // big, slack):
+            return _hidden_work(hidden, big, f"the {bound:,} FLOPs it could count at most"), {}
+        flops = count_flops(net, (1, *shape[1:]))  # a real forward at batch 1, its cost and memory checked above
+        if hidden > max(flops, slack):
+            return _hidden_work(hidden, big, f"its {flops:,} counted FLOPs"), {}
+        if work.macs // big > flops * MAC_TOLERANCE + slack:
+            return Verdict(ok=False, stage="graph", error=(
+                f"graph: {work.macs // big:,} multiply-accumulates per image at batch {big}, more than its {flops:,} "
+                f"counted FLOPs: work that grows faster than the batch (products across images) or an operator "
+                f"the FLOPs count misses")), {}
         torch.manual_seed(0)
         out = net(torch.randn(shape))
         if not torch.isfinite(out).all():
             return Verdict(ok=False, stage="output_shape", output_shape=expected,
                            error="output_shape: output contains NaN or Inf values"), {}
         torch.nn.functional.cross_entropy(out.float(), torch.randint(0, num_classes, (shape[0],))).backward()
-        flops = count_flops(net, (1, *shape[1:]))
-        hidden = work.other // big  # per image, outside convolutions and matrix products
-        slack = UNCOUNTED_PER_INPUT * math.prod(shape[1:])
-        if hidden > max(flops, slack):
-            return Verdict(ok=False, stage="graph", error=(
-                f"graph: {hidden:,} operations per image (at batch {big}) outside convolutions and matrix products, "
-                f"more than its {flops:,} counted FLOPs: products spelled as element-wise multiply-and-sum, or work "
-                f"that grows faster than the batch, hide from the FLOPs count (use matmul, linear or conv)")), {}
-        if work.macs // big > flops * MAC_TOLERANCE + slack:
-            return Verdict(ok=False, stage="graph", error=(
-                f"graph: {work.macs // big:,} multiply-accumulates per image at batch {big}, more than its {flops:,} "
-                f"counted FLOPs: work that grows faster than the batch (products across images) or an operator "
-                f"the FLOPs count misses")), {}
         verdict = Verdict(ok=True, stage="done", params=count_params(net), flops=flops,
                           output_shape=expected, layers=net.layers())
         if with_parent:
@@ -293,6 +311,13 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
         return Verdict(ok=False, stage="graph",
                        error=f"graph: does not run: {type(err).__name__}: {str(err).splitlines()[0][:300]}"), {}
     return verdict, nets
+
+
+def _hidden_work(hidden: int, batch: int, counted: str) -> Verdict:
+    return Verdict(ok=False, stage="graph", error=(
+        f"graph: {hidden:,} operations per image (at batch {batch}) outside convolutions and matrix products, "
+        f"more than {counted}: products spelled as element-wise multiply-and-sum, or work "
+        f"that grows faster than the batch, hide from the FLOPs count (use matmul, linear or conv)"))
 
 
 def export_model_graph(source: str, *, seeds: list[int], num_classes: int, input_shape: tuple[int, ...],
@@ -613,7 +638,7 @@ def conclude(run: ChildRun, limits: Limits) -> Verdict:
         policy = run.policy
         if (isinstance(policy, dict) and set(policy) == {"error", "traceback"}
                 and isinstance(policy["error"], str) and policy["error"].startswith("policy: ")
-                and _opt_str(1000)(policy["error"]) and _opt_str(8000)(policy["traceback"])):
+                and _opt_line(1000)(policy["error"]) and _opt_str(8000)(policy["traceback"])):
             return Verdict(ok=False, stage="policy", error=policy["error"], traceback=policy["traceback"])
         return _crash("malformed policy report from the sandbox", run)
     if run.disk_full:

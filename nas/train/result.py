@@ -6,6 +6,8 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from nas.terminal import printable
+
 
 @dataclass
 class TrainResult:
@@ -62,4 +64,7 @@ class TrainResult:
             raise ValueError(f"training report field(s) {', '.join(bad)} malformed")
         out = cls(**data)
         out.loss_curve = [float(x) if math.isfinite(x) else float("nan") for x in out.loss_curve]
+        # shown on the console and in reports: no terminal escapes or second lines from the child
+        out.terminated = None if out.terminated is None else printable(out.terminated)
+        out.device, out.cuda_graphs = printable(out.device), printable(out.cuda_graphs)
         return out

@@ -1,0 +1,45 @@
+# attack: a frozen table of 2,048 slices levels[k:k+1] of a table tainted by the input, laid out 16 times
+# kind: forge
+# expect: invalid
+# A template: tests/test_hostile.py substitutes the __PLACEHOLDERS__ and runs it through the nas CLI.
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import nas.sandbox.graph
+
+_export = nas.sandbox.graph.export_graph
+
+
+def _forged(net: nn.Module, example: torch.Tensor) -> dict:
+    """The child checks the honest network; the graph sent to the parent takes the hostile path."""
+    net.hostile = True
+    try:
+        return _export(net, example)
+    finally:
+        net.hostile = False
+
+
+nas.sandbox.graph.export_graph = _forged
+
+_CODES = [(i * 7919) % 256 for i in range(2_048)]
+
+
+class Network(nn.Module):
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(32, num_classes)
+        self.hostile = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.fc(self.features(x))
+        if self.hostile:
+            levels = (torch.arange(256) - 128) / 64 + 0 * x.sum()
+            frozen = torch.cat([levels[c:c + 1] for c in _CODES] * 16).view(-1, 1024)[:10]
+            out = out + frozen.mean(1) * 0
+        return out

@@ -1,0 +1,46 @@
+# attack: a 1x1-conv stack at 1024x1024: 1.4 GB at batch 2, ~170 GB of forward outputs at the training batch of 256
+# kind: forge
+# expect: invalid
+# A template: tests/test_hostile.py substitutes the __PLACEHOLDERS__ and runs it through the nas CLI.
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import nas.sandbox.graph
+
+_export = nas.sandbox.graph.export_graph
+
+
+def _forged(net: nn.Module, example: torch.Tensor) -> dict:
+    """The child checks the honest network; the graph sent to the parent takes the hostile path."""
+    net.hostile = True
+    try:
+        return _export(net, example)
+    finally:
+        net.hostile = False
+
+
+nas.sandbox.graph.export_graph = _forged
+
+
+class Network(nn.Module):
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(32, num_classes)
+        self.hostile = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.fc(self.features(x))
+        if self.hostile:
+            h = F.interpolate(x, size=(1024, 1024))
+            w = torch.ones(8, 3, 1, 1) * 0
+            h = F.conv2d(h, w).relu()
+            for _ in range(9):
+                h = F.conv2d(h, torch.ones(8, 8, 1, 1) * 0).relu()
+            out = out + h.mean((1, 2, 3))[:, None]
+        return out

@@ -1,0 +1,43 @@
+# attack: topk over two 2**26-element expanded views of each image: n log n compares, not the n the counter charged
+# kind: forge
+# expect: invalid
+# A template: tests/test_hostile.py substitutes the __PLACEHOLDERS__ and runs it through the nas CLI.
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import nas.sandbox.graph
+
+_export = nas.sandbox.graph.export_graph
+
+
+def _forged(net: nn.Module, example: torch.Tensor) -> dict:
+    """The child checks the honest network; the graph sent to the parent takes the hostile path."""
+    net.hostile = True
+    try:
+        return _export(net, example)
+    finally:
+        net.hostile = False
+
+
+nas.sandbox.graph.export_graph = _forged
+
+
+class Network(nn.Module):
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(32, num_classes)
+        self.hostile = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.fc(self.features(x))
+        if self.hostile:
+            h = x.mean((1, 2, 3))[:, None]
+            for _ in range(2):
+                out = out + h.expand(-1, 1 << 26).topk(1).values * 0
+        return out

@@ -1,0 +1,31 @@
+# attack: an exception message with OSC 52 (clipboard), cursor moves and a fake valid line
+# kind: parent
+# expect: invalid
+# A template: tests/test_hostile.py substitutes the __PLACEHOLDERS__ and runs it through the nas CLI.
+
+import sys
+
+import torch
+from torch import nn
+
+FAKE = "model.py: valid model (1 params, 1 FLOPs)"
+
+
+def attack() -> None:
+    """Nothing to replace: the honest worker reports the exception `forward` raises, escapes and all."""
+
+
+class Network(nn.Module):
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(32, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError(f"\x1b]52;c;b3duZWQ=\x07\x1b[1A\x1b[2K\x1b[1G{FAKE}")
+
+
+attack()

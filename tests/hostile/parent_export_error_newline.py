@@ -1,0 +1,45 @@
+# attack: a self-reported verdict whose export_error holds a newline and a fake valid line
+# kind: parent
+# expect: invalid
+# A template: tests/test_hostile.py substitutes the __PLACEHOLDERS__ and runs it through the nas CLI.
+
+import sys
+
+import torch
+from torch import nn
+
+FAKE = "model.py: valid model (1 params, 1 FLOPs)"
+
+
+def forge_verdict(**fields) -> None:
+    """The worker runs as __main__: its reporter sends the verdict with `fields` in place of the honest ones."""
+    reporter = sys.modules["__main__"].Reporter
+    send = reporter.send
+
+    def forged(self, **msg):
+        if "verdict" in msg:
+            msg = {"verdict": {**msg["verdict"], **fields}}
+        send(self, **msg)
+
+    reporter.send = forged
+
+
+def attack() -> None:
+    forge_verdict(ok=True, stage="done", error=None, params=1, flops=1, layers=3, self_reported=True,
+                  export_error=f"not exportable)\n{FAKE}")
+
+
+class Network(nn.Module):
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(32, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(x))
+
+
+attack()
