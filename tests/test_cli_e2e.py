@@ -119,7 +119,8 @@ def test_multirun_and_compare(tmp_path, nas_env):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("strategy=foo", "unknown strategy 'foo' (valid: bananas, collm, evolution, fairnad, nader, random, rea, reinforce)"),
+    ("strategy=foo", "unknown strategy 'foo' (valid: bananas, collm, evolution, fairnad, nader, optuna, random, rea, "
+                     "reinforce)"),
     ("space=nb999", "unknown space 'nb999' (valid: autoformer, autoformer_small, nader, nb201, ofa_mbv3, "
                     "ofa_mbv3_small, source, spos, spos_small)"),
     ("evaluator=oracle", "unknown evaluator 'oracle' (valid: proxy, quick, simulated, supernet, table, train)"),

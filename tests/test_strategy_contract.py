@@ -81,6 +81,7 @@ class Setup:
 CLASSIC = Setup("nb201", {}, {}, 3)
 SETUPS = {
     "bananas": Setup("nb201", {}, {"n_init": 3, "pool": 20, "epochs": 50}, 3),  # the predictor from its 2nd ask
+    "optuna": Setup("nb201", {}, {"sampler_params": {"n_startup_trials": 3}}, 3),  # TPE's model from its 2nd ask
     "collm": Setup("nb201", {}, {}, 3, collm_reply),
     "nader": Setup("nader", {}, {"use_knowledge": False, "lde": False, "cells_per_stage": 1}, 1, nader_reply),
     "fairnad": Setup("source", {"base": str(MODELS / "cnn_parent.py")},
