@@ -38,6 +38,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves
 
 from nas.sandbox.aten_ops import WorkCounter, allowed, zero_filled
+from nas.terminal import printable
 
 GRAPH_FILE = "graph.json"
 FORMAT = 1
@@ -191,7 +192,7 @@ def unpack(data: bytes, max_bytes: int, sets: Collection[str] = ("init", "const"
                 _header(body, name, _inputs(graph.get("parent") if weight_set.startswith("parent") else graph))
                 weights[weight_set] = load(body)
     except (zipfile.BadZipFile, SafetensorError, RuntimeError, OSError, EOFError) as err:
-        raise GraphError(f"artifact is malformed ({type(err).__name__}: {str(err)[:200]})") from None
+        raise GraphError(f"artifact is malformed ({type(err).__name__}: {printable(str(err))[:200]})") from None
     return Artifact(graph, weights)
 
 
@@ -254,9 +255,14 @@ def _entries(data: bytes, expected: set[str], max_bytes: int) -> list[str]:
 def _json(data: bytes, what: str) -> Any:
     """`data` as JSON, parsed once its nesting is known to be at most `MAX_JSON_DEPTH` levels:
     its strings dropped, the depth after each byte is a running sum (in chunks: linear time,
-    a few MB whatever the size)."""
+    a few MB whatever the size). Parsed as UTF-8 text, the bytes that were counted: given bytes,
+    `json.loads` would also read UTF-16/32, whose NULs hide brackets from the count."""
     import numpy as np
 
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise GraphError(f"{what} is not UTF-8 JSON ({err.reason} at byte {err.start})") from None
     steps = _STRING.sub(b"", _ESCAPED.sub(b"", data)).translate(_STEPS)
     depth = 0
     for start in range(0, len(steps), 1 << 20):
@@ -265,9 +271,9 @@ def _json(data: bytes, what: str) -> Any:
             raise GraphError(f"{what} nests deeper than {MAX_JSON_DEPTH} levels")
         depth = int(levels[-1])
     try:
-        return json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise GraphError(f"{what} is not JSON ({err})") from None
+        return json.loads(text)
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, an integer of over 4,300 digits
+        raise GraphError(f"{what} is not JSON ({printable(str(err))[:200]})") from None
 
 
 def _inputs(graph: Any) -> int:
@@ -344,7 +350,7 @@ class _Program:
             (tag, v), = value.items()
             if tag == "ref":
                 if type(v) is not int or not 0 <= v < self._seen:
-                    raise GraphError(f"graph refers to value {str(v)[:20]} before it is defined")
+                    raise GraphError(f"graph refers to value {printable(str(v))[:20]} before it is defined")
                 return _Ref(v)
             if tag == "map" and isinstance(v, dict):
                 return {str(k): self._decode(x) for k, x in v.items()}
@@ -352,7 +358,7 @@ class _Program:
                 return _DEVICE
             table = {"dtype": _DTYPES, "layout": _LAYOUTS, "memory_format": _FORMATS}.get(tag)
             if table is None or v not in table:
-                raise GraphError(f"graph argument {tag}={str(v)[:40]!r} not allowed")
+                raise GraphError(f"graph argument {printable(str(tag))[:40]}={str(v)[:40]!r} not allowed")
             return table[v]
         if value is None or isinstance(value, (bool, int, float, str)):
             return value

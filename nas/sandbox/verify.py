@@ -604,7 +604,7 @@ def _exited(pid: int) -> bool:
 def _take(run: ChildRun, line: bytes) -> None:
     try:
         msg = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # not JSON or not UTF-8, an integer of over 4,300 digits, nesting
         run.malformed = True
         return
     if not isinstance(msg, dict) or len(msg) != 1:
