@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT / "tests"))  # support.fuzz: a test helper, not in t
 
 import torch  # noqa: E402
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
-from support import fuzz  # noqa: E402
 
 from nas.io import atomic_write_json  # noqa: E402
+from support import fuzz  # noqa: E402
 
 
 class _TimeUp(BaseException):

@@ -20,11 +20,11 @@ import zipfile
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from support import fuzz
 
 from nas.sandbox import graph as graph_module
 from nas.sandbox import verify
 from nas.sandbox.graph import GRAPH_FILE, GraphError, unpack
+from support import fuzz
 
 _COMMON = dict(deadline=fuzz.SECONDS * 1000, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

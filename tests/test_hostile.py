@@ -41,8 +41,23 @@ from pathlib import Path
 import pytest
 
 from hostile_support import (
-    BASE_LINES, CLIS, EXPECTS, FORGED_ACCURACY, KINDS, PLACEHOLDERS, BaseNetwork, Canary, Hostile,
-    changes, descendants, files_holding, hostile_files, marked_processes, named_outside, secret_forms, snapshot,
+    BASE_LINES,
+    CLIS,
+    EXPECTS,
+    FORGED_ACCURACY,
+    KINDS,
+    PLACEHOLDERS,
+    BaseNetwork,
+    Canary,
+    Hostile,
+    changes,
+    descendants,
+    files_holding,
+    hostile_files,
+    marked_processes,
+    named_outside,
+    secret_forms,
+    snapshot,
     start_time,
 )
 from nas.measure import count_flops, count_params

@@ -30,7 +30,6 @@ from nas.spaces.nb201.space import NB201Space
 from nas.strategies import STRATEGIES, Candidate, Trial
 from nas.strategies.optuna_sampler import JOURNAL, OptunaSampler
 
-
 SPACE = NB201Space()
 
 

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from nas.core.arch import Architecture
-from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
+from nas.core.space import CategoricalSpace, Decision
 from nas.errors import ConfigError, RunDirError
 from nas.evaluators import EvalResult
 from nas.evaluators.table import TableEvaluator
 from nas.spaces import SPACES, SearchSpace
-from nas.core.space import CategoricalSpace, Decision
+from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
 from nas.spaces.nb201.space import NB201Space
 from nas.strategies import STRATEGIES, Candidate, Strategy, Trial
 from nas.strategies.base import SearchExhausted

@@ -21,11 +21,11 @@ from nas.agents.collm.agents import values_text
 from nas.core.space import SearchSpace
 from nas.evaluators.base import EvalResult
 from nas.evaluators.table import TableEvaluator
-from support.scripted import ScriptedServer
 from nas.spaces import SPACES
 from nas.spaces.nb201.arch import OPS, NB201Cell
 from nas.strategies import STRATEGIES, Candidate, Strategy, Trial
 from nas.strategies.base import SearchExhausted
+from support.scripted import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[1]
 NB201 = SPACES.create("nb201", {})

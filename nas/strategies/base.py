@@ -11,13 +11,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from nas.core.arch import Architecture, SeenIndex
+from nas.core.constraint import Constraint
+from nas.core.registry import Registry
+from nas.core.space import OpenEndedSpace, SearchSpace
 from nas.errors import ConfigError, EncodingError, RunDirError
 from nas.evaluators.base import EvalResult
 from nas.llm.client import Calls, LLMClient
-from nas.core.constraint import Constraint
 from nas.search.record import TrialRecord
-from nas.core.registry import Registry
-from nas.core.space import OpenEndedSpace, SearchSpace
 
 
 @dataclass

@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from nas.core.arch import Architecture
-from nas.errors import ConfigError, RunDirError
 from nas.core.space import CategoricalSpace, SearchSpace
+from nas.errors import ConfigError, RunDirError
 from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, SearchExhausted, Strategy, Trial
 
 POPULATION_SIZE = 20

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from nas.errors import ConfigError, RunDirError
 from nas.core.space import SearchSpace
+from nas.errors import ConfigError, RunDirError
 from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, Strategy, Trial
 
 POPULATION_SIZE = 20

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from nas.errors import ConfigError, RunDirError
 from nas.core.space import CategoricalSpace, SearchSpace
+from nas.errors import ConfigError, RunDirError
 from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, SearchExhausted, Strategy, Trial
 
 

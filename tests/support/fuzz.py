@@ -33,8 +33,8 @@ import re
 import resource
 import signal
 import struct
-import zlib
 import zipfile
+import zlib
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
