@@ -46,6 +46,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/orchestration.py
 	$(BIN)/python benchmarks/isolation.py
 	$(BIN)/python benchmarks/graph_literals.py
+	$(BIN)/python benchmarks/op_costs.py
+	$(BIN)/python benchmarks/fuzz.py
+	$(BIN)/python benchmarks/peers.py
 
 clean:
 	rm -rf $(VENV) runs multirun
