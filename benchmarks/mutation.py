@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import os
 import random
 import shlex
@@ -33,6 +32,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from nas.io import atomic_write_json  # noqa: E402
+
 COPIED = ("nas", "supernets", "tasks", "flows", "conf", "tests", "pyproject.toml", "benchmarks")
 
 FLIP_COMPARE = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE,
@@ -182,9 +185,7 @@ def main(argv: list[str] | None = None) -> int:
               "mutants": [asdict(m) for m in chosen]}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = out.with_suffix(".tmp")
-    tmp_out.write_text(json.dumps(result, indent=1) + "\n")
-    tmp_out.replace(out)
+    atomic_write_json(out, result)
     print(f"mutation: killed {len(killed)}/{len(tried)} ({result['kill_rate']}); {out}")
     return 0
 

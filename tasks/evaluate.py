@@ -37,8 +37,8 @@ RESULT_FIELDS = {"accuracy": _number_or_none, "params": _number_or_none, "flops"
                  "curve": lambda v: isinstance(v, list) and all(map(is_number, v))}
 
 
-# The search's own evaluator, for the tasks that run in its process (runner=prefect's threads):
-# the flow built it already. Task runs in other processes build theirs (`_evaluator`).
+# The running search's own evaluator (one slot), for the tasks in its process (runner=prefect's
+# threads): the flow built it already. Task runs in other processes build theirs (`_evaluator`).
 _SHARED: dict[tuple[str, str], Evaluator] = {}
 
 
@@ -72,6 +72,7 @@ class PrefectExecutor:
         self.space = {"name": spec.space.name, "params": dict(spec.space.params)}
         self.evaluator = {"name": spec.evaluator.name, "params": dict(spec.evaluator.params)}
         self.fingerprint = evaluator.fingerprint()
+        _SHARED.clear()  # an earlier search's evaluator is not kept alive by this slot
         _SHARED[json.dumps(self.space, sort_keys=True), json.dumps(self.evaluator, sort_keys=True)] = evaluator
         self.seed = spec.seed if evaluator.uses_seed else None
         self.refresh = evaluate_task.with_options(retries=retries, refresh_cache=True)
