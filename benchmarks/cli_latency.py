@@ -11,11 +11,23 @@ replaces only those) and written atomically. --tree runs another checkout of
 the code instead of this one (e.g. `git archive HEAD | tar -x -C DIR`): it goes
 first on PYTHONPATH, ahead of the editable install. Commands that only parse,
 print help or reject a config should not pay for torch or Prefect.
+
+  python benchmarks/cli_latency.py --end-to-end [--before-tree /tmp/cli_before] [--repeats 3]
+
+End-to-end rows, each for the code before (--before-tree, e.g. `git archive HEAD | tar -x -C
+/tmp/cli_before`) and after (this checkout), in one run so the machine's load is shared: a
+100-trial table search (a new NASFLOW_HOME's first command, then warm ones with a new seed each,
+so no evaluation is cached), a refused command (a bad config key), a resume (50 trials, then the
+same run dir to 100: the second command is timed); and, as the reference, an Optuna TPE process
+doing the same 100-trial search on the same table. Each search row records its wall time and the
+time to its first trial (history.jsonl's first line: the fixed cost). The load average is
+sampled around every row. Written under "end_to_end" in the JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -64,7 +76,156 @@ def time_command(argv: list[str], expected: int, repeats: int, env: dict[str, st
             "tree": "working tree" if tree == ROOT else str(tree)}
 
 
+SEARCH = ["search", "space=nb201", "strategy=random", "evaluator=table", "budget.trials=100", "progress=false"]
+OPTUNA = r"""
+import sys, time
+start = time.perf_counter()
+import optuna
+from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
+from nas.spaces.nb201.table import default_table_path, load_table
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+table = load_table(str(default_table_path()), "baseline_accuracy")
+
+def objective(trial):
+    cell = NB201Cell(tuple(trial.suggest_categorical(f"edge{i}", list(OPS)) for i in range(len(EDGES))))
+    return table[cell.to_anb_tuple()]
+
+study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=int(sys.argv[1])))
+first = None
+def note(study, trial):
+    global first
+    first = first or time.perf_counter() - start
+study.optimize(objective, n_trials=100, callbacks=[note])
+print(f"{study.best_value} {first}")
+"""
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def timed_search(argv: list[str], env: dict[str, str], cwd: Path, run_dir: Path | None,
+                 expected: int = 0) -> dict:
+    """Wall seconds of `nas ARGV`, and (with a run dir) seconds to its first trial line."""
+    load = _load()
+    start = time.perf_counter()
+    proc = subprocess.Popen([str(NAS), *argv], env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    first = None
+    history = run_dir / "history.jsonl" if run_dir is not None else None
+    before = history.stat().st_size if history is not None and history.exists() else 0
+    while proc.poll() is None:
+        if first is None and history is not None and history.exists() and history.stat().st_size > before:
+            first = time.perf_counter() - start
+        time.sleep(0.02)
+    wall = time.perf_counter() - start
+    out, err = proc.communicate()
+    if proc.returncode != expected:
+        raise SystemExit(f"nas {' '.join(argv)}: exit {proc.returncode}, expected {expected}: {err.strip()[-400:]}")
+    row = {"wall_s": round(wall, 3), "load_avg_1m": [load, _load()]}
+    if first is not None:
+        row["first_trial_s"] = round(first, 3)
+    return row
+
+
+def end_to_end(before_tree: Path | None, repeats: int, out: Path) -> None:
+    trees = {"after": ROOT} | ({"before": before_tree} if before_tree is not None else {})
+    results: dict = {}
+    with tempfile.TemporaryDirectory(prefix="nas-e2e-") as tmp:
+        work = Path(tmp)
+        for label, tree in trees.items():
+            home = work / label / "home"
+            env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "NASFLOW_"))},
+                   "NASFLOW_HOME": str(home), "OMP_NUM_THREADS": "1", "NASFLOW_PREFECT_SERVER": "local"}
+            if tree != ROOT:
+                env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])
+            rows: dict[str, list] = {"search_100_first_command": [], "search_100": [], "refused": [], "resume": []}
+            try:
+                run = work / label / "cold"
+                rows["search_100_first_command"].append(
+                    timed_search([*SEARCH, "seed=100", f"hydra.run.dir={run}"], env, work, run))
+                for r in range(repeats):
+                    run = work / label / f"warm{r}"
+                    rows["search_100"].append(timed_search([*SEARCH, f"seed={r + 1}", f"hydra.run.dir={run}"],
+                                                           env, work, run))
+                    rows["refused"].append(timed_search(["search", "budget.trialz=3"], env, work, None, expected=2))
+                for r in range(max(1, repeats - 1)):
+                    run = work / label / f"resume{r}"
+                    half = [a if a != "budget.trials=100" else "budget.trials=50" for a in SEARCH]
+                    timed_search([*half, f"seed={50 + r}", f"hydra.run.dir={run}"], env, work, run)
+                    rows["resume"].append(timed_search([*SEARCH, f"seed={50 + r}", f"hydra.run.dir={run}"],
+                                                       env, work, run))
+            finally:
+                stop_local_server(home)
+            results[label] = {"tree": "working tree" if tree == ROOT else str(tree),
+                              "rows": {k: summarize(v) for k, v in rows.items()}}
+            print(label, json.dumps({k: v["median_wall_s"] for k, v in results[label]["rows"].items()}))
+        optuna_rows = []
+        for r in range(repeats):
+            load = _load()
+            start = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-c", OPTUNA, str(r)], cwd=ROOT, capture_output=True, text=True,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+            if proc.returncode != 0:
+                raise SystemExit(f"optuna reference failed: {proc.stderr.strip()[-400:]}")
+            best, first = proc.stdout.split()
+            optuna_rows.append({"wall_s": round(time.perf_counter() - start, 3), "first_trial_s": round(float(first), 3),
+                                "best": float(best), "load_avg_1m": [load, _load()]})
+        results["optuna_tpe_reference"] = summarize(optuna_rows)
+        print("optuna", results["optuna_tpe_reference"]["median_wall_s"])
+    if "before" in results:
+        results["after_over_before"] = {k: round(results["after"]["rows"][k]["median_wall_s"]
+                                                 / results["before"]["rows"][k]["median_wall_s"], 3)
+                                        for k in results["after"]["rows"]}
+    results["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
+    results["when"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    results["note"] = ("a shared machine: compare ratios within this run; load_avg_1m is sampled before and after "
+                       "each row. before = the tree at --before-tree with Prefect's temporary server per command; "
+                       "after = this tree with the shared local server (its first command starts it)")
+    report = read_json(out) if out.exists() else {}
+    report["end_to_end"] = results
+    atomic_write_json(out, report)
+    print(f"wrote {out}")
+
+
+def summarize(rows: list[dict]) -> dict:
+    walls = [r["wall_s"] for r in rows]
+    firsts = [r["first_trial_s"] for r in rows if "first_trial_s" in r]
+    out = {"median_wall_s": round(statistics.median(walls), 3), "runs": rows}
+    if firsts:
+        out["median_first_trial_s"] = round(statistics.median(firsts), 3)
+    return out
+
+
+def stop_local_server(home: Path) -> None:
+    """The shared local server a benchmark's NASFLOW_HOME started: stopped, not left to its idle limit."""
+    import signal as signals
+
+    state = home / "prefect" / "local-server.json"
+    try:
+        pid = int(json.loads(state.read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    try:
+        os.kill(pid, signals.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 30
+    while state.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def main() -> None:
+    if "--end-to-end" in sys.argv:
+        parser = argparse.ArgumentParser(description="end-to-end rows")
+        parser.add_argument("--end-to-end", action="store_true")
+        parser.add_argument("--before-tree", type=Path)
+        parser.add_argument("--repeats", type=int, default=3)
+        parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "cli_latency.json")
+        args = parser.parse_args()
+        end_to_end(args.before_tree.resolve() if args.before_tree else None, args.repeats, args.out)
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--label", choices=("before", "after"), required=True)
     parser.add_argument("--repeats", type=int, default=5)

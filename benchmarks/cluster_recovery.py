@@ -35,8 +35,8 @@ def run(engine: str, n: int, cost: float, kill: bool) -> dict[str, Any]:
 
     from flows.placement import open_executor
     from flows.runners import build_task_runner, shared_api
+    from nas.core.trial import Candidate
     from nas.search.spec import Component, SearchSpec
-    from nas.strategies.base import Candidate
 
     spec = SearchSpec(Component("nb201"), Component("random"),
                       Component("table", {"simulated_cost_seconds": cost}), seed=0, trials=n)

@@ -33,9 +33,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from nas.core.trial import best_so_far, read_history  # noqa: E402
 from nas.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
 from nas.search.loop import LocalExecutor, SearchLoop  # noqa: E402
-from nas.search.record import best_so_far, read_history  # noqa: E402
 from nas.search.screen import ScreenSettings  # noqa: E402
 from nas.search.spec import Component, SearchSpec  # noqa: E402
 

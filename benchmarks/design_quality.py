@@ -31,8 +31,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from nas.core.trial import TrialRecord, read_history  # noqa: E402
 from nas.io import atomic_write_json, read_json  # noqa: E402
-from nas.search.record import TrialRecord, read_history  # noqa: E402
 
 # Every arm: a fresh idea store (seeded with the built-in corpus by the strategy) and no experiences.
 JOB = ["space=nader", "strategy=nader", "evaluator=quick", "data=digits", "recipe=quick", "runner=local",

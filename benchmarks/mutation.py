@@ -27,7 +27,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -135,58 +137,166 @@ def run_tests(copy: Path, tests: list[str], timeout: float) -> tuple[str, float]
     return outcome, time.perf_counter() - start
 
 
+def _copy_tree(copy: Path) -> None:
+    for name in COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, copy / name, ignore=shutil.ignore_patterns("__pycache__", "results"))
+        else:
+            shutil.copy2(src, copy / name)
+
+
+def _locate(source: str, m: Mutant) -> Mutant | None:
+    """The mutant placed on `source` as it is now: same spot if the text there still matches, else
+    the nearest line whose node of that kind has the same text (the file may have moved on)."""
+    for found in mutants_of_source(source, m.file):
+        if found.start == m.start and found.original == m.original and found.mutated == m.mutated:
+            return found
+    near = [f for f in mutants_of_source(source, m.file)
+            if f.original == m.original and f.mutated == m.mutated and f.kind == m.kind]
+    return min(near, key=lambda f: abs(f.line - m.line)) if near else None
+
+
+def mutants_of_source(source: str, relative: str) -> list[Mutant]:
+    tmp = Path(tempfile.mkdtemp(prefix="nasflow-mutsrc-"))
+    try:
+        (tmp / "m.py").write_text(source)
+        return mutants_of(tmp / "m.py", relative)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_all(chosen: list[Mutant], tests: list[str], timeout: float, jobs: int,
+             progress=None) -> tuple[str, float]:
+    """Runs the baseline, then every mutant, `jobs` at a time, each in its own private copy."""
+    with tempfile.TemporaryDirectory(prefix="nasflow-mutation-") as tmp:
+        copies = []
+        for j in range(max(1, jobs)):
+            copy = Path(tmp) / f"c{j}"
+            copy.mkdir()
+            _copy_tree(copy)
+            copies.append(copy)
+        baseline, seconds = run_tests(copies[0], tests, timeout)
+        if baseline != "survived":
+            return baseline, seconds
+        print(f"mutation: {len(chosen)} mutants, {len(copies)} at a time, baseline {seconds:.0f} s", flush=True)
+        free = list(copies)
+        lock = threading.Lock()
+        done = [0]
+
+        def one(m: Mutant) -> None:
+            with lock:
+                copy = free.pop()
+            try:
+                target = copy / m.file
+                original = target.read_text()
+                placed = _locate(original, m)
+                if placed is None:
+                    m.outcome = "gone"
+                    return
+                target.write_text(apply(original, placed))
+                try:
+                    m.outcome, m.seconds = run_tests(copy, tests, timeout)
+                finally:
+                    target.write_text(original)
+            finally:
+                with lock:
+                    free.append(copy)
+                    done[0] += 1
+                    print(f"[{done[0]}/{len(chosen)}] {m.outcome:8} {m.file}:{m.line} {m.kind}: "
+                          f"{m.original!r} -> {m.mutated!r} ({m.seconds:.0f} s)", flush=True)
+                    if progress is not None:
+                        progress(seconds)
+
+        with ThreadPoolExecutor(len(copies)) as pool:
+            list(pool.map(one, chosen))
+        return baseline, seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--target", nargs="+", required=True, help="folders or files whose modules are mutated")
+    parser.add_argument("--target", nargs="+", help="folders or files whose modules are mutated")
     parser.add_argument("--tests", required=True, help="pytest arguments (one string, split on spaces): the tests that should notice")
     parser.add_argument("--sample", type=int, default=50, help="mutants to try (0: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=600, help="seconds per test run; past it counts as killed")
+    parser.add_argument("--jobs", type=int, default=1, help="mutants tested at once, each in its own copy")
+    parser.add_argument("--note", default="", help="free text kept in the JSON (what was sampled, which snapshot)")
+    parser.add_argument("--recheck", action="store_true",
+                        help="re-run the survivors recorded in --out against today's tests and add a 'final' block "
+                             "(mutants listed in its 'equivalent' entries are left out of the final rate)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     tests = shlex.split(args.tests)
+    out = Path(args.out)
+    if args.recheck:
+        return _recheck(out, tests, args)
+    if not args.target:
+        parser.error("--target is required")
 
     files = sorted({p for t in args.target for p in ([ROOT / t] if t.endswith(".py") else (ROOT / t).rglob("*.py"))})
     everything = [m for f in files for m in mutants_of(f, str(f.relative_to(ROOT)))]
     chosen = everything if not args.sample else random.Random(args.seed).sample(everything, min(args.sample,
                                                                                                len(everything)))
     chosen.sort(key=lambda m: (m.file, m.start))
-    with tempfile.TemporaryDirectory(prefix="nasflow-mutation-") as tmp:
-        copy = Path(tmp)
-        for name in COPIED:
-            src = ROOT / name
-            if src.is_dir():
-                shutil.copytree(src, copy / name, ignore=shutil.ignore_patterns("__pycache__", "results"))
-            else:
-                shutil.copy2(src, copy / name)
-        baseline, seconds = run_tests(copy, tests, args.timeout)
-        if baseline != "survived":
-            print(f"mutation: the tests do not pass on the unmutated tree ({baseline}); nothing to measure",
-                  file=sys.stderr)
-            return 1
-        print(f"mutation: {len(chosen)} of {len(everything)} mutants, baseline {seconds:.0f} s", flush=True)
-        for i, m in enumerate(chosen, 1):
-            target = copy / m.file
-            original = target.read_text()
-            target.write_text(apply(original, m))
-            try:
-                m.outcome, m.seconds = run_tests(copy, tests, args.timeout)
-            finally:
-                target.write_text(original)
-            print(f"[{i}/{len(chosen)}] {m.outcome:8} {m.file}:{m.line} {m.kind}: {m.original!r} -> {m.mutated!r}",
-                  flush=True)
-    tried = [m for m in chosen if m.outcome != "no tests"]
-    killed = [m for m in tried if m.outcome in ("killed", "timeout")]
-    result = {"benchmark": "mutation", "target": args.target, "tests": tests, "seed": args.seed,
-              "mutants_total": len(everything), "tried": len(tried), "killed": len(killed),
-              "kill_rate": round(len(killed) / len(tried), 4) if tried else None,
-              "baseline_seconds": round(seconds, 1),
-              "survivors": [asdict(m) for m in tried if m.outcome == "survived"],
-              "mutants": [asdict(m) for m in chosen]}
-    out = Path(args.out)
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     out.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(seconds: float, partial: bool) -> dict:
+        """Written after every mutant (partial: true) so a run cut short still leaves its numbers."""
+        tried = [m for m in chosen if m.outcome and m.outcome not in ("no tests", "gone")]
+        killed = [m for m in tried if m.outcome in ("killed", "timeout")]
+        result = {"benchmark": "mutation", "target": args.target, "tests": tests, "seed": args.seed,
+                  "sample": args.sample, "note": args.note, "snapshot_taken": started, "partial": partial,
+                  "mutants_total": len(everything), "sampled": len(chosen), "tried": len(tried),
+                  "killed": len(killed), "kill_rate": round(len(killed) / len(tried), 4) if tried else None,
+                  "baseline_seconds": round(seconds, 1),
+                  "survivors": [asdict(m) for m in tried if m.outcome == "survived"],
+                  "mutants": [asdict(m) for m in chosen]}
+        atomic_write_json(out, result)
+        return result
+
+    baseline, seconds = _run_all(chosen, tests, args.timeout, args.jobs, lambda s: write(s, True))
+    if baseline != "survived":
+        print(f"mutation: the tests do not pass on the unmutated tree ({baseline}); nothing to measure",
+              file=sys.stderr)
+        return 1
+    result = write(seconds, False)
+    killed = result["killed"]
+    tried = result["tried"]
+    print(f"mutation: killed {killed}/{tried} ({result['kill_rate']}); {out}")
+    return 0
+
+
+def _recheck(out: Path, tests: list[str], args: argparse.Namespace) -> int:
+    import json
+
+    result = json.loads(out.read_text())
+    equivalent = result.get("final", {}).get("equivalent", [])
+
+    def key(m: dict) -> tuple:
+        return (m["file"], m["line"], m["original"], m["mutated"])
+
+    skip = {key(e) for e in equivalent}
+    again = [Mutant(**{**{k: (tuple(v) if k in ("start", "end") else v) for k, v in m.items()}, "outcome": "",
+                       "seconds": 0.0})
+             for m in result["survivors"] if key(m) not in skip]
+    baseline, _ = _run_all(again, tests, args.timeout, args.jobs)
+    if baseline != "survived":
+        print(f"mutation: the tests do not pass on the unmutated tree ({baseline})", file=sys.stderr)
+        return 1
+    now_killed = [m for m in again if m.outcome in ("killed", "timeout")]
+    still = [m for m in again if m.outcome not in ("killed", "timeout")]
+    tried = result["tried"] - len(equivalent)
+    killed = result["killed"] + len(now_killed)
+    result["final"] = {"tests": tests, "checked": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                       "equivalent": equivalent,
+                       "killed_by_new_tests": [asdict(m) for m in now_killed],
+                       "still_surviving": [asdict(m) for m in still],
+                       "tried_less_equivalent": tried, "killed": killed,
+                       "kill_rate": round(killed / tried, 4) if tried else None}
     atomic_write_json(out, result)
-    print(f"mutation: killed {len(killed)}/{len(tried)} ({result['kill_rate']}); {out}")
+    print(f"mutation: final killed {killed}/{tried} ({result['final']['kill_rate']}); {out}")
     return 0
 
 

@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from cache_rerun import nas_search, scenario  # noqa: E402
 
+from nas.core.trial import TrialRecord, read_history  # noqa: E402
 from nas.io import atomic_write_json, atomic_write_text  # noqa: E402
-from nas.search.record import TrialRecord, read_history  # noqa: E402
 
 TABLE = ["space=nb201", "evaluator=table", "strategy=rea", "seed=0"]
 

@@ -9,16 +9,19 @@ nb201.yaml: the row of the strategy it names), and Optuna's samplers through `st
 history), so "best at n" is the best of n distinct cells.
 
 Per method: best at 25/50/100/200 (mean, std, median, seeds at the table optimum), the loop's
-seconds per search (to 100 trials and to the end) and, for one seed, the whole `nas search`
-process. Tests, at each budget: the default against each Optuna sampler, paired (Wilcoxon
-signed-rank over seeds: same seed, same first state) and unpaired (Mann-Whitney U), plus
-`bananas` against TPE. Slow methods (`bananas`, GP: ~50 s a 200-trial search on 2 cores) run
-seed after seed, in turn, while `--budget-seconds` lasts, after the fast ones: with `--budget-seconds`, the fast methods
-get seeds (at least 5) for half of it; the JSON says how many seeds each method got.
+seconds per search (to 100 trials and to the end), wall and this process's CPU (the CPU seconds
+hold on cores other jobs share) and, for one seed, the whole `nas search` process; for `bananas`
+and TPE one search of `--long-trials` (1,000) with its CPU seconds per 100 trials along the way.
+Tests, at each budget: the default against every other method, paired (Wilcoxon signed-rank over
+seeds: same seed, same first state) and unpaired (Mann-Whitney U); with `--before DIR` (a
+checkout of an earlier commit), `bananas` against that version's (`bananas_before`, to
+`--before-trials`). The slow method (GP) runs seed after seed while `--budget-seconds` lasts,
+after the fast ones: with `--budget-seconds`, the fast methods get seeds (at least 5) for half
+of it; the JSON says how many seeds each method got.
 
-    python benchmarks/peers.py                            # 20 seeds x 200 trials
-    python benchmarks/peers.py --seeds 3 --trials 50 --no-process --gp-timeout 0   # proves it runs
-    python benchmarks/peers.py --budget-seconds 600       # as many slow seeds as fit in 10 minutes
+    python benchmarks/peers.py                            # 20 seeds x 200 trials, 1,000-trial rows
+    python benchmarks/peers.py --seeds 3 --trials 50 --no-process --gp-timeout 0 --long-trials 0   # proves it runs
+    git worktree add --detach /tmp/bananas_before <commit> && python benchmarks/peers.py --before /tmp/bananas_before
 
 Writes benchmarks/results/peers.json and peers.png (mean best-so-far curves, shaded std)."""
 
@@ -39,9 +42,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from nas.core.trial import TrialRecord, best_so_far, read_history  # noqa: E402
 from nas.io import atomic_write_json, read_json  # noqa: E402
 from nas.search.loop import LocalExecutor, SearchLoop  # noqa: E402
-from nas.search.record import TrialRecord, best_so_far, read_history  # noqa: E402
 from nas.search.spec import Component, SearchSpec  # noqa: E402
 
 OPTIMUM = 94.0664  # analog-nasbench's best baseline_accuracy over NB201's 15,625 cells
@@ -54,7 +57,9 @@ OPTUNA: dict[str, dict[str, Any]] = {
     "optuna_random": {"sampler": "random"},
     "optuna_gp": {"sampler": "gp"},
 }
-SLOW = ("bananas", "optuna_gp")  # seeds after the fast methods, in turn, while the time budget lasts
+MARKS = (100, 200, 500, 1000)  # history lengths at which the loop's seconds are read
+LONG = ("bananas", "optuna_tpe")  # the --long-trials rows: how their loop time grows to 1,000 trials
+SLOW = ("optuna_gp",)  # seeds after the fast methods, in turn, while the time budget lasts
 FAST_SHARE = 0.5     # of --budget-seconds: the fast methods' seeds (at least 5), the rest for timings and SLOW
 OVERRIDES = {"optuna_tpe_independent": ["+strategy.sampler_params.multivariate=false"]}
 
@@ -82,27 +87,61 @@ def run(label: str, seed: int, trials: int, evaluator, workdir: Path) -> dict[st
     name, params = method(label)
     spec = SearchSpec(space=Component("nb201"), strategy=Component(name, params), evaluator=Component("table"),
                       seed=seed, trials=trials)
-    run_dir = workdir / f"{label}_s{seed}"
-    at_100: list[float] = []
-    start = time.perf_counter()
+    run_dir = workdir / f"{label}_s{seed}_t{trials}"  # a fresh run dir per length: never a resumed shorter run
+    marks = [n for n in MARKS if n < trials] + [trials]
+    wall_at: dict[str, float] = {}
+    cpu_at: dict[str, float] = {}  # this process's CPU seconds: what the method costs, whatever else the cores run
+    start, cpu_start = time.perf_counter(), time.process_time()
 
     def on_batch(history: list[TrialRecord]) -> None:
-        if len(history) >= min(100, trials) and not at_100:
-            at_100.append(time.perf_counter() - start)
+        for n in marks:
+            if len(history) >= n and str(n) not in wall_at:
+                wall_at[str(n)] = round(time.perf_counter() - start, 4)
+                cpu_at[str(n)] = round(time.process_time() - cpu_start, 4)
 
     SearchLoop(spec, run_dir, LocalExecutor(evaluator, None), progress=False, on_batch=on_batch).run_search()
-    loop = time.perf_counter() - start
+    loop, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     history = read_history(run_dir / "history.jsonl")
     keys = [r.key for r in history]
     if len(set(keys)) != len(keys):
         raise SystemExit(f"{label} seed {seed}: {len(keys) - len(set(keys))} repeated candidates")
     curve = [float(v) if v is not None else float("nan") for v in best_so_far(history)]
-    out = {"curve": curve, "loop_seconds": loop, "loop_seconds_100": at_100[0] if at_100 else None}
+    out = {"curve": curve, "loop_seconds": loop, "loop_cpu_seconds": cpu, "loop_seconds_at": wall_at,
+           "loop_cpu_seconds_at": cpu_at, "loop_seconds_100": wall_at.get("100")}
     if name == "optuna":  # how much of the search was Optuna's: repeats it proposed, random fills after them
         summary = read_json(run_dir / "summary.json")["optuna"]
         out |= {"study_trials": summary["study_trials"], "repeats": summary["repeats_answered"],
                 "random_fills": sum(r.strategy.get("origin") == "random" for r in history)}
     return out
+
+
+# Run in a subprocess with another checkout's `nas` first on the path (`--before`): its `bananas`
+# through its own peers.py `run`, so the comparison is against that version's code as it was.
+BEFORE_WORKER = """
+import json, sys, tempfile
+from pathlib import Path
+root, (first, last), trials, out = Path(sys.argv[1]), map(int, sys.argv[2].split(":")), int(sys.argv[3]), sys.argv[4]
+sys.path[:0] = [str(root), str(root / "benchmarks")]
+import peers
+from nas.search.spec import Component, SearchSpec
+assert Path(peers.__file__).resolve().parent == (root / "benchmarks").resolve(), peers.__file__
+table = SearchSpec(space=Component("nb201"), strategy=Component("random"), evaluator=Component("table"))
+evaluator = table.build_evaluator(table.build_space())
+from nas.io import atomic_write_json
+runs = {}
+with tempfile.TemporaryDirectory() as tmp:
+    for seed in range(first, last):  # written after each seed: a cut-short run keeps the seeds it finished
+        runs[seed] = peers.run("bananas", seed, trials, evaluator, Path(tmp))
+        atomic_write_json(Path(out), {"params": peers.conf_params("bananas"), "runs": runs})
+        print(f"before seed {seed}: {runs[seed]['curve'][-1]:.2f} ({runs[seed]['loop_seconds']:.1f} s)", flush=True)
+"""
+
+
+def before_process(root: Path, seeds: range, trials: int, out: Path) -> subprocess.Popen:
+    """`bananas` of the checkout at `root` (e.g. `git worktree add /tmp/bananas_before <commit>`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
+    return subprocess.Popen([sys.executable, "-c", BEFORE_WORKER, str(root), f"{seeds.start}:{seeds.stop}",
+                             str(trials), str(out)], cwd=root, env=env)
 
 
 def process_seconds(label: str, trials: int, workdir: Path, timeout: float) -> dict[str, Any]:
@@ -174,11 +213,11 @@ def plot(runs: dict[str, dict[int, dict[str, Any]]], default: str, trials: int, 
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    x = np.arange(1, trials + 1)
     for label, by_seed in runs.items():
         if not by_seed:
             continue
         curves = np.array([r["curve"] for r in by_seed.values()])
+        x = np.arange(1, curves.shape[1] + 1)  # bananas_before may be shorter
         mean, std = curves.mean(axis=0), curves.std(axis=0)
         name = f"{label} (default)" if label == default else label
         line, = ax.plot(x, mean, label=f"{name}, {len(curves)} seeds", lw=2 if label in (default, "optuna_tpe") else 1.2,
@@ -203,24 +242,44 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--budget-seconds", type=float, default=None,
-                    help="stop starting slow-method seeds (bananas, GP) once the benchmark has run this long")
+                    help="stop starting slow-method seeds (GP) once the benchmark has run this long")
     ap.add_argument("--gp-timeout", type=float, default=180.0,
                     help="Optuna's GPSampler joins the slow methods only if one whole `nas search` of --process-trials "
                          "finishes within it; 0 skips it")
     ap.add_argument("--no-process", action="store_true", help="skip the whole-process timings")
     ap.add_argument("--process-trials", type=int, default=100, help="trials of each whole-process timing")
+    ap.add_argument("--long-trials", type=int, default=1000,
+                    help="one longer search per --long-seeds of bananas and TPE: the loop's seconds at 100-1000; 0 skips")
+    ap.add_argument("--long-seeds", type=int, default=1)
+    ap.add_argument("--long-only", action="store_true",
+                    help="run only the --long-trials rows and write them into the existing --out JSON's `long`")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="a checkout of an earlier version (git worktree add DIR COMMIT): its bananas, run alongside, "
+                         "is the row bananas_before and the test `bananas vs bananas_before`")
+    ap.add_argument("--before-results", type=Path, nargs="+", default=None,
+                    help="the JSON files `before_process` wrote (e.g. two seed ranges run side by side), instead of "
+                         "running --before again")
+    ap.add_argument("--before-trials", type=int, default=100)
+    ap.add_argument("--skip", nargs="+", default=[], choices=[*NASFLOW, *OPTUNA],
+                    help="methods left out (the JSON's notes say so), e.g. the costly TPE independent on a busy machine")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "peers.json")
     args = ap.parse_args()
+    if args.long_only:
+        return long_only(args)
     budgets = [n for n in BUDGETS if n <= args.trials]
     default = space_default("nb201")
-    fast = [m for m in (*NASFLOW, *OPTUNA) if m not in SLOW]
+    fast = [m for m in (*NASFLOW, *OPTUNA) if m not in SLOW and m not in args.skip]
     slow = [m for m in SLOW if m != "optuna_gp"]  # GP joins if its probe finishes
     runs: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in (*NASFLOW, *OPTUNA)}
     process: dict[str, Any] = {}
-    notes: list[str] = []
+    long: dict[str, Any] = {}
+    notes: list[str] = [f"{m}: skipped (--skip)" for m in args.skip]
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
+        before_out = args.before_results or [work / "before.json"]
+        before = (before_process(args.before, range(args.seeds), args.before_trials, before_out[0])
+                  if args.before and not args.before_results else None)  # with both: DIR only names the commit
         table = SearchSpec(space=Component("nb201"), strategy=Component("random"), evaluator=Component("table"))
         evaluator = table.build_evaluator(table.build_space())  # the table loaded once, for every run
         for seed in range(args.seeds):  # seeds outermost: load on the machine falls on every method alike
@@ -232,6 +291,11 @@ def main() -> None:
             for label in fast:
                 runs[label][seed] = run(label, seed, args.trials, evaluator, work)
             print(f"seed {seed}: " + "  ".join(f"{m} {runs[m][seed]['curve'][-1]:.2f}" for m in fast), flush=True)
+        if args.long_trials:
+            for label in LONG:
+                by_seed = {seed: run(label, seed, args.long_trials, evaluator, work) for seed in range(args.long_seeds)}
+                long[label] = long_row(by_seed, args.long_trials)
+                print(f"long {label}: {long[label]['loop_cpu_seconds_at']} CPU s", flush=True)
         if not args.no_process:
             for label in [*fast, *slow]:
                 process[label] = process_seconds(label, args.process_trials, work, timeout=600)
@@ -252,6 +316,15 @@ def main() -> None:
                 runs[label][seed] = run(label, seed, args.trials, evaluator, work)
                 print(f"seed {seed}: {label} {runs[label][seed]['curve'][-1]:.2f} "
                       f"({runs[label][seed]['loop_seconds']:.1f} s)", flush=True)
+        before_info: dict[str, Any] = {}
+        if before is not None and before.wait() != 0:
+            raise SystemExit(f"--before {args.before}: its bananas failed (exit {before.returncode})")
+        if args.before or args.before_results:
+            parts = [read_json(path) for path in before_out]
+            runs["bananas_before"] = {int(k): v for d in parts for k, v in d["runs"].items() if int(k) < args.seeds}
+            before_info = {"checkout": str(args.before) if args.before else None, "params": parts[0]["params"],
+                           "commit": _commit(args.before) if args.before else None,
+                           "results": [str(p) for p in args.before_results] if args.before_results else None}
     for label in slow:
         if len(runs[label]) < args.seeds:
             notes.append(f"{label}: {len(runs[label])} of {args.seeds} seeds (seeds 0-{len(runs[label]) - 1}) fit "
@@ -264,13 +337,21 @@ def main() -> None:
         curves = np.array([by_seed[s]["curve"] for s in sorted(by_seed)])
         loops = np.array([by_seed[s]["loop_seconds"] for s in sorted(by_seed)])
         at_100 = [by_seed[s]["loop_seconds_100"] for s in sorted(by_seed) if by_seed[s]["loop_seconds_100"]]
-        name, params = method(label)
+        cpu = [by_seed[s]["loop_cpu_seconds"] for s in sorted(by_seed) if "loop_cpu_seconds" in by_seed[s]]
+        cpu_100 = [by_seed[s]["loop_cpu_seconds_at"]["100"] for s in sorted(by_seed)
+                   if "100" in by_seed[s].get("loop_cpu_seconds_at", {})]
+        name, params = method("bananas") if label == "bananas_before" else method(label)
+        if label == "bananas_before":
+            params = before_info.pop("params")
         methods[label] = {
             "strategy": name, "params": params, "seeds": sorted(by_seed),
-            "best_at": summarise(curves, budgets),
+            "best_at": summarise(curves, [n for n in budgets if n <= curves.shape[1]]),
             "loop_seconds": {"mean": round(float(loops.mean()), 3), "median": round(float(np.median(loops)), 3),
-                             "to_100_mean": round(float(np.mean(at_100)), 3) if at_100 else None},
+                             "to_100_mean": round(float(np.mean(at_100)), 3) if at_100 else None,
+                             "cpu_mean": round(float(np.mean(cpu)), 3) if cpu else None,
+                             "cpu_to_100_mean": round(float(np.mean(cpu_100)), 3) if cpu_100 else None},
             **({"process": process[label]} if label in process else {}),
+            **({"before": before_info} if label == "bananas_before" else {}),
         }
         if name == "optuna":
             methods[label]["per_search"] = {k: round(float(np.mean([by_seed[s][k] for s in by_seed])), 1)
@@ -278,22 +359,25 @@ def main() -> None:
     if "optuna_gp" in process and "optuna_gp" not in methods:
         methods["optuna_gp"] = {"strategy": "optuna", "params": method("optuna_gp")[1], "seeds": [],
                                 "process": process["optuna_gp"]}
-    samplers = [m for m in OPTUNA if runs[m]]
-    tests = {f"{default} (default) vs {m}": compare(default, m, runs, budgets) for m in samplers}
-    if runs["bananas"]:
+    others = [m for m in (*NASFLOW, *OPTUNA) if runs[m] and m != default]
+    tests = {f"{default} (default) vs {m}": compare(default, m, runs, budgets) for m in others}
+    if default != "bananas" and runs["bananas"] and runs["optuna_tpe"]:
         tests["bananas vs optuna_tpe"] = compare("bananas", "optuna_tpe", runs, budgets)
-        tests[f"bananas vs {default}"] = compare("bananas", default, runs, budgets)
-    tpe_loop = methods["optuna_tpe"]["loop_seconds"]["to_100_mean"] if "optuna_tpe" in methods else None
+    if runs.get("bananas_before"):
+        tests["bananas vs bananas_before"] = compare("bananas", "bananas_before", runs,
+                                                     [n for n in budgets if n <= args.before_trials])
     payload = {
         "benchmark": "peers", "issue": 41, "space": "nb201", "evaluator": "table",
         "metric": "CIFAR-10 test accuracy (analog-nasbench baseline_accuracy)", "table_optimum": OPTIMUM,
         "default_strategy": default, "seeds": args.seeds, "trials": args.trials, "budgets": budgets,
         "candidates": "distinct: every method's repeats are answered from its run's history",
         "methods": methods, "tests": tests,
-        "loop_seconds_to_100_vs_tpe": {m: round(v["loop_seconds"]["to_100_mean"] / tpe_loop, 2)
-                                       for m, v in methods.items()
-                                       if tpe_loop and v.get("loop_seconds", {}).get("to_100_mean")},
+        "loop_seconds_to_100_vs_tpe": ratios(methods, "to_100_mean"),
+        "loop_cpu_seconds_to_100_vs_tpe": ratios(methods, "cpu_to_100_mean"),
+        "long": {"trials": args.long_trials, "seeds": list(range(args.long_seeds)), "methods": long} if long else None,
         "notes": notes, "optuna_version": _version("optuna"), "cpu_cores": os.cpu_count(),
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        "command": " ".join(["python benchmarks/peers.py", *sys.argv[1:]]),
         "wall_seconds": round(time.perf_counter() - start, 1),
     }
     atomic_write_json(args.out, payload)
@@ -301,11 +385,52 @@ def main() -> None:
     for label, m in methods.items():
         if "best_at" in m:
             row = "  ".join(f"@{n}: {v['mean']:.3f}±{v['std']:.3f} ({v['at_optimum']})" for n, v in m["best_at"].items())
-            print(f"{label:24s} {row}  loop {m['loop_seconds']['mean']:.2f}s")
+            print(f"{label:24s} {row}  loop {m['loop_seconds']['mean']:.2f}s cpu {m['loop_seconds']['cpu_mean']}")
     for name, t in tests.items():
         print(name, {n: (v["mean_diff"], v.get("wilcoxon_p"), v.get("mann_whitney_p")) for n, v in t.items()
                      if n != "seeds_paired"})
+    print("to 100 vs TPE (wall, CPU):", payload["loop_seconds_to_100_vs_tpe"], payload["loop_cpu_seconds_to_100_vs_tpe"])
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+
+
+def long_only(args: argparse.Namespace) -> None:
+    """The long rows alone, written into the JSON of an earlier run (e.g. after changing only them)."""
+    payload = read_json(args.out)
+    with tempfile.TemporaryDirectory() as tmp:
+        table = SearchSpec(space=Component("nb201"), strategy=Component("random"), evaluator=Component("table"))
+        evaluator = table.build_evaluator(table.build_space())
+        long = {label: long_row({seed: run(label, seed, args.long_trials, evaluator, Path(tmp))
+                                 for seed in range(args.long_seeds)}, args.long_trials) for label in LONG}
+    payload["long"] = {"trials": args.long_trials, "seeds": list(range(args.long_seeds)), "methods": long,
+                       "command": " ".join(["python benchmarks/peers.py", *sys.argv[1:]]),
+                       "load_average_at_end": [round(x, 2) for x in os.getloadavg()]}
+    atomic_write_json(args.out, payload)
+    for label, row in long.items():
+        print(f"long {label}: {row['loop_cpu_seconds_at']} CPU s, per 100: {row['cpu_seconds_per_100']}")
+
+
+def ratios(methods: dict[str, Any], key: str) -> dict[str, float]:
+    """Each method's loop seconds to 100 trials over TPE's (`key`: wall or CPU)."""
+    tpe = methods.get("optuna_tpe", {}).get("loop_seconds", {}).get(key)
+    return {m: round(v["loop_seconds"][key] / tpe, 2) for m, v in methods.items()
+            if tpe and v.get("loop_seconds", {}).get(key)}
+
+
+def long_row(by_seed: dict[int, dict[str, Any]], trials: int) -> dict[str, Any]:
+    """Mean loop seconds (wall, CPU) at 100..`trials`, and CPU seconds per 100 trials between the marks:
+    flat per-100 cost is linear growth."""
+    marks = sorted({int(n) for r in by_seed.values() for n in r["loop_cpu_seconds_at"]})
+    wall = {str(n): round(float(np.mean([r["loop_seconds_at"][str(n)] for r in by_seed.values()])), 3) for n in marks}
+    cpu = {str(n): round(float(np.mean([r["loop_cpu_seconds_at"][str(n)] for r in by_seed.values()])), 3)
+           for n in marks}
+    per_100 = {f"{a}-{b}": round((cpu[str(b)] - cpu[str(a)]) * 100 / (b - a), 3) for a, b in zip(marks, marks[1:])}
+    return {"trials": trials, "loop_seconds_at": wall, "loop_cpu_seconds_at": cpu, "cpu_seconds_per_100": per_100,
+            "best": round(float(np.mean([r["curve"][-1] for r in by_seed.values()])), 4)}
+
+
+def _commit(root: Path) -> str | None:
+    out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or None
 
 
 def _version(dist: str) -> str | None:

@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from collm_nb201 import COLLM, local_llm, plot, run, summarise  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 
+from nas.core.trial import TrialRecord, best_record, best_so_far, evaluated, read_history  # noqa: E402
 from nas.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
-from nas.search.record import TrialRecord, best_record, best_so_far, evaluated, read_history  # noqa: E402
 from nas.search.screen import ScreenSettings  # noqa: E402
 
 REA = {"population_size": 20, "sample_size": 5, "unique": True}

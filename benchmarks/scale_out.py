@@ -37,14 +37,13 @@ from scipy.stats import wilcoxon
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from nas.core.trial import Candidate, read_history  # noqa: E402
 from nas.evaluators.simulated import SimulatedClock, SimulatedEvaluator  # noqa: E402
 from nas.io import atomic_write_json, atomic_write_text  # noqa: E402
 from nas.pool import WorkerPool  # noqa: E402
 from nas.search.loop import SearchLoop  # noqa: E402
-from nas.search.record import read_history  # noqa: E402
 from nas.search.slots import assign_slots  # noqa: E402
 from nas.search.spec import Component, SearchSpec  # noqa: E402
-from nas.strategies.base import Candidate  # noqa: E402
 from tasks.env import configure_prefect_env  # noqa: E402
 
 HOUR = 3600.0  # simulated median training time (seconds)

@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from collm_nb201 import collm_counts, local_llm, plot  # noqa: E402
 
 from nas.core.constraint import Constraint  # noqa: E402
+from nas.core.trial import best_so_far, read_history  # noqa: E402
 from nas.io import atomic_write_json, atomic_write_text, read_json  # noqa: E402
 from nas.search.loop import LocalExecutor, SearchLoop  # noqa: E402
-from nas.search.record import best_so_far, read_history  # noqa: E402
 from nas.search.spec import Component, SearchSpec  # noqa: E402
 
 DATA = {"name": "fashion_mnist"}

@@ -5,20 +5,18 @@ the UI's Artifacts page then keeps the latest of each search configuration."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from prefect.artifacts import (
-    create_markdown_artifact,
-    create_progress_artifact,
-    create_table_artifact,
-    update_progress_artifact,
-)
+from prefect.artifacts import MarkdownArtifact, ProgressArtifact, TableArtifact, update_progress_artifact
+from prefect.runtime import flow_run
 
+from nas.core.trial import TrialRecord, best_record, evaluated, read_history
 from nas.report import render_markdown
-from nas.search.record import TrialRecord, best_record, evaluated, read_history
+from nas.terminal import printable
 from tasks.progress import prefect_key
 
 PLOT_LINE = "![best so far](best_so_far.png)"  # nas/report.py's relative link, dead in the UI
@@ -31,37 +29,58 @@ def artifact_key(name: str, kind: str) -> str:
 
 @dataclass
 class SearchArtifacts:
-    """One search's artifacts; `name` is its flow run's, `trials` its budget."""
+    """One search's artifacts; `name` is its flow run's, `trials` its budget. Each is created on the
+    search's flow run and, when that is nested (a deployment's `nas-search-overrides` run starts
+    it as a subflow), on the top-level run too: the run a user lands on from a deployment shows them."""
 
     name: str
     trials: int
     trust: bool = False  # evaluator.trust_self_reported: which trials count for best
     progress_id: UUID | None = None
+    progress_ids: list[UUID] = field(default_factory=list)
+    flow_run_ids: list[UUID | None] = field(default_factory=list)
+
+    def _targets(self) -> list[UUID | None]:
+        """This flow run (None: Prefect's context decides) and its top-level run when another."""
+        if not self.flow_run_ids:
+
+            own, root = flow_run.get_id(), None
+            if own is not None and flow_run.get_parent_flow_run_id() is not None:
+                root = flow_run.get_root_flow_run_id()
+            self.flow_run_ids = [None] + ([UUID(str(root))] if root and str(root) != str(own) else [])
+        return self.flow_run_ids
 
     def start(self) -> None:
-        self.progress_id = create_progress_artifact(
-            0.0, key=artifact_key(self.name, "progress"), description=f"{self.name}: 0/{self.trials} trials")
+        description = f"{self.name}: 0/{self.trials} trials"
+        self.progress_ids = [ProgressArtifact(progress=0.0, key=artifact_key(self.name, "progress"),
+                                              description=description, flow_run_id=run).create().id
+                             for run in self._targets()]
+        self.progress_id = self.progress_ids[0]
+
+    def _progress(self, value: float, description: str) -> None:
+        for progress_id in self.progress_ids:
+            update_progress_artifact(progress_id, value, description=description)
 
     def on_batch(self, history: list[TrialRecord]) -> None:
-        assert self.progress_id is not None, "start() first"
+        assert self.progress_ids, "start() first"
         best = best_record(history, self.trust)
         best_text = "none yet" if best is None else f"{best.accuracy:.2f}%"
         done = len(evaluated(history))
-        update_progress_artifact(self.progress_id, min(100.0, 100.0 * done / self.trials),
-                                 description=f"{self.name}: {done}/{self.trials} trials, best {best_text}")
+        self._progress(min(100.0, 100.0 * done / self.trials),
+                       f"{self.name}: {done}/{self.trials} trials, best {best_text}")
 
     def finish(self, run_dir: Path, summary: dict[str, Any]) -> None:
-        """After the loop wrote history.jsonl and report.md; the search is over, so progress is 100
-        even when a strategy ran out of candidates before its budget."""
+        """After the loop wrote history.jsonl; the search is over, so progress is 100 even when a
+        strategy ran out of candidates before its budget."""
         history = read_history(run_dir / "history.jsonl")
-        create_markdown_artifact(report_markdown(run_dir, history, summary), key=artifact_key(self.name, "report"),
-                                 description=f"{self.name}: search report ({run_dir})")
-        create_table_artifact(top_trials(history, self.trust), key=artifact_key(self.name, "top-trials"),
-                              description=f"{self.name}: top {TOP} trials by accuracy")
-        if self.progress_id is not None:
-            ended = f", {summary['exhausted']}" if summary.get("exhausted") else ""
-            update_progress_artifact(self.progress_id, 100.0,
-                                     description=f"{self.name}: done, {summary['trials']}/{self.trials} trials{ended}")
+        report, table = report_markdown(run_dir, history, summary), top_trials(history, self.trust)
+        for run in self._targets():
+            MarkdownArtifact(markdown=report, key=artifact_key(self.name, "report"), flow_run_id=run,
+                             description=f"{self.name}: search report ({run_dir})").create()
+            TableArtifact(table=table, key=artifact_key(self.name, "top-trials"), flow_run_id=run,
+                          description=f"{self.name}: top {TOP} trials by accuracy").create()
+        ended = f", {summary['exhausted']}" if summary.get("exhausted") else ""
+        self._progress(100.0, f"{self.name}: done, {summary['trials']}/{self.trials} trials{ended}")
 
 
 def report_markdown(run_dir: Path, history: list[TrialRecord], summary: dict[str, Any]) -> str:
@@ -75,13 +94,46 @@ def report_markdown(run_dir: Path, history: list[TrialRecord], summary: dict[str
 
 
 def top_trials(history: list[TrialRecord], trust: bool) -> list[dict[str, Any]]:
-    """The best TOP trials, one row each: key, accuracy, cost, then each metric as a column
-    (the union over the rows, so every row has the same columns)."""
+    """The best TOP trials, one row each, as read: accuracy to 2 decimals, params and FLOPs in
+    K/M/G, the encoding, cost, then each metric as a column (the union over the rows, so every
+    row has the same columns). The exact numbers are in the run dir's history.jsonl."""
     ranked = sorted((r for r in history if r.counts_for_best(trust)), key=lambda r: r.accuracy or 0.0, reverse=True)[:TOP]
     metrics = sorted({k for r in ranked for k, v in r.metrics.items() if not isinstance(v, dict)})
     rows = []
     for i, r in enumerate(ranked, 1):
-        row = {"rank": i, "trial": r.trial, "key": r.key, "accuracy": r.accuracy,
-               "params": r.params, "flops": r.flops, "cost_seconds": r.cost_seconds, "cached": r.cached}
-        rows.append(row | {m: r.metrics.get(m) for m in metrics if m not in row})
+        row = {"rank": i, "trial": r.trial, "accuracy": _fixed(r.accuracy), "params": si(r.params),
+               "flops": si(r.flops), "encoding": encoding_text(r.encoding), "key": r.key,
+               "cost_seconds": _fixed(r.cost_seconds), "cached": r.cached}
+        rows.append(row | {m: _cell(r.metrics.get(m)) for m in metrics if m not in row})
     return rows
+
+
+ENCODING_CHARS = 120  # a table cell, not a page: the full encoding is in history.jsonl
+
+
+def encoding_text(encoding: Any) -> str:
+    if isinstance(encoding, str):
+        text = encoding
+    else:
+
+        text = json.dumps(encoding, separators=(",", ":"), default=str)
+    text = printable(text)  # a model's source (an LLM wrote it) on one line, its controls as text
+    return text if len(text) <= ENCODING_CHARS else text[:ENCODING_CHARS - 1] + "…"
+
+
+def si(value: float | None) -> str | None:
+    """1234567 -> '1.23M': params and FLOPs as read (K, M, G, T; below 1000 as is)."""
+    if value is None:
+        return None
+    for factor, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(value) >= factor:
+            return f"{value / factor:.2f}{unit}"
+    return f"{value:g}"
+
+
+def _fixed(value: float | None) -> str | None:
+    return None if value is None else f"{value:.2f}"
+
+
+def _cell(value: Any) -> Any:
+    return f"{value:.4g}" if isinstance(value, float) else value

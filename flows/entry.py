@@ -9,22 +9,38 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
+from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
 
 from nas.config import check_config, check_job, compose_config
 from nas.execute import execute
+from nas.knowledge.config import KnowledgeConfig
+from nas.llm import LLMConfig
 from nas.search.rundir import RunDir
 
 RUN_DIR = "hydra.run.dir="
 
 
-@flow(name="nas-search-overrides", persist_result=False)
+def overrides_run_name() -> str:
+    """The flow run's name, `<strategy>-<space>-s<seed>`, from its parameters as the run begins
+    (the flow's `flow_run_name`), so a run has that one name from its start; overrides that do not
+    compose keep the flow's name (the run then fails with the command line's one-line error)."""
+    from flows.search import run_name  # lazy: loads numpy (start-up time)
+
+    job = [o for o in list(flow_run.parameters.get("overrides") or []) if not str(o).startswith(RUN_DIR)]
+    try:
+        return run_name(check_job(job)[0])
+    except Exception:  # noqa: BLE001 - the body says why, in its one line
+        return "nas-search"
+
+
+@flow(name="nas-search-overrides", persist_result=False, flow_run_name=overrides_run_name)
 def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs") -> dict[str, Any]:
     """Any `nas search` (table, supernet, open-ended design) under the chosen runner;
     writes to `hydra.run.dir=DIR` when given (resuming a run there), else to a new
     ROOT/<strategy>-<space>-s<seed>[-N], and the flow run takes that directory's name
     (a run that fails before writing to a dir it made removes it again)."""
-    from flows.search import run_name
+    from flows.search import run_name  # lazy: loads numpy (start-up time)
 
     overrides = list(overrides or [])
     dirs = [o[len(RUN_DIR):] for o in overrides if o.startswith(RUN_DIR)]
@@ -36,7 +52,8 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     run = RunDir(run_dir)
     with run.lock():  # taken again by `execute`; held here to remove the dir a failed start made
         try:
-            _rename_flow_run(run_dir.name if not dirs else run_name(spec))
+            if run_dir.name != run_name(spec) and not dirs:  # ROOT/NAME-2: the run's name says which dir
+                _rename_flow_run(run_dir.name)
             summary = execute(spec, run_dir, cfg.get("runner") or {}, progress=False)
         except BaseException:
             if made:
@@ -60,9 +77,7 @@ def new_run_dir(root: Path, name: str) -> Path:
 
 
 def _rename_flow_run(name: str) -> None:
-    """A deployment run starts under a random name (`jasmine-penguin`); the search's own
-    name is known only once its overrides are composed."""
-    from prefect.client.orchestration import get_client
+    """A run whose dir took a suffix (ROOT/NAME-2: NAME was taken) is named after that dir."""
 
     with get_client(sync_client=True) as client:
         client.set_flow_run_name(flow_run.get_id(), name)
@@ -72,9 +87,7 @@ def _rename_flow_run(name: str) -> None:
 def ingest_overrides_flow(paths: list[str] | None = None, overrides: list[str] | None = None,
                           out: str | None = None) -> dict[str, Any]:
     """`nas knowledge ingest PATHS [overrides] --prefect`; no paths reads the built-in corpus."""
-    from flows.knowledge import ingest_flow
-    from nas.knowledge.config import KnowledgeConfig
-    from nas.llm import LLMConfig
+    from flows.knowledge import ingest_flow  # lazy: loads numpy (start-up time)
 
     cfg = check_config(list(overrides or []))
     settings = {"llm": cfg["llm"], "knowledge": cfg["knowledge"]}

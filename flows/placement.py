@@ -27,11 +27,11 @@ class Placement:
     def __call__(self) -> AbstractContextManager[Any]:
         """The context each evaluation is submitted in."""
         if self.engine == "dask" and self.gpu_share is not None:
-            import dask
+            import dask  # lazy: loads dask (start-up time)
 
             return dask.annotate(resources={"GPU": self.gpu_share})
         if self.engine == "ray":
-            from prefect_ray.context import remote_options
+            from prefect_ray.context import remote_options  # lazy: loads prefect_ray (start-up time)
 
             gpus = {} if self.gpu_share is None else {"num_gpus": self.gpu_share}
             return remote_options(max_retries=self.max_retries, **gpus)
@@ -45,7 +45,7 @@ def cluster_gpus(task_runner: TaskRunner) -> float:
         workers = task_runner.client.scheduler_info(n_workers=-1)["workers"].values()  # type: ignore[attr-defined]
         return float(sum(w.get("resources", {}).get("GPU", 0) for w in workers))
     if kind == "RayTaskRunner":
-        import ray
+        import ray  # lazy: loads ray (start-up time)
 
         return float(ray.cluster_resources().get("GPU", 0))
     return 0.0

@@ -15,7 +15,7 @@ from typing import Any
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
-from flows.server import start_temporary_server
+from flows.server import prefect_api
 from nas.errors import ConfigError, MissingDependencyError
 from nas.search.slots import assign_slots, visible_gpus
 
@@ -34,7 +34,7 @@ def build_task_runner(runner: dict[str, Any], gpus: list[str] | None = None) -> 
         # distributed logs each worker's start and stop at INFO; read when it is first imported.
         os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
         try:
-            from prefect_dask import DaskTaskRunner
+            from prefect_dask import DaskTaskRunner  # lazy: an optional extra, refused in one line when missing
         except ImportError:
             raise MissingDependencyError("runner=dask needs prefect-dask: pip install prefect-dask==0.3.7") from None
         max_retries = count_setting(runner, "max_retries", 2)
@@ -56,7 +56,7 @@ def build_task_runner(runner: dict[str, Any], gpus: list[str] | None = None) -> 
         # Ray >= 2.5x writes a token into ~/.ray unless told not to; a local Ray needs none.
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         try:
-            from prefect_ray import RayTaskRunner
+            from prefect_ray import RayTaskRunner  # lazy: an optional extra, refused in one line when missing
         except ImportError:
             raise MissingDependencyError("runner=ray needs prefect-ray and ray: pip install 'nasflow[ray]'") from None
         count_setting(runner, "max_retries", 2)  # used per task (flows/placement.py): a bad value fails now
@@ -108,16 +108,16 @@ class InterruptibleProcessPool(ProcessPoolTaskRunner):
 
 @contextmanager
 def shared_api(runner: dict[str, Any], show: bool = False) -> Iterator[None]:
-    """With no server configured, the flow's temporary one starts here (`show`: with a status
-    line). Task runs in other processes report to the flow's Prefect API; each worker would
-    otherwise start its own temporary server on the same database (slow, and they contend
-    for it), so its URL is passed on."""
-    server = start_temporary_server(show)
-    if runner.get("name", "prefect") == "prefect" or server is None:
-        yield
-        return
-    with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-        yield
+    """With no server configured, the shared local server (NASFLOW_PREFECT_SERVER=local, the CLI's
+    default) or the flow's temporary one starts here (`show`: with a status line). Task runs in
+    other processes report to the flow's Prefect API; each worker would otherwise start its own
+    temporary server on the same database (slow, and they contend for it), so its URL is passed on."""
+    with prefect_api(show) as url:
+        if runner.get("name", "prefect") == "prefect" or url is None:
+            yield
+            return
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            yield
 
 
 def positive_setting(runner: dict[str, Any], key: str, default: int) -> int:
@@ -137,8 +137,8 @@ def count_setting(runner: dict[str, Any], key: str, default: int) -> int:
 def local_cluster(max_retries: int, **kwargs: Any) -> Any:
     """A `LocalCluster` whose scheduler re-runs a task lost with its worker `max_retries` times, then
     fails it (`KilledWorker`): a candidate that kills every worker it lands on becomes a failed trial."""
-    import dask
-    from distributed import LocalCluster
+    import dask  # lazy: loads dask (start-up time)
+    from distributed import LocalCluster  # lazy: loads distributed (start-up time)
 
     with dask.config.set({"distributed.scheduler.allowed-failures": max_retries}):
         return LocalCluster(**kwargs)
@@ -147,8 +147,8 @@ def local_cluster(max_retries: int, **kwargs: Any) -> Any:
 def slot_cluster(slots: list[tuple[str, float]], max_retries: int, dashboard_address: str | None) -> Any:
     """dask-cuda style: one single-threaded worker process per slot (`nas.search.slots`), seeing only
     its GPU (CUDA_VISIBLE_DEVICES) and offering its share of it as the `GPU` resource."""
-    import dask
-    from distributed import Nanny, Scheduler, SpecCluster
+    import dask  # lazy: loads dask (start-up time)
+    from distributed import Nanny, Scheduler, SpecCluster  # lazy: loads distributed (start-up time)
 
     workers = {f"slot-{i}": {"cls": Nanny, "options": {
         "nthreads": 1, "resources": {"GPU": share}, "env": {"CUDA_VISIBLE_DEVICES": gpu}}}

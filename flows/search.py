@@ -12,7 +12,7 @@ from flows.artifacts import SearchArtifacts
 from flows.placement import open_executor
 from flows.runners import build_task_runner, shared_api
 from nas.execute import RUNNERS, SearchRunner
-from nas.report import write_run_report
+from nas.report import RunReport
 from nas.search.loop import SearchLoop, trusts_self_reported
 from nas.search.spec import Search, SearchSpec
 from tasks.llm import prefect_calls
@@ -30,9 +30,15 @@ def search_flow(spec: dict[str, Any], run_dir: str, retries: int = 1,
     loop = SearchLoop(search, Path(run_dir), executor, progress=progress, runner=runner,
                       llm_calls=prefect_calls, on_batch=artifacts.on_batch,
                       evaluator_fingerprint=evaluator.fingerprint(), search=built)
-    summary = loop.run_search()
-    write_run_report(Path(run_dir), summary)
-    artifacts.finish(Path(run_dir), summary)
+    try:
+        summary = loop.run_search()
+    finally:  # stopped by an interrupt or an error: what still runs is cancelled (resume re-queues it)
+        executor.close()
+    report = RunReport(Path(run_dir), summary)  # plotted in a child process, alongside the artifacts
+    try:
+        artifacts.finish(Path(run_dir), summary)
+    finally:
+        report.wait()
     return summary
 
 

@@ -75,7 +75,7 @@ def default_file() -> Path:
 
 def load(path: str | Path | None = None, overrides: list[str] | None = None) -> list[Entry]:
     """The deployments of a prefect.yaml (default: `default_file()`), overrides applied, checked."""
-    import yaml
+    import yaml  # lazy: loads yaml (start-up time)
 
     path = Path(path) if path is not None else default_file()
     where = str(path)
@@ -113,9 +113,9 @@ def load(path: str | Path | None = None, overrides: list[str] | None = None) -> 
 def _apply(bodies: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """`NAME.KEY=VALUE` overrides (values parsed as Hydra's are); `NAME.cron=EXPR` is shorthand
     for one UTC cron schedule."""
-    import yaml
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
+    import yaml  # lazy: loads yaml (start-up time)
+    from omegaconf import OmegaConf  # lazy: loads omegaconf (start-up time)
+    from omegaconf.errors import OmegaConfBaseException  # lazy: loads omegaconf (start-up time)
 
     if not overrides:
         return bodies
@@ -208,7 +208,7 @@ def _schedules(here: str, raw: Any) -> tuple[Schedule, ...]:
 
 
 def load_flow(entry: Entry):
-    from prefect import Flow
+    from prefect import Flow  # lazy: loads prefect (start-up time)
 
     try:
         obj = getattr(importlib.import_module(entry.module), entry.function)
@@ -221,10 +221,10 @@ def load_flow(entry: Entry):
 
 def build(entry: Entry):
     """The RunnerDeployment, after checking its parameters and schedules."""
-    from prefect.client.schemas.schedules import CronSchedule
-    from prefect.exceptions import ParameterTypeError, SignatureMismatchError
-    from prefect.schedules import Cron
-    from prefect.types.entrypoint import EntrypointType
+    from prefect.client.schemas.schedules import CronSchedule  # lazy: loads prefect (start-up time)
+    from prefect.exceptions import ParameterTypeError, SignatureMismatchError  # lazy: loads prefect (start-up time)
+    from prefect.schedules import Cron  # lazy: loads prefect (start-up time)
+    from prefect.types.entrypoint import EntrypointType  # lazy: loads prefect (start-up time)
 
     flow = load_flow(entry)
     try:
@@ -264,7 +264,7 @@ def describe(entries: list[Entry], limit: int | None) -> list[str]:
 
 def serve(deployments: list[Any], limit: int | None) -> None:
     """Serve built deployments until stopped; returns once the runner has stopped."""
-    from prefect.runner import Runner
+    from prefect.runner import Runner  # lazy: loads prefect (start-up time)
 
     runner = Runner(name="nas-serve", limit=limit, pause_on_shutdown=True)
     for deployment in deployments:

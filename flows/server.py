@@ -1,10 +1,25 @@
-"""The Prefect server `nas serve` talks to: is it there, and does its UI call the same API."""
+"""The Prefect server a command talks to: `nas serve`'s (is it there, does its UI call the same API),
+Prefect's temporary one, or the local one that `nas` commands share (`prefect_api`, flows/local_server.py)."""
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-from nas.errors import NasError
+from flows.local_server import LOG, STATE, USERS, healthy
+from nas.errors import ConfigError, NasError
+from nas.home import home
+from nas.status import status
+from tasks.env import check_prefect_database
 
 START_SERVER = ("start a server with `prefect server start --host 127.0.0.1` and "
                 "`export PREFECT_API_URL=http://127.0.0.1:4200/api`")
@@ -13,8 +28,8 @@ START_SERVER = ("start a server with `prefect server start --host 127.0.0.1` and
 def check_server() -> str:
     """The API URL, once its health endpoint answers; a dead server would otherwise
     surface as retries and a traceback."""
-    import httpx
-    from prefect.settings import PREFECT_API_URL
+    import httpx  # lazy: loads httpx (start-up time)
+    from prefect.settings import PREFECT_API_URL  # lazy: loads prefect (start-up time)
 
     url = PREFECT_API_URL.value()
     if not url:
@@ -29,7 +44,7 @@ def check_server() -> str:
 def ui_warning(url: str) -> str | None:
     """A line when the server's UI calls another API address than `url` (a server started with
     --port but no PREFECT_UI_API_URL: its UI calls port 4200 and shows nothing)."""
-    import httpx
+    import httpx  # lazy: loads httpx (start-up time)
 
     try:
         ui_api = httpx.get(f"{url.rstrip('/').removesuffix('/api')}/ui-settings", timeout=5).json().get("api_url")
@@ -45,18 +60,140 @@ def start_temporary_server(show: bool) -> Any | None:
     """Prefect's temporary API server for this process (Prefect starts the same one, once, on
     its first API call), started here so that its ten-odd silent seconds show a status line;
     None when PREFECT_API_URL names a server."""
-    from prefect.settings import PREFECT_API_URL
+    from prefect.settings import PREFECT_API_URL  # lazy: loads prefect (start-up time)
 
     if PREFECT_API_URL.value():
         return None
-    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.server.api.server import SubprocessASGIServer  # lazy: loads prefect (start-up time)
 
     server = SubprocessASGIServer()  # one per process: the flow's API calls find it running
     if not server.running:
-        from nas.status import status
-        from tasks.env import check_prefect_database
 
         check_prefect_database()  # a damaged one would cost minutes and end in "Timed out ..."
         with status("starting Prefect's temporary server", show=show):
             server.start()
     return server
+
+
+SERVER_MODE = "NASFLOW_PREFECT_SERVER"  # local (the CLI's default): a shared server; temporary: Prefect's own
+IDLE_MINUTES = "NASFLOW_SERVER_IDLE_MINUTES"
+DEFAULT_IDLE_MINUTES = 30.0
+PREFERRED_PORT = 4200  # Prefect's usual one, when free: the UI's address stays the same
+
+
+def server_mode() -> str:
+    mode = os.environ.get(SERVER_MODE, "temporary").strip().lower()
+    if mode not in ("local", "temporary"):
+        raise ConfigError(f"{SERVER_MODE}={mode!r}: expected 'local' or 'temporary'")
+    return mode
+
+
+def idle_minutes() -> float:
+    raw = os.environ.get(IDLE_MINUTES, str(DEFAULT_IDLE_MINUTES))
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ConfigError(f"{IDLE_MINUTES}={raw!r}: expected a positive number of minutes")
+    return value
+
+
+def _server_dir() -> Path:
+    path = Path(os.environ.get("PREFECT_HOME") or home() / "prefect").expanduser().resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _free_port() -> int:
+    for port in (PREFERRED_PORT, 0):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise NasError("no free port on 127.0.0.1 for the local Prefect server")
+
+
+def _running_url(where: Path) -> str | None:
+    try:
+        state = json.loads((where / STATE).read_text())
+        url = str(state["url"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return url if healthy(url) else None
+
+
+@contextmanager
+def local_server(show: bool) -> Iterator[str]:
+    """The shared local server's API URL (started, with a status line, when none answers), held
+    for the block: the server stops itself only after NASFLOW_SERVER_IDLE_MINUTES with no holder."""
+
+    where = _server_dir()
+    users = (where / USERS).open("a+")
+    try:
+        fcntl.flock(users, fcntl.LOCK_SH)  # waits while a watchdog that found its server idle stops it
+        url = _running_url(where)
+        if url is None:
+            url = _start_local_server(where, show, where / LOG)
+        try:
+            yield url
+        finally:
+            os.utime(where / USERS)  # the idle clock starts when the last holder lets go
+    finally:
+        users.close()
+
+
+def _start_local_server(where: Path, show: bool, log: Path) -> str:
+    with (where / "local-server.start").open("a+") as start_lock:
+        fcntl.flock(start_lock, fcntl.LOCK_EX)  # one command starts it; one started meanwhile is used
+        url = _running_url(where)
+        if url is not None:
+            return url
+        check_prefect_database()  # a damaged one would cost minutes and end in "Timed out ..."
+        port, minutes = _free_port(), idle_minutes()
+        url = f"http://127.0.0.1:{port}/api"
+        with log.open("ab") as out:
+            daemon = subprocess.Popen(
+                [sys.executable, "-m", "flows.local_server", "--dir", str(where), "--port", str(port),
+                 "--idle-minutes", str(minutes)],
+                cwd=Path(__file__).resolve().parents[1], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                start_new_session=True)  # its own session: a Ctrl-C aimed at `nas` leaves it serving
+        with status(f"starting a local Prefect server at http://127.0.0.1:{port} (once: later commands reuse "
+                    f"it; it stops after {minutes:g} idle minutes)", show=show):
+            while _running_url(where) != url:
+                if daemon.poll() is not None:
+                    tail = log.read_text(errors="replace").strip().splitlines()[-1:]
+                    raise NasError(f"the local Prefect server did not start ({log}: {' '.join(tail)}); "
+                                   f"or run with {SERVER_MODE}=temporary")
+                time.sleep(0.2)
+        if not healthy(url):
+            raise NasError(f"the local Prefect server at {url} does not answer; see {log}")
+        return url
+
+
+@contextmanager
+def prefect_api(show: bool) -> Iterator[str | None]:
+    """The API this command's flows report to: PREFECT_API_URL when set (None); else the shared
+    local server under NASFLOW_PREFECT_SERVER=local (its URL, set for the block), else Prefect's
+    temporary server for this process (its URL)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings  # lazy: loads prefect (start-up time)
+
+    if PREFECT_API_URL.value():
+        yield None
+        return
+    if server_mode() == "local":
+        with local_server(show) as url, temporary_settings(updates={PREFECT_API_URL: url}):
+            saved = os.environ.get("PREFECT_API_URL")
+            os.environ["PREFECT_API_URL"] = url  # worker processes (runner=processes, dask, ray) too
+            try:
+                yield url
+            finally:
+                if saved is None:
+                    os.environ.pop("PREFECT_API_URL", None)
+                else:
+                    os.environ["PREFECT_API_URL"] = saved
+        return
+    server = start_temporary_server(show)
+    yield None if server is None else server.api_url

@@ -13,6 +13,7 @@ from prefect.cache_policies import INPUTS, NO_CACHE
 
 from nas.config import check_config, data_source
 from nas.errors import ConfigError
+from supernets.settings import SupernetSettings
 from tasks.records import (
     SERIALIZER,
     check_fields,
@@ -30,7 +31,7 @@ TRAINED_FIELDS = {"path": lambda v: isinstance(v, str), "sha256": lambda v: isin
 @task(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1)
 def fingerprint_data(data: dict[str, Any]) -> str:
     """sha256 of the images and labels: a dataset changed in place retrains."""
-    from nas.data.sources import load_data
+    from nas.data.sources import load_data  # lazy: loads torch (start-up time)
 
     image = load_data(**data)  # cached per process: the training task reuses it
     digest = hashlib.sha256(f"{image.name}:{image.num_classes}".encode())
@@ -44,7 +45,7 @@ def fingerprint_data(data: dict[str, Any]) -> str:
       retry_delay_seconds=5, task_run_name="train-supernet-{space[name]}-{data[name]}")
 def train_supernet_task(space: dict[str, Any], params: dict[str, Any], data: dict[str, Any],
                         settings: dict[str, Any], seed: int, out: str, data_fingerprint: str) -> dict[str, Any]:
-    from supernets.train import SupernetSettings, train_supernet
+    from supernets.train import SupernetSettings, train_supernet  # lazy: loads torch (start-up time)
 
     result = train_supernet(space, params, data, SupernetSettings.from_dict(settings), seed, Path(out),
                             progress=False)
@@ -70,7 +71,6 @@ def _must_retrain(inputs: dict[str, Any]) -> bool:
 @flow(name="nas-train-supernet", persist_result=False)
 def train_supernet_flow(overrides: list[str] | None = None) -> dict[str, Any]:
     """`nas train-supernet [out=DIR] [overrides]`; returns the checkpoint's path, hash and scores."""
-    from supernets.settings import SupernetSettings
 
     overrides = list(overrides or [])
     outs = [o[4:] for o in overrides if o.startswith("out=")]

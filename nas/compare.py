@@ -19,12 +19,13 @@ from typing import Any
 import numpy as np
 
 from nas.core.dotted import flatten, result_neutral
+from nas.core.trial import best_so_far, read_history
 from nas.errors import ConfigError, NasError
 from nas.io import atomic_write_json, atomic_write_text, check_output, read_json_object
 from nas.report import _pyplot, save_figure
 from nas.search.loop import trusts_self_reported
 from nas.search.pareto import Objective, non_dominated_sort
-from nas.search.record import best_so_far, read_history
+from nas.spaces.nb201.table import default_table_path, load_table
 from nas.strategies.base import random_only_note
 
 MIN_PAIRS = 5  # below this the exact two-sided test cannot reach p < 0.0625, so no p-value is given
@@ -283,7 +284,7 @@ def _by_seed(runs: list[dict[str, Any]]) -> dict[Any, list[dict[str, Any]]]:
 
 def wilcoxon_paired(diffs: list[float]) -> dict[str, Any]:
     """Two-sided Wilcoxon signed-rank test on paired differences (group − baseline)."""
-    from scipy.stats import wilcoxon
+    from scipy.stats import wilcoxon  # lazy: loads scipy (start-up time)
 
     d = np.asarray(diffs, dtype=float)
     res: dict[str, Any] = {"pairs": len(d), "median_diff": float(np.median(d)) if len(d) else None,
@@ -363,7 +364,6 @@ def table_reference(settings: list[dict[str, Any]], length: int) -> tuple[dict[s
     """For NB201 table runs without a constraint, the table's optimum and random search's expected
     best curve over `length` trials: (reference, None), or (None, why not) when the runs are table
     runs but the table cannot be read; (None, None) for other runs (no distribution is known)."""
-    from nas.spaces.nb201.table import default_table_path, load_table
 
     first = settings[0]
     keys = ("space", "evaluator", "evaluator.path", "evaluator.metric")
@@ -534,7 +534,7 @@ def plot_curves(groups: dict[str, list[dict[str, Any]]], path: Path, band: str =
     """Mean ± 1 std (band='std') or median and interquartile range (band='iqr', robust to one
     lucky seed) of the best-so-far curves, with the table's optimum and random search's
     expected curve when known; returns the legend's entries."""
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # lazy: loads matplotlib (start-up time)
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -595,7 +595,10 @@ def plot_pareto(groups: dict[str, list[dict[str, Any]]], pareto: dict[str, Any],
         accs = [p["accuracy"] for g in pareto[metric]["groups"].values() for p in g["front"]]
         pad = max(0.05 * (max(accs) - min(accs)), 0.5)
         ax.set_ylim(min(accs) - pad, max(accs) + pad)
-        ax.set_xlabel(metric)
+        sizes = [p[metric] for rows in groups.values() for r in rows for p in r["points"] if _finite(p.get(metric))]
+        if sizes and min(sizes) > 0:  # sizes span decades: a linear axis crowds its labels
+            ax.set_xscale("log")
+        ax.set_xlabel(f"{metric} (log scale)" if ax.get_xscale() == "log" else metric)
         ax.set_ylabel("accuracy (%), trials below the fronts cut off")
         ax.set_title(f"Pareto front: accuracy vs {metric}")
         ax.grid(alpha=0.3)

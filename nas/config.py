@@ -5,11 +5,12 @@ flows and the regression probes compose and check a job the same way."""
 from __future__ import annotations
 
 import inspect
+import logging
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from nas.core.registry import plugins
+from nas.core.registry import Registry, plugins
 from nas.errors import ConfigError, NasError
 
 if TYPE_CHECKING:
@@ -70,10 +71,10 @@ def compose_config(overrides: list[str]) -> dict[str, Any]:
 
 def compose(overrides: list[str], hydra: bool = False) -> Any:
     """Hydra's composition of `conf/config.yaml` + overrides, its errors in one line (ConfigError)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_module
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
+    from hydra import compose as hydra_compose  # lazy: loads hydra (start-up time)
+    from hydra import initialize_config_module  # lazy: loads hydra (start-up time)
+    from hydra.errors import HydraException  # lazy: loads hydra (start-up time)
+    from omegaconf.errors import OmegaConfBaseException  # lazy: loads omegaconf (start-up time)
 
     try:
         with initialize_config_module("conf", version_base="1.3"):
@@ -107,8 +108,8 @@ def job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
     parsed = parse_overrides(overrides)
     if not multirun:
         return [overrides]
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.errors import HydraException
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # lazy: loads hydra (start-up time)
+    from hydra.errors import HydraException  # lazy: loads hydra (start-up time)
 
     fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
     params = compose(fixed, hydra=True).hydra.sweeper.params or {}
@@ -121,8 +122,8 @@ def job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
 
 
 def parse_overrides(overrides: list[str]) -> list[Any]:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # lazy: loads hydra (start-up time)
+    from hydra.errors import OverrideParseException  # lazy: loads hydra (start-up time)
 
     parser = OverridesParser.create()
     out = []
@@ -146,7 +147,7 @@ def check_job(overrides: list[str]) -> tuple[SearchSpec, bool]:
     """`check_config`, then the spec and its pairing: the checks that need nothing built,
     so a sweep's bad job stops it before any slow one. With the job's `progress`, so the
     slow checks that follow say what they do only where the job shows progress."""
-    from nas.search.spec import SearchSpec
+    from nas.search.spec import SearchSpec  # lazy: loads numpy (start-up time)
 
     container, space_choice = _checked(overrides)
     progress = container.get("progress", True)
@@ -175,8 +176,8 @@ def _checked(overrides: list[str]) -> tuple[dict[str, Any], str | None]:
 
 
 def _resolve(cfg: Any) -> dict[str, Any]:
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
+    from omegaconf import OmegaConf  # lazy: loads omegaconf (start-up time)
+    from omegaconf.errors import OmegaConfBaseException  # lazy: loads omegaconf (start-up time)
 
     try:
         return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
@@ -188,7 +189,6 @@ def check_build(spec: SearchSpec, keep: bool = False) -> None:
     """The rest of what `execute` checks before it starts, without writing anything. `keep`: the
     job runs next in this process, which then uses what was built (`Search.of`) and hears its
     warnings now; otherwise (a sweep's jobs, checked once per distinct job) they are left unsaid."""
-    import logging
 
     if keep:
         spec.build().ready()
@@ -204,7 +204,7 @@ def check_key(override: Any, base: Any) -> None:
     """`key=v` must name a key the config has; `+key=v` one it does not have (a typo
     added with `+` would otherwise be ignored). Unknown keys of a space, strategy or
     evaluator are left to its registry, which knows its class's parameters."""
-    from omegaconf import DictConfig
+    from omegaconf import DictConfig  # lazy: loads omegaconf (start-up time)
 
     key = override.key_or_group
     value = override.get_value_element_as_str() if override.value() is not None else "null"
@@ -240,8 +240,7 @@ def _add_hint(base: Any, parts: list[str]) -> str:
     """A parameter of the chosen class that its YAML file does not list is added with `+`."""
     if parts[0] not in COMPONENTS or len(parts) != 2:
         return ""
-    from nas.core.registry import Registry
-    from nas.search.spec import EVALUATORS, SPACES, STRATEGIES
+    from nas.search.spec import EVALUATORS, SPACES, STRATEGIES  # lazy: loads numpy (start-up time)
 
     registries: dict[str, Registry[Any]] = {"space": SPACES, "strategy": STRATEGIES, "evaluator": EVALUATORS}
     registry = registries[parts[0]]
@@ -255,7 +254,7 @@ def _add_hint(base: Any, parts: list[str]) -> str:
 @cache
 def default_groups() -> frozenset[str]:
     """The groups `conf/config.yaml` chooses (and `space_defaults`' strategy and evaluator)."""
-    import yaml
+    import yaml  # lazy: loads yaml (start-up time)
 
     entries = yaml.safe_load((resources.files("conf") / "config.yaml").read_text())["defaults"]
     return frozenset({"strategy", "evaluator", *(k for e in entries if isinstance(e, dict) for k in e)})

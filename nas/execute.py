@@ -11,6 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from nas.core.registry import Registry
 from nas.errors import ConfigError
+from nas.pool import WorkerPool
+from nas.report import write_run_report
+from nas.search.rundir import RunDir
+from nas.status import status
 
 if TYPE_CHECKING:
     from nas.search.spec import Search, SearchSpec
@@ -37,8 +41,7 @@ class LocalRunner(SearchRunner):
     KEYS = ("name", "workers", "per_gpu", "max_attempts")
 
     def run(self, search: Search, run_dir: Path, progress: bool) -> dict[str, Any]:
-        from nas.report import write_run_report
-        from nas.search.loop import LocalExecutor, SearchLoop
+        from nas.search.loop import LocalExecutor, SearchLoop  # lazy: loads numpy (start-up time)
 
         spec, evaluator = search.spec, search.evaluator
         unknown = sorted(set(self.settings) - set(self.KEYS))
@@ -46,8 +49,6 @@ class LocalRunner(SearchRunner):
             raise ConfigError(f"unknown key 'runner.{unknown[0]}' (valid keys of runner=local: "
                               f"{', '.join(self.KEYS[1:])})")
         if spec.in_flight > 1 or self.settings.get("workers") not in (None, 1):  # a bad value: assign_slots says
-            from nas.pool import WorkerPool
-            from nas.status import status
 
             # each worker imports and builds the evaluator before the first trial: seconds each, in parallel
             with status("starting the worker pool", show=progress):
@@ -70,8 +71,7 @@ class LocalRunner(SearchRunner):
 def execute(spec: SearchSpec, run_dir: Path, runner: dict[str, Any], progress: bool) -> dict[str, Any]:
     """Run one search with the configured runner; returns the loop's summary. Its parts are the
     ones the command's checks built (`Search.of`), else built here."""
-    from nas.search.rundir import RunDir
-    from nas.search.spec import Search
+    from nas.search.spec import Search  # lazy: loads numpy (start-up time)
 
     # One INFO line per Prefect API call (httpx) or LLM call (httpx2, the openai SDK's), and model loading.
     for noisy in ("httpx", "httpx2", "sentence_transformers"):

@@ -10,14 +10,14 @@ import warnings
 import torch
 from torch import nn
 
+from nas.sandbox.graph import FREE_CARRIED, GraphNet
+
 
 def count_params(module: nn.Module) -> int:
     """Parameters; for a network rebuilt from a sandbox's graph (untrusted model source), also the
     elements of the buffers and constants it reads besides normalisation statistics, past the first
     `FREE_CARRIED` (`GraphNet.carried`): a model could otherwise hold a frozen network there,
     unseen by a parameter budget."""
-    from nas.sandbox.graph import FREE_CARRIED, GraphNet
-
     params = sum(p.numel() for p in module.parameters())
     if isinstance(module, GraphNet):
         params += max(0, sum(math.prod(shape) for shape in module.carried().values()) - FREE_CARRIED)
@@ -32,6 +32,7 @@ def flops_by_module(module: nn.Module, input_shape: tuple[int, ...]) -> dict[str
     """fvcore's counts per submodule name ('' = the whole module), from one trace in eval mode."""
     with warnings.catch_warnings():  # fvcore's import calls the deprecated torch.jit.script
         warnings.simplefilter("ignore", FutureWarning)
+        # lazy: fvcore's import costs ~1 s; only a count needs it
         from fvcore.nn import FlopCountAnalysis
 
     logging.getLogger("fvcore").setLevel(logging.ERROR)
@@ -47,6 +48,7 @@ def flops_by_module(module: nn.Module, input_shape: tuple[int, ...]) -> dict[str
 
 
 def _shapes(inputs: list) -> list[list[int]]:
+    # lazy: fvcore's import costs ~1 s; only a count needs it
     from fvcore.nn.jit_handles import get_shape
 
     return [get_shape(v) or [] for v in inputs]

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from nas.core.trial import Candidate, EvalResult
 from nas.errors import ConfigError, EvaluationError
-from nas.evaluators.base import EvalResult
 from nas.search.slots import Slot, assign_slots, visible_gpus
-from nas.strategies.base import Candidate
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +191,7 @@ def _serve(conn: Connection) -> None:
     is sent, then evaluate encodings until told to stop (None)."""
     spec_dict = conn.recv()
     try:
-        from nas.search.spec import SearchSpec
+        from nas.search.spec import SearchSpec  # lazy: loads numpy (start-up time)
 
         spec = SearchSpec.from_dict(spec_dict)
         space = spec.build_space()
@@ -202,7 +201,7 @@ def _serve(conn: Connection) -> None:
     except Exception as err:  # told to the parent, which stops with it
         conn.send(f"{type(err).__name__}: {err}")
         return
-    from nas.evaluators.base import evaluate_safely
+    from nas.evaluators.base import evaluate_safely  # lazy: loads numpy (start-up time)
 
     conn.send("ready")
     while (task := _receive(conn)) is not None:

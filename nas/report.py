@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import io
+import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+from nas.core.trial import SELF_REPORTED, TrialRecord, best_so_far, evaluated, read_history
 from nas.io import atomic_write_bytes, atomic_write_text
-from nas.search.record import SELF_REPORTED, TrialRecord, best_so_far, evaluated, read_history
+from nas.terminal import printable
 
 
 def _pyplot():
-    import matplotlib
+    import matplotlib  # lazy: loads matplotlib (start-up time)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: loads matplotlib (start-up time)
 
     return plt
 
@@ -29,18 +35,19 @@ def save_figure(fig, path: Path) -> None:
 def write_run_report(run_dir: Path, summary: dict[str, Any]) -> None:
     """best_so_far.png and report.md of a finished search, from its history.jsonl and `summary`
     (what `SearchLoop.run_search` returned): written by the caller, so library runs make no plots."""
-    from nas.search.loop import trusts_self_reported
+    from nas.search.loop import trusts_self_reported  # lazy: loads numpy (start-up time)
 
     history = read_history(Path(run_dir) / "history.jsonl")
     plt = _pyplot()
     curve = best_so_far(history, trusts_self_reported(summary.get("spec") or {}))
     fig, ax = plt.subplots(figsize=(6, 4))
-    xs = [i + 1 for i, v in enumerate(curve) if v is not None]
+    done = evaluated(history)  # x: each trial's own number, as report.md and the CLI give it
+    xs = [r.trial for r, v in zip(done, curve) if v is not None]
     ax.plot(xs, [v for v in curve if v is not None], drawstyle="steps-post", label=summary["strategy"])
-    ok = [(i, r.accuracy) for i, r in enumerate(evaluated(history), 1) if r.accuracy is not None]
+    ok = [(r.trial, r.accuracy) for r in done if r.accuracy is not None]
     if ok:
         ax.scatter(*zip(*ok), s=6, alpha=0.3, color="gray", label="evaluated")
-    ax.set_xlabel("trials")
+    ax.set_xlabel("trial")
     ax.set_ylabel("best accuracy so far (%)")
     ax.set_title(f"{summary['strategy']} on {summary['space']} ({summary['evaluator']}), seed {summary['seed']}")
     ax.grid(alpha=0.3)
@@ -50,7 +57,7 @@ def write_run_report(run_dir: Path, summary: dict[str, Any]) -> None:
 
 
 def render_markdown(history: list[TrialRecord], summary: dict[str, Any], top: int = 10) -> str:
-    from nas.search.loop import trusts_self_reported
+    from nas.search.loop import trusts_self_reported  # lazy: loads numpy (start-up time)
 
     best = summary.get("best") or {}
     trust = trusts_self_reported(summary.get("spec") or {})
@@ -83,7 +90,7 @@ def render_markdown(history: list[TrialRecord], summary: dict[str, Any], top: in
     if "design" in summary:
         lines += _design_section(history, summary)
     if isinstance(best.get("encoding"), str) and "\n" in best["encoding"]:
-        lines += ["## Best design", "", "```", best["encoding"].rstrip("\n"), "```", ""]
+        lines += _fenced(best["encoding"])
     return "\n".join(lines)
 
 
@@ -116,9 +123,17 @@ def _design_section(history: list[TrialRecord], summary: dict[str, Any]) -> list
     return lines + [""]
 
 
+def _fenced(source: str) -> list[str]:
+    """The best design's source (an LLM's or a model file's text) as a code block it cannot
+    close early: a fence longer than any run of backticks in it, its control characters escaped."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", source)), default=0))
+    return ["## Best design", "", fence, printable(source.rstrip("\n"), lines=True), fence, ""]
+
+
 def _cell(text: str, n: int) -> str:
-    """One table cell: one line, no pipes, at most n characters."""
-    text = " ".join(str(text).split()).replace("|", "\\|")
+    """One table cell: one line, no pipes, at most n characters, control characters escaped
+    (ideas, names and errors come from LLM replies and model files)."""
+    text = printable(" ".join(str(text).split())).replace("|", "\\|")
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
@@ -148,3 +163,32 @@ def _fmt_int(x: float | None) -> str:
 def _accuracy(r: TrialRecord) -> float:
     """Sort key of ranked records (they have an accuracy)."""
     return r.accuracy if r.accuracy is not None else float("-inf")
+
+
+class RunReport:
+    """`write_run_report` in a child process, started as the search ends and waited for once the
+    caller's own closing work is done (the flow's artifacts): the search's process never imports
+    matplotlib (~1.5 s), and the plot is drawn alongside. A failure is one warning line: the run's
+    results are in history.jsonl and summary.json whatever happens to its report."""
+
+    def __init__(self, run_dir: Path, summary: dict[str, Any]) -> None:
+        root = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+        self.run_dir = Path(run_dir)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "import json, sys; from nas.report import write_run_report; "
+             "write_run_report(sys.argv[1], json.load(sys.stdin))", str(self.run_dir)],
+            stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, text=True)
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(summary, default=str))
+        finally:
+            self.proc.stdin.close()
+
+    def wait(self) -> None:
+        assert self.proc.stderr is not None
+        err = self.proc.stderr.read()
+        if self.proc.wait() != 0:
+            last = (err.strip().splitlines() or ["no message"])[-1]
+            print(f"warning: {self.run_dir}: best_so_far.png and report.md not written ({last})",
+                  file=sys.stderr, flush=True)

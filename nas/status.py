@@ -37,7 +37,9 @@ def status(text: str, total: int | None = None, *, show: bool = True,
 
         yield advance
         return
-    from rich.console import Console
+    from rich.console import Console  # lazy: loads rich (start-up time)
+
+    # lazy: loads rich (start-up time)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     columns = [SpinnerColumn(), TextColumn("{task.description}", markup=False)]

@@ -12,116 +12,44 @@ besides Prefect's task cache, whose key holds the same fingerprint.
 from __future__ import annotations
 
 import copy
-import hashlib
-import io
+import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
-
-import torch
-import torch.nn.functional as F
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from nas.core.arch import Architecture, stable_hash
-from nas.core.registry import check_keys
+from nas.core.registry import check_keys, plugins
 from nas.core.space import Cost, SearchSpace
-from nas.data.normalise import Normaliser
-from nas.data.sources import SOURCES, ImageData, Split, load_data
+from nas.core.trial import EvalResult
 from nas.errors import ConfigError, MissingDependencyError
-from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
-from nas.measure import count_flops, count_params
+from nas.evaluators.base import EVALUATORS, Evaluator
+from nas.io import read_json
+from nas.spaces import SPACES
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from supernets.scoring import Feeder
 
 # (evaluator fingerprint, subnet key) → result: a repeated subnet costs nothing in this process.
 SCORES: dict[tuple[str, str], EvalResult] = {}
-RECAL_SEED = 0  # the same recalibration batches for every subnet: scores differ only by the subnet
-
-
-def resize(x: torch.Tensor, size: int | None) -> torch.Tensor:
-    """Inputs at the subnet's resolution (OFA's elastic r); None keeps the data's own size."""
-    if size is None or tuple(x.shape[-2:]) == (size, size):
-        return x
-    return F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
-
-
-@dataclass
-class Feeder:
-    """Normalised batches of an RGB `ImageData` split on a device (no augmentation: scoring is deterministic)."""
-
-    data: ImageData
-    batch_size: int
-    device: torch.device
-
-    def batches(self, split: Split, size: int | None, limit: int | None = None,
-                seed: int | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """At most `limit` batches, in a seeded random order when `seed` is given."""
-        order = (torch.randperm(len(split), generator=torch.Generator().manual_seed(seed))
-                 if seed is not None else torch.arange(len(split)))
-        n = len(split) if limit is None else min(len(split), limit * self.batch_size)
-        normalise = Normaliser(self.data.mean, self.data.std, self.device)
-        for i in range(0, n, self.batch_size):
-            idx = order[i:i + self.batch_size]
-            x = normalise.images(split.images[idx].to(self.device))
-            yield resize(x, size), split.labels[idx].to(self.device)
-
-
-@torch.no_grad()
-def recalibrate_bn(net: nn.Module, batches: Iterator[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    """Reset BatchNorm running statistics and re-estimate them as plain averages
-    over `batches` (momentum None); leaves `net` in eval mode."""
-    bns = [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    momenta = [m.momentum for m in bns]
-    for m in bns:
-        m.reset_running_stats()
-        m.momentum = None
-    net.train()
-    for x, _ in batches:
-        net(x)
-    for m, momentum in zip(bns, momenta):
-        m.momentum = momentum
-    net.eval()
-
-
-@torch.no_grad()
-def accuracy(net: nn.Module, batches: Iterator[tuple[torch.Tensor, torch.Tensor]]) -> float:
-    """Top-1 accuracy in percent."""
-    net.eval()
-    correct = total = 0
-    for x, y in batches:
-        correct += int((net(x).argmax(1) == y).sum())
-        total += len(y)
-    return 100.0 * correct / max(total, 1)
-
-
-def score(net: nn.Module, feeder: Feeder, size: int | None, recal_batches: int,
-          subset: int | None) -> tuple[float, float]:
-    """(valid, test) accuracy of a standalone subnet after BN recalibration."""
-    if recal_batches:
-        recalibrate_bn(net, feeder.batches(feeder.data.train, size, recal_batches, seed=RECAL_SEED))
-    return (accuracy(net, feeder.batches(feeder.data.valid.subset(subset), size)),
-            accuracy(net, feeder.batches(feeder.data.test.subset(subset), size)))
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cpu" or (name.startswith("cuda") and torch.cuda.is_available()):
-        return torch.device(name)
-    raise ConfigError(f"device '{name}' is not available here (valid: auto, cpu{', cuda' * torch.cuda.is_available()})")
 
 
 @EVALUATORS.register("supernet")
 class SupernetEvaluator(Evaluator):
     @classmethod
     def accepts(cls, space: type[SearchSpace]) -> bool:
-        from supernets.base import SUPERNETS
-
-        return space.name in SUPERNETS.names()
+        """A space with a supernet: an entry point of `nasflow.supernets`, read without importing
+        one (they load torch), or one registered in this process (then `supernets.base` is loaded)."""
+        base = sys.modules.get("supernets.base")
+        return space.name in plugins("nasflow.supernets") or (base is not None and space.name in base.SUPERNETS.names())
 
     def __init__(self, space: SearchSpace, checkpoint: str | None = None, data: dict[str, Any] | None = None,
                  recal_batches: int = 20, batch_size: int = 128, val_subset: int | None = None,
                  device: str = "auto") -> None:
+        from supernets.scoring import load_checkpoint, pick_device  # lazy: loads torch (start-up time)
+
         super().__init__(space)
         where = "evaluator 'supernet'"
         if not checkpoint:
@@ -131,7 +59,7 @@ class SupernetEvaluator(Evaluator):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ConfigError(f"{where}: {name} must be an integer >= {low}, got {value!r}")
         self.path = Path(checkpoint).expanduser().resolve()
-        self.sha256, self.checkpoint = _load_checkpoint(self.path)
+        self.sha256, self.checkpoint = load_checkpoint(self.path)
         self._check_space()
         self.data_cfg = self._data_cfg(data)
         self.recal_batches, self.batch_size, self.val_subset = recal_batches, batch_size, val_subset
@@ -144,8 +72,6 @@ class SupernetEvaluator(Evaluator):
         self.computed = 0  # subnets actually scored (the rest came from SCORES)
 
     def _check_space(self) -> None:
-        from nas.spaces import SPACES
-
         ckpt = self.checkpoint
         trained = SPACES.create(ckpt["space"], dict(ckpt["space_params"])) if ckpt["space"] in SPACES.names() else None
         if trained is None or ckpt["space"] != self.space.name or trained.params() != self.space.params():
@@ -154,6 +80,8 @@ class SupernetEvaluator(Evaluator):
                 f"the run's space is {self.space.name} {self.space.params()}")
 
     def _data_cfg(self, data: dict[str, Any] | None) -> dict[str, Any]:
+        from nas.data.sources import SOURCES  # lazy: loads torch (start-up time)
+
         trained = dict(self.checkpoint["data"])
         if data is None:
             return trained
@@ -171,10 +99,12 @@ class SupernetEvaluator(Evaluator):
 
     def _load(self) -> tuple[nn.Module, Feeder]:
         """The supernet and the data, once per evaluator."""
+        from nas.data.sources import load_data  # lazy: loads torch (start-up time)
+        from supernets.base import SUPERNETS  # lazy: loads torch (start-up time)
+        from supernets.scoring import Feeder  # lazy: loads torch (start-up time)
+
         with self._lock:
             if self._supernet is None:
-                from supernets.base import SUPERNETS
-
                 net = SUPERNETS.create(self.space.name, dict(self.checkpoint["supernet"]), space=self.space)
                 net.load_state_dict(self.checkpoint["state_dict"])
                 self._feeder = Feeder(load_data(**self.data_cfg).rgb(), self.batch_size, self.device)
@@ -193,8 +123,6 @@ class SupernetEvaluator(Evaluator):
         when the checkpoint differs from the sha256 `nas train-supernet` wrote beside it."""
         sidecar = self.path.with_suffix(".json")
         if sidecar.is_file():
-            from nas.io import read_json
-
             expected = read_json(sidecar).get("sha256")
             if expected and expected != self.sha256:
                 raise MissingDependencyError(f"supernet checkpoint {self.path}: sha256 {self.sha256[:16]} differs "
@@ -204,6 +132,8 @@ class SupernetEvaluator(Evaluator):
 
     def rescore(self, net: nn.Module, arch: Architecture) -> tuple[float, float]:
         """(valid, test) accuracy of `net` (from `weights`) after BN recalibration, as `evaluate` scores it."""
+        from supernets.scoring import score  # lazy: loads torch (start-up time)
+
         supernet, feeder = self._load()
         return score(net, feeder, supernet.input_size(arch), self.recal_batches, self.val_subset)
 
@@ -218,6 +148,8 @@ class SupernetEvaluator(Evaluator):
         return self._load()[0].config()
 
     def evaluate(self, arch: Architecture, seed: int | None = None) -> EvalResult:
+        from nas.measure import count_flops, count_params  # lazy: loads torch (start-up time)
+
         key = (self._fingerprint, arch.key())
         if key in SCORES:
             return copy.deepcopy(SCORES[key])
@@ -236,18 +168,3 @@ class SupernetEvaluator(Evaluator):
         SCORES[key] = result
         self.computed += 1
         return copy.deepcopy(result)
-
-
-def _load_checkpoint(path: Path) -> tuple[str, dict[str, Any]]:
-    """(sha256 of the file, its contents); one read, tensors only (no pickled code)."""
-    if not path.is_file():
-        raise MissingDependencyError(f"supernet checkpoint not found at {path} (make one: nas train-supernet)")
-    raw = path.read_bytes()
-    try:
-        ckpt = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-        missing = [k for k in ("space", "space_params", "supernet", "state_dict", "data") if k not in ckpt]
-    except Exception as err:  # torch raises many types for a damaged file
-        raise MissingDependencyError(f"supernet checkpoint {path} is unreadable ({type(err).__name__})") from None
-    if missing:
-        raise MissingDependencyError(f"supernet checkpoint {path} lacks '{missing[0]}' (not from nas train-supernet)")
-    return hashlib.sha256(raw).hexdigest(), ckpt

@@ -41,11 +41,12 @@ from nas.data.module import ImageDataModule
 from nas.data.sources import SOURCES, load_data
 from nas.errors import ConfigError
 from nas.io import atomic_write_bytes, atomic_write_json
+from nas.spaces import SPACES
 from nas.status import status
 from nas.train.fit import _quiet
 from nas.train.optim import sgd_cosine
 from supernets.base import SUPERNETS, Supernet
-from supernets.evaluator import Feeder, resize, score
+from supernets.scoring import Feeder, resize, score
 from supernets.settings import SupernetSettings
 
 
@@ -149,7 +150,6 @@ class TrainedSupernet:
 
 def build_supernet(space: dict[str, Any], params: dict[str, Any], num_classes: int) -> Supernet:
     """The space's registered supernet for RGB input; `space` is its config (name + parameters)."""
-    from nas.spaces import SPACES
 
     name = space.get("name")
     if name not in SUPERNETS.names():

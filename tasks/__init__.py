@@ -1,7 +1,6 @@
-"""Prefect tasks: thin, cached, retryable wrappers over `nas` functions."""
+"""Prefect tasks: thin, cached, retryable wrappers over `nas` functions.
 
-from nas.secrets import install_log_scrubbing
-from tasks.env import configure_prefect_env
-
-configure_prefect_env()
-install_log_scrubbing()  # also in task worker processes (runner=processes, dask, ray), which skip `nas.cli.main`
+Importing them changes no setting: an entry point that runs flows calls
+`tasks.env.configure_prefect_env()` before Prefect is first imported (the CLI's search, serve and
+ingest commands, the tests' conftest, the benchmarks), and each task installs the log scrubbing
+itself (`install_log_scrubbing`), so it holds in task worker processes too."""

@@ -72,8 +72,8 @@ def check_prefect_database() -> None:
     """On a damaged SQLite file Prefect's ephemeral server fails its start until the startup
     timeout (minutes), then says only "Timed out while attempting to connect": check the file
     first. Nothing to check with a server of the user's (PREFECT_API_URL) or another database."""
-    from prefect.settings import get_current_settings
-    from sqlalchemy.engine import make_url
+    from prefect.settings import get_current_settings  # lazy: loads prefect (start-up time)
+    from sqlalchemy.engine import make_url  # lazy: loads sqlalchemy (start-up time)
 
     settings = get_current_settings()
     url = settings.server.database.connection_url

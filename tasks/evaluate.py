@@ -8,7 +8,9 @@ cache, and a resumed search never re-evaluates a finished candidate.
 from __future__ import annotations
 
 import json
+import logging
 import queue
+import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -19,11 +21,14 @@ from prefect import task
 from prefect.cache_policies import INPUTS
 from prefect.futures import PrefectFuture
 
-from nas.evaluators.base import EvalResult, Evaluator, evaluate_safely
+from nas.core.trial import Candidate, EvalResult, Outcome
+from nas.evaluators.base import Evaluator, evaluate_safely
 from nas.search.spec import Component, SearchSpec, build_evaluator
+from nas.secrets import install_log_scrubbing
 from nas.spaces import SPACES
-from nas.strategies.base import Candidate
 from tasks.records import SERIALIZER, check_fields, is_number, read_record
+
+log = logging.getLogger(__name__)
 
 
 def _number_or_none(value: Any) -> bool:
@@ -56,6 +61,7 @@ def evaluate_task(space: dict[str, Any], evaluator: dict[str, Any], fingerprint:
                   encoding: Any, key: str, seed: int | None) -> dict[str, Any]:
     """Returns `EvalResult.to_dict()`; deterministic failures are results (cached),
     crashes raise (retried, never cached)."""
+    install_log_scrubbing()  # in task worker processes too (runner=processes, dask, ray): they skip the CLI's
     ev = _evaluator(json.dumps(space, sort_keys=True), json.dumps(evaluator, sort_keys=True))
     arch = ev.space.decode(encoding)
     return evaluate_safely(ev, arch, seed).to_dict()
@@ -81,7 +87,7 @@ class PrefectExecutor:
         self._running: dict[int, tuple[PrefectFuture[Any], float]] = {}
         self._done: queue.SimpleQueue[int] = queue.SimpleQueue()  # tickets, in the order they finish
 
-    def evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
+    def evaluate(self, candidates: list[Candidate]) -> list[Outcome]:
         first = max(self._running, default=-1) + 1
         for i, cand in enumerate(candidates):
             self.submit(first + i, cand)
@@ -104,7 +110,7 @@ class PrefectExecutor:
         done = self._done  # a late callback after `close` goes to the queue it was registered with
         future.add_done_callback(lambda _: done.put(ticket))
 
-    def next_done(self) -> tuple[int, tuple[EvalResult, bool, float]]:
+    def next_done(self) -> tuple[int, Outcome]:
         if not self._running:
             raise RuntimeError("next_done: nothing was submitted")
         ticket = self._done.get()
@@ -112,10 +118,30 @@ class PrefectExecutor:
         return ticket, (*outcome(future), time.perf_counter() - start)
 
     def close(self) -> None:
-        """Forgets what is still running: a local cluster stops with the flow's task runner,
-        and a resumed search re-queues those candidates (a shared cluster finishes them into the cache)."""
+        """Cancels what is still running (`cancel`) and forgets it: the search stopped (an interrupt,
+        an error), so no slot, GPU or cluster worker keeps evaluating for it; a resumed search
+        re-queues those candidates."""
+        for future, _ in self._running.values():
+            cancel(future)
         self._running.clear()
         self._done = queue.SimpleQueue()
+
+
+def cancel(future: PrefectFuture[Any]) -> None:
+    """Ask the engine under `future` to stop it: a Dask future is cancelled running or not, a Ray
+    task is cancelled (`ray.cancel`), a thread or process pool's future that has not started never
+    starts (one already running in a thread cannot be stopped: it ends on its own, its result unread)."""
+    wrapped = getattr(future, "wrapped_future", None)
+    if wrapped is None:
+        return
+    ray = sys.modules.get("ray")  # a Ray future exists only where Ray is imported already
+    if ray is not None and isinstance(wrapped, ray.ObjectRef):
+        try:
+            ray.cancel(wrapped)
+        except Exception as err:  # a task that already finished, or a cluster gone: nothing left to stop
+            log.debug("ray.cancel: %s", err)
+    elif callable(getattr(wrapped, "cancel", None)):
+        wrapped.cancel()
 
 
 def outcome(future: PrefectFuture[Any]) -> tuple[EvalResult, bool]:

@@ -13,6 +13,7 @@ from typing import Any
 from prefect import task
 
 from nas.llm.client import Fetched, LLMError
+from nas.secrets import install_log_scrubbing
 from tasks.records import SERIALIZER, check_fields, is_count, is_number, read_record
 
 # What `fetch()` returns as its result (a reply-cache hit adds the call's fields).
@@ -47,6 +48,7 @@ def cache_key(key: str) -> str:
 def llm_call(role: str, key: str, fetch: Callable[[], Fetched]) -> list[Any]:
     """Failures raise (the client already retried): a failed state is never cached, and its log
     is one line (`_OneLineFailures`)."""
+    install_log_scrubbing()  # wherever the task runs: a reply or an error may quote a key
     result, retries, source = fetch()
     return [result, retries, source]
 

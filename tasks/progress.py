@@ -41,7 +41,7 @@ class PrefectProgress:
         """In a Prefect task or flow run? (Prefect not imported means not in one, cheaply.)"""
         if "prefect" not in sys.modules:
             return False
-        from prefect.context import FlowRunContext, TaskRunContext
+        from prefect.context import FlowRunContext, TaskRunContext  # lazy: loads prefect (start-up time)
 
         return TaskRunContext.get() is not None or FlowRunContext.get() is not None
 
@@ -50,6 +50,7 @@ class PrefectProgress:
         now = time.monotonic()
         if self.broken or (p.label in self.ids and not final and now - self.last[p.label] < self.min_interval):
             return
+        # lazy: loads prefect (start-up time)
         from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
         progress, text = round(100.0 * p.epoch / p.epochs, 2), f"{p.label}: {p.summary()}"

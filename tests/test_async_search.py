@@ -18,17 +18,16 @@ import numpy as np
 import pytest
 
 from conftest import NAS, ROOT
+from nas.core.trial import Candidate, read_history
 from nas.errors import ConfigError
 from nas.evaluators.simulated import SimulatedClock, SimulatedEvaluator
 from nas.execute import LocalRunner
 from nas.pool import WorkerPool
 from nas.search.loop import LocalExecutor, SearchLoop
-from nas.search.record import read_history
 from nas.search.rundir import RunDir
 from nas.search.slots import Slot, assign_slots, visible_gpus
 from nas.search.spec import Component, Search, SearchSpec
 from nas.spaces.nb201.space import NB201Space
-from nas.strategies.base import Candidate
 
 SIMULATED = Component("simulated", {"median_seconds": 1.0, "sigma": 1.0})
 

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from nas.core.constraint import Constraint
+from nas.core.trial import Candidate, EvalResult, Trial
 from nas.errors import ConfigError
-from nas.evaluators import EvalResult
 from nas.evaluators.table import TableEvaluator
 from nas.spaces import SearchSpace
 from nas.spaces.nb201.space import NB201Space
-from nas.strategies import STRATEGIES, Candidate, Trial
+from nas.strategies import STRATEGIES
 from nas.strategies.evolution import Evolution
 from nas.strategies.reinforce import Reinforce
 

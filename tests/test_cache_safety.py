@@ -19,7 +19,7 @@ from prefect.serializers import PickleSerializer, Serializer
 from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
 
 from conftest import run_nas
-from nas.evaluators.base import EvalResult
+from nas.core.trial import EvalResult
 from tasks.evaluate import RESULT_FIELDS  # (imports Prefect's task engine, which configures logging)
 from tasks.records import SERIALIZER, PlainJSONSerializer, check_fields, read_record, record_path
 
@@ -272,9 +272,9 @@ def test_llm_reply_cache_file_of_the_wrong_shape_is_a_miss(tmp_path, caplog, dam
 def test_the_evaluation_cache_key_holds_the_seed_when_results_depend_on_it(uses_seed):
     """Two searches that differ only in seed must not replay each other's trained results
     from Prefect's cache; an evaluator whose results ignore the seed shares them."""
+    from nas.core.trial import Candidate
     from nas.search.spec import Component, SearchSpec, build_evaluator
     from nas.spaces import SPACES
-    from nas.strategies.base import Candidate
     from tasks.evaluate import PrefectExecutor, cache_key
 
     space = SPACES.create("nb201", {})

@@ -93,6 +93,20 @@ def test_show_prints_a_summary_comment_then_the_source(nas_env):
     compile(r.stdout, "net.py", "exec")  # `nas arch show F > net.py` is a valid Python file
 
 
+def test_show_escapes_control_characters_and_still_prints_a_runnable_file(nas_env, tmp_path):
+    """A model file is the user's or an LLM's: an escape sequence in it must not reach the terminal raw."""
+    source = (MODELS / "cnn_parent.py").read_text()
+    path = tmp_path / "loud.py"
+    path.write_text('BANNER = "\x1b[2J\x1b]0;owned\x07"\n' + source)
+    r = run_nas(["arch", "show", str(path)], nas_env)
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout
+    assert 'BANNER = "\\x1b[2J\\x1b]0;owned\\x07"' in r.stdout
+    namespace: dict = {}
+    exec(compile(r.stdout.split("\n", 1)[1].split("\n", 1)[0], "net.py", "exec"), namespace)
+    assert namespace["BANNER"] == "\x1b[2J\x1b]0;owned\x07"  # the escaped spelling means the same string
+
+
 def test_draw_writes_png(nas_env, tmp_path):
     out = tmp_path / "g.png"
     r = run_nas(["arch", "draw", str(BLOCKS / "two_input_cell.txt"), "-o", str(out)], nas_env)

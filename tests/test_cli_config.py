@@ -19,7 +19,7 @@ from nas.errors import ConfigError
 from nas.search.rundir import RunDir
 from nas.search.spec import Component, SearchSpec, space_defaults
 
-NATURAL = {"nader": ("nader", "train"), "source": ("fairnad", "train"), "nb201": ("rea", "table"),
+NATURAL = {"nader": ("nader", "train"), "source": ("fairnad", "train"), "nb201": ("bananas", "table"),
            **{s: ("evolution", "supernet") for s in ("ofa_mbv3", "ofa_mbv3_small", "spos", "spos_small",
                                                      "autoformer", "autoformer_small")}}
 
@@ -49,7 +49,7 @@ def test_explicit_choices_replace_the_natural_ones_and_sweeps_pick_per_job():
     assert (cfg.strategy.name, cfg.evaluator.name) == ("random", "train")
     jobs = job_overrides(["space=nb201,spos_small", "seed=0,1"], multirun=True)
     assert len(jobs) == 4
-    assert [compose(job).strategy.name for job in jobs] == ["rea", "rea", "evolution", "evolution"]
+    assert [compose(job).strategy.name for job in jobs] == ["bananas", "bananas", "evolution", "evolution"]
     # the ablation preset sweeps strategy x seed from its config; a command-line value replaces a swept one
     jobs = job_overrides(["+experiment=ablation", "seed=3"], multirun=True)
     assert sorted(sorted(job) for job in jobs) == sorted(
@@ -58,7 +58,7 @@ def test_explicit_choices_replace_the_natural_ones_and_sweeps_pick_per_job():
 
 @pytest.mark.parametrize("args, message", [
     (["space=nb201", "strategy=nader"], "strategy=nader searches space=nader, not the categorical space=nb201: "
-                                        "use space=nader, or for space=nb201 use strategy=rea|"),
+                                        "use space=nader, or for space=nb201 use strategy=bananas|"),
     (["strategy=rea"], "or for space=nader use strategy=nader"),
     (["space=source", "strategy=nader"], "use space=nader, or for space=source use strategy=fairnad"),
     (["space=spos_small", "evaluator=table"], "evaluator=table scores space=nb201, not space=spos_small: use "
@@ -76,7 +76,7 @@ def test_incompatible_pairs_name_the_right_fix(args, message):
     (["+budget.trial=5"], "unknown key 'budget.trial' (valid keys of budget: trials, batch_size, in_flight)"),
     (["++budget.trial=5"], "unknown key 'budget.trial' (valid keys of budget: trials, batch_size, in_flight)"),
     (["+foo=1"], "unknown key 'foo' (valid keys at the top level: "),
-    (["space=nb201", "strategy.populaton_size=3"], "unknown key 'strategy.populaton_size' (valid keys of "
+    (["space=nb201", "strategy=rea", "strategy.populaton_size=3"], "unknown key 'strategy.populaton_size' (valid keys of "
                                                    "strategy: name, population_size, sample_size, unique"),
     (["+seed=1"], "'seed' is already in the config: write seed=1 (+ adds only keys the config does not have)"),
     (["+runner=local"], "runner already has a choice: write runner=local"),
@@ -87,11 +87,11 @@ def test_incompatible_pairs_name_the_right_fix(args, message):
     (["space=nb201", "seed=abc"], "seed must be an integer, got 'abc'"),
     (["space=nb201", "hydra/launcher=nope"], "Could not find 'hydra/launcher/nope'; "
                                              "Available options in 'hydra/launcher': basic"),
-    (["space=nb201", "+strategy.bogus=1"], "strategy 'rea': unknown parameter 'bogus' (accepted: max_attempts, "),
+    (["space=nb201", "strategy=rea", "+strategy.bogus=1"], "strategy 'rea': unknown parameter 'bogus' (accepted: max_attempts, "),
     (["space=nb201", "budget.trials=2000000"], "budget.trials=2000000 is above the sanity bound of 1,000,000"),
     (["space=nb201", "budget.batch_size=20000"], "budget.batch_size=20000 is above the sanity bound of 10,000"),
     (["recipe.epochs=100000"], "recipe.epochs=100000 is above the sanity bound of 10,000"),
-    (["space=nb201", "budget.trials=20000"], "budget.trials=20000 is more than space nb201 has members (15,625) "
+    (["space=nb201", "strategy=rea", "budget.trials=20000"], "budget.trials=20000 is more than space nb201 has members (15,625) "
                                              "and strategy rea never repeats one: use budget.trials<=15625"),
 ])
 def test_bad_overrides_stop_in_one_line_before_any_file(args, message, tmp_path, monkeypatch, capsys):
@@ -255,7 +255,8 @@ def test_ctrl_c_stops_a_search_in_one_line_and_the_same_command_resumes(tmp_path
     assert proc.returncode == 130, err[-2000:]
     trials = RunDir(run_dir).saved_trials()
     assert 3 <= trials < 200
-    assert err.strip().splitlines() == [
+    assert err.strip().splitlines() == [  # the run dir said first, then the one line
+        f"run dir: {run_dir}",
         f"nas: interrupted after {trials} trials; run the same command to resume (run dir: {run_dir})"]
     assert "Traceback" not in out + err
     resumed = subprocess.run(args, env=_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=300,

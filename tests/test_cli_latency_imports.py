@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import pkgutil
 import subprocess
 import sys
@@ -120,3 +121,43 @@ def test_an_entry_point_that_registers_nothing_is_one_line(monkeypatch):
     with pytest.raises(ConfigError, match=r"^widget 'odd': entry point 'nas.errors' \(group nasflow.test-widgets\) "
                                           r"registered no widget of that name$"):
         reg.get("odd")
+
+
+SEARCH_PROBE = r"""
+import json, sys
+from nas.cli.main import main
+try:
+    main(json.loads(sys.argv[1]))
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print(json.dumps(sorted(m for m in ("torch", "matplotlib", "fvcore", "prefect.server.api.server") if m in sys.modules)))
+"""
+
+
+def test_a_table_search_imports_neither_torch_nor_matplotlib(tmp_path):
+    """A table search with no constraint prices trials from the measured cost model
+    (nas/spaces/nb201/measured_costs.py) and draws its plot in a child process (nas.report.RunReport):
+    the search's own process never imports torch, fvcore or matplotlib, and reports to a server."""
+    run = tmp_path / "run"
+    argv = ["search", "space=nb201", "strategy=random", "evaluator=table", "budget.trials=5", "progress=false",
+            f"hydra.run.dir={run}"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
+    env |= {"NASFLOW_HOME": str(tmp_path / "home"), "NASFLOW_PREFECT_SERVER": "temporary", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", SEARCH_PROBE, json.dumps(argv)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["prefect.server.api.server"]  # the temporary one
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["trials"] == 5 and summary["best"]["params"] > 0 and summary["best"]["flops"] > 0
+    assert (run / "best_so_far.png").stat().st_size > 1000 and "best accuracy" in (run / "report.md").read_text()
+
+
+def test_the_measured_nb201_cost_models_are_what_measuring_gives():
+    """The stored cost models equal a fresh measurement (torch, fvcore): a change to the network or
+    the FLOP counter that forgets `python -m nas.spaces.nb201.measured_costs` fails here."""
+    from nas.spaces.nb201.cost import cost_model, measure_model
+    from nas.spaces.nb201.measured_costs import MEASURED
+
+    for key in [(16, 5, 10, 32), (16, 5, 120, 16)]:
+        assert measure_model(*key) == MEASURED[key] == cost_model(*key)
+    assert set(MEASURED) >= {(16, 5, c, r) for c in (10, 100, 120) for r in (16, 32)}

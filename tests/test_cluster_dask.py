@@ -16,9 +16,9 @@ from prefect_dask import DaskTaskRunner
 
 from flows.placement import Placement, open_executor
 from flows.runners import build_task_runner, shared_api, slot_cluster
+from nas.core.trial import read_history
 from nas.errors import ConfigError
 from nas.search.loop import AsyncExecutor, SearchLoop
-from nas.search.record import read_history
 from nas.search.spec import Component
 from support.cluster import candidates, inside_flow, slow_spec, wait_for
 

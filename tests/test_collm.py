@@ -23,13 +23,13 @@ from nas.agents.collm.agents import (
 from nas.agents.collm.strategy import CoLLMStrategy
 from nas.core.constraint import Constraint
 from nas.core.space import CategoricalSpace, Decision
+from nas.core.trial import SearchExhausted, Trial
 from nas.errors import ConfigError, RunDirError
 from nas.evaluators.table import TableEvaluator
 from nas.llm.parse import ParseError
 from nas.spaces.nb201.arch import OPS, NB201Cell
 from nas.spaces.nb201.space import NB201Space
-from nas.strategies import STRATEGIES, Trial
-from nas.strategies.base import SearchExhausted
+from nas.strategies import STRATEGIES
 from support.scripted import ScriptedServer, Step
 
 SPACE = NB201Space()

@@ -17,11 +17,11 @@ import pytest
 from nas.cli import main as cli
 from nas.compare import compare, curve_styles, expected_best, find_runs, load_curves, plot_curves, table_reference
 from nas.core.constraint import Constraint
+from nas.core.trial import TrialRecord
 from nas.errors import ConfigError
 from nas.evaluators.table import TableEvaluator
 from nas.io import atomic_write_json
 from nas.search.loop import LocalExecutor, SearchLoop
-from nas.search.record import TrialRecord
 from nas.search.spec import Component, SearchSpec
 from nas.spaces.nb201.space import NB201Space
 from nas.spaces.nb201.table import default_table_path, load_table

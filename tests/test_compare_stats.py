@@ -16,9 +16,9 @@ from conftest import ROOT, run_nas
 from nas import config
 from nas.cli import main as cli
 from nas.compare import compare, find_runs, load_curves, paired_tests
+from nas.core.trial import TrialRecord, best_so_far, read_history
 from nas.errors import ConfigError
 from nas.io import atomic_write_json, read_json
-from nas.search.record import TrialRecord, best_so_far, read_history
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

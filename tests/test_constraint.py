@@ -92,7 +92,7 @@ def test_nb201_names_what_its_cost_does_not_price(evaluator, differ):
 
 def test_a_constrained_search_warns_once_when_its_cost_prices_another_network(tmp_path, caplog):
     """The loop says so when it starts; unconstrained runs, whose cost filters nothing, stay quiet."""
-    from nas.evaluators.base import EvalResult
+    from nas.core.trial import EvalResult
     from nas.search.loop import SearchLoop
 
     class Stub:
@@ -111,7 +111,7 @@ def test_a_constrained_search_warns_once_when_its_cost_prices_another_network(tm
 @pytest.mark.parametrize("strategy", ["random", "rea", "bananas"])
 def test_a_constraint_no_architecture_meets_is_named_when_the_search_stops(strategy):
     """Not 'no unvisited architecture': the space is not exhausted, the constraint excludes it all."""
-    from nas.strategies.base import SearchExhausted
+    from nas.core.trial import SearchExhausted
 
     spec = SearchSpec.from_config({"space": "nb201", "strategy": strategy, "evaluator": "table",
                                    "constraint": {"params": 1}})
@@ -119,3 +119,35 @@ def test_a_constraint_no_architecture_meets_is_named_when_the_search_stops(strat
     with pytest.raises(SearchExhausted, match=rf"{strategy}: none of \d+ sampled architectures meets the constraint "
                                               r"\(e.g. [\d.]+ M params exceeds the limit of 0.000 M\); loosen"):
         strategy_.ask(1)
+
+
+def test_a_cost_exactly_at_the_limit_meets_it():
+    """The limit is inclusive: `>` in `violation`, the same as `fits`."""
+    space = NB201Space()
+    cost = space.cost(CONV)
+    assert Constraint(flops=cost.flops).violation(space, CONV) is None
+    assert Constraint(params=cost.params).violation(space, CONV) is None
+    assert Constraint(flops=cost.flops, params=cost.params).violation(space, CONV) is None
+
+
+def test_a_cost_is_a_frozen_value():
+    import dataclasses
+
+    from nas.core.space import Cost
+
+    cost = NB201Space().cost(CONV)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cost.flops = 0  # type: ignore[misc]
+    assert {cost: 1}[Cost(params=cost.params, flops=cost.flops)] == 1
+
+
+def test_a_steady_state_search_a_constraint_stops_says_why_in_its_summary(tmp_path):
+    """budget.in_flight > 1 runs the steady-state loop: its exhaustion reason reaches the summary too."""
+    from nas.evaluators.simulated import SimulatedClock, SimulatedEvaluator
+    from nas.search.loop import SearchLoop
+
+    spec = SearchSpec.from_config({"space": "nb201", "strategy": "random", "evaluator": "table",
+                                   "constraint": {"params": 1}, "budget": {"trials": 3, "in_flight": 2}})
+    clock = SimulatedClock(SimulatedEvaluator(NB201Space(), median_seconds=1.0, sigma=1.0), workers=2)
+    summary = SearchLoop(spec, tmp_path, clock, progress=False).run_search()
+    assert "meets the constraint" in summary["exhausted"]

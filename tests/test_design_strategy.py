@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from nas.core.trial import EvalResult, Trial
 from nas.design.base import DesignStrategy
-from nas.evaluators.base import EvalResult
 from nas.spaces import SPACES
-from nas.strategies import STRATEGIES, Trial
+from nas.strategies import STRATEGIES
 from support.scripted import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +105,7 @@ def test_seeding_the_idea_store_says_so_only_with_progress(name, progress, tmp_p
     from nas.knowledge.config import KnowledgeConfig
 
     monkeypatch.setattr(KnowledgeConfig, "open_store", lambda self, embedder=None: EmptyIdeaStore())
-    monkeypatch.setattr("nas.knowledge.papers.builtin_ideas", lambda: ["an idea"])
+    monkeypatch.setattr("nas.knowledge.config.builtin_ideas", lambda: ["an idea"])
     params = {**CASES[name][0], "use_knowledge": True}
     space = SPACES.create(params.pop("space"), {"base": str(DATA / "cnn_parent.py")} if name == "fairnad" else {})
     strategy = STRATEGIES.create(name, params, space=space, seed=0)

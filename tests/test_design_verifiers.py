@@ -116,7 +116,7 @@ def test_kept_verdict_is_used_instead_of_a_second_sandbox_run(tmp_path, monkeypa
     first = source_chain(PARENT, NB201, SeenIndex(), limits=LIMITS, cache=cache).run(KERNEL5)
     assert first.ok and first.checks[1].detail["cached"] is False
     assert len(list((tmp_path / "checks").rglob("*.json"))) == 1
-    monkeypatch.setattr("nas.sandbox.verify_model_source", _refuse)
+    monkeypatch.setattr("nas.design.verifiers.verify_model_source", _refuse)
     again = source_chain(PARENT, NB201, SeenIndex(), limits=LIMITS, cache=cache).run(KERNEL5)
     assert again.ok and again.checks[1].detail == {**first.checks[1].detail, "cached": True}
     assert [c.detail for c in again.checks[2:]] == [c.detail for c in first.checks[2:]]
@@ -124,7 +124,7 @@ def test_kept_verdict_is_used_instead_of_a_second_sandbox_run(tmp_path, monkeypa
     hostile = source_chain(PARENT, NB201, SeenIndex(), limits=LIMITS, cache=cache)
     monkeypatch.undo()
     refused = hostile.run(HOSTILE)
-    monkeypatch.setattr("nas.sandbox.verify_model_source", _refuse)
+    monkeypatch.setattr("nas.design.verifiers.verify_model_source", _refuse)
     replayed = hostile.run(HOSTILE)
     assert replayed.failure.detail["cached"] and replayed.failure.error == refused.failure.error
     with pytest.raises(AssertionError, match="whose verdict is kept"):

@@ -18,8 +18,9 @@ import pytest
 
 from conftest import space_preset
 from nas.core.space import SearchSpace
+from nas.core.trial import EvalResult
 from nas.errors import ConfigError
-from nas.evaluators import EVALUATORS, EvalResult
+from nas.evaluators import EVALUATORS
 from nas.search.spec import Component, build_evaluator
 from nas.spaces import SPACES
 from supernets import evaluator as supernet_evaluator

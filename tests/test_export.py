@@ -137,6 +137,54 @@ def test_table_run_exports_source_weights_and_onnx_that_agree(table_run, capsys,
     assert "from nas" not in (out / "model.py").read_text()  # standalone: torch only
 
 
+def test_onnx_graph_runs_in_onnxruntime_at_any_batch_size(table_run, capsys, tmp_path):
+    """A graph traced at batch 1 with a fixed axis is refused by onnxruntime at batch 7."""
+    import onnxruntime
+
+    run, _ = table_run
+    out = tmp_path / "exported"
+    manifest = export(capsys, str(run), "--out", str(out))
+    assert manifest["graph"]["batch"] == "dynamic" and manifest["graph"]["check"]["batches"] == [1, 7]
+    assert manifest["graph"]["check"]["method"] == "onnxruntime"
+    net = load_network(out, 10)
+    session = onnxruntime.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
+    for batch in (1, 7):
+        x = torch.randn(batch, 3, 32, 32)
+        with torch.no_grad():
+            expected = net(x)
+        got = torch.from_numpy(session.run(None, {"input": x.numpy()})[0])
+        assert got.shape == (batch, 10) and torch.allclose(got, expected, atol=1e-4)
+
+
+def test_table_run_export_says_its_weights_are_untrained_and_the_accuracy_is_the_tables(table_run, capsys,
+                                                                                         tmp_path):
+    run, summary = table_run
+    with pytest.raises(SystemExit) as exc:
+        nas_main(["export", str(run), "--out", str(tmp_path / "e")])
+        raise SystemExit(0)
+    line = capsys.readouterr().out.strip()
+    assert exc.value.code == 0
+    accuracy = f"{summary['best']['accuracy']:.2f}%"
+    assert f"(table accuracy {accuracy} (not these weights: untrained), " in line and "weights: initial" in line
+    assert f"({accuracy}" not in line  # never the bare number beside the initial weights
+
+
+def test_a_network_whose_code_fixes_the_batch_exports_a_fixed_batch_graph(tmp_path):
+    from nas.export.graph import export_graph
+
+    class FixedBatch(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(12, 3)
+
+        def forward(self, x):
+            return self.fc(x.reshape(1, 12))  # the batch is 1 in its code, not in the exporter's trace
+
+    graph = export_graph(FixedBatch(), torch.randn(1, 3, 2, 2), tmp_path)
+    assert graph["format"] == "onnx" and graph["batch"] == "fixed" and graph["check"]["passed"]
+    assert graph["check"]["batches"] == [1] and "dynamic_error" in graph
+
+
 def test_trial_flag_default_out_and_no_silent_overwrite(table_run, capsys):
     run, _ = table_run
     first = json.loads((run / "history.jsonl").read_text().splitlines()[0])
@@ -206,7 +254,7 @@ def test_supernet_run_exports_the_subnet_with_inherited_weights(supernet_run, ca
     weights = manifest["weights"]
     assert weights["origin"] == "supernet" and weights["checkpoint_sha256"] == trained.sha256
     assert weights["valid_accuracy"] == summary["best"]["accuracy"]  # rescored as the search scored it
-    assert manifest["source_check"]["passed"] and manifest["graph"]["check"]["method"] == "onnx.reference"
+    assert manifest["source_check"]["passed"] and manifest["graph"]["check"]["method"] == "onnxruntime"
     net = load_network(tmp_path / "e", 10)
     ckpt = torch.load(trained.path, weights_only=True)
     supernet = SUPERNETS.create("nb201", dict(ckpt["supernet"]), space=NB201Space(4, 1))
@@ -436,7 +484,7 @@ def test_export_report_naming_a_graph_file_that_is_no_regular_file_is_one_line(t
     os.mkfifo(tmp_path / "model.onnx") if odd == "fifo" else (tmp_path / "model.onnx").mkdir()
     (tmp_path / "report.json").write_text(json.dumps({
         "input_shape": [1, 3, 8, 8], "state_keys": [],
-        "graph": {"format": "onnx", "file": "model.onnx", "check": None, "onnx_error": None}}))
+        "graph": {"format": "onnx", "file": "model.onnx", "batch": "dynamic", "check": None, "onnx_error": None}}))
     with pytest.raises(ExportError, match=r"malformed export report \(ValueError: model.onnx missing or not a regular file\)"):
         _read_report(tmp_path / "report.json", exported=True, compared=False)
 

@@ -11,12 +11,12 @@ import pytest
 
 from nas.agents.fairnad.agents import HYPER_IDEAS, UPSCALE_IDEAS, parse_design_reply, parse_model_reply
 from nas.agents.fairnad.strategy import Model, PoolIdea
+from nas.core.trial import Candidate, EvalResult, Trial
 from nas.errors import ConfigError
-from nas.evaluators.base import EvalResult
 from nas.llm.parse import ParseError
 from nas.spaces import SPACES
 from nas.spaces.source.bases import base_source
-from nas.strategies import STRATEGIES, Candidate, Trial
+from nas.strategies import STRATEGIES
 
 
 def make(**params):

@@ -237,7 +237,9 @@ def test_llm_faults_mid_search_are_retried_counted_and_survived(tmp_path, caplog
         fault = plan[served[role] - 1] if served[role] <= len(plan) else None
         if fault == "prose":
             return "I would rather not write candidates today."
-        return Step(reply=script(body), fault=fault, delay_s=1.0 if fault == "slow" else 0.0)
+        # "slow" sleeps well past the limit: once a call is measured, the first token may take 3x the prompt
+        # time that speed predicts (nas.llm.speed), which on a loaded machine can exceed timeout_s's 0.5 s
+        return Step(reply=script(body), fault=fault, delay_s=8.0 if fault == "slow" else 0.0)
 
     with ScriptedServer(faulty) as srv:
         llm = {"backend": "openai", "base_url": srv.base_url, "model": "m", "api_key_env": "NASFLOW_NO_KEY",

@@ -10,7 +10,8 @@ from collections import Counter
 
 import pytest
 
-from nas.evaluators import EVALUATORS, EvalResult, Evaluator
+from nas.core.trial import EvalResult
+from nas.evaluators import EVALUATORS, Evaluator
 from nas.search.spec import Component, SearchSpec
 from nas.spaces.nb201.space import NB201Space
 

@@ -280,12 +280,12 @@ def test_a_training_seed_gets_the_checked_networks_shapes() -> None:
     small, wide = Wide(8), Wide(512)
     graph = export_graph(small, torch.randn(2, 3, 16, 16))
     weights = {"init": dict(small.state_dict()), "seed0": dict(wide.state_dict()), "const": graph.pop("constants")}
-    verdict, nets = _graph_verdict(pack(graph, weights), 10, (2, 3, 16, 16), Limits(), False, [0])
-    assert not verdict.ok and "'seed0' differs from 'init'" in verdict.error and not nets
+    verdict = _graph_verdict(pack(graph, weights), 10, (2, 3, 16, 16), Limits(), False, [0])
+    assert not verdict.ok and "'seed0' differs from 'init'" in verdict.error
     weights["seed0"] = {k: v.double() for k, v in small.state_dict().items()}
-    assert "differs" in _graph_verdict(pack(graph, weights), 10, (2, 3, 16, 16), Limits(), False, [0])[0].error
+    assert "differs" in _graph_verdict(pack(graph, weights), 10, (2, 3, 16, 16), Limits(), False, [0]).error
     weights["seed0"] = dict(Wide(8).state_dict())
-    assert _graph_verdict(pack(graph, weights), 10, (2, 3, 16, 16), Limits(), False, [0])[0].ok
+    assert _graph_verdict(pack(graph, weights), 10, (2, 3, 16, 16), Limits(), False, [0]).ok
 
 
 @pytest.mark.parametrize("node", [
@@ -344,7 +344,7 @@ def test_work_growing_faster_than_the_batch_is_refused(mix: str, error: str) -> 
 
     data = artifact(Batched(mix))
     assert GraphNet(unpack(data, 1 << 28)).dry_run(2, 1 << 30)[1].other < 10**6
-    verdict = _graph_verdict(data, 10, (2, 3, 16, 16), Limits(), False)[0]
+    verdict = _graph_verdict(data, 10, (2, 3, 16, 16), Limits(), False)
     assert not verdict.ok and re.search(error, verdict.error)
 
 
@@ -352,7 +352,7 @@ def test_products_fvcore_has_no_handle_for_are_counted() -> None:
     from nas.sandbox.verify import _graph_verdict
 
     net = Batched("baddbmm")
-    verdict = _graph_verdict(artifact(net), 10, (2, 3, 16, 16), Limits(), False)[0]
+    verdict = _graph_verdict(artifact(net), 10, (2, 3, 16, 16), Limits(), False)
     hidden = 8 * 256 * 16 * 16
     assert verdict.ok and verdict.flops == count_flops(net, (1, 3, 16, 16)) >= hidden
 
@@ -372,7 +372,7 @@ def test_refusals_decidable_on_shapes_come_before_any_real_compute(net: nn.Modul
 
     monkeypatch.setattr(GraphNet, "forward", ran)
     monkeypatch.setattr("nas.measure.count_flops", ran)
-    verdict = _graph_verdict(artifact(net), 10, (2, 3, 16, 16), Limits(), False)[0]
+    verdict = _graph_verdict(artifact(net), 10, (2, 3, 16, 16), Limits(), False)
     assert not verdict.ok and re.search(error, verdict.error), verdict.error
 
 
@@ -406,7 +406,7 @@ def test_buffers_and_constants_count_as_parameters() -> None:
     assert count_params(g) == count_params(Banked()) + 64 * 27 + 640 + literals - FREE_CARRIED
     assert count_params(rebuilt(Small())) == count_params(Small())  # BN statistics, a lifted scalar
     # 4,096 channels at 16x16: a training step of 256 images needs ~4 GB, so a trainer with 8 GB
-    verdict = _graph_verdict(artifact(Banked(bank=4096)), 10, (2, 3, 16, 16), Limits(memory_mb=8192), False)[0]
+    verdict = _graph_verdict(artifact(Banked(bank=4096)), 10, (2, 3, 16, 16), Limits(memory_mb=8192), False)
     assert verdict.stage == "graph" and verdict.error.startswith(
         f"graph: reads {4096 * 37 + literals:,} values of buffers, constants and literals") and (
         f"{MAX_CARRIED:,}" in verdict.error)
@@ -504,15 +504,15 @@ class Smuggled(Small):
 def test_training_seeds_start_from_initial_values_drawn_here() -> None:
     """Whatever initial values the sandbox sends for a seed, the network trained starts from
     nasflow's own: the same for a hostile and an honest model of one architecture."""
-    from nas.sandbox.verify import _graph_verdict
+    from nas.sandbox.verify import _graph_verdict, initial_net
 
     def seed_net(net: nn.Module) -> GraphNet:
         graph = export_graph(net, torch.randn(2, 3, 16, 16))
         tensors = {k: v.detach().clone() for k, v in [*net.named_parameters(), *net.named_buffers()]}
         data = pack(graph, {"init": tensors, "seed7": tensors, "const": graph.pop("constants")})
-        verdict, nets = _graph_verdict(data, 10, (2, 3, 16, 16), Limits(), False, [7])
+        verdict = _graph_verdict(data, 10, (2, 3, 16, 16), Limits(), False, [7])
         assert verdict.ok, verdict.error
-        return nets[7]
+        return initial_net(data, [7])
 
     hostile, honest = seed_net(Smuggled()).state_dict(), seed_net(Small()).state_dict()
     assert hostile.keys() == honest.keys() and all(torch.equal(hostile[k], honest[k]) for k in hostile)
@@ -521,3 +521,12 @@ def test_training_seeds_start_from_initial_values_drawn_here() -> None:
     assert int(hostile["bn.num_batches_tracked"]) == 0
     for name, fan_in in [("conv.weight", 27), ("fc.weight", 8), ("fc.bias", 8)]:  # PyTorch's default
         assert hostile[name].abs().max() <= fan_in ** -0.5 and hostile[name].std() > 0.2 * fan_in ** -0.5
+
+
+def test_an_artifact_exactly_at_the_size_bound_unpacks() -> None:
+    """The bound is on the entries' unpacked bytes, inclusive: one byte under it is refused."""
+    data = artifact(Small())
+    total = sum(info.file_size for info in zipfile.ZipFile(io.BytesIO(data)).infolist())
+    unpack(data, total)
+    with pytest.raises(GraphError, match=rf"artifact is too large \({total:,} bytes, over {total - 1:,}\)"):
+        unpack(data, total - 1)

@@ -60,8 +60,8 @@ from hostile_support import (
     snapshot,
     start_time,
 )
+from nas.core.trial import SELF_REPORTED
 from nas.measure import count_flops, count_params
-from nas.search.record import SELF_REPORTED
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 

@@ -68,10 +68,10 @@ def test_local_pool_workers_ignore_ctrl_c_and_finish_their_evaluation():
     """runner=local with workers: each worker printed a KeyboardInterrupt traceback."""
     import numpy as np
 
+    from nas.core.trial import Candidate
     from nas.pool import WorkerPool
     from nas.search.spec import Component, SearchSpec
     from nas.spaces.nb201.space import NB201Space
-    from nas.strategies.base import Candidate
 
     spec = SearchSpec(space=Component("nb201"), strategy=Component("random"),
                       evaluator=Component("simulated", {"median_seconds": 0.5, "sigma": 0.01}), seed=0, trials=1)

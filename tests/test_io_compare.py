@@ -10,10 +10,10 @@ import pytest
 
 from nas import io as nio
 from nas.compare import aggregate, compare, find_runs, load_curves, render_table
+from nas.core.trial import best_so_far, read_history
 from nas.errors import NasError, RunDirError
 from nas.evaluators.table import TableEvaluator
 from nas.search.loop import LocalExecutor, SearchLoop
-from nas.search.record import best_so_far, read_history
 from nas.search.spec import Component, SearchSpec
 from nas.spaces.nb201.space import NB201Space
 

@@ -130,7 +130,8 @@ def test_clean_idea_enforces_the_output_rules():
 
 # -- the Reader --------------------------------------------------------------------------------------------
 
-def test_reader_screens_extracts_tags_and_caches(tmp_path, store, embedder):
+def test_reader_screens_extracts_tags_and_caches(tmp_path, store, embedder, monkeypatch):
+    monkeypatch.setattr("nas.knowledge.reader.ECHO_EVERY", 1)
     (tmp_path / "papers").mkdir()
     (tmp_path / "papers/good.md").write_text(PAPER_MD)
     (tmp_path / "papers/reject.md").write_text(REJECT_MD)
@@ -141,6 +142,7 @@ def test_reader_screens_extracts_tags_and_caches(tmp_path, store, embedder):
         report = reader.ingest([tmp_path / "papers"], echo=lines.append)
         assert (report.papers, report.accepted, report.rejected, report.failed) == (2, 1, 1, 0)
         assert lines[-1].startswith("ingest: 2/2 items, 2 papers read, 2 ideas added, 0 failed, ")
+        assert lines[0].startswith("ingest: 2 items to read") and lines[1].endswith(" s left")  # how long, first
         assert report.added == 2 and report.tagged == {"embed": 2}
         calls = len(srv.requests)
         assert calls == 3  # two screenings, one extraction

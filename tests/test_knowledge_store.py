@@ -4,6 +4,7 @@ bundled embedding model (loaded once per module: it takes ~6 s)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ from nas.knowledge.store import (
     ExperienceStore,
     KnowledgeStore,
     close_client,
+    holder_file,
     import_nader_experiences,
     open_client,
 )
@@ -216,11 +218,11 @@ def test_stores_share_one_client_per_path(qdrant_dir: Path, embedder: Embedder) 
     assert a.client is b.client is open_client(qdrant_dir)
 
 
-def test_locked_folder_gives_one_line_error(qdrant_dir: Path) -> None:
+def test_locked_folder_gives_one_line_error_naming_the_holder(qdrant_dir: Path) -> None:
     open_client(qdrant_dir)  # this process holds the folder's lock
     code = ("import sys\nfrom pathlib import Path\nfrom nas.errors import NasError\n"
-            "from nas.knowledge.store import open_client\n"
-            "try:\n    open_client(Path(sys.argv[1]))\n"
+            "import nas.knowledge.store as store\nstore.LOCK_WAIT_S = 0.5\n"
+            "try:\n    store.open_client(Path(sys.argv[1]))\n"
             "except NasError as err:\n    print(err)\n    sys.exit(2)\n")
     proc = subprocess.run([sys.executable, "-c", code, str(qdrant_dir)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
@@ -228,6 +230,22 @@ def test_locked_folder_gives_one_line_error(qdrant_dir: Path) -> None:
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1
     assert str(qdrant_dir.resolve()) in lines[0] and "knowledge.url=http://" in lines[0]
+    assert f"held by pid {os.getpid()} (" in lines[0] and sys.argv[0] in lines[0]
+
+
+def test_stores_hold_the_folder_only_while_they_read_or_write(qdrant_dir: Path, embedder: Embedder) -> None:
+    """Another process opens the folder between two calls of a store that stays in use here."""
+    store = KnowledgeStore(path=qdrant_dir, embedder=embedder)
+    store.add_ideas([Idea("use depthwise separable convolutions to cut FLOPs")])
+    holder = holder_file(qdrant_dir.resolve())
+    assert json.loads(holder.read_text())["pid"] == os.getpid()  # open for the burst of calls, then let go
+    code = ("import sys\nfrom pathlib import Path\nimport nas.knowledge.store as store\n"
+            "print(store.KnowledgeStore(path=Path(sys.argv[1])).count())\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(qdrant_dir)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "1", proc.stderr
+    assert not holder.exists()  # removed with the folder's lock
+    assert store.search("depthwise convolution", k=1)[0].idea.text.startswith("use depthwise")
 
 
 def _nader_file(name: str) -> Path:

@@ -8,10 +8,13 @@ in a fresh interpreter that refuses those imports and records each attempt)."""
 from __future__ import annotations
 
 import ast
+import io
 import json
+import os
 import re
 import subprocess
 import sys
+import tokenize
 from fnmatch import fnmatch
 from functools import cache
 from pathlib import Path
@@ -178,3 +181,97 @@ def test_core_imports_no_heavy_package(core_imports, name):
     assert result["heavy"] == [], f"{name} imports {', '.join(result['heavy'])}"
     assert result["error"] is None, f"{name}: {result['error']}"
     assert core_imports["loaded"] == []
+
+
+def test_strategies_and_the_search_loop_import_no_cycle():
+    """The search loop imports strategies; a strategy imports nothing of `nas.search` (the trial
+    types both use are in `nas.core.trial`), so the two packages form no cycle."""
+    wrong = sorted(f"{name} imports {imp}" for name in MODULES if within(name, "nas.strategies")
+                   for imp in imports(name) if within(imp, "nas.search"))
+    assert wrong == [], "; ".join(wrong)
+
+
+def function_imports(name: str) -> list[tuple[int, str]]:
+    """(line, source) of every import inside a function of `name` with no comment on its lines or on
+    the line just above it (or above the run of imports it ends): an import belongs at the top of its
+    module unless start-up time (or a cycle, named so it can be undone) needs it there, and the
+    comment says which."""
+    text = MODULES[name].read_text()
+    lines = text.splitlines()
+    commented = {tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+                 if tok.type == tokenize.COMMENT}
+    found = []
+    reasoned_until = 0  # the last line of a run of imports whose first one has a reason
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        nonlocal reasoned_until
+        for child in ast.iter_child_nodes(node):
+            if in_function and isinstance(child, (ast.Import, ast.ImportFrom)):
+                end = child.end_lineno or child.lineno
+                above = child.lineno - 1
+                if (commented.intersection(range(child.lineno, end + 1)) or above == reasoned_until
+                        or (above in commented and lines[above - 1].lstrip().startswith("#"))):
+                    reasoned_until = end
+                else:
+                    found.append((child.lineno, lines[child.lineno - 1].strip()))
+            visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    visit(ast.parse(text, str(MODULES[name])), False)
+    return found
+
+
+def test_the_import_reader_sees_imports_without_a_reason(tmp_path, monkeypatch):
+    module = tmp_path / "probe.py"
+    module.write_text("def f():\n    import json\n\n\ndef g():\n    # lazy: start-up time\n    import json\n"
+                      "    import os\n\n    import sys\n")
+    monkeypatch.setitem(MODULES, "probe", module)
+    # the run under a reason is covered; an import after a blank line starts a new run
+    assert function_imports("probe") == [(2, "import json"), (10, "import sys")]
+    assert not function_imports("nas.core.trial")
+
+
+def test_every_function_level_import_says_why():
+    bare = [f"{MODULES[name].relative_to(ROOT)}:{line}: {source}" for name in sorted(MODULES)
+            for line, source in function_imports(name)]
+    assert bare == [], (f"{len(bare)} imports inside functions without a reason comment (move them to the top of "
+                        "the module, or say why they wait, e.g. `# lazy: loads torch (start-up time)`):\n"
+                        + "\n".join(bare))
+
+
+if __name__ == "__main__":  # the count: python tests/test_layering.py
+    counts = {name: len(function_imports(name)) for name in MODULES}
+    for name, count in sorted(counts.items(), key=lambda kv: -kv[1]):
+        if count:
+            print(f"{count:4d} {name}")
+    print(f"{sum(counts.values())} imports inside functions without a reason comment")
+
+
+def test_evaluators_list_their_spaces_without_torch():
+    """Which spaces each evaluator scores (error messages, `nas search` checks) is read from the
+    evaluators' classes and the supernets' entry points: no torch, seconds at start-up."""
+    code = ("import json, sys\nfrom nas.evaluators import EVALUATORS\n"
+            "spaces = {n: EVALUATORS.get(n).spaces() for n in EVALUATORS.names()}\n"
+            "print(json.dumps({'spaces': spaces, 'torch': 'torch' in sys.modules}))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout)
+    assert out["torch"] is False
+    assert {"supernet", "table", "train"} <= set(out["spaces"])
+    assert "nb201" in out["spaces"]["supernet"] and "nb201" in out["spaces"]["table"]
+
+
+def test_importing_flows_and_tasks_changes_no_setting():
+    """Prefect's environment is set by an explicit call (`tasks.env.configure_prefect_env`) from the
+    entry points that run flows, not as a side effect of an import."""
+    code = ("import json, os, sys\nbefore = dict(os.environ)\nfactory = __import__('logging').getLogRecordFactory()\n"
+            "import flows, flows.search, flows.serve, tasks, tasks.evaluate, tasks.llm\n"
+            "changed = sorted(k for k in {*before, *os.environ} if before.get(k) != os.environ.get(k))\n"
+            "print(json.dumps({'changed': changed, 'factory': factory is __import__('logging').getLogRecordFactory()}))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "NASFLOW_"))}
+    env["NASFLOW_HOME"] = os.environ["NASFLOW_HOME"]
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         check=False, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout.splitlines()[-1])
+    assert out == {"changed": [], "factory": True}

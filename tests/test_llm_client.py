@@ -71,26 +71,33 @@ def test_timeout_then_success(tmp_path):
     assert len(sleeps) == 1
 
 
-def test_timeout_closes_the_stream_so_the_server_stops_generating(tmp_path):
-    """The call is streamed: giving up at timeout_s closes the connection mid-reply (llama.cpp's server
-    then stops generating), so the retry does not queue behind an abandoned generation."""
+def test_timeout_closes_the_stream_so_the_server_stops_generating(tmp_path, monkeypatch):
+    """The call is streamed: giving up at its limit closes the connection mid-reply (llama.cpp's server
+    then stops generating), so nothing queues behind an abandoned generation. The limit follows the
+    reply's own speed (nas/llm/speed.py): 60 tokens at 10 tokens/s with a margin of 0.5 may take 3 s,
+    so the 6 s reply is cut about halfway, and what came is kept as a truncated reply (nothing
+    computed is thrown away; the caller's parser decides)."""
+    from nas.llm import speed
+
+    monkeypatch.setattr(speed, "MARGIN", 0.5)
     words = " ".join(f"w{i}" for i in range(60))
-    with ScriptedServer([Step(words, fault="slow", delay_s=6.0), "on time now"]) as srv:
+    with ScriptedServer([Step(words, fault="slow", delay_s=6.0)]) as srv:
         client, sleeps = make_client(srv, tmp_path, timeout_s=0.6, run_dir=tmp_path / "run")
         statuses: list[str] = []
         client.on_status = statuses.append                                  # e.g. the search's progress bar
-        reply = client.complete("reader", "x y")
+        reply = client.complete("reader", "x y", max_tokens=60)
         deadline = time.monotonic() + 5
         while not srv.abandoned and time.monotonic() < deadline:
             time.sleep(0.05)
-    assert reply.text == "on time now" and len(sleeps) == 1
+    assert reply.truncated and reply.finish_reason == "length" and sleeps == [] and len(srv.requests) == 1
+    assert 10 < len(reply.text.split()) < 60 and words.startswith(reply.text)
+    assert reply.completion_tokens == len(reply.text.split())
     assert len(srv.abandoned) == 1 and srv.abandoned[0]["request"] == 0 and srv.abandoned[0]["sent"] < 60
     assert all(r["stream"] for r in srv.requests)
-    assert (reply.prompt_tokens, reply.completion_tokens) == (2, 3)      # the usage chunk
     record = json.loads((tmp_path / "run/llm/transcripts.jsonl").read_text().splitlines()[0])
-    assert record["retries"] == 1 and record["latency_s"] > 0
-    assert client.usage.to_dict()["roles"]["reader"]["retries"] == 1
-    assert statuses == ["reader call 1...", "", "reader call 1, try 2...", ""]
+    assert record["retries"] == 0 and record["latency_s"] > 0 and record["reply"] == reply.text
+    assert [s for s in statuses if " tokens" not in s] == ["reader call 1...", ""]
+    assert "reader call 1, 2 s, " in " | ".join(statuses)                # a live count while it streamed
 
 
 def test_model_path_must_be_a_gguf_and_names_the_cache_key(tmp_path):
@@ -334,3 +341,52 @@ def test_local_backend_runs_the_embedded_model(tmp_path, monkeypatch):
     usage = client.usage.to_dict()
     assert usage["total"]["live"] == 2 and usage["total"]["prompt_tokens"] > 10
     assert (tmp_path / "home/llm/local-server.log").exists()
+
+
+def test_a_reply_streaming_at_the_machines_pace_is_not_cut(tmp_path):
+    """A slow machine generates slowly: a reply that keeps streaming runs past llm.timeout_s (the limit
+    before anything is measured) because its limit follows the speed measured on it."""
+    words = " ".join(f"w{i}" for i in range(30))
+    with ScriptedServer([Step(words, fault="slow", delay_s=3.0)]) as srv:
+        client, sleeps = make_client(srv, tmp_path, timeout_s=1.0)
+        reply = client.complete("reader", "x y", max_tokens=30)
+    assert reply.text == words and sleeps == [] and len(srv.requests) == 1
+    assert client.speed.generate_tps is not None and 5 < client.speed.generate_tps < 20
+
+
+def test_a_retry_is_never_the_same_request(tmp_path, caplog):
+    with ScriptedServer([Step(fault="garbage"), Step(fault="500"), "fine"]) as srv:
+        client, _ = make_client(srv, tmp_path)
+        with caplog.at_level(logging.WARNING, logger="nas.llm"):
+            assert client.complete("modifier", "x").text == "fine"
+    sent = [(r.get("temperature"), r.get("seed")) for r in srv.requests]
+    assert len(set(sent)) == 3 and sent[0][1] is None and [s for _, s in sent[1:]] == [1, 2]
+    assert sent[0][0] < sent[1][0] < sent[2][0]
+    assert "with temperature" in caplog.text and "(not the same request)" in caplog.text
+
+
+def test_speed_limits():
+    from nas.llm.speed import FLOOR_S, MARGIN, Speed, retry_params
+
+    speed = Speed()
+    assert speed.first_token_limit(1000, 120.0) == 120.0  # nothing measured: llm.timeout_s
+    speed.observe(prompt_tokens=1000, first_token_s=2.0, completion_tokens=100, generate_s=10.0)
+    assert (speed.prompt_tps, speed.generate_tps) == (500.0, 10.0)
+    assert speed.first_token_limit(6000, 120.0) == MARGIN * 12.0 and speed.first_token_limit(10, 120.0) == FLOOR_S
+    assert speed.reply_limit(2.0, 200, 0, 0.0, 120.0) == 2.0 + MARGIN * 20.0  # the measured speed
+    assert speed.reply_limit(2.0, 200, 11, 5.0, 120.0) == 2.0 + MARGIN * 100.0  # this reply's own: 2 tokens/s
+    speed.observe(prompt_tokens=1000, first_token_s=1.0, completion_tokens=100, generate_s=5.0)
+    assert speed.generate_tps == 15.0  # the newest counts half: the load changes
+    assert speed.prompt_tps == 500.0  # the slowest prompt speed: a cached prefix makes one look fast
+    assert retry_params({"temperature": 0.7, "max_tokens": 5}, 0) == {"temperature": 0.7, "max_tokens": 5}
+    assert retry_params({"temperature": 0.7, "max_tokens": 5}, 2) == {"temperature": 1.0, "max_tokens": 5, "seed": 2}
+    assert retry_params({"temperature": 0.7}, 0, 1) == {"temperature": 0.85, "seed": 1000}  # an agent's next attempt
+    assert retry_params({"temperature": 0.7}, 1, 1) == {"temperature": 1.0, "seed": 1001}
+
+
+def test_an_agents_next_attempt_is_not_the_same_request(tmp_path):
+    with ScriptedServer(["one", "two"]) as srv:
+        client, _ = make_client(srv, tmp_path)
+        client.complete("modifier", "same prompt", attempt=0)
+        client.complete("modifier", "same prompt", attempt=1)
+    assert [(r.get("temperature"), r.get("seed")) for r in srv.requests] == [(0.0, None), (0.15, 1000)]

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from nas.agents.nader.strategy import NaderStrategy
-from nas.evaluators.base import EvalResult
+from nas.core.trial import EvalResult, Trial
 from nas.spaces.nader.space import BlockSpace
-from nas.strategies.base import Trial
 from support.scripted import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[1]

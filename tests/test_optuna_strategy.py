@@ -19,15 +19,14 @@ import pytest
 
 from conftest import NAS, ROOT
 from nas.core.constraint import Constraint
+from nas.core.trial import Candidate, EvalResult, Trial, read_history
 from nas.errors import ConfigError
-from nas.evaluators.base import EvalResult
 from nas.evaluators.table import TableEvaluator
 from nas.search.loop import LocalExecutor, SearchLoop
-from nas.search.record import read_history
 from nas.search.rundir import RunDir
 from nas.search.spec import Component, SearchSpec
 from nas.spaces.nb201.space import NB201Space
-from nas.strategies import STRATEGIES, Candidate, Trial
+from nas.strategies import STRATEGIES
 from nas.strategies.optuna_sampler import JOURNAL, OptunaSampler
 
 SPACE = NB201Space()
@@ -270,21 +269,23 @@ def test_failed_evaluations_are_told_as_failed_trials():
 
 # --- benchmarks/peers.py ---------------------------------------------------------------------------------
 
-def test_peers_benchmark_small_run_pairs_the_default_with_each_sampler(tmp_path):
+def test_peers_benchmark_small_run_pairs_the_default_with_each_method(tmp_path):
     out = tmp_path / "peers.json"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--seeds", "3", "--trials", "30",
-                        "--no-process", "--gp-timeout", "0", "--out", str(out)], capture_output=True, text=True,
-                       timeout=600)
+                        "--no-process", "--gp-timeout", "0", "--long-trials", "120", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     result = json.loads(out.read_text())
-    assert result["default_strategy"] == "rea" and result["budgets"] == [25]
-    assert set(result["methods"]) == {"random", "rea", "evolution", "bananas", "optuna_tpe",
-                                      "optuna_tpe_independent", "optuna_random"}
-    assert set(result["tests"]) == {"rea (default) vs optuna_tpe", "rea (default) vs optuna_tpe_independent",
-                                    "rea (default) vs optuna_random", "bananas vs optuna_tpe", "bananas vs rea"}
+    assert result["default_strategy"] == "bananas" and result["budgets"] == [25]
+    others = {"random", "rea", "evolution", "optuna_tpe", "optuna_tpe_independent", "optuna_random"}
+    assert set(result["methods"]) == others | {"bananas"}
+    assert set(result["tests"]) == {f"bananas (default) vs {m}" for m in others}
     for m in result["methods"].values():
         assert m["seeds"] == [0, 1, 2] and 90 < m["best_at"]["25"]["mean"] <= result["table_optimum"]
+        assert 0 < m["loop_seconds"]["cpu_mean"] and m["loop_seconds"]["to_100_mean"] is None  # 30 trials
     assert result["methods"]["optuna_tpe_independent"]["params"]["sampler_params"] == {"multivariate": False}
-    test = result["tests"]["rea (default) vs optuna_tpe"]
+    test = result["tests"]["bananas (default) vs optuna_tpe"]
     assert test["seeds_paired"] == 3 and {"mean_diff", "wilcoxon_p", "mann_whitney_p", "verdict"} <= set(test["25"])
+    for long in result["long"]["methods"].values():  # the long rows: loop seconds at 100 and at the end
+        assert set(long["loop_cpu_seconds_at"]) == {"100", "120"} and set(long["cpu_seconds_per_100"]) == {"100-120"}
     assert (tmp_path / "peers.png").stat().st_size > 10_000

@@ -282,3 +282,11 @@ def test_prop_crowding_boundaries_inf(data):
             for i, v in zip(front, col):
                 if v in (col.min(), col.max()):
                     assert d[i] == math.inf
+
+
+def test_a_model_with_no_params_or_flops_uses_none_of_the_budget():
+    """Zero is a cost (a parameter-free cell), not an error: only negative or non-finite values are refused."""
+    assert budget_usage(0, 0, 2e5, 1e7) == {"params": 0.0, "flops": 0.0}
+    assert underused(0.0, 1e7, 2e5, 1e7)
+    with pytest.raises(ValueError, match="params must be a non-negative finite number"):
+        budget_usage(-1, 0, 2e5, 1e7)

@@ -1,19 +1,23 @@
-"""The learned predictor (nas/search/predictor.py), NB201's path encoding and the
+"""The learned predictor (nas/strategies/predictor.py), NB201's path encoding and the
 predictor-guided strategy (bananas) on the NB201 table."""
 
 from __future__ import annotations
+
+import dataclasses
+import math
 
 import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
+from nas.core.trial import Candidate, Trial, TrialRecord
 from nas.errors import ConfigError
 from nas.evaluators.table import TableEvaluator
-from nas.search.predictor import EnsemblePredictor, PredictorSettings, expected_improvement
 from nas.spaces import SPACES
 from nas.spaces.nb201.arch import NB201Cell
 from nas.spaces.nb201.space import path_encoding
-from nas.strategies import STRATEGIES, Trial
+from nas.strategies import STRATEGIES
+from nas.strategies.predictor import EnsemblePredictor, PredictorSettings, _Stacked, expected_improvement
 
 NB201 = SPACES.create("nb201", {})
 TABLE = TableEvaluator(NB201)
@@ -21,11 +25,11 @@ BEST = NB201Cell.from_string("|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|
                              "nor_conv_3x3~2|")
 
 
-def sample(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def sample(n: int, seed: int) -> list[TrialRecord]:
+    """`n` random cells' table trials (a few may repeat: the predictor takes them as rows)."""
     rng = np.random.default_rng(seed)
     cells = [NB201.sample(rng) for _ in range(n)]
-    return (np.array([NB201.features(c) for c in cells]),
-            np.array([TABLE.evaluate(c).accuracy for c in cells]))
+    return [Trial.of(i, Candidate(c), TABLE.evaluate(c)).record for i, c in enumerate(cells)]
 
 
 def test_path_encoding_counts_the_paths_that_carry_data():
@@ -37,16 +41,45 @@ def test_path_encoding_counts_the_paths_that_carry_data():
 
 
 def test_predictor_ranks_unseen_cells_and_is_deterministic():
-    x, y = sample(200, seed=0)
+    history = sample(200, seed=0)
+    unseen = [NB201.decode(r.encoding) for r in history[150:]]
     fitted = []
-    for _ in range(2):
-        p = EnsemblePredictor(PredictorSettings(members=3, epochs=200))
-        p.fit(x[:150], y[:150], np.random.default_rng(7))
-        fitted.append(p.predict(x[150:]))
+    for start in (None, None, 20):  # from scratch on all 150 twice; then warm-started row by row after 20
+        p = EnsemblePredictor(PredictorSettings(members=3, epochs=200)).fit_on(NB201, history[:150], 7, start)
+        fitted.append(p.predict_archs(NB201, unseen))
     np.testing.assert_array_equal(fitted[0][0], fitted[1][0])
-    mean, std = fitted[0]
-    assert spearmanr(mean, y[150:]).statistic > 0.6
-    assert (std >= 0).all() and std.mean() > 0  # members disagree somewhere: an uncertainty
+    for mean, std in (fitted[0], fitted[2]):
+        assert spearmanr(mean, [r.accuracy for r in history[150:]]).statistic > 0.6
+        assert (std >= 0).all() and std.mean() > 0  # members disagree somewhere: an uncertainty
+
+
+def test_a_kept_predictor_adds_only_the_new_trials_and_equals_a_replay(monkeypatch):
+    """What makes bananas' loop linear and its resume exact: a predictor kept across asks pays
+    `steps` Adam steps per new trial (not a refit), and a fresh one on the whole history (a
+    resumed search) replays the same fits bit for bit; a history that is no extension starts over."""
+    settings = PredictorSettings(members=2, epochs=40, steps=3, batch=8)
+    history = sample(30, seed=1)
+    calls = []
+    monkeypatch.setattr(_Stacked, "step", lambda self, *a, _step=_Stacked.step: (calls.append(1), _step(self, *a)))
+    def added(row: int, start: int = 10) -> int:  # steps for a row after the first fit: epochs/2, epochs/3, ...
+        return max(3, math.ceil(40 / (row - start + 2)))
+
+    kept = EnsemblePredictor(settings)
+    for n in range(10, 31):
+        calls.clear()
+        kept.fit_on(NB201, history[:n], 5, start=10)
+        assert len(calls) == (40 if n == 10 else added(n - 1))
+    assert added(29) == 3  # later rows: `steps` each, so the cost per trial stops growing
+    cells = [NB201.sample(np.random.default_rng(2)) for _ in range(20)]
+    replay = EnsemblePredictor(settings).fit_on(NB201, history, 5, start=10)
+    for a, b in zip(kept.predict_archs(NB201, cells), replay.predict_archs(NB201, cells)):
+        np.testing.assert_array_equal(a, b)
+    calls.clear()
+    kept.fit_on(NB201, history[1:], 5, start=10)  # not an extension of what it was fitted on
+    assert len(calls) == 40 + sum(added(j) for j in range(10, len(history) - 1))
+    failed = dataclasses.replace(history[0], accuracy=None, error="boom")  # trials without an accuracy: no rows
+    with pytest.raises(ValueError, match="needs >= 2 trials with an accuracy, got 1"):
+        EnsemblePredictor(settings).fit_on(NB201, [failed, history[1]], 5)
 
 
 def test_expected_improvement_prefers_higher_means_and_more_uncertainty():

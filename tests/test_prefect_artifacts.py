@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
 from conftest import NAS, ROOT
-from nas.search.record import read_history
+from nas.core.trial import TrialRecord, read_history
 from test_serve import _start_server, _stop
 
 SEARCH = ["space=nb201", "strategy=random", "evaluator=table", "budget.trials=4", "runner=prefect"]
@@ -66,7 +67,8 @@ def test_search_publishes_report_top_trials_and_progress(served_search):
     rows = json.loads(table.data) if isinstance(table.data, str) else table.data
     ranked = sorted(history, key=lambda r: r["accuracy"], reverse=True)
     assert [(r["key"], r["accuracy"], r["cost_seconds"]) for r in rows] == \
-        [(r["key"], r["accuracy"], r["cost_seconds"]) for r in ranked]
+        [(r["key"], f"{r['accuracy']:.2f}", f"{r['cost_seconds']:.2f}") for r in ranked]
+    assert all(r["params"].endswith(("K", "M")) and r["flops"].endswith(("M", "G")) and r["encoding"] for r in rows)
     assert rows[0]["key"] == summary["best"]["key"] and [r["rank"] for r in rows] == [1, 2, 3, 4]
 
     progress = artifacts["random-nb201-s0-progress"]
@@ -129,3 +131,86 @@ def test_artifact_keys_are_valid():
 
     assert artifact_key("evolution-ofa_mbv3-s3", "top-trials") == "evolution-ofa-mbv3-s3-top-trials"
     assert artifact_key("REA-NB201-s0", "report") == "rea-nb201-s0-report"
+
+
+DEPLOYMENT_RUN = r"""
+import json, sys
+from tasks.env import configure_prefect_env
+configure_prefect_env()  # what an entry point does before Prefect is imported (importing flows sets nothing)
+from flows.entry import search_overrides_flow
+state = search_overrides_flow(overrides=json.loads(sys.argv[1]), root=sys.argv[2], return_state=True)
+print(json.dumps({"flow_run_id": str(state.state_details.flow_run_id), "ok": state.is_completed()}))
+"""
+
+
+@pytest.mark.slow
+def test_a_deployment_run_holds_its_artifacts_and_has_one_name(served_search, tmp_path):
+    """A deployment's run (`nas-search-overrides`) starts the search as a nested `nas-search` run: the
+    report, top trials and progress are on the run the user lands on, which has the search's name
+    from its start (the flow's `flow_run_name`), not a random one renamed later."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    api, _ = served_search
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
+    env |= {"NASFLOW_HOME": str(tmp_path / "home"), "PREFECT_API_URL": api}
+    overrides = [*SEARCH, "seed=3"]
+    out = subprocess.run([sys.executable, "-c", DEPLOYMENT_RUN, json.dumps(overrides), str(tmp_path / "runs")],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["ok"]
+    with temporary_settings(updates={PREFECT_API_URL: api}), get_client(sync_client=True) as client:
+        top = client.read_flow_run(result["flow_run_id"])
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[top.id])))
+    assert top.name == "random-nb201-s3" and top.parent_task_run_id is None
+    by_key = {a.key: a for a in artifacts}
+    assert sorted(by_key) == ["random-nb201-s3-progress", "random-nb201-s3-report", "random-nb201-s3-top-trials"]
+    assert float(by_key["random-nb201-s3-progress"].data) == 100.0
+    assert str((tmp_path / "runs" / "random-nb201-s3").resolve()) in by_key["random-nb201-s3-report"].data
+
+
+def _record(trial: int, accuracy: float, params: float, flops: float) -> TrialRecord:
+    return TrialRecord(trial=trial, key=f"k{trial}", encoding=[0, 1, trial], accuracy=accuracy, params=params,
+                       flops=flops, cost_seconds=0.123456, metrics={"latency_ms": 1.23456})
+
+
+def test_top_trials_are_formatted_as_read():
+    from flows.artifacts import top_trials
+
+    rows = top_trials([_record(1, 92.99680000000002, 1_234_567, 2_500_000_000), _record(2, 93.1, 73_306, 950),
+                       TrialRecord(trial=3, key="bad", encoding=[9], accuracy=None, error="boom")], trust=False)
+    assert rows == [
+        {"rank": 1, "trial": 2, "accuracy": "93.10", "params": "73.31K", "flops": "950", "encoding": "[0,1,2]",
+         "key": "k2", "cost_seconds": "0.12", "cached": False, "latency_ms": "1.235"},
+        {"rank": 2, "trial": 1, "accuracy": "93.00", "params": "1.23M", "flops": "2.50G", "encoding": "[0,1,1]",
+         "key": "k1", "cost_seconds": "0.12", "cached": False, "latency_ms": "1.235"}]
+
+
+def test_counts_read_in_k_m_g_and_long_encodings_are_cut():
+    from flows.artifacts import ENCODING_CHARS, encoding_text, si
+
+    assert [si(v) for v in (None, 0, 999, 1000, 1_500_000, 7_877_248, 3.2e9, 4e12)] == \
+        [None, "0", "999", "1.00K", "1.50M", "7.88M", "3.20G", "4.00T"]
+    assert encoding_text("|nor_conv_3x3~0|+|none~0|") == "|nor_conv_3x3~0|+|none~0|"
+    cut = encoding_text(list(range(200)))
+    assert len(cut) == ENCODING_CHARS and cut.endswith("…")
+
+
+@pytest.mark.parametrize("overrides", [["budget.trialz=3"], ["nosuch=3"], ["strategy=nosuch"],
+                                       ["space=nb201", "strategy=rea", "strategy.population_sizze=3"]])
+def test_deployment_runs_refuse_unknown_keys_as_the_cli_does(overrides, tmp_path, capsys):
+    from flows.entry import search_overrides_flow
+    from nas.cli.main import main
+    from nas.errors import NasError
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["search", *overrides])
+    assert stopped.value.code == 2
+    cli = capsys.readouterr().err.strip().removeprefix("nas: error: ")
+    with pytest.raises(NasError) as refused:
+        search_overrides_flow.fn(overrides=overrides, root=str(tmp_path / "runs"))
+    assert str(refused.value) == cli
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -237,7 +237,7 @@ def test_model_source_gets_its_proxies_from_the_exported_graph():
 
 
 def test_proxy_scorer_screens_from_the_first_batch_keeping_the_best_vote(tmp_path):
-    from nas.search.record import read_history
+    from nas.core.trial import read_history
     from nas.search.screen import ScreenSettings
 
     settings = ScreenSettings(factor=3, scorer="proxy", min_history=0,

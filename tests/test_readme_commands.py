@@ -1,8 +1,10 @@
-"""Every `nas` command in README.md's fenced code blocks runs as written, so the README
-cannot rot: each is either in RUN (run with the real CLI from a temp cwd and a temp
-NASFLOW_HOME, placeholders filled from earlier commands, only documented tiny-budget
-overrides appended) or in SKIP with the reason it cannot run here. A README command in
-neither, or a table entry the README no longer has, fails the fast test below."""
+"""Every `nas` command in the fenced code blocks of README.md and of the docs site's pages
+(docs/**/*.md) runs as written, so neither can rot: each is either in RUN (run with the real
+CLI from a temp cwd and a temp NASFLOW_HOME, placeholders filled from earlier commands, only
+documented tiny-budget overrides appended) or in SKIP with the reason it cannot run here. A
+command in neither, or a table entry no page has any more, fails the fast test below. Where a
+page shows a command's output (a ```console block) and the command runs as written, the lines
+shown must be what it prints (CHECKS["shown"])."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,19 +33,28 @@ class Run:
     append: str = ""
     needs: tuple[Path, ...] = ()
     checks: tuple[str, ...] = field(default=())  # names of CHECKS to apply to the result
+    first: bool = False  # run before the others (the store that later commands read)
 
 
 RUN: dict[str, Run] = {
-    # [hydra overrides] -> a space alone: its natural strategy (rea) and evaluator (table), on Prefect.
-    "nas search [hydra overrides]": Run(args="search space=nb201 budget.trials=3", checks=("run_dir", "search_log")),
+    # README's tour, as written where it is cheap (its shown output is checked too: SHOWN).
+    "nas search space=nb201 strategy=random budget.trials=20": Run(checks=("shown",)),
+    "nas search -m space=nb201 strategy=random,rea seed=0,1,2 budget.trials=50 runner=local":
+        Run(args="search -m space=nb201 strategy=random,rea seed=0,1,2 budget.trials=3 runner=local"),
+    "nas compare multirun/<time> --baseline random": Run(args="compare {sweep} --baseline random --out {tmp}/tour-cmp"),
+    "nas arch validate tests/data/blocks/residual.txt tests/data/blocks/shuffle_se.txt": Run(checks=("shown",)),
+    "nas export runs/<time>_nb201_random_s0": Run(args="export {run_dir} --out {tmp}/tour-export"),
+    'nas knowledge search "channel attention" -k 3': Run(checks=("shown",)),
+    # a space alone: its natural strategy and evaluator (conf/space_defaults/nb201.yaml), on Prefect.
+    "nas search space=nb201 budget.trials=100": Run(args="search space=nb201 budget.trials=3",
+                                                    checks=("run_dir", "search_log")),
     "nas search -m space=nb201 evaluator=table strategy=random,rea seed=0,1,2,3,4":
         Run(append="runner=local budget.trials=2", checks=("sweep",)),
     "nas compare DIR... [--baseline random] [--at 25 50 100]": Run(args="compare {sweep} --baseline random --at 1 2"),
-    "nas export RUN_DIR [--out DIR]": Run(args="export {run_dir} --out {tmp}/export"),
     "nas arch validate FILE...": Run(args="arch validate tests/data/blocks/residual.txt tests/data/blocks/shuffle_se.txt"),
     "nas arch show FILE [--json]": Run(args="arch show tests/data/blocks/residual.txt --json"),
     "nas arch draw FILE -o g.png": Run(args="arch draw tests/data/blocks/residual.txt -o g.png"),
-    "nas knowledge ingest": Run(),
+    "nas knowledge ingest": Run(first=True),
     'nas knowledge search "channel attention" [--main-category "adaptive feature recalibration"] [-k 5] [--json]':
         Run(args='knowledge search "channel attention" --main-category "adaptive feature recalibration" -k 5 --json'),
     "nas knowledge stats [--json] [--plot stats.png]": Run(args="knowledge stats --json --plot stats.png"),
@@ -72,26 +84,17 @@ SYNOPSIS = "a synopsis whose concrete forms are run: "
 SKIP: dict[str, str] = {
     "make run": "CI: the default NADER job with the embedded LLM (`nas search`, minutes)",
     "make test": "CI: .ci/run runs it",
-    "nas regress [--suite smoke|nightly]": SYNOPSIS + "nas regress --suite smoke",
-    "nas train ARCH [--out R.json] [overrides]": SYNOPSIS + "nas train tests/data/blocks/residual.txt",
-    "nas train-supernet [out=DIR] [overrides]": SYNOPSIS + "nas train-supernet space=spos_small",
-    "nas knowledge ingest|search|tree|stats": SYNOPSIS + "nas knowledge ingest, search, stats, tree",
+    "nas export RUN_DIR [--out DIR]": SYNOPSIS + "nas export runs/<time>_nb201_random_s0",  # an ONNX export: ~40 s
     "nas serve": "serves until Ctrl-C; tests/test_serve.py runs it against a real Prefect server",
     "nas regress": "the nightly suite, 5-10 min on 2 cores (the served nightly-regression flow runs it)",
     "nas regress --suite nightly --update-baseline": "minutes, and rewrites nas/regression/baselines/nightly.json",
-    "nas regress llm=openai llm.base_url=...": "needs an OpenAI-compatible endpoint (the URL is a placeholder)",
     "nas knowledge ingest papers/ more.pdf list.jsonl": "the reader's own papers, read by an LLM; "
                                                         "tests/test_knowledge_cli.py ingests files via a scripted LLM",
     "nas knowledge ingest papers/ --prefect": "the reader's own papers; tests/test_knowledge_cli.py runs --prefect",
-    "nas knowledge ingest ../shared/data/nader/inspirations.json": "needs NADER's data in ../shared/data",
-    "nas knowledge ingest ../shared/data/nader/*_experience.json": "needs NADER's data in ../shared/data",
     "nas search space=ofa_mbv3_small data=fashion_mnist evaluator=supernet evaluator.checkpoint=... strategy=collm":
         "needs a trained ofa_mbv3_small supernet (the checkpoint is a placeholder) and minutes of LLM calls",
     "nas search space=nb201 evaluator=table strategy=collm budget.trials=100":
         "minutes of the embedded LLM on 2 cores; tests/test_collm.py runs CoLLM on the table through a scripted LLM",
-    "nas train model.py data=fashion_mnist engine=fast 'evaluator.seeds=[777,888,999]' --out result.json":
-        "model.py is the reader's model; three sandboxed trainings on Fashion-MNIST take minutes; "
-        "tests/test_train_e2e.py runs `nas train` on a model file",
     "nas search runner=dask runner.address=tcp://HEAD:8786 runner.per_gpu=1":
         "needs a Dask scheduler at HEAD; tests/test_cluster_dask.py evaluates via a local scheduler's address",
     "nas search runner=ray runner.address=HEAD:6379 runner.per_gpu=2 runner.max_retries=2":
@@ -99,15 +102,23 @@ SKIP: dict[str, str] = {
 }
 
 
-def readme_commands() -> list[str]:
-    """`nas`/`make` lines of README.md's fenced code blocks (comments cut, continuations joined), once each."""
-    commands, block, pending = [], False, ""
-    for line in (ROOT / "README.md").read_text().splitlines():
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]  # the site's pages as written (not generated ones)
+
+
+def commands_in(path: Path) -> list[str]:
+    """`nas`/`make` lines of a page's fenced code blocks (comments cut, continuations joined); in a
+    ```console block only the `$ ` lines, the rest being their output."""
+    commands, fence, pending = [], None, ""
+    for line in path.read_text().splitlines():
         if line.startswith("```"):
-            block = not block
+            fence = line[3:].split()[0] if fence is None and line[3:].strip() else (None if fence is not None else "")
             continue
-        if not block:
+        if fence is None:
             continue
+        if fence == "console":
+            if not line.startswith("$ ") and not pending:
+                continue
+            line = line.removeprefix("$ ")
         line = pending + line.strip()
         if line.endswith("\\"):
             pending = line[:-1].strip() + " "
@@ -116,7 +127,12 @@ def readme_commands() -> list[str]:
         command = re.sub(r"\s+#\s.*$", "", line).strip()
         if re.match(r"(nas|make) ", command) or command in ("nas", "make"):
             commands.append(command)
-    return list(dict.fromkeys(commands))  # `nas serve` is in two blocks
+    return commands
+
+
+def readme_commands() -> list[str]:
+    """The commands of README.md and then of docs/*.md, once each (a command may be on several pages)."""
+    return list(dict.fromkeys(c for page in DOCS for c in commands_in(page)))
 
 
 def test_every_readme_command_is_run_or_listed_with_a_reason():
@@ -154,7 +170,8 @@ def readme_runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess | str
     seed_prefect_db(cwd / "home" / "prefect")
     ctx = {"tmp": str(cwd)}
     results: dict[str, subprocess.CompletedProcess | str] = {}
-    for command in (c for c in readme_commands() if c in RUN):
+    order = [c for c in readme_commands() if c in RUN]
+    for command in sorted(order, key=lambda c: not RUN[c].first):  # stable: page order otherwise
         spec = RUN[command]
         missing = [str(p) for p in spec.needs if not p.exists()]
         if missing:
@@ -165,7 +182,9 @@ def readme_runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess | str
         except KeyError as err:  # the command that provides it failed
             results[command] = f"no {err} from an earlier command"
             continue
+        start = time.monotonic()
         out = subprocess.run([*NAS, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)
+        print(f"readme command: {time.monotonic() - start:.1f} s  {command}")  # shown with -s or on failure
         results[command] = out
         dirs = _run_dirs(out.stdout)
         if out.returncode == 0 and dirs:
@@ -178,12 +197,48 @@ def readme_runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess | str
 def _check_run_dir(out: subprocess.CompletedProcess) -> None:
     run_dir = _run_dirs(out.stdout)[0]
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert (summary["strategy"], summary["evaluator"], summary["runner"]) == ("rea", "table", "prefect")
+    natural = dict(re.findall(r"^\s*- /(strategy|evaluator): (\w+)", (ROOT / "conf/space_defaults/nb201.yaml").read_text(),
+                              re.M))
+    assert (summary["strategy"], summary["evaluator"], summary["runner"]) == \
+        (natural["strategy"], natural["evaluator"], "prefect")
 
 
 def _check_search_log(out: subprocess.CompletedProcess) -> None:
     log = (_run_dirs(out.stdout)[0] / "search.log").read_text()
     assert "[nas.progress][INFO] - trial 3/3, best " in log, log
+
+
+def shown_output(argv: list[str]) -> list[str]:
+    """The output lines the pages show under `$ nas ARGV` in ```console blocks."""
+    lines, inside, mine = [], False, False
+    for page in DOCS:
+        for line in page.read_text().splitlines():
+            if line.startswith("```"):
+                inside, mine = line.strip() == "```console", False
+                continue
+            if inside and line.startswith("$ "):
+                mine = shlex.split(line[2:]) == ["nas", *argv]
+            elif inside and mine:
+                lines.append(line)
+    return lines
+
+
+def _normal(line: str) -> str:
+    """A line without what changes from run to run: timings, the bar's elapsed time, trailing space."""
+    return re.sub(r"\d+(\.\d+)?s\b|\d+:\d\d:\d\d", "T", line).rstrip()
+
+
+def _check_shown(out: subprocess.CompletedProcess) -> None:
+    """Each shown line that is not cut (`...`), a path of the machine it ran on, or a progress bar
+    is printed by the command (stdout or stderr)."""
+    argv = [str(a) for a in out.args[len(NAS):]]
+    command = shlex.join(["nas", *argv])
+    shown = [_normal(line) for line in shown_output(argv)
+             if "..." not in line and "/tmp/" not in line and "━" not in line]
+    assert shown, f"no output shown for {command}"
+    printed = {_normal(line) for line in (out.stdout + out.stderr).splitlines()}
+    missing = [line for line in shown if line not in printed]
+    assert not missing, f"{command}: the page shows lines it no longer prints: {missing}\n{out.stdout}{out.stderr}"
 
 
 def _check_sweep(out: subprocess.CompletedProcess) -> None:
@@ -198,10 +253,11 @@ def _check_ablation(out: subprocess.CompletedProcess) -> None:
 
 
 CHECKS = {"run_dir": _check_run_dir, "search_log": _check_search_log, "sweep": _check_sweep,
-          "ablation": _check_ablation}
+          "ablation": _check_ablation, "shown": _check_shown}
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # the fixture runs every command, ~6 min on 2 idle cores, far more under load
 @pytest.mark.parametrize("command", list(RUN))
 def test_readme_command_runs_as_written(command, readme_runs):
     out = readme_runs[command]
@@ -213,8 +269,8 @@ def test_readme_command_runs_as_written(command, readme_runs):
 
 
 def test_readme_python_imports_resolve():
-    """The README's Python examples import names that exist (a stale import fails as written)."""
-    blocks = re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), re.M | re.S)
+    """The README's and the docs' Python examples import names that exist (a stale import fails as written)."""
+    blocks = [b for page in DOCS for b in re.findall(r"^```python\n(.*?)^```", page.read_text(), re.M | re.S)]
     imports = [line for block in blocks for line in block.splitlines() if line.startswith(("from ", "import "))]
     assert imports
     for line in imports:

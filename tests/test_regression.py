@@ -181,6 +181,7 @@ def test_cli_smoke_suite_against_committed_and_tampered_baselines(nas_env, tmp_p
     assert out.returncode == 0, out.stderr[-2000:]
     report = json.loads((tmp_path / "ok" / "report.json").read_text())
     assert report["ok"] and report["baseline"] == str(SMOKE)
+    assert out.stdout.splitlines()[-1].startswith("PASS: suite 'smoke': nothing regressed (")
     assert {r["status"] for r in report["metrics"]} <= {"ok", "info"}
     assert (tmp_path / "ok" / "report.md").is_file() and (tmp_path / "ok" / "ratios.png").is_file()
 
@@ -190,6 +191,7 @@ def test_cli_smoke_suite_against_committed_and_tampered_baselines(nas_env, tmp_p
     lines = out.stderr.strip().splitlines()
     assert lines[0].startswith("nas regress: REGRESSED table.rea.best_at_25: ") and len(lines) == 2
     assert "FAILED: 1 problem(s)" in lines[1]
+    assert out.stdout.splitlines()[-1].startswith("FAIL: suite 'smoke': 1 problem(s) (")
 
 
 @pytest.mark.slow
@@ -202,3 +204,40 @@ def test_flow_fails_on_regression(prefect_home, tmp_path):
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert [r["metric"] for r in report["metrics"] if r["status"] == "regressed"] == ["table.rea.best_at_25"]
     assert [p["name"] for p in report["probes"]] == ["table", "throughput"]
+
+
+def test_cli_prints_a_header_a_verdict_per_row_and_pass_or_fail_matching_its_exit_code(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """The real `nas regress` main and run_suite on stand-in probes, against a baseline it wrote."""
+    from nas.cli.main import main as nas_main
+
+    value = {"x": 1.0}
+
+    def good(workdir, overrides):
+        return {"x": Metric(value["x"], HIGHER, {"abs": 0.1}), "secs": Metric(2.0, LOWER, None, timing=True)}
+
+    monkeypatch.setitem(SUITES, "unit", Suite("unit", (Probe("good", good),), False))
+    baseline = tmp_path / "unit.json"
+
+    def regress(out: str) -> tuple[int, list[str], list[str]]:
+        with pytest.raises(SystemExit) as exc:
+            nas_main(["regress", "--suite", "unit", "--no-progress", "--baseline", str(baseline),
+                      "--out", str(tmp_path / out), *(["--update-baseline"] if out == "u" else [])])
+            raise SystemExit(0)
+        captured = capsys.readouterr()
+        return exc.value.code, captured.out.splitlines(), captured.err.splitlines()
+
+    code, out, err = regress("u")
+    assert code == 0 and out[-1] == f"PASS: suite 'unit': baseline written: {baseline.resolve()} (2 new)"
+    code, out, err = regress("ok")
+    assert code == 0 and not err
+    assert out[0].split() == ["metric", "value", "baseline", "verdict"]
+    assert out[1].split() == ["good.secs", "2", "2", "info", "(no", "tolerance)"]
+    assert out[2].split() == ["good.x", "1", "1", "ok"]
+    assert out[-1] == "PASS: suite 'unit': nothing regressed (1 info, 1 ok)"
+    value["x"] = 0.8
+    code, out, err = regress("bad")
+    assert code == 1
+    assert out[2].split() == ["!!", "good.x", "0.8", "1", "REGRESSED"]
+    assert out[-1] == "FAIL: suite 'unit': 1 problem(s) (1 info, 1 regressed; exit 1)"
+    assert err[0].startswith("nas regress: REGRESSED good.x: 0.8 vs baseline 1") and len(err) == 2

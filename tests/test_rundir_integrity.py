@@ -21,12 +21,12 @@ import pytest
 
 from conftest import NAS, ROOT
 from nas.compare import load_curves
+from nas.core.trial import TrialRecord, best_record, best_so_far, read_history
 from nas.errors import ConfigError, RunDirError
 from nas.evaluators.table import TableEvaluator
 from nas.export.selection import load_trial
 from nas.report import write_run_report
 from nas.search.loop import LocalExecutor, SearchLoop, summarise, trusts_self_reported
-from nas.search.record import TrialRecord, best_record, best_so_far, read_history
 from nas.search.rundir import RunDir
 from nas.search.spec import Component, SearchSpec
 from nas.spaces.nb201.space import NB201Space
@@ -412,7 +412,7 @@ def test_strategies_learn_from_self_reported_results_only_when_trusted(tmp_path,
     run = tmp_path / "run"
     loop = SearchLoop(spec, run, SelfReporting(evaluator, marked), progress=False)
     loop.run_search()
-    told = {enc for enc, _ in loop.strategy.data}
+    told = {r.encoding for r in loop.strategy.history}
     recorded = read_history(run / "history.jsonl")
     reported = {r.encoding for r in recorded if r.self_reported}
     assert reported and (reported <= told) is trust and (not reported & told) is not trust
@@ -421,7 +421,7 @@ def test_strategies_learn_from_self_reported_results_only_when_trusted(tmp_path,
     resumed = SearchLoop(more, run, SelfReporting(evaluator, marked), progress=False)
     resumed.run_search()
     history = read_history(run / "history.jsonl")
-    assert {enc for enc, _ in resumed.strategy.data} == {r.encoding for r in history if r.counts_for_best(trust)}
+    assert {r.encoding for r in resumed.strategy.history} == {r.encoding for r in history if r.counts_for_best(trust)}
     unscored = TrialRecord(0, "a", "a", 99.9, metrics={"self_reported": 1.0}, params=1, flops=1).as_told(False)
     assert (unscored.accuracy, unscored.params, unscored.flops, unscored.ok) == (None, None, None, False)
     assert "self-reported by the model's own code, not verified" in unscored.error

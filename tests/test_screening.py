@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from nas.compare import compare
+from nas.core.trial import best_so_far, read_history
 from nas.errors import ConfigError
 from nas.evaluators.table import TableEvaluator
 from nas.export import ExportError
 from nas.export.selection import load_trial
 from nas.report import render_markdown
 from nas.search.loop import LocalExecutor, SearchLoop
-from nas.search.record import best_so_far, read_history
 from nas.search.screen import ScreenSettings
 from nas.search.spec import Component, SearchSpec
 from nas.spaces.nb201.space import NB201Space
@@ -138,9 +138,8 @@ def test_works_with_an_llm_strategy_asking_n_times_factor(tmp_path, evaluator, m
 def test_a_strategy_short_of_new_candidates_is_asked_for_the_batch_unscreened():
     """Exhausted at n x factor but not at n: the batch is still evaluated (the search ends
     only when not even n can be asked)."""
-    from nas.search.record import TrialRecord
+    from nas.core.trial import Candidate, SearchExhausted, TrialRecord
     from nas.search.screen import Screen
-    from nas.strategies.base import Candidate, SearchExhausted
 
     space, rng = NB201Space(), np.random.default_rng(0)
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from nas.core.trial import TrialRecord, best_so_far, read_history
 from nas.errors import ConfigError, EvaluationError, RunDirError
 from nas.evaluators.table import TableEvaluator
 from nas.report import write_run_report
 from nas.search.loop import LocalExecutor, SearchLoop
-from nas.search.record import TrialRecord, best_so_far, read_history
 from nas.search.rundir import RunDir
 from nas.search.spec import Component, SearchSpec
 from nas.spaces import SPACES

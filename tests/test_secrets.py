@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from nas.agents.collm.agents import values_text
+from nas.core.trial import EvalResult
 from nas.errors import EvaluationError
-from nas.evaluators import EVALUATORS, EvalResult, Evaluator
+from nas.evaluators import EVALUATORS, Evaluator
 from nas.io import append_jsonl, atomic_write_json, atomic_write_text, read_jsonl, rewrite_jsonl
 from nas.llm import LLMClient, LLMError
 from nas.search.loop import LocalExecutor, SearchLoop

@@ -199,7 +199,7 @@ def _wait_for(check, what: str, timeout: float, procs: dict[str, tuple[subproces
 
 
 @pytest.mark.parametrize("override, message", [
-    ("strategy.bogus=1", "unknown key 'strategy.bogus' (valid keys of strategy: name, population_size"),
+    ("strategy.bogus=1", "unknown key 'strategy.bogus' (valid keys of strategy: name, n_init, pool"),
     ("space=nb202", "unknown space 'nb202' (valid: "),
     ("+seed=1", "'seed' is already in the config: write seed=1"),
 ])

@@ -51,7 +51,7 @@ def test_one_jobs_build_says_what_it_checks_only_with_progress(monkeypatch, tmp_
     monkeypatch.setattr(search_cli, "_hydra_entry", lambda existing: None)  # the checks alone, no run
     monkeypatch.setattr(nas.status, "PLAIN_AFTER_S", 0.0)  # off a terminal it says so once the build has run
     search_cli.main(["space=nb201"])
-    assert capsys.readouterr().err == "checking space=nb201, strategy=rea and evaluator=table ...\n"
+    assert capsys.readouterr().err == "checking space=nb201, strategy=bananas and evaluator=table ...\n"
     search_cli.main(["space=nb201", "progress=false"])
     assert capsys.readouterr().err == ""
     with pytest.raises(SystemExit):

@@ -11,14 +11,13 @@ import pytest
 
 from nas.core.arch import Architecture
 from nas.core.space import CategoricalSpace, Decision
+from nas.core.trial import Candidate, EvalResult, SearchExhausted, Trial
 from nas.errors import ConfigError, RunDirError
-from nas.evaluators import EvalResult
 from nas.evaluators.table import TableEvaluator
 from nas.spaces import SPACES, SearchSpace
 from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
 from nas.spaces.nb201.space import NB201Space
-from nas.strategies import STRATEGIES, Candidate, Strategy, Trial
-from nas.strategies.base import SearchExhausted
+from nas.strategies import STRATEGIES, Strategy
 from nas.strategies.random_search import RandomSearch
 from nas.strategies.rea import RegularizedEvolution
 
@@ -497,7 +496,7 @@ def test_resume_rebuilds_seen_from_the_history(name, evaluator):
 
 
 def test_restore_names_the_trial_that_does_not_decode():
-    from nas.search.record import TrialRecord
+    from nas.core.trial import TrialRecord
 
     with pytest.raises(RunDirError, match=r"^trial 0: "):
         make("random").restore([TrialRecord(0, "k", "not a cell", 50.0)])

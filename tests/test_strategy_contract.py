@@ -19,12 +19,11 @@ import pytest
 
 from nas.agents.collm.agents import values_text
 from nas.core.space import SearchSpace
-from nas.evaluators.base import EvalResult
+from nas.core.trial import Candidate, EvalResult, SearchExhausted, Trial
 from nas.evaluators.table import TableEvaluator
 from nas.spaces import SPACES
 from nas.spaces.nb201.arch import OPS, NB201Cell
-from nas.strategies import STRATEGIES, Candidate, Strategy, Trial
-from nas.strategies.base import SearchExhausted
+from nas.strategies import STRATEGIES, Strategy
 from support.scripted import ScriptedServer
 
 ROOT = Path(__file__).resolve().parents[1]

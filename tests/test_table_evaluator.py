@@ -11,8 +11,9 @@ import types
 import numpy as np
 import pytest
 
+from nas.core.trial import EvalResult
 from nas.errors import ConfigError, EvaluationError, MissingDependencyError
-from nas.evaluators import EVALUATORS, EvalResult
+from nas.evaluators import EVALUATORS
 from nas.evaluators.table import TableEvaluator
 from nas.measure import count_flops, count_params
 from nas.spaces import SPACES

@@ -8,13 +8,11 @@ import sys
 
 import pytest
 
+from nas.core.trial import Candidate, EvalResult, Trial, TrialRecord, read_history
 from nas.errors import RunDirError
-from nas.evaluators.base import EvalResult
 from nas.evaluators.table import TableEvaluator
 from nas.io import dumps_line
-from nas.search.record import TrialRecord, read_history
 from nas.spaces.nb201.space import NB201Space
-from nas.strategies import Candidate, Trial
 
 
 def test_line_format_and_round_trip():
@@ -77,6 +75,6 @@ def test_read_history_checks_each_line_is_its_trial(tmp_path):
 
 def test_reading_a_history_loads_no_framework():
     """Report, compare and regression read histories: the record module must not pull in torch."""
-    code = "import sys, nas.search.record; print(sorted({'torch', 'numpy'} & set(sys.modules)))"
+    code = "import sys, nas.core.trial; print(sorted({'torch', 'numpy'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -209,6 +209,34 @@ def test_a_child_verdict_with_a_line_break_in_a_single_line_field_is_refused(fie
             Verdict.from_child({**GOOD, "ok": False, "stage": "forward", "error": "forward: x", field: text})
 
 
+BEYOND = {  # field -> values no honest child reports: non-finite or negative seconds, unbounded counts
+    "wall_s": [float("nan"), float("inf"), -float("inf"), -0.5, 1e300],
+    "params": [2**53 + 1, 2**63, 10**40, -1], "flops": [2**64, 10**300, -1],
+    "layers": [2**31], "changed_layers": [2**31], "output_shape": [[2, 2**40], [1] * 9],
+    "graph": ["0" * 63, "Z" * 64, "0" * 64 + "\n"],
+}
+
+
+@pytest.mark.parametrize("field, value", [(f, v) for f, vs in BEYOND.items() for v in vs],
+                         ids=[f"{f}={v!r}"[:40] for f, vs in BEYOND.items() for v in vs])
+def test_a_child_verdict_with_a_number_out_of_bounds_is_refused_in_one_line(field: str, value: object) -> None:
+    """A gate that took any number would keep NaN seconds (every comparison false) or a count past
+    2**53 (not exact as a float, past int64 in a store): each is one line naming the field."""
+    with pytest.raises(ValueError, match=f"^report field\\(s\\) {field} malformed$"):
+        Verdict.from_child({**GOOD, field: value})
+    assert Verdict.from_child({**GOOD, "wall_s": 0, "params": 2**53, "graph": "0" * 64}).params == 2**53
+
+
+def test_a_childs_graph_hash_is_never_kept() -> None:
+    """Only the trusted side hashes a graph: a hash in a child's verdict is dropped (it could name
+    the checked graph while the child trains another)."""
+    from nas.sandbox.limits import Limits
+    from nas.sandbox.verify import ChildRun, conclude
+
+    said = conclude(ChildRun(verdict={**GOOD, "graph": "a" * 64}), Limits())
+    assert said.ok and said.graph is None
+
+
 def test_text_from_a_child_is_escaped_before_anyone_reads_it() -> None:
     """Escapes (CSI, OSC 52 clipboard writes, C1 CSI) and line separators in a child's strings
     arrive as `\\xNN` text; a traceback keeps its lines."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.errors import EncodingError, NasError
+from nas.terminal import printable
 
 SKELETONS = ("nb201", "imagenet")
 DESCRIPTIONS = {
@@ -50,6 +51,7 @@ def _parser(command: str) -> argparse.ArgumentParser:
 
 
 def _skeleton(args: argparse.Namespace):
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.spaces.nader.dag.macro import Skeleton
 
     if args.skeleton == "imagenet":
@@ -58,6 +60,7 @@ def _skeleton(args: argparse.Namespace):
 
 
 def _budget(args: argparse.Namespace):
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.core.constraint import Constraint
 
     for flag, value in (("--max-params", args.max_params), ("--max-flops", args.max_flops)):
@@ -69,6 +72,7 @@ def _budget(args: argparse.Namespace):
 
 
 def _read(path: Path) -> str:
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.io import read_input_text
 
     return read_input_text(path)
@@ -76,6 +80,7 @@ def _read(path: Path) -> str:
 
 def block_errors(text: str, source: str, args: argparse.Namespace) -> list[str]:
     """Every problem of a block file, one line each (first per section, then the budget)."""
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.spaces.nader.dag.macro import NOMINAL_WIDTHS, BlockSet, plan, search_width, section_errors
 
     try:
@@ -107,7 +112,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _validate_one(path: Path, text: str, parent: str | None, args: argparse.Namespace) -> int:
     if path.suffix == ".py":
-        from nas.search.record import SELF_REPORTED
+        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
+        from nas.core.trial import SELF_REPORTED
         from nas.terminal import printable
 
         verdict = _verify(args, path, text, parent)
@@ -129,6 +135,7 @@ def _validate_one(path: Path, text: str, parent: str | None, args: argparse.Name
 
 
 def _verify(args: argparse.Namespace, path: Path, text: str, parent: str | None):
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.sandbox import verify_model_source
 
     size = args.input_size
@@ -137,6 +144,7 @@ def _verify(args: argparse.Namespace, path: Path, text: str, parent: str | None)
 
 
 def show_block(text: str, source: str, args: argparse.Namespace) -> dict[str, Any]:
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.measure import count_flops, count_params
     from nas.spaces.nader.arch import BlockArch
     from nas.spaces.nader.dag.macro import search_width
@@ -166,6 +174,7 @@ def show_block(text: str, source: str, args: argparse.Namespace) -> dict[str, An
 
 
 def show_model(text: str, args: argparse.Namespace) -> dict[str, Any]:
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.core.arch import stable_hash
 
     verdict = _verify(args, args.file, text, None)
@@ -189,12 +198,17 @@ def _show(args: argparse.Namespace) -> int:
         print(json.dumps(info, indent=2))
     else:  # the summary as a comment, so `nas arch show F > net.py` is a runnable model file
         width = f" width {info['width']} (widths {info['widths']})" if info["width"] else ""
-        print(f"# {info['file']}: key {info['key']}{width}, {info['params']:,} params, {info['flops'] / 1e6:.1f} MFLOPs")
-        print(info["source"], end="" if info["source"].endswith("\n") else "\n")
+        print(printable(f"# {info['file']}: key {info['key']}{width}, {info['params']:,} params, "
+                        f"{info['flops'] / 1e6:.1f} MFLOPs"))
+        # Escaped: a control character in the file would reach the terminal (inside a literal, its `\xNN` spelling
+        # means the same to Python, so the printed file still runs)
+        source = printable(info["source"], lines=True)
+        print(source, end="" if source.endswith("\n") else "\n")
     return 0
 
 
 def _draw(args: argparse.Namespace) -> int:
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.spaces.nader.dag.parse import parse_block_file
 
     if args.file.suffix == ".py":
@@ -205,6 +219,7 @@ def _draw(args: argparse.Namespace) -> int:
         print(line)
     if errors:
         return 1
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.spaces.nader.dag.draw import draw_blocks
 
     out = draw_blocks(parse_block_file(text, str(args.file)).sections, args.out, title=args.file.name)
@@ -215,6 +230,7 @@ def _draw(args: argparse.Namespace) -> int:
 def main(argv: list[str]) -> None:
     commands = {"validate": _validate, "show": _show, "draw": _draw}
     if argv and argv[0] in ("-h", "--help"):
+        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
         import textwrap
 
         print("usage: nas arch validate FILE... | {show,draw} FILE [options]   "

@@ -11,6 +11,7 @@ from nas.errors import NasError
 
 
 def main(argv: list[str]) -> None:
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.cli.main import fail
     from nas.compare import BANDS, compare, render_report
 

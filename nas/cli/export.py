@@ -16,6 +16,7 @@ from nas.errors import NasError
 
 
 def main(argv: list[str]) -> None:
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.cli.main import fail
 
     parser = argparse.ArgumentParser(
@@ -29,6 +30,7 @@ def main(argv: list[str]) -> None:
                         help="train/quick runs: keep the initial weights instead of retraining")
     parser.add_argument("--force", action="store_true", help="replace an existing output directory")
     args = parser.parse_args(argv)
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.export.run import export_run
 
     def say(line: str) -> None:
@@ -48,11 +50,16 @@ def main(argv: list[str]) -> None:
         kind = f"{graph['file']} ({check['method']}: {diff}, {'ok' if check['passed'] else 'MISMATCH'})"
         if graph["format"] == "torchscript":
             kind += f"; ONNX failed: {graph['onnx_error']}"
-    from nas.search.record import SELF_REPORTED
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
+    from nas.core.trial import SELF_REPORTED
 
     searched = f" {SELF_REPORTED}" if (manifest.get("metrics") or {}).get("self_reported") else ""
     retrained = f", {SELF_REPORTED}" if manifest["weights"].get("self_reported") else ""
-    print(f"exported trial {manifest['trial']} ({manifest['accuracy']:.2f}%{searched}, {manifest['params']:,} params, "
+    accuracy = f"{manifest['accuracy']:.2f}%{searched}"
+    if manifest["weights"]["origin"] == "initial":  # the search's number belongs to other (or no) weights
+        source = "table" if manifest["evaluator"] == "table" else "search"
+        accuracy = f"{source} accuracy {accuracy} (not these weights: untrained)"
+    print(f"exported trial {manifest['trial']} ({accuracy}, {manifest['params']:,} params, "
           f"weights: {manifest['weights']['origin']}{retrained}) to {manifest['out']}: model.py, model.pt, {kind}")
     failed = [name for name, check in (("graph", graph["check"]), ("source", manifest["source_check"]))
               if check is not None and not check["passed"]]

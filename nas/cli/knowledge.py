@@ -50,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> None:
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.cli.main import check_group_overrides, fail
     from nas.config import check_config
 
@@ -62,6 +63,7 @@ def main(argv: list[str]) -> None:
     try:
         cfg = check_config(overrides)
         settings = {"llm": cfg["llm"], "knowledge": cfg["knowledge"]}
+        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
         from nas.knowledge.config import KnowledgeConfig
         from nas.llm import LLMConfig
 
@@ -76,10 +78,16 @@ def main(argv: list[str]) -> None:
 
 
 def _ingest(args, settings: dict[str, Any]) -> None:
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.knowledge.ingest import run_ingest
     from nas.knowledge.reader import IngestReport
 
     if args.prefect:
+        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
+        from tasks.env import configure_prefect_env
+
+        configure_prefect_env()  # before flows import Prefect: its home under NASFLOW_HOME
+        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
         from flows.knowledge import ingest_flow
         from flows.server import start_temporary_server
         from nas.status import status
@@ -107,6 +115,7 @@ def _ingest(args, settings: dict[str, Any]) -> None:
 
 
 def _search(args, settings: dict[str, Any]) -> None:
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.knowledge.config import KnowledgeConfig
 
     if args.k <= 0:
@@ -116,6 +125,7 @@ def _search(args, settings: dict[str, Any]) -> None:
         tree = kcfg.load_tree()
         if args.main not in tree.mains():
             raise ConfigError(f"unknown main category '{args.main}' (valid: {', '.join(tree.mains())})")
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.status import status
 
     with status("searching the idea store (the embedding model loads first)"):  # ~10 s on 2 busy cores
@@ -135,10 +145,12 @@ def _search(args, settings: dict[str, Any]) -> None:
 
 
 def _tree(args, settings: dict[str, Any]) -> None:
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.knowledge.config import KnowledgeConfig
 
     kcfg = KnowledgeConfig.from_dict(settings["knowledge"])
     if args.build:
+        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
         from nas.home import home
         from nas.knowledge.tree_build import build_tree
         from nas.llm import LLMClient, LLMConfig
@@ -164,6 +176,7 @@ def _tree(args, settings: dict[str, Any]) -> None:
 
 
 def _stats(args, settings: dict[str, Any]) -> None:
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.knowledge.config import KnowledgeConfig
     from nas.knowledge.stats import idea_stats, plot_stats, render_stats
 

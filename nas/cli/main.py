@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from nas.config import validate_group_overrides
@@ -29,6 +30,7 @@ COMMANDS = {"search": "nas.cli.search", "compare": "nas.cli.compare", "arch": "n
 
 
 def fail(message: str) -> None:
+    # lazy: only an error needs them (`nas --help` stays light)
     from nas.secrets import scrub
     from nas.terminal import printable
 
@@ -46,6 +48,9 @@ def check_group_overrides(args: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # Flows report to one local Prefect server that the first command starts and later ones reuse
+    # (flows/server.py), not to a temporary one started anew by every command (~10 s)
+    os.environ.setdefault("NASFLOW_PREFECT_SERVER", "local")
     install_log_scrubbing()  # every log line, search.log included, is written without secrets
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())

@@ -1,5 +1,6 @@
 """`nas regress`: run a regression suite and compare it with its stored baseline.
 
+Prints a header, a verdict per metric and a last line PASS (exit 0) or FAIL (exit 1).
 Exit 0 when nothing regressed, 1 on a regression or a metric the run failed to
 produce (one line per metric on stderr; with --update-baseline, a crashed probe:
 the baseline is then not written), 2 on bad input (unknown suite, a
@@ -11,11 +12,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from nas.errors import NasError
 
 
 def main(argv: list[str]) -> None:
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.cli.main import fail
     from nas.regression.probes import SUITES, run_suite
 
@@ -39,19 +42,38 @@ def main(argv: list[str]) -> None:
                            update=args.update_baseline, progress=not args.no_progress)
     except NasError as err:
         fail(str(err))
+    out, problems, code = verdict_lines(report)
+    print("\n".join(out))
+    if code:
+        print("\n".join(problems), file=sys.stderr)
+        raise SystemExit(code)
+
+
+VERDICTS = {"regressed": "REGRESSED", "missing": "MISSING", "improved": "improved", "new": "new",
+            "ok": "ok", "info": "info (no tolerance)", "skipped": "skipped"}
+
+
+def verdict_lines(report: dict[str, Any]) -> tuple[list[str], list[str], int]:
+    """The table (a header, one verdict per metric), the files, then PASS or FAIL with the exit
+    code it goes with; the problems, one line each, for stderr."""
+    out = [f"   {'metric':<36} {'value':>12} {'baseline':>12}  verdict"]
     for row in report["metrics"]:
         mark = {"regressed": "!!", "missing": "!!", "improved": "++", "new": "+ "}.get(row["status"], "  ")
         value = "-" if row["value"] is None else f"{row['value']:.6g}"
         base = "-" if row["baseline"] is None else f"{row['baseline']:.6g}"
-        print(f"{mark} {row['metric']:<36} {value:>12} {base:>12}  {row['status']}")
-    out = Path(report["out"])
-    print(f"wrote {out / 'report.json'}, {out / 'report.md'}, {out / 'ratios.png'}")
+        out.append(f"{mark} {row['metric']:<36} {value:>12} {base:>12}  {VERDICTS.get(row['status'], row['status'])}")
+    folder = Path(report["out"])
+    out.append(f"wrote {folder / 'report.json'}, {folder / 'report.md'}, {folder / 'ratios.png'}")
+    counts = ", ".join(f"{n} {status}" for status, n in report["counts"].items())
+    failures = report["failures"]
     if report["baseline_updated"]:
-        print(f"baseline written: {report['baseline']}")
-        return
-    if report["failures"]:
-        for line in report["failures"]:
-            print(f"nas regress: {line}", file=sys.stderr)
-        print(f"nas regress: suite '{args.suite}' FAILED: {len(report['failures'])} problem(s) "
-              f"(report: {out / 'report.md'})", file=sys.stderr)
-        raise SystemExit(1)
+        out.append(f"PASS: suite '{report['suite']}': baseline written: {report['baseline']} ({counts})")
+        return out, [], 0
+    if not failures:
+        out.append(f"PASS: suite '{report['suite']}': nothing regressed ({counts})")
+        return out, [], 0
+    out.append(f"FAIL: suite '{report['suite']}': {len(failures)} problem(s) ({counts}; exit 1)")
+    err = [f"nas regress: {line}" for line in failures]
+    err.append(f"nas regress: suite '{report['suite']}' FAILED: {len(failures)} problem(s) "
+               f"(report: {folder / 'report.md'})")
+    return out, err, 1

@@ -5,6 +5,7 @@ fails before its search writes anything removes them again."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ MULTIRUN = ("-m", "--multirun")
 
 
 def main(argv: list[str]) -> None:
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.cli.main import check_group_overrides, fail
 
     check_group_overrides(argv)
@@ -54,6 +56,7 @@ def check_jobs(jobs: list[list[str]]) -> None:
     evaluator may load a table); a sweep's checks take about a second a job, and one job's build
     2-5 s (torch's imports), so they show progress. Counted steps, so that off a terminal a
     component's error (raised after the imports) is still the only line."""
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.status import status
 
     if len(jobs) == 1:
@@ -77,6 +80,7 @@ def check_jobs(jobs: list[list[str]]) -> None:
 def _detach_logs_in(run_dir: Path) -> None:
     """Close the log files Hydra set up in a run dir that was removed (its `search.log`, opened
     on the first line): whatever this process logs next would fail to create it."""
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     import logging
 
     loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
@@ -91,17 +95,21 @@ def _detach_logs_in(run_dir: Path) -> None:
 def _hydra_entry(existing: set[Path]) -> None:
     """`existing`: run dirs that were there before this command (a user's own, an earlier
     run's): a failed start leaves them where they were; it removes only a dir it made."""
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, OmegaConf
 
     @hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
     def search(cfg: DictConfig) -> None:
+        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
         from nas.cli.main import fail
         from nas.execute import execute
         from nas.search.rundir import RunDir
         from nas.search.spec import SearchSpec
-        from tasks.env import quiet_termination
+        from tasks.env import configure_prefect_env, quiet_termination
+
+        configure_prefect_env()  # before a runner imports Prefect: its home and cache under NASFLOW_HOME
 
         run_dir: Path | None = None  # Ctrl-C may come before it is known
         try:
@@ -112,8 +120,10 @@ def _hydra_entry(existing: set[Path]) -> None:
             signal.signal(signal.SIGINT, interrupt_once)
             signal.signal(signal.SIGTERM, terminate_once)
             quiet_termination()
+            logging.getLogger("prefect.flow_runs").addFilter(said_in_one_line)
             with run.lock():  # before anything is written: another search may own the dir
                 try:
+                    check_run_dir(run, spec)
                     save_hydra_files(run_dir / ".hydra", cfg)
                     summary = execute(spec, run_dir, container.get("runner") or {},
                                       bool(container.get("progress", True)))
@@ -130,6 +140,21 @@ def _hydra_entry(existing: set[Path]) -> None:
             interrupted(run_dir, isinstance(stop, Terminated))
 
     search()
+
+
+def check_run_dir(run: Any, spec: Any) -> None:
+    """The run-dir refusals, each one line, before Prefect starts (whose flow would log a traceback
+    first) and before `.hydra/` is rewritten; the loop says the run dir when it starts."""
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
+    from nas.search.loop import check_budget
+
+    resume = run.prepare(spec.identity_fields(), spec.batch_lines)
+    check_budget(run.path, resume.history if resume else [], spec.trials)
+
+
+def said_in_one_line(record: logging.LogRecord) -> bool:
+    """Drops Prefect's record of a flow's NasError, traceback and all: `fail` says it in one line."""
+    return not (record.exc_info and isinstance(record.exc_info[1], NasError))
 
 
 def interrupt_once(signum: int, frame: Any) -> None:
@@ -153,6 +178,7 @@ def terminate_once(signum: int, frame: Any) -> None:
 
 def interrupted(run_dir: Path | None, terminated: bool = False) -> None:
     """One line on what was saved, then exit as a shell reports the signal (130 Ctrl-C, 143 SIGTERM)."""
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.search.rundir import RunDir
 
     what, status = ("terminated", 143) if terminated else ("interrupted", 130)
@@ -184,13 +210,36 @@ def print_summary(run_dir: Path, summary: dict[str, Any]) -> None:
           f"{summary['cache_hits']} cached)")
     if lines > 1:
         print(f"export it: nas export {run_dir}")
+    if summary.get("design"):
+        print(llm_line(run_dir, summary))
+
+
+def llm_line(run_dir: Path, summary: dict[str, Any]) -> str:
+    """What the LLM did in a design search: designs proposed, valid, trained, better than the root."""
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
+    from nas.core.trial import read_history
+
+    design, history = summary.get("design") or {}, read_history(run_dir / "history.jsonl")
+    root = next((r for r in history if (r.strategy or {}).get("stage") == "root"), None)
+    designed = [r for r in history if r is not root]
+    trained = [r for r in designed if r.accuracy is not None]
+    base = root.accuracy if root is not None else None
+    better = [r for r in trained if base is not None and r.accuracy is not None and r.accuracy > base]
+    total = ((summary.get("llm") or {}).get("total") or {})
+    root_text = f" ({root.accuracy:.2f}%)" if root is not None and root.accuracy is not None else ""
+    return (f"LLM: {design.get('proposals', len(designed))} designs proposed, {design.get('valid', '?')} valid, "
+            f"{len(trained)} trained, {len(better)} better than the root{root_text}; "
+            f"{total.get('calls', 0)} calls, {total.get('tokens', 0)} tokens, {total.get('latency_s', 0.0):.0f} s, "
+            f"{total.get('retries', 0)} retries")
 
 
 def save_hydra_files(folder: Path, cfg: Any) -> None:
     """What Hydra writes to `.hydra/` (its own writing is off: `hydra.output_subdir: null`)."""
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
 
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.io import atomic_write_text
 
     hydra_cfg = HydraConfig.get()

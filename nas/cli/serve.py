@@ -55,12 +55,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> None:
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.cli.main import fail
 
     args = _parser().parse_args(argv)
     # A served flow's logs are what the UI shows of it; the CLI's default of WARNING hides them.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
+    from tasks.env import configure_prefect_env
+
+    configure_prefect_env()  # before flows import Prefect: its home under NASFLOW_HOME
     try:
+        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
         from flows.serve import build, describe, load, serve
         from flows.server import check_server, ui_warning
 

@@ -16,6 +16,7 @@ USAGE = "usage: nas train-supernet space=NAME [data=...] [supernet.KEY=...] [see
 
 
 def main(argv: list[str]) -> None:
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.cli.main import check_group_overrides, fail
     from nas.config import check_config, data_source
     from supernets.settings import SupernetSettings
@@ -34,9 +35,11 @@ def main(argv: list[str]) -> None:
         group.pop("out", None)
         params = group.pop("params", None) or {}
         settings = SupernetSettings.from_dict(group)
+        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
         from nas.status import status
 
         with status("loading torch and Lightning", show=progress):  # ~10 s on a CPU, Lightning's torchmetrics most
+            # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
             from supernets.train import train_supernet
 
         result = train_supernet(cfg["space"], params, data_source(cfg["data"]), settings, int(cfg["seed"]), out,

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nas.core.arch import Architecture
+from nas.core.trial import SELF_REPORTED
 from nas.errors import ConfigError, EncodingError, InputError, MissingDependencyError, NasError
 from nas.io import atomic_write_json, check_output, read_input_text
-from nas.search.record import SELF_REPORTED
 
 if TYPE_CHECKING:
     from nas.core.space import SearchSpace
@@ -27,6 +27,7 @@ def load_arch(spec: str) -> tuple[SearchSpace, Architecture]:
     """ARCH and the trainable space that reads it, asked of the spaces (`SearchSpace.file_suffix`):
     a file by its suffix, anything else as an architecture string of a space whose architectures
     are strings."""
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.spaces import SPACES
 
     trainable = [cls for cls in map(SPACES.get, SPACES.names()) if cls.trainable]
@@ -56,6 +57,7 @@ def load_arch(spec: str) -> tuple[SearchSpace, Architecture]:
 
 def compose(overrides: list[str]) -> tuple[dict, int]:
     """The `evaluator=train` config with `data`, `recipe` and `engine` resolved into it, and the seed."""
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.config import check_config
 
     cfg = check_config(["evaluator=train", *overrides])
@@ -65,6 +67,7 @@ def compose(overrides: list[str]) -> tuple[dict, int]:
 
 
 def main(argv: list[str]) -> None:
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.cli.main import check_group_overrides, fail
 
     if not argv or argv[0] in ("-h", "--help"):
@@ -86,9 +89,11 @@ def main(argv: list[str]) -> None:
         space, arch = load_arch(argv[0])
         params, seed = compose(rest)
         params.pop("name", None)
+        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
         from nas.evaluators import EVALUATORS
 
         evaluator = EVALUATORS.create("train", params, space=space)  # builds the network
+        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
         from nas.train.progress import EpochDisplay
 
         # a model .py trains in the sandbox, which reports no epochs: the title alone then

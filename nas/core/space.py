@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Generic, Protocol, TypeVar
@@ -138,15 +138,25 @@ class SearchSpace(ABC, Generic[A]):
         return asdict(cls.sizing(**{k: v for k, v in options.items() if k in names}))
 
     @classmethod
-    def own_options(cls, options: Mapping[str, Any], where: str, others: Iterable[str]) -> dict[str, Any]:
-        """`build_options` of settings meant for this space alone: a key that is neither one of
-        its sizing settings nor in `others` (the caller's own parameters) fails in one line
-        naming `where` and every accepted key."""
-        known = {f.name for f in fields(cls.sizing)} if cls.sizing else set()
+    def sizing_options(cls, options: Mapping[str, Any], where: str, takes: Callable[..., Any], *,
+                       every_space: bool = False) -> dict[str, Any]:
+        """The one check of the sizing settings that a component building networks takes as
+        `**sizing` (evaluator=train and proxy, screen.scorer=proxy): a key that is neither a sizing
+        setting nor a named parameter of `takes` (the component's class) fails in one line naming
+        `where` and every accepted key. `every_space`: the settings of every trainable space are
+        accepted, each value checked by every space that reads it, so a bad value fails whichever
+        space the run has (evaluator=train's config serves them all); otherwise this space's alone.
+        Returns this space's (`build_options`)."""
+        readers = [s for s in map(SPACES.get, SPACES.names()) if s.trainable and s.sizing is not None] \
+            if every_space else [cls]
+        known = {f.name for reader in readers if reader.sizing is not None for f in fields(reader.sizing)}
         unknown = sorted(set(options) - known)
         if unknown:
+            named = [n for n in inspect.signature(takes).parameters if n not in ("self", "space", "sizing")]
             raise ConfigError(f"{where}: unknown parameter '{unknown[0]}' "
-                              f"(accepted: {', '.join(sorted({*others, *known}))})")
+                              f"(accepted: {', '.join(sorted({*named, *known}))})")
+        for reader in readers if every_space else []:  # each checks the values it reads
+            reader.build_options(options)
         return cls.build_options(options)
 
     def build(self, arch: A, num_classes: int, in_channels: int = 3, input_size: int = 32,

@@ -184,7 +184,7 @@ def fashion_mnist(root: str | None = None, **_: object) -> ImageData:
 
 def digits(**_: object) -> ImageData:
     try:
-        from sklearn.datasets import load_digits
+        from sklearn.datasets import load_digits  # lazy: an optional extra, refused in one line when missing
     except ImportError:  # pragma: no cover - scikit-learn is a dependency
         raise MissingDependencyError("digits needs scikit-learn: pip install scikit-learn") from None
     bunch = load_digits()

@@ -14,11 +14,13 @@ from typing import Any
 
 from nas.core.arch import SeenIndex
 from nas.core.constraint import Constraint
+from nas.core.trial import Candidate, SearchExhausted, TrialRecord
 from nas.design.metrics import design_metrics
 from nas.design.verifiers import Chain, Outcome
+from nas.knowledge.config import KnowledgeConfig
+from nas.llm import LLMClient
 from nas.llm.client import Calls
-from nas.search.record import TrialRecord
-from nas.strategies.base import Candidate, SearchExhausted, Strategy
+from nas.strategies.base import Strategy
 
 
 @dataclass
@@ -81,9 +83,6 @@ class DesignStrategy(Strategy):
     # -- wiring -------------------------------------------------------------------------------------------
 
     def attach(self, run_dir: Path, llm_calls: Calls | None = None, progress: bool = True) -> None:
-        from nas.knowledge.config import KnowledgeConfig
-        from nas.llm import LLMClient
-
         self.client = LLMClient(self.llm_settings, run_dir=run_dir, calls=llm_calls)
         self._open_knowledge(KnowledgeConfig.from_dict(self.knowledge_settings), progress)
 

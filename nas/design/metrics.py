@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nas.search.record import TrialRecord
+from nas.core.trial import TrialRecord
 
 
 def design_metrics(designs: list[TrialRecord], history: list[TrialRecord] | None = None) -> dict[str, Any]:

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 def checker_fingerprint() -> str:
     """The sandbox's and the measuring code's sources, torch's and Python's versions: a change to
     any of them may change a verdict, so it starts a fresh set of keys."""
-    import torch
+    import torch  # lazy: loads torch (start-up time)
 
     digest = hashlib.sha256(f"{torch.__version__} {sys.version}".encode())
     for path in sorted([*(_CHECKER / "sandbox").glob("*.py"), _CHECKER / "measure.py"]):

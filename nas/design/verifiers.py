@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from nas.core.arch import Architecture, SeenIndex
 from nas.core.constraint import Constraint
+from nas.design.verdicts import verdict_key
 from nas.errors import EncodingError
+from nas.sandbox import verify_model_source
+from nas.sandbox.limits import Limits
 from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.dag.macro import BlockSet, Skeleton, search_width, section_errors
 from nas.spaces.nader.dag.parse import Block
@@ -262,8 +265,6 @@ class Execute(Verifier):
 
     def __init__(self, parent_source: str | None, num_classes: int, input_size: int, limits=None,
                  cache: VerdictCache | None = None) -> None:
-        from nas.sandbox.limits import Limits
-
         self.parent_source = parent_source
         self.num_classes = num_classes
         self.input_shape = (2, 3, input_size, input_size)
@@ -271,9 +272,6 @@ class Execute(Verifier):
         self.cache = cache
 
     def check(self, draft: Draft) -> Check:
-        from nas.design.verdicts import verdict_key
-        from nas.sandbox import verify_model_source
-
         def check():
             return verify_model_source(draft.text, num_classes=self.num_classes, input_shape=self.input_shape,
                                        parent_source=self.parent_source, limits=self.limits)
@@ -284,6 +282,8 @@ class Execute(Verifier):
             key = verdict_key(draft.text, self.parent_source, self.num_classes, self.input_shape, self.limits)
             verdict, cached = self.cache.verdict(key, check)
         draft.facts["verdict"] = verdict
+        if isinstance(draft.arch, SourceArch):  # what it trains must be the graph this verdict measured
+            draft.arch.checked = verdict.graph
         if not verdict.ok:
             return self.failed(f"{verdict.stage}: {verdict.error}", FIX, stage=verdict.stage,
                                traceback=verdict.traceback, cached=cached)

@@ -1,5 +1,6 @@
-"""Evaluators turn an architecture into metrics (tabular, supernet, training)."""
+"""Evaluators turn an architecture into metrics (tabular, supernet, training); the result
+record, `EvalResult`, is in `nas.core.trial`."""
 
-from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator  # modules imported on first use
+from nas.evaluators.base import EVALUATORS, Evaluator  # modules imported on first use
 
-__all__ = ["EVALUATORS", "EvalResult", "Evaluator"]
+__all__ = ["EVALUATORS", "Evaluator"]

@@ -1,48 +1,19 @@
-"""Evaluator API and the result record every strategy and report consumes."""
+"""Evaluator API: what turns an architecture into an `EvalResult` (nas.core.trial)."""
 
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from nas.core.arch import Architecture
 from nas.core.registry import Registry
-from nas.core.space import SearchSpace
+from nas.core.space import SPACES, SearchSpace
+from nas.core.trial import EvalResult
 from nas.errors import NasError
 
 if TYPE_CHECKING:
     from torch import nn
-
-
-@dataclass
-class EvalResult:
-    """Outcome of one evaluation. `accuracy` (percent) is the objective;
-    `error` is set, and `accuracy` is None, when the candidate failed."""
-
-    accuracy: float | None
-    metrics: dict[str, float] = field(default_factory=dict)
-    params: int | None = None
-    flops: int | None = None
-    cost_seconds: float = 0.0
-    error: str | None = None
-    curve: list[float] = field(default_factory=list)  # training loss per epoch, for evaluators that train
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.accuracy is not None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
-        return cls(**data)
-
-    @classmethod
-    def failure(cls, error: str, cost_seconds: float = 0.0) -> "EvalResult":
-        return cls(accuracy=None, error=error, cost_seconds=cost_seconds)
 
 
 class Evaluator(ABC):
@@ -64,7 +35,6 @@ class Evaluator(ABC):
     @classmethod
     def spaces(cls) -> list[str]:
         """The registered spaces it scores (for error messages: imports every space module)."""
-        from nas.core.space import SPACES
 
         return [n for n in SPACES.names() if cls.accepts(SPACES.get(n))]
 

@@ -15,7 +15,6 @@ open-ended space has no random sample to be a reference."""
 
 from __future__ import annotations
 
-import inspect
 import time
 from functools import cached_property
 from typing import Any
@@ -25,8 +24,13 @@ import numpy as np
 from nas.core.arch import Architecture, stable_hash
 from nas.core.registry import check_count, check_keys
 from nas.core.space import SearchSpace
-from nas.errors import ConfigError
-from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
+from nas.core.trial import EvalResult
+from nas.errors import ConfigError, RunDirError
+from nas.evaluators.base import EVALUATORS, Evaluator
+from nas.home import home
+from nas.io import atomic_write_json, read_json
+from nas.status import status
+from nas.train.build import build_model
 
 
 @EVALUATORS.register("proxy")
@@ -38,8 +42,8 @@ class ProxyEvaluator(Evaluator):
     def __init__(self, space: SearchSpace, data: dict[str, Any], proxies: list[str] | None = None,
                  batch_size: int = 64, reference: int = 32, seed: int = 0, **sizing: Any) -> None:
         """`sizing`: the networks' settings, as evaluator=train's (NB201's `channels`, `cells_per_stage`)."""
-        from nas.data.sources import SOURCES, load_data
-        from nas.proxies import PROXIES, VOTE
+        from nas.data.sources import SOURCES, load_data  # lazy: loads torch (start-up time)
+        from nas.proxies import PROXIES, VOTE  # lazy: loads torch, scipy (start-up time)
 
         super().__init__(space)
         if not isinstance(data, dict) or data.get("name") not in SOURCES:
@@ -55,8 +59,7 @@ class ProxyEvaluator(Evaluator):
         check_count("evaluator.batch_size", batch_size)
         check_count("evaluator.reference", reference)
         self.batch_size, self.reference, self.seed = batch_size, reference, seed
-        named = [n for n in inspect.signature(ProxyEvaluator).parameters if n not in ("space", "sizing")]
-        self.build = type(space).own_options(sizing, "evaluator 'proxy'", named)
+        self.build = type(space).sizing_options(sizing, "evaluator 'proxy'", ProxyEvaluator)
         self.data = load_data(**self.data_cfg)  # a missing dataset fails here, before any trial
         if batch_size > len(self.data.train):
             raise ConfigError(f"evaluator.batch_size={batch_size} is more than the {len(self.data.train)} "
@@ -70,14 +73,13 @@ class ProxyEvaluator(Evaluator):
     @cached_property
     def batch(self) -> Any:
         """The one minibatch every candidate and the reference are scored on."""
-        from nas.proxies.batch import data_batch
+        from nas.proxies.batch import data_batch  # lazy: loads torch, scipy (start-up time)
 
         return data_batch(self.data, self.batch_size, self.seed)
 
     def _scores(self, arch: Architecture) -> tuple[dict[str, float], Any]:
         """The proxies' scores and the network they scored."""
-        from nas.proxies import score_network
-        from nas.train.build import build_model
+        from nas.proxies import score_network  # lazy: loads torch, scipy (start-up time)
 
         net = build_model(self.space, arch, self.batch.shape, self.batch.num_classes, self.build, self.seed)
         return score_network(net, self.batch, self.proxies, self.seed), net
@@ -91,10 +93,6 @@ class ProxyEvaluator(Evaluator):
         tasks and later runs with the same settings read it."""
         if self._reference is not None:
             return self._reference
-        from nas.errors import RunDirError
-        from nas.home import home
-        from nas.io import atomic_write_json, read_json
-        from nas.status import status
 
         rng = np.random.default_rng(self.seed)
         sample = [self.space.sample(rng) for _ in range(self.reference)]
@@ -118,7 +116,7 @@ class ProxyEvaluator(Evaluator):
         return self._reference
 
     def evaluate(self, arch: Architecture, seed: int | None = None) -> EvalResult:
-        from nas.measure import count_flops, count_params
+        from nas.measure import count_flops, count_params  # lazy: loads torch (start-up time)
 
         start = time.perf_counter()
         reference = self.reference_scores()  # the first candidate pays for it

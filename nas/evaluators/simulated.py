@@ -16,12 +16,13 @@ import numpy as np
 
 from nas.core.arch import Architecture
 from nas.core.space import SearchSpace
+from nas.core.trial import EvalResult
 from nas.errors import ConfigError
-from nas.evaluators.base import EVALUATORS, EvalResult
+from nas.evaluators.base import EVALUATORS
 from nas.evaluators.table import TableEvaluator
 
 if TYPE_CHECKING:
-    from nas.strategies.base import Candidate
+    from nas.core.trial import Candidate
 
 DISTRIBUTIONS = ("lognormal", "pareto")
 

@@ -8,8 +8,9 @@ import time
 
 from nas.core.arch import Architecture
 from nas.core.space import SearchSpace
+from nas.core.trial import EvalResult
 from nas.errors import ConfigError
-from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
+from nas.evaluators.base import EVALUATORS, Evaluator
 
 
 @EVALUATORS.register("table")

@@ -3,8 +3,8 @@
 The objective is validation accuracy (test accuracy is recorded, never used
 to choose). Spaces that are `trainable` train: trusted ones (NB201 cells, NADER
 block files) are built in-process by the space; untrusted ones (FairNAD's model
-source) are not: the sandbox exports them as graph data, which trains here (see
-`nas.sandbox.graph`); one that cannot be exported trains inside the sandbox
+source) are not: the sandbox exports them as graph data, which trains in a limited
+trusted worker (see `nas.sandbox.graph`, `nas.sandbox.trusted`); one that cannot be exported trains inside the sandbox
 and its metrics say `self_reported: 1.0`. Before training, zero-cost
 `proxies` (nas.proxies) score each candidate's untrained network on one
 minibatch, recorded as `proxy_<name>` metrics (a network trained in the
@@ -17,24 +17,26 @@ so strategies skip them and the cache keeps them.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import statistics
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from nas.core.arch import Architecture, stable_hash
 from nas.core.registry import check_keys
 from nas.core.space import SearchSpace
+from nas.core.trial import EvalResult
 from nas.errors import ConfigError, EvaluationError, NasError
-from nas.evaluators.base import EVALUATORS, EvalResult, Evaluator
+from nas.evaluators.base import EVALUATORS, Evaluator
+from nas.sandbox.isolation import isolation
 from nas.sandbox.limits import Limits
+from nas.sandbox.verify import train_model_source
 from nas.train.build import build_model
 from nas.train.engine import Engine
 from nas.train.progress import OnEpoch, combine, prefect_progress
 from nas.train.recipe import Recipe
 from nas.train.result import TrainResult
+from nas.train.worker import train_in_subprocess
 
 if TYPE_CHECKING:  # torch and the data loaders load with the evaluator, not with its module:
     import torch  # a config error found before the evaluator is built need not pay for them
@@ -69,11 +71,11 @@ class TrainEvaluator(Evaluator):
         """`sizing`: the networks' settings, each space's own (`SearchSpace.sizing`: NB201's
         `channels`, a block file's `skeleton` and `budget`...). `proxies`: the zero-cost proxies
         recorded per candidate (None: the vote's synflow, jacob_cov, snip; []: none)."""
-        from nas.data.sources import SOURCES, load_data
-        from nas.proxies import PROXIES, VOTE
+        from nas.data.sources import SOURCES, load_data  # lazy: loads torch (start-up time)
+        from nas.proxies import PROXIES, VOTE  # lazy: loads torch, scipy (start-up time)
 
         super().__init__(space)
-        # May numbers a model reported from inside the sandbox be a run's best (nas.search.record.TrialRecord.counts_for_best)?
+        # May numbers a model reported from inside the sandbox be a run's best (nas.core.trial.TrialRecord.counts_for_best)?
         # Not in the fingerprint: it changes no result.
         self.trust_self_reported = trust_self_reported
         # Who hears of each trained epoch (`nas train`'s display); inside a Prefect run each
@@ -88,7 +90,7 @@ class TrainEvaluator(Evaluator):
         check_keys("data", self.data_cfg, ["name", "root", "split_file"])
         self.recipe = Recipe.from_dict(recipe)
         self.engine = Engine.from_dict(dict(engine or {}))
-        self.build = _sizing(space, sizing)
+        self.build = type(space).sizing_options(sizing, "evaluator 'train'", TrainEvaluator, every_space=True)
         if seeds is not None and (not seeds or not all(type(s) is int and s >= 0 for s in seeds)):
             raise ConfigError(f"evaluator.seeds must be a non-empty list of integers >= 0 or null, got {seeds!r}")
         self.seeds = list(seeds) if seeds is not None else None
@@ -103,7 +105,6 @@ class TrainEvaluator(Evaluator):
         # Not in the fingerprint: the proxies are extra metrics, they change no result.
         self.data = load_data(**self.data_cfg)  # a missing dataset fails here, before any trial
         if not space.trusted:
-            from nas.sandbox.isolation import isolation
 
             isolation()  # no OS isolation and no opt-out: one line now, before any trial
 
@@ -150,8 +151,8 @@ class TrainEvaluator(Evaluator):
 
     def _score_proxies(self, net: torch.nn.Module, seed: int) -> dict[str, float]:
         """The proxies of the untrained `net` on `PROXY_BATCH` training images drawn with `seed`."""
-        from nas.proxies import score_network
-        from nas.proxies.batch import data_batch
+        from nas.proxies import score_network  # lazy: loads torch, scipy (start-up time)
+        from nas.proxies.batch import data_batch  # lazy: loads torch, scipy (start-up time)
 
         shape = getattr(net, "input_shape", self.data.shape)  # an exported graph may take RGB of grey data
         batch = data_batch(self.data, min(PROXY_BATCH, len(self.data.train)), seed, shape=tuple(shape))
@@ -169,11 +170,10 @@ class TrainEvaluator(Evaluator):
 
     def _train_trusted(self, archs: list[Architecture], todo: list[int], seed: int,
                        runs: list[list[TrainResult] | str]) -> None:
-        from nas.train.run import train_many
+        from nas.train.run import train_many  # lazy: loads torch (start-up time)
 
         todo = [i for i in todo if not isinstance(runs[i], str)]
         if self.engine.devices > 1:
-            from nas.train.worker import train_in_subprocess
 
             for i in todo:
                 try:
@@ -200,13 +200,10 @@ class TrainEvaluator(Evaluator):
                       proxies: dict[str, float]) -> tuple[list[TrainResult] | str, bool]:
         """(results or the error, whether the sandbox trained it and reported the numbers itself);
         `proxies` gets the exported graph's proxy scores."""
-        import torch
+        import torch  # lazy: loads torch (start-up time)
 
-        from nas.sandbox.verify import train_model_source
 
         def on_graph(net: torch.nn.Module) -> None:
-            if not self.proxies:
-                return
             try:
                 proxies.update(self._score_proxies(net, seeds[0]))
             except Exception as err:  # noqa: BLE001 - an exported op a proxy cannot run (float64, say): no proxies
@@ -216,28 +213,10 @@ class TrainEvaluator(Evaluator):
         verdict, results = train_model_source(
             arch.source, data=self.data_cfg, recipe=self.recipe.to_dict(), engine=self.engine.to_dict(),
             seeds=seeds, num_classes=self.data.num_classes, input_shape=(2, *self.data.shape), gpu=gpu,
-            threads=torch.get_num_threads(), limits=self.limits, filename=arch.filename, loaded=self.data,
+            threads=torch.get_num_threads(), limits=self.limits, filename=arch.filename,
             on_epoch=combine(self.on_epoch, prefect_progress()), label=f"{arch.space} {arch.key()}",
-            on_graph=on_graph)
+            on_graph=on_graph if self.proxies else None, checked=arch.checked)
         return (results if verdict.ok else verdict.error or verdict.stage), verdict.self_reported
-
-
-def _sizing(space: SearchSpace, options: dict[str, Any]) -> dict[str, Any]:
-    """`space`'s sizing settings among `options` (what its networks are built with). Each setting is
-    checked by every trainable space that reads it, so a bad value fails whichever space the run
-    has, and one that no space reads is refused."""
-    from nas.spaces import SPACES
-
-    readers = [cls for cls in map(SPACES.get, SPACES.names()) if cls.trainable and cls.sizing is not None]
-    known = {f.name for cls in readers for f in fields(cls.sizing)}  # type: ignore[arg-type]  # not None, above
-    unknown = sorted(set(options) - known)
-    if unknown:
-        named = [n for n in inspect.signature(TrainEvaluator).parameters if n not in ("space", "sizing")]
-        raise ConfigError(f"evaluator 'train': unknown parameter '{unknown[0]}' "
-                          f"(accepted: {', '.join(sorted({*named, *known}))})")
-    for cls in readers:
-        cls.build_options(options)
-    return type(space).build_options(options)
 
 
 def _combine(runs: list[TrainResult] | str, seeds: list[int], self_reported: bool = False) -> EvalResult:

@@ -7,6 +7,8 @@ from typing import Any, Callable
 
 from torch import nn
 
+from nas.core.trial import SELF_REPORTED
+
 
 @dataclass
 class Built:
@@ -25,7 +27,6 @@ def note_retraining(weights: dict[str, Any], result: Any, ev: Any, say: Callable
                     self_reported: bool = False) -> None:
     """Record a retraining's outcome (a `TrainResult` under `ev`'s recipe) in the manifest's weights entry;
     `self_reported`: the model trained inside the sandbox and its own code reported these numbers."""
-    from nas.search.record import SELF_REPORTED
 
     say(f"retrained: valid {result.valid_accuracy:.2f}%, test {result.test_accuracy:.2f}% "
         f"({result.epochs} epochs, {result.wall_seconds:.1f} s)" + (f", {SELF_REPORTED}" if self_reported else ""))

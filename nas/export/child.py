@@ -23,7 +23,7 @@ from nas.sandbox.verify import Verdict
 from nas.sandbox.worker import Job, first_in_channels, import_file, instantiate, serve
 
 # loaded before the policy, as they read many files; export_graph says why when one is missing
-PRELOAD = ("torch.onnx.utils", "onnx.reference")
+PRELOAD = ("torch.onnx.utils", "onnx.reference", "onnxruntime")
 
 
 def export(job: Job) -> Verdict:

@@ -18,13 +18,15 @@ from typing import Any, Callable
 
 import torch
 
+from nas import __version__
+from nas.core.trial import TrialRecord
 from nas.export import ExportError
 from nas.export.graph import export_graph
 from nas.export.selection import load_trial
 from nas.export.trusted import rebuild, source_check
 from nas.export.untrusted import export_untrusted
 from nas.io import make_dir
-from nas.search.record import TrialRecord
+from nas.measure import count_flops, count_params
 
 
 def export_run(run_dir: Path, out: Path | None = None, trial: int | None = None, train: bool = True,
@@ -75,8 +77,6 @@ def _check_replaceable(out: Path, run_dir: Path) -> None:
 
 def _export(spec, space, arch, record: TrialRecord, tmp: Path, train: bool,
             say: Callable[[str], None]) -> dict[str, Any]:
-    from nas.measure import count_flops, count_params
-
     evaluator = spec.evaluator.name
     ev = spec.build_evaluator(space)  # a missing or unreadable supernet checkpoint fails here, with its path
     if not space.trusted:
@@ -119,6 +119,4 @@ def _sha256(path: Path) -> str:
 
 
 def _version() -> str:
-    from nas import __version__
-
     return __version__

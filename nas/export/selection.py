@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nas.core.trial import TrialRecord, best_record, read_history
 from nas.errors import RunDirError
 from nas.export import ExportError
 from nas.io import read_json_object
 from nas.search.loop import trusts_self_reported
-from nas.search.record import TrialRecord, best_record, read_history
 from nas.search.spec import SearchSpec
 
 

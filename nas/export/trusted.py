@@ -20,11 +20,13 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from nas.core.trial import TrialRecord
 from nas.export import ExportError
 from nas.export.built import Built, note_retraining
 from nas.export.graph import one_line, output_diff
 from nas.export.untrusted import run_sandboxed, sandbox_limits
-from nas.search.record import TrialRecord
+from nas.train.build import build_model
+from nas.train.run import train_one
 
 Say = Callable[[str], None]
 
@@ -64,8 +66,6 @@ def from_weights(ev: Any, sub: nn.Module, origin: dict[str, Any], space: Any, ar
 
 def from_training(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRecord, train: bool, say: Say) -> Built:
     """Retrained as the run trained it (the evaluator's `weights` is None), or seeded initial weights."""
-    from nas.train.build import build_model
-    from nas.train.run import train_one
 
     seed = ev.seeds[0] if ev.seeds else spec.seed
     data = ev.data
@@ -91,7 +91,8 @@ def from_initial(ev: Any, spec: Any, space: Any, arch: Any) -> Built:
     net = space.build(arch, ev.num_classes, 3, ev.resolution)
     source = space.source(arch, ev.num_classes, 3, ev.resolution)
     weights = {"origin": "initial", "seed": spec.seed,
-               "note": "the table evaluator stores no weights: seeded initial weights; train the cell "
+               "note": "the table evaluator stores no weights: seeded initial weights, untrained (the accuracy is "
+                       "the table's, not theirs); train the cell "
                        f"with `nas train '{arch.encode()}' data=cifar10 ...`"}
     return Built(net, (1, 3, ev.resolution, ev.resolution), source, space.source_kind, weights, ev.num_classes)
 

@@ -6,8 +6,8 @@ the public sandbox API (`nas.sandbox.verify.run_child`, `python -m nas.export.ch
 under the same isolation, rlimits, audit policy, empty environment and
 process-group kill as verification), which writes its files into a private
 directory for this process to collect and check field by field. Retrained, a model
-that exports as a graph trains here (`_from_graph`), so no number comes from its
-code; one that cannot be exported trains in the sandbox, marked `self_reported`.
+that exports as a graph trains in a limited trusted worker (`_from_graph`,
+`nas.sandbox.trusted`), so no number comes from its code; one that cannot be exported trains in the sandbox, marked `self_reported`.
 """
 
 from __future__ import annotations
@@ -21,20 +21,22 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from safetensors.torch import load_file
 
+from nas.core.trial import SELF_REPORTED, TrialRecord
+from nas.evaluators.train import SANDBOX_DEFAULTS
 from nas.export import ExportError
 from nas.export.built import Built, note_retraining
 from nas.export.graph import one_line
 from nas.sandbox.limits import Limits
-from nas.sandbox.verify import Verdict, check_syntax, conclude, run_child
-from nas.search.record import SELF_REPORTED, TrialRecord
+from nas.sandbox.verify import Verdict, check_syntax, conclude, export_model_graph, run_child, train_graphs
+from nas.train.result import TrainResult
 
 REPORT_MAX = 1 << 20  # bytes of the sandboxed child's report.json read back (it lists the state dict's keys)
 
 
 def sandbox_limits(spec: Any, params: float | None) -> Limits:
     """The run's `evaluator.sandbox` limits (train's defaults), with room for the written files."""
-    from nas.evaluators.train import SANDBOX_DEFAULTS
 
     limits = {**SANDBOX_DEFAULTS, **(spec.evaluator.params.get("sandbox") or {})}
     if params:
@@ -50,7 +52,7 @@ def export_untrusted(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRec
     check model.py + model.pt in a fresh sandbox. Returns (built, graph entry, source check,
     measured params and FLOPs). Untrusted networks never load here, so only an evaluator that
     trains (`Evaluator.trains`: its data, recipe, engine and seeds) can rebuild them. Retrained,
-    a model that exports as a graph trains here, as the search's evaluator trains it, and
+    a model that exports as a graph trains in the trusted worker, as the search's evaluator trains it, and
     model.pt holds that graph's trained parameters (so every number is ours); one that cannot
     be exported retrains in the sandbox, and the manifest marks its numbers `self_reported`."""
     if not ev.trains:
@@ -62,19 +64,18 @@ def export_untrusted(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRec
     if not train:
         say("building the model in the sandbox (initial weights)")
         return _in_sandbox(ev, spec, space, arch, record, tmp, seed, source, None, say)
-    from nas.sandbox.verify import export_model_graph
 
     say("exporting the model as a graph in the sandbox")
-    verdict, nets = export_model_graph(arch.source, seeds=[seed], num_classes=data.num_classes,
+    verdict, artifact = export_model_graph(arch.source, seeds=[seed], num_classes=data.num_classes,
                                        input_shape=(2, *data.shape), limits=sandbox_limits(spec, record.params),
                                        batch=ev.recipe.batch_size)
     if not verdict.ok:
         raise ExportError(f"model.py in the sandbox: {verdict.error}")
     if not verdict.self_reported:
-        return _from_graph(ev, spec, space, arch, tmp, seed, source, verdict, nets[seed], say)
+        return _from_graph(ev, spec, space, arch, tmp, seed, source, verdict, artifact, say)
     say(f"the model cannot be exported as a graph ({verdict.export_error}): it retrains inside the sandbox, "
         f"so its numbers are {SELF_REPORTED}")
-    gpu = ev.engine.accelerator == "gpu" or (ev.engine.accelerator == "auto" and torch.cuda.is_available())
+    gpu = _gpu(ev)
     request = {"data": ev.data_cfg, "recipe": ev.recipe.to_dict(), "engine": ev.engine.to_dict(),
                "seeds": [seed], "gpu": gpu, "threads": torch.get_num_threads()}
     r = ev.recipe
@@ -83,34 +84,38 @@ def export_untrusted(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRec
     return _in_sandbox(ev, spec, space, arch, record, tmp, seed, source, request, say)
 
 
+def _gpu(ev: Any) -> bool:
+    return ev.engine.accelerator == "gpu" or (ev.engine.accelerator == "auto" and torch.cuda.is_available())
+
+
 def _from_graph(ev: Any, spec: Any, space: Any, arch: Any, tmp: Path, seed: int, source: str, verdict: Verdict,
-                net: Any, say: Callable[[str], None]) -> tuple[Built, dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """Train the exported graph `net` (seed `seed`'s initial weights) here; model.pt is its
-    state dict (the graph's tensors sit at the model's parameter paths), restricted to the
-    keys of `Network`'s state dict, which the sandbox loads to write the ONNX graph."""
-    from nas.sandbox.verify import train_graphs
+                artifact: bytes, say: Callable[[str], None]) -> tuple[Built, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Train the checked graph `artifact` (seed `seed`'s network) in the trusted training worker
+    (`train_graphs`), which writes its trained weights and its output on an input drawn under
+    `spec.seed`; model.pt is that state dict (the graph's tensors sit at the model's parameter
+    paths), restricted to the keys of `Network`'s state dict, which the sandbox loads to write the
+    ONNX graph."""
 
     data, r = ev.data, ev.recipe
     say(f"retraining the exported graph here: {r.epochs} epochs on {ev.data_cfg['name']} (batch {r.batch_size}, "
         f"lr {r.lr}), seed {seed}, engine {ev.engine.kind}")
-    verdict, trained = train_graphs(verdict, {seed: net}, ev.data_cfg, r.to_dict(), ev.engine.to_dict(), data,
-                                    label="model.py")
-    if not verdict.ok:
-        raise ExportError(f"retraining the exported graph: {verdict.error}")
-    result = trained[0]
-    if result.terminated:
-        raise ExportError(f"retraining terminated early: {result.terminated}")
+    limits = sandbox_limits(spec, verdict.params)
+    with tempfile.TemporaryDirectory(prefix="nas-trained-", ignore_cleanup_errors=True) as out:
+        verdict, trained = train_graphs(verdict, artifact, ev.data_cfg, r.to_dict(), ev.engine.to_dict(), [seed],
+                                        limits, gpu=_gpu(ev), threads=torch.get_num_threads(), label="model.py",
+                                        out=out, probe=spec.seed)
+        if not verdict.ok:
+            raise ExportError(f"retraining the exported graph: {verdict.error}")
+        result = trained[0]
+        if result.terminated:
+            raise ExportError(f"retraining terminated early: {result.terminated}")
+        state = load_file(Path(out, f"seed{seed}.safetensors"))
+        probe = load_file(Path(out, "probe.safetensors"))
+    x, ref = probe["input"], probe["output"]
     weights: dict[str, Any] = {"seed": seed, "data": ev.data_cfg}
     note_retraining(weights, result, ev, say)
-    net = net.cpu().eval()
-    state = {k: v.detach().clone() for k, v in net.state_dict().items()}
-    torch.manual_seed(spec.seed)
-    x = torch.randn((1, *net.input_shape))
-    with torch.no_grad():
-        ref = net(x)
     torch.save(state, tmp / "model.pt")
     say("writing ONNX (TorchScript if that fails) in the sandbox from the trained weights")
-    limits = sandbox_limits(spec, verdict.params)
     report = run_sandboxed(tmp, arch.source, data.num_classes, x, weights=tmp / "model.pt", export=True,
                            limits=limits)[2]
     keys = report["state_keys"]
@@ -130,7 +135,6 @@ def _in_sandbox(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRecord, 
                 ) -> tuple[Built, dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Build the model in the sandbox, retrained there under `request` (self-reported) or
     with its initial weights (None)."""
-    from nas.train.result import TrainResult
 
     data = ev.data
     verdict, trained, report = run_sandboxed(tmp, arch.source, data.num_classes, (1, *data.shape), train=request,
@@ -232,7 +236,9 @@ def _read_report(path: Path, exported: bool, compared: bool) -> dict[str, Any]:
                 raise ValueError("graph format")
             if graph["check"] is not None:
                 _check_diff(graph["check"])
-            for key in ("onnx_error", "torchscript_error"):
+            if graph.get("batch") not in ({"dynamic", "fixed"} if graph["format"] == "onnx" else {None}):
+                raise ValueError("graph batch")
+            for key in ("onnx_error", "torchscript_error", "dynamic_error"):
                 if not (graph.get(key) is None or (isinstance(graph[key], str) and len(graph[key]) < 400)):
                     raise ValueError(key)
             for name in ("model.pt", graph["file"]):  # copied out next: regular files only (no FIFO, no folder)
@@ -249,7 +255,9 @@ def _read_report(path: Path, exported: bool, compared: bool) -> dict[str, Any]:
 def _check_diff(check: Any) -> None:
     d = check["max_abs_diff"]
     if not (isinstance(check["method"], str) and len(check["method"]) < 40 and type(check["passed"]) is bool
-            and (d is None or (type(d) in (int, float) and d >= 0))):
+            and (d is None or (type(d) in (int, float) and d >= 0))
+            and (check.get("batches") is None
+                 or (isinstance(check["batches"], list) and all(type(n) is int and n > 0 for n in check["batches"])))):
         raise ValueError("check")
 
 

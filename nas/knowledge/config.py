@@ -8,6 +8,9 @@ from typing import Any
 
 from nas.core.registry import check_keys
 from nas.errors import ConfigError
+from nas.knowledge.papers import builtin_ideas
+from nas.knowledge.tree import AttributeTree
+from nas.status import status
 
 TAGGERS = ("embed", "llm")
 SCREENS = ("auto", "llm", "embed", "off")
@@ -52,8 +55,6 @@ class KnowledgeConfig:
         return "embed" if reader_model == EMBEDDED_MODEL else "llm"
 
     def load_tree(self):
-        from nas.knowledge.tree import AttributeTree
-
         if self.tree == "builtin":
             return AttributeTree.builtin()
         path = Path(self.tree).expanduser()
@@ -62,6 +63,7 @@ class KnowledgeConfig:
         return AttributeTree.load(path)
 
     def open_store(self, embedder=None):
+        # lazy: loads numpy, qdrant_client, threadpoolctl (start-up time)
         from nas.knowledge.store import KnowledgeStore
 
         return KnowledgeStore(**self._where(), embedder=embedder)
@@ -71,11 +73,9 @@ class KnowledgeConfig:
         built-in corpus's tagged ideas (`seed_builtin`), so a fresh machine designs
         from papers' ideas without an ingest first. `progress`: the search's, so
         progress=false seeds silently."""
-        from nas.knowledge.papers import builtin_ideas
 
         store = self.open_store(embedder)
         if self.seed_builtin and store.count() == 0:
-            from nas.status import status
 
             ideas = builtin_ideas()
             # once per store, before a NADER or FairNAD search's first trial: ~10 s on 2 busy cores
@@ -85,6 +85,7 @@ class KnowledgeConfig:
         return store
 
     def open_experiences(self, embedder=None):
+        # lazy: loads numpy, qdrant_client, threadpoolctl (start-up time)
         from nas.knowledge.store import ExperienceStore
 
         return ExperienceStore(**self._where(), embedder=embedder)
@@ -93,7 +94,7 @@ class KnowledgeConfig:
         return {"path": Path(self.path).expanduser() if self.path else None, "url": self.url}
 
     def build_tagger(self, tree, embedder, client=None):
-        from nas.knowledge.tagger import EmbeddingTagger, LLMTagger
+        from nas.knowledge.tagger import EmbeddingTagger, LLMTagger  # lazy: loads numpy (start-up time)
 
         fallback = EmbeddingTagger(tree, embedder)
         if self.tagger == "llm":

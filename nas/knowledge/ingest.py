@@ -10,8 +10,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nas.errors import InputError, OutputPathError, RunDirError
+from nas.home import home
 from nas.io import atomic_write_json, check_output, make_dir, read_json_object
+from nas.knowledge.config import KnowledgeConfig
+from nas.knowledge.embed import default_embedder
+from nas.knowledge.papers import builtin_corpus
 from nas.knowledge.reader import IngestReport, Reader
+from nas.llm import LLMClient, LLMConfig
 
 
 @dataclass
@@ -53,12 +58,6 @@ def check_record_dir(out: Path) -> None:
 
 
 def prepare(settings: dict[str, Any], paths: list[Path], out: Path | None) -> Ingest:
-    from nas.home import home
-    from nas.knowledge.config import KnowledgeConfig
-    from nas.knowledge.embed import default_embedder
-    from nas.knowledge.papers import builtin_corpus
-    from nas.llm import LLMClient, LLMConfig
-
     kcfg = KnowledgeConfig.from_dict(settings["knowledge"])
     lcfg = LLMConfig.from_dict(settings["llm"])
     paths = [Path(p) for p in paths] or [builtin_corpus()]

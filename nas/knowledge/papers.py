@@ -112,8 +112,8 @@ class _Bad(Exception):
 
 
 def _read_pdf(path: Path) -> Paper:
-    from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
+    from pypdf import PdfReader  # lazy: loads pypdf (start-up time)
+    from pypdf.errors import PdfReadError  # lazy: loads pypdf (start-up time)
 
     try:
         reader = PdfReader(str(path))

@@ -21,6 +21,7 @@ from nas.knowledge.tagger import EmbeddingTagger, leaf_string
 from nas.knowledge.tree import AttributeTree
 from nas.llm.gbnf import gbnf_choice
 from nas.llm.parse import ParseError, extract_list, extract_tagged
+from nas.llm.prompts import load_prompt
 
 ECHO_EVERY, ECHO_S = 10, 10.0   # without a TTY: a progress line every 10 items or 10 s
 _SEC = r"^\s*(?:#+\s*|\d+(?:\.\d+)*\.?\s+|[IVX]+\.\s+)?"
@@ -92,8 +93,6 @@ class Reader:
     def __init__(self, store, tree: AttributeTree, tagger, client=None, *, experiences=None, screen: str = "llm",
                  screen_threshold: float = 0.45, max_method_chars: int = 4000, max_ideas: int = 5,
                  dedup_threshold: float = 0.95) -> None:
-        from nas.llm.prompts import load_prompt
-
         self.store = store
         self.experiences = experiences
         self.tree = tree
@@ -123,7 +122,10 @@ class Reader:
         report = IngestReport()
         start = time.perf_counter()
         items = [item for path in paths for item in read_path(Path(path))]
-        from rich.progress import Progress, TextColumn
+        if echo is not None:
+            echo(f"ingest: {len(items)} items to read (a paper is one or two LLM calls; a line every "
+                 f"{ECHO_EVERY} items or {ECHO_S:.0f} s says how long is left)")
+        from rich.progress import Progress, TextColumn  # lazy: loads rich (start-up time)
 
         with Progress(*Progress.get_default_columns(), TextColumn("{task.fields[llm]}"), transient=True,
                       disable=not progress) as bar:
@@ -145,8 +147,10 @@ class Reader:
                 now = time.perf_counter()
                 if echo is not None and (done % ECHO_EVERY == 0 or now - shown >= ECHO_S or done == len(items)):
                     shown = now
+                    left = (now - start) / done * (len(items) - done)  # the bar's TimeRemainingColumn, as a line
                     echo(f"ingest: {done}/{len(items)} items, {report.papers} papers read, "
-                         f"{report.added} ideas added, {report.failed} failed, {now - start:.0f} s")
+                         f"{report.added} ideas added, {report.failed} failed, {now - start:.0f} s"
+                         + (f", about {left:.0f} s left" if done < len(items) else ""))
             if self.client is not None:
                 self.client.on_status = None
         report.seconds = time.perf_counter() - start
@@ -250,6 +254,7 @@ class Reader:
         report.tagged[self.tagger.name] = report.tagged.get(self.tagger.name, 0) + len(ideas)
 
     def _ingest_experiences(self, item: ExperienceFile, report: IngestReport) -> None:
+        # lazy: loads qdrant_client, threadpoolctl (start-up time)
         from nas.knowledge.store import import_nader_experiences
 
         if self.experiences is None:

@@ -10,6 +10,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from nas.io import atomic_write_bytes
+
 _ATTENTION = re.compile(r"\battention\b|\btransformer\b|self-attention", re.IGNORECASE)
 
 
@@ -63,12 +65,11 @@ def render_stats(stats: dict[str, Any]) -> str:
 
 
 def plot_stats(stats: dict[str, Any], path: Path) -> None:
-    import matplotlib
+    import matplotlib  # lazy: loads matplotlib (start-up time)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: loads matplotlib (start-up time)
 
-    from nas.io import atomic_write_bytes
 
     rows = stats["by_main"]
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(rows) + 1.2))

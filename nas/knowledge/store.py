@@ -3,15 +3,21 @@ from (KnowledgeStore), and lessons from failed or degraded designs
 (ExperienceStore).
 
 Local mode (a folder, default `$NASFLOW_HOME/knowledge/qdrant`) needs no
-server but admits one client per folder, across processes too; concurrent
-runs must share a Qdrant server (`knowledge.url=http://...`)."""
+server but admits one client per folder, across processes too: a store opens
+the folder for a read or write and closes it a second after the last (`using`),
+so a long search never keeps `nas knowledge search` out; a process that finds it
+held waits, then names the holder (the holder file beside the folder).
+Many concurrent writers should share a Qdrant server (`knowledge.url=http://...`)."""
 
 from __future__ import annotations
 
 import atexit
 import functools
 import json
+import os
+import sys
 import threading
+import time
 import uuid
 import warnings
 import weakref
@@ -24,21 +30,31 @@ from typing import Any
 
 import numpy as np
 from qdrant_client import QdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException
 from threadpoolctl import ThreadpoolController
 
 from nas.errors import NasError
 from nas.home import home
+from nas.io import atomic_write_json
 from nas.knowledge.embed import Embedder, default_embedder
 from nas.knowledge.idea import Idea, normalise
+from nas.terminal import printable
 
 FILTER_KEYS = ("target", "granularity", "main", "sub", "source")
 _PAGE = 256
 _NS = uuid.UUID("0c9e4b7a-3d2f-4e61-8a5b-7f1d2c3b4a50")  # paper and experience point ids
+LOCK_WAIT_S = 30.0  # another process's uses take a second or two; a longer hold is a pinned client
+# Opening a folder loads every point (~1.4 s for 5,400 ideas on 2 busy cores): a burst of calls
+# (a scroll's pages, a retrieval then a write) shares one opening, closed this long after the last.
+IDLE_S = 1.0
 
-_clients: dict[str, QdrantClient] = {}
+_clients: dict[str, QdrantClient] = {}  # pinned by open_client, or open for the current burst of uses
+_transient: set[str] = set()            # the keys of the latter: closed when idle
+_idle: dict[str, threading.Timer] = {}  # the pending close of each transient client
 _clients_lock = threading.Lock()
-# Local mode is not thread-safe (numpy arrays grow in place on upsert), and
-# Prefect may run agents in worker threads: one lock per client serialises calls.
+# Local mode is not thread-safe (numpy arrays grow in place on upsert), and Prefect may run
+# agents in worker threads: one lock per folder (or given client) serialises its uses.
+_key_locks: dict[str, threading.RLock] = {}
 _call_locks: weakref.WeakKeyDictionary[QdrantClient, threading.RLock] = weakref.WeakKeyDictionary()
 
 
@@ -46,11 +62,22 @@ def default_path() -> Path:
     return home() / "knowledge" / "qdrant"
 
 
-def open_client(path: Path | None = None, url: str | None = None) -> QdrantClient:
-    """The process's client for a local folder (or a server URL), opened once
-    so that every store in the process shares it and its folder lock."""
-    key = url if url else str(Path(path or default_path()).expanduser().resolve())
+def _key(path: Path | None, url: str | None) -> str:
+    return url if url else str(Path(path or default_path()).expanduser().resolve())
+
+
+def _key_lock(key: str) -> threading.RLock:
     with _clients_lock:
+        return _key_locks.setdefault(key, threading.RLock())
+
+
+def open_client(path: Path | None = None, url: str | None = None) -> QdrantClient:
+    """The process's pinned client for a local folder (or a server URL), opened once so that
+    every store in the process shares it; a folder's lock is then held until `close_client`."""
+    key = _key(path, url)
+    with _key_lock(key):
+        _keep(key)
+        _transient.discard(key)
         client = _clients.get(key)
         if client is None:
             # No version check: on a server that does not answer it warns (from a thread) before our one line.
@@ -59,32 +86,120 @@ def open_client(path: Path | None = None, url: str | None = None) -> QdrantClien
         return client
 
 
+@contextmanager
+def using(path: Path | None = None, url: str | None = None) -> Iterator[QdrantClient]:
+    """The client for one read or write: the pinned one if any (always, for a server), else
+    the local folder, opened if it is not and closed IDLE_S after the last use, so that its
+    lock is held only around uses."""
+    if url:
+        yield open_client(url=url)
+        return
+    key = _key(path, None)
+    with _key_lock(key):  # re-entrant: a use nested in this thread's finds the client open
+        _keep(key)
+        if key not in _clients:
+            _clients[key] = _open_local(Path(key))
+            _transient.add(key)
+        try:
+            yield _clients[key]
+        finally:
+            if key in _transient:
+                _close_later(key)
+
+
+def _keep(key: str) -> None:
+    """Cancel a pending close (the caller holds the key's lock)."""
+    timer = _idle.pop(key, None)
+    if timer is not None:
+        timer.cancel()
+
+
+def _close_later(key: str) -> None:
+    _keep(key)
+    if IDLE_S <= 0:
+        _close_transient(key)
+        return
+    timer = threading.Timer(IDLE_S, _close_idle, args=(key,))
+    timer.daemon = True
+    _idle[key] = timer
+    timer.start()
+
+
+def _close_idle(key: str) -> None:
+    with _key_lock(key):
+        if _idle.get(key) is threading.current_thread():  # not cancelled nor replaced meanwhile
+            del _idle[key]
+            _close_transient(key)
+
+
+def _close_transient(key: str) -> None:
+    _transient.discard(key)
+    _release(Path(key), _clients.pop(key))
+
+
+def holder_file(path: Path) -> Path:
+    """Beside the folder, not in it: who holds the folder now (pid and command line)."""
+    return path.with_name(path.name + ".holder.json")
+
+
 def _open_local(path: Path) -> QdrantClient:
+    """Open the folder, waiting up to LOCK_WAIT_S for another process's use to end;
+    then record this process as its holder."""
     path.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + LOCK_WAIT_S
+    pause = 0.01
+    while True:
+        try:
+            client = QdrantClient(path=str(path))
+            break
+        except RuntimeError as err:
+            if "already accessed by another instance" not in str(err):
+                raise
+            if time.monotonic() >= deadline:
+                raise NasError(f"knowledge store {path} is held by {_holder(path)} (Qdrant local mode allows "
+                               "one process at a time); stop it, or run a Qdrant server and set "
+                               "knowledge.url=http://localhost:6333") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.25)
+    atomic_write_json(holder_file(path), {"pid": os.getpid(), "command": " ".join(sys.argv)})
+    return client
+
+
+def _holder(path: Path) -> str:
+    """The holder file's pid and command, or why they are unknown."""
     try:
-        return QdrantClient(path=str(path))
-    except RuntimeError as err:
-        if "already accessed by another instance" not in str(err):
-            raise
-        raise NasError(f"knowledge store {path} is locked by another process (Qdrant local mode "
-                       "allows one at a time); stop it, or run a Qdrant server and set "
-                       "knowledge.url=http://localhost:6333") from None
+        info = json.loads(holder_file(path).read_text(encoding="utf-8"))
+        return f"pid {int(info['pid'])} ({printable(str(info['command'])[:200])})"  # anyone may write the file
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process (it wrote no holder file)"
+
+
+def _release(path: Path, client: QdrantClient) -> None:
+    """Remove this process's holder file, then let the folder go."""
+    try:
+        if json.loads(holder_file(path).read_text(encoding="utf-8")).get("pid") == os.getpid():
+            holder_file(path).unlink()
+    except (OSError, ValueError, AttributeError):
+        pass
+    client.close()
 
 
 def close_client(path: Path | None = None, url: str | None = None) -> None:
-    """Release a cached client (and a local folder's lock)."""
-    key = url if url else str(Path(path or default_path()).expanduser().resolve())
-    with _clients_lock:
+    """Release the folder's client now, pinned or idle (and its lock), or a server's."""
+    key = _key(path, url)
+    with _key_lock(key):
+        _keep(key)
+        _transient.discard(key)
         client = _clients.pop(key, None)
-    if client is not None:
-        client.close()
+        if client is not None:
+            _release(Path(key), client) if not url else client.close()
 
 
 @atexit.register
 def _close_all() -> None:
     # A local client left to __del__ at interpreter shutdown prints an ImportError traceback.
     for key in list(_clients):
-        _clients.pop(key).close()
+        close_client(url=key) if "://" in key else close_client(Path(key))
 
 
 @functools.cache
@@ -108,27 +223,42 @@ class _Collections:
 
     def __init__(self, client: QdrantClient | None, path: Path | None, url: str | None,
                  embedder: Embedder | None, prefix: str) -> None:
-        self.client = client if client is not None else open_client(path, url)
+        self._client = client
+        self.path = path
         self.url = url
         self._embedder = embedder
         self.prefix = prefix
-        with _clients_lock:
-            self._lock = _call_locks.setdefault(self.client, threading.RLock())
+        if client is not None:
+            with _clients_lock:
+                self._lock = _call_locks.setdefault(client, threading.RLock())
+
+    @property
+    def client(self) -> QdrantClient:
+        """The given client, else the process's pinned one (`open_client`: it keeps a local folder)."""
+        return self._client if self._client is not None else open_client(self.path, self.url)
 
     @contextmanager
-    def _call(self) -> Iterator[None]:
-        """Serialise calls on the client, with BLAS on one thread: local mode
+    def _call(self) -> Iterator[QdrantClient]:
+        """The client for one call, serialised, with BLAS on one thread: local mode
         searches by numpy brute force, and right after an embedding torch's
         OpenMP workers are still spinning and fight OpenBLAS's for the cores
         (5,411 ideas, 2 cores: search p95 115 ms -> 16 ms)."""
-        from qdrant_client.http.exceptions import ResponseHandlingException
 
-        with self._lock, _blas().limit(limits=1, user_api="blas"):
+        with self._use() as client, _blas().limit(limits=1, user_api="blas"):
             try:
-                yield
+                yield client
             except ResponseHandlingException as err:  # a server that does not answer (refused, timed out)
                 raise NasError(f"knowledge server {self.url}: no answer ({err}); start it, or leave knowledge.url "
                                "unset for the local store") from None
+
+    @contextmanager
+    def _use(self) -> Iterator[QdrantClient]:
+        if self._client is None:
+            with using(self.path, self.url) as client:
+                yield client
+        else:
+            with self._lock:
+                yield self._client
 
     @property
     def embedder(self) -> Embedder:
@@ -137,47 +267,46 @@ class _Collections:
         return self._embedder
 
     def _exists(self, name: str) -> bool:
-        with self._call():
-            return self.client.collection_exists(name)
+        with self._call() as client:
+            return client.collection_exists(name)
 
     def _ensure(self, name: str, indexed: Sequence[str] = ()) -> None:
-        with self._call():
-            if self.client.collection_exists(name):
-                size = self.client.get_collection(name).config.params.vectors.size  # type: ignore[union-attr]
-                if size != self.embedder.dim:
+        dim = self.embedder.dim  # the model loads (seconds) before the store is held
+        with self._call() as client:
+            if client.collection_exists(name):
+                size = client.get_collection(name).config.params.vectors.size  # type: ignore[union-attr]
+                if size != dim:
                     raise NasError(f"collection {name} holds {size}-d vectors but the embedder makes "
-                                   f"{self.embedder.dim}-d ones; use another knowledge prefix")
+                                   f"{dim}-d ones; use another knowledge prefix")
                 return
-            self.client.create_collection(name, vectors_config=models.VectorParams(
-                size=self.embedder.dim, distance=models.Distance.COSINE))
+            client.create_collection(name, vectors_config=models.VectorParams(
+                size=dim, distance=models.Distance.COSINE))
             with warnings.catch_warnings():  # local mode: "payload indexes have no effect"
                 warnings.simplefilter("ignore", UserWarning)
                 for key in indexed:
-                    self.client.create_payload_index(name, key, models.PayloadSchemaType.KEYWORD)
+                    client.create_payload_index(name, key, models.PayloadSchemaType.KEYWORD)
 
     def _drop(self, *names: str) -> None:
-        with self._call():
+        with self._call() as client:
             for name in names:
-                if self.client.collection_exists(name):
-                    self.client.delete_collection(name)
+                if client.collection_exists(name):
+                    client.delete_collection(name)
 
     def _count(self, name: str, flt: models.Filter | None = None) -> int:
-        if not self._exists(name):
-            return 0
-        with self._call():
-            return self.client.count(name, count_filter=flt, exact=True).count
+        with self._call() as client:
+            return client.count(name, count_filter=flt, exact=True).count if client.collection_exists(name) else 0
 
     def _scroll(self, name: str, flt: models.Filter | None = None, limit: int | None = None,
                 fields: Sequence[str] | bool = True) -> Iterator[dict[str, Any]]:
-        """Payloads of all matching points, page by page."""
-        if not self._exists(name):
-            return
+        """Payloads of all matching points, page by page (the store is held for each page, not between)."""
         offset = None
         left = limit
         while left is None or left > 0:
             page = _PAGE if left is None else min(_PAGE, left)
-            with self._call():
-                points, offset = self.client.scroll(
+            with self._call() as client:
+                if not client.collection_exists(name):
+                    return
+                points, offset = client.scroll(
                     name, scroll_filter=flt, limit=page, offset=offset,
                     with_payload=list(fields) if not isinstance(fields, bool) else fields,
                     with_vectors=False)
@@ -190,10 +319,10 @@ class _Collections:
 
     def _query(self, name: str, vec: np.ndarray | Sequence[float], k: int,
                flt: models.Filter | None = None) -> list[models.ScoredPoint]:
-        if not self._exists(name):
-            return []
-        with self._call():
-            return self.client.query_points(
+        with self._call() as client:
+            if not client.collection_exists(name):
+                return []
+            return client.query_points(
                 name, query=np.asarray(vec, dtype=np.float32).tolist(), limit=k,
                 query_filter=flt, with_payload=True).points
 
@@ -201,8 +330,8 @@ class _Collections:
                 payloads: list[dict[str, Any]]) -> None:
         points = [models.PointStruct(id=i, vector=v.tolist(), payload=p)
                   for i, v, p in zip(ids, vecs, payloads)]
-        with self._call():
-            self.client.upsert(name, points=points, wait=True)
+        with self._call() as client:
+            client.upsert(name, points=points, wait=True)
 
 
 @dataclass
@@ -256,10 +385,10 @@ class KnowledgeStore(_Collections):
                report: AddReport) -> list[int]:
         """Indices of `chunk` to store; the others are recorded in `report`.
         Earlier chunks are already stored, so the store query covers them."""
-        with self._call():
-            stored = {str(p.id): (p.payload or {}).get("text", "") for p in self.client.retrieve(
+        with self._call() as client:
+            stored = {str(p.id): (p.payload or {}).get("text", "") for p in client.retrieve(
                 self.ideas_collection, ids=[i.id for i in chunk], with_payload=["text"])}
-            nearest = self.client.query_batch_points(self.ideas_collection, [
+            nearest = client.query_batch_points(self.ideas_collection, [
                 models.QueryRequest(query=v.tolist(), limit=1, score_threshold=threshold,
                                     with_payload=["text"]) for v in vecs])
         keep: list[int] = []
@@ -328,11 +457,9 @@ class KnowledgeStore(_Collections):
         return str(uuid.uuid5(_NS, f"paper:{paper_hash}"))
 
     def has_paper(self, paper_hash: str) -> bool:
-        if not self._exists(self.papers_collection):
-            return False
-        with self._call():
-            return bool(self.client.retrieve(self.papers_collection, ids=[self.paper_id(paper_hash)],
-                                             with_payload=False))
+        with self._call() as client:
+            return client.collection_exists(self.papers_collection) and bool(client.retrieve(
+                self.papers_collection, ids=[self.paper_id(paper_hash)], with_payload=False))
 
     def add_paper(self, paper_hash: str, title: str, payload: dict[str, Any],
                   vector_text: str) -> None:

@@ -14,6 +14,7 @@ import numpy as np
 from nas.knowledge.idea import Tag
 from nas.knowledge.tree import AttributeTree
 from nas.llm.gbnf import gbnf_choice
+from nas.llm.prompts import load_prompt
 
 
 class Tagger(Protocol):
@@ -72,8 +73,6 @@ class LLMTagger:
     name = "llm"
 
     def __init__(self, tree: AttributeTree, client, fallback: EmbeddingTagger, k: int = 5) -> None:
-        from nas.llm.prompts import load_prompt
-
         self.tree = tree
         self.client = client
         self.fallback = fallback

@@ -7,11 +7,14 @@ sent (class bodies without docstrings), never executed."""
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import re
 from typing import Any
 
 from nas.knowledge.tree import AttributeTree
+from nas.llm.parse import ParseError, extract_json
+from nas.llm.prompts import load_prompt
 
 # Reference model -> (timm module, classes whose code shows its design).
 REFERENCE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -34,7 +37,6 @@ REFERENCE_MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 def abridged_source(module_name: str, classes: tuple[str, ...], max_chars: int = 3000) -> str:
     """The named classes' `__init__`/`forward` code without docstrings, blank lines or comments."""
-    import importlib
 
     tree = ast.parse(inspect.getsource(importlib.import_module(module_name)))
     parts = []
@@ -73,10 +75,8 @@ def _schema(mains: list[str], max_items: int) -> dict[str, Any]:
 def build_tree(client, *, models: dict[str, tuple[str, tuple[str, ...]]] | None = None, max_items: int = 8,
                progress: bool = False) -> tuple[AttributeTree, dict[str, Any]]:
     """Fixed upper levels from the built-in tree; sub-categories from the LLM's reading of each model."""
-    from rich.progress import Progress
+    from rich.progress import Progress  # lazy: loads rich (start-up time)
 
-    from nas.llm.parse import ParseError, extract_json
-    from nas.llm.prompts import load_prompt
 
     base = AttributeTree.builtin()
     prompt = load_prompt("tree_analyst")

@@ -7,11 +7,13 @@ crashes, so a bad reply costs one candidate, not a search."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Generic, TypeVar
@@ -22,8 +24,10 @@ from nas.llm.cache import ReplayBook, ReplyCache, Transcript, call_key
 from nas.llm.config import LLMConfig
 from nas.llm.parse import ParseError
 from nas.llm.prompts import Prompt
+from nas.llm.speed import MIN_TOKENS, Speed, retry_params
 from nas.llm.tokens import PER_MESSAGE, estimate_tokens
 from nas.secrets import register, scrub, scrub_data
+from nas.terminal import printable
 
 log = logging.getLogger("nas.llm")
 progress_log = logging.getLogger("nas.progress")  # one line per live call in a search's search.log
@@ -70,7 +74,11 @@ class _Garbage(Exception):
 
 
 class _Abandoned(Exception):
-    """The call ran past `timeout_s` while the reply was streaming in."""
+    """The call ran past its limit (`nas.llm.speed`): no first token, or a stalled stream."""
+
+    def __init__(self, limit_s: float, tokens: int) -> None:
+        super().__init__(f"{limit_s:.0f} s")
+        self.limit_s, self.tokens = limit_s, tokens
 
 
 class LLMClient:
@@ -93,6 +101,7 @@ class LLMClient:
         self.cache = ReplyCache(self.config.cache_path()) if self.config.cache else None
         self.book = ReplayBook(str(self.config.replay_from)) if self.config.backend == "replay" else None
         self._sleep = sleep
+        self.speed = Speed()     # the endpoint's measured tokens/s: each call's time limit follows it
         self._sdk: Any = None
         self._key = ""
         self._base_url = ""      # the local server's, for its tokenizer
@@ -138,7 +147,7 @@ class LLMClient:
         def fetch() -> Fetched:
             if self.cache is not None and (hit := self.cache.get(key)) is not None:
                 return hit, 0, "cache"
-            result, retries = self._live(role, model, chat, params)
+            result, retries = self._live(role, model, chat, params, attempt)
             if self.cache is not None:
                 self.cache.put({**base, **result})
             return result, retries, "live"
@@ -205,15 +214,16 @@ class LLMClient:
             self._seq += 1
             seq = self._seq
         res = result or {}
+        text = None if res.get("reply") is None else reply_text(str(res["reply"]))  # a cache or transcript of before
         record = {**base, "seq": seq, "source": source, "retries": retries, "error": error,
-                  "reply": res.get("reply"), "finish_reason": res.get("finish_reason"),
+                  "reply": text, "finish_reason": res.get("finish_reason"),
                   "prompt_tokens": int(res.get("prompt_tokens") or 0),
                   "completion_tokens": int(res.get("completion_tokens") or 0),
                   "latency_s": float(res.get("latency_s") or 0.0)}
         if self.transcript is not None:
             self.transcript.append(record)
         self._account(record)
-        return Reply(text=scrub(str(record["reply"] or "")), finish_reason=str(record["finish_reason"] or ""),
+        return Reply(text=text or "", finish_reason=str(record["finish_reason"] or ""),
                      prompt_tokens=record["prompt_tokens"], completion_tokens=record["completion_tokens"],
                      source=str(source), key=base["key"], role=base["role"], attempt=base["attempt"])
 
@@ -229,12 +239,12 @@ class LLMClient:
         with self._lock:
             if self._sdk is not None:
                 return self._sdk
-            from openai import OpenAI
+            from openai import OpenAI  # lazy: loads openai (start-up time)
 
             cfg = self.config
             base_url: str | None
             if cfg.backend == "local":
-                from nas.llm.local import shared_server
+                from nas.llm.local import shared_server  # cycle: nas.llm.local imports this module
 
                 base_url = shared_server(alias=cfg.model, model=cfg.model_path, **cfg.local).start()
                 self._key = "local"
@@ -263,10 +273,10 @@ class LLMClient:
                                         "json_schema": {"name": "reply", "schema": schema}}}
         return {}
 
-    def _live(self, role: str, model: str, messages: list[dict[str, str]], params: dict[str, Any]
-              ) -> tuple[dict[str, Any], int]:
-        import httpx
-        import openai
+    def _live(self, role: str, model: str, messages: list[dict[str, str]], params: dict[str, Any],
+              attempt: int = 0) -> tuple[dict[str, Any], int]:
+        import httpx  # lazy: loads httpx (start-up time)
+        import openai  # lazy: loads openai (start-up time)
 
         sdk = self._endpoint()
         cfg = self.config
@@ -278,8 +288,8 @@ class LLMClient:
             start = time.perf_counter()
             wait = None
             try:
-                result = self._stream(sdk, model, messages, params, extra, start,
-                                      f"{label}, try {retries + 1}" if retries else label)
+                result = self._stream(sdk, model, messages, retry_params(params, retries, attempt), extra, start,
+                                      f"{label}, try {retries + 1}" if retries else label, retries)
                 progress_log.info("llm: %s: %.1f s, %d+%d tokens", label, result["latency_s"],
                                   result["prompt_tokens"], result["completion_tokens"])
                 return result, retries
@@ -291,7 +301,10 @@ class LLMClient:
                     raise self._error(f"endpoint refused the request (HTTP {err.status_code}): {err.message}",
                                       retries) from None
                 problem = f"server error (HTTP {err.status_code})"
-            except (openai.APITimeoutError, httpx.TimeoutException, _Abandoned):
+            except _Abandoned as err:
+                problem = (f"no reply within {err.limit_s:.0f} s ({err.tokens} tokens; limit from the measured "
+                           f"speed: {self.speed.describe()}; generation cancelled)")
+            except (openai.APITimeoutError, httpx.TimeoutException):
                 problem = f"timed out after {cfg.timeout_s:g} s (generation cancelled)"
             except (openai.APIConnectionError, httpx.TransportError) as err:
                 problem = f"connection failed ({getattr(err, '__cause__', None) or err})"
@@ -303,16 +316,23 @@ class LLMClient:
                 raise self._error(f"{problem}; gave up after {retries + 1} tries", retries)
             delay = wait if wait is not None else min(cfg.backoff_max_s, cfg.backoff_s * 2 ** retries)
             delay *= 1.0 + 0.1 * random.random() if wait is None else 1.0
-            log.warning("llm: %s; retry %d/%d in %.1f s", scrub(problem), retries + 1, cfg.max_retries, delay)
+            varied = retry_params(params, retries + 1, attempt)
+            log.warning("llm: %s; retry %d/%d in %.1f s, with temperature %g and seed %d (not the same request)",
+                        scrub(problem), retries + 1, cfg.max_retries, delay, varied["temperature"], varied["seed"])
             self._sleep(delay)
             retries += 1
 
     def _stream(self, sdk: Any, model: str, messages: list[dict[str, str]], params: dict[str, Any],
-                extra: dict[str, Any], start: float, label: str) -> dict[str, Any]:
+                extra: dict[str, Any], start: float, label: str, retries: int = 0) -> dict[str, Any]:
         """One streamed completion. Streamed so that giving up closes the connection: llama.cpp's
         server stops generating for a client that left (a non-streamed request it would finish,
-        and the retry would queue behind it). `timeout_s` bounds the whole call, not each chunk."""
-        deadline = start + self.config.timeout_s
+        and the retry would queue behind it). The limit follows the endpoint's measured speed
+        (`nas.llm.speed`): a reply streaming in at the machine's pace is never cut."""
+        prompt_estimate = self.prompt_tokens(messages)
+        # unmeasured, each retry waits twice as long: a machine slower than llm.timeout_s assumed still answers
+        unmeasured = self.config.timeout_s * 2 ** min(retries, 4)
+        limit = self.speed.first_token_limit(prompt_estimate, unmeasured)
+        first: float | None = None
         parts: list[str] = []
         finish, usage, chunks, seen = None, None, 0, False
         shown = start
@@ -321,12 +341,17 @@ class LLMClient:
             stream = sdk.chat.completions.create(model=model, messages=messages,
                                                  temperature=params["temperature"],
                                                  max_tokens=params["max_tokens"], stream=True,
-                                                 stream_options={"include_usage": True}, **extra)
+                                                 stream_options={"include_usage": True},
+                                                 # the wait for bytes: the first token may take as long
+                                                 # as the measured prompt speed says, not llm.timeout_s
+                                                 timeout=max(self.config.timeout_s, limit),
+                                                 **({"seed": params["seed"]} if "seed" in params else {}), **extra)
             try:
                 for chunk in stream:
                     now = time.perf_counter()
-                    if now > deadline:
-                        raise _Abandoned()
+                    if first is not None:
+                        limit = self.speed.reply_limit(first - start, params["max_tokens"], chunks, now - first,
+                                                       unmeasured)
                     if now - shown >= 1.0:
                         shown = now
                         self._status(f"{label}, {now - start:.0f} s, {chunks} tokens")
@@ -337,7 +362,17 @@ class LLMClient:
                         if text:
                             parts.append(text)
                             chunks += 1
+                            first = now if first is None else first
                         finish = choice.finish_reason or finish
+                    if now - start > limit and finish is None:
+                        if chunks < MIN_TOKENS:  # nothing worth keeping: asked again (a varied request)
+                            raise _Abandoned(limit, chunks)
+                        # what was generated is kept, as a reply cut at max_tokens is: the caller's parser
+                        # decides, and an agent asks again (attempt + 1) only if it cannot use it
+                        log.warning("llm: %s: cut at its %.0f s limit after %d tokens (%s); the reply so far is "
+                                    "kept as a truncated one", label, limit, chunks, self.speed.describe())
+                        finish = "length"
+                        break
             finally:
                 stream.close()
         finally:
@@ -347,7 +382,11 @@ class LLMClient:
         # Servers that send no usage chunk (llama.cpp): one chunk per token, the prompt estimated.
         prompt = getattr(usage, "prompt_tokens", None)
         completion = getattr(usage, "completion_tokens", None)
-        return {"reply": scrub("".join(parts)),  # scrubbed before it is cached, recorded or quoted again
+        end = time.perf_counter()
+        if first is not None:
+            self.speed.observe(prompt if prompt is not None else prompt_estimate, first - start,
+                               completion if completion is not None else chunks, end - first)
+        return {"reply": reply_text("".join(parts)),  # made safe before it is cached, recorded or quoted again
                 "finish_reason": finish or "stop",
                 "prompt_tokens": prompt if prompt is not None else self._counted(model, messages),
                 "completion_tokens": completion if completion is not None else chunks,
@@ -357,8 +396,6 @@ class LLMClient:
         """Prompt tokens for accounting where the stream had no usage: llama.cpp's tokenizer
         (its /extras/tokenize/count, plus the template's tokens per message), else the estimate."""
         if self.config.backend == "local" and self._base_url:
-            import json
-            import urllib.request
 
             text = "".join(str(m.get("content") or "") for m in messages)
             req = urllib.request.Request(self._base_url.removesuffix("/v1") + "/extras/tokenize/count",
@@ -376,9 +413,17 @@ class LLMClient:
             self.on_status(text)
 
     def _error(self, message: str, retries: int) -> LLMError:
-        err = LLMError(f"llm: {scrub(message)}".splitlines()[0])
+        err = LLMError(printable(f"llm: {scrub(message)}".splitlines()[0]))  # the endpoint's words, one line
         err.retries = retries  # type: ignore[attr-defined]
         return err
+
+
+def reply_text(text: str) -> str:
+    """A reply as it is kept, quoted in prompts and shown: secrets masked and control characters
+    escaped (`nas.terminal`), its lines kept. CRLF becomes a newline and a tab spaces to the
+    next multiple of 8 (Python's tab stops), so that code in a reply survives the escaping;
+    a control character inside a string literal keeps its value as the escape."""
+    return printable(scrub(text).replace("\r\n", "\n").expandtabs(8), lines=True)
 
 
 def _retry_after(err: Exception) -> float | None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from nas.core.registry import check_keys
 from nas.errors import ConfigError
+from nas.home import home
 from nas.llm.local import PROMPT_CACHE_MB
 
 BACKENDS = ("local", "openai", "replay")
@@ -122,8 +123,6 @@ class LLMConfig:
         return "grammar" if self.backend == "local" else "json_schema"
 
     def cache_path(self) -> Path:
-        from nas.home import home
-
         return Path(self.cache_dir).expanduser().resolve() if self.cache_dir else home() / "llm" / "cache"
 
 

@@ -57,7 +57,7 @@ class GradientProxy(Proxy):
         """The proxy's value from (weight, gradient) pairs of `loss_gradients`."""
 
     def score(self, net: nn.Module, batch: Batch) -> float:
-        from nas.proxies.scores import loss_gradients
+        from nas.proxies.scores import loss_gradients  # cycle: nas.proxies.scores imports this module
 
         return self.from_gradients(loss_gradients(net, batch))
 

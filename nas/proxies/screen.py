@@ -9,10 +9,12 @@ from typing import Any
 
 from nas.core.arch import Architecture
 from nas.core.space import SearchSpace
+from nas.core.trial import TrialRecord
+from nas.data.sources import SOURCES, load_data
 from nas.errors import ConfigError
 from nas.proxies.base import Batch
+from nas.proxies.batch import data_batch, random_batch
 from nas.proxies.vote import vote_scores
-from nas.search.record import TrialRecord
 from nas.search.screen import SCORERS, Scorer
 
 
@@ -25,8 +27,6 @@ class ProxyScorer(Scorer):
     def __init__(self, space: SearchSpace, data: str = "random", batch_size: int = 32,
                  shape: tuple[int, int, int] | list[int] = (3, 32, 32), num_classes: int = 10,
                  **sizing: Any) -> None:
-        from nas.data.sources import SOURCES
-
         super().__init__(space)
         if not (space.trainable and space.trusted and not space.open_ended):
             raise ConfigError(f"screen.scorer=proxy builds networks in this process: space '{space.name}' is "
@@ -38,7 +38,7 @@ class ProxyScorer(Scorer):
             raise ConfigError(f"screen.params.batch_size must be an integer >= 2, got {batch_size!r}")
         if len(shape) != 3 or not all(isinstance(v, int) and v > 0 for v in shape):
             raise ConfigError(f"screen.params.shape must be [channels, height, width], got {shape!r}")
-        checked = type(space).own_options(sizing, "screen.params", ["batch_size", "data", "num_classes", "shape"])
+        checked = type(space).sizing_options(sizing, "screen.params", ProxyScorer)
         self.options = checked if sizing else None
         self.data, self.batch_size, self.num_classes = data, batch_size, num_classes
         self.shape = (int(shape[0]), int(shape[1]), int(shape[2]))
@@ -46,8 +46,6 @@ class ProxyScorer(Scorer):
     @cached_property
     def batch(self) -> Batch:
         """One fixed minibatch for the whole run (seed 0): scores depend on the candidates only."""
-        from nas.data.sources import load_data
-        from nas.proxies.batch import data_batch, random_batch
 
         if self.data == "random":
             return random_batch(self.shape, self.num_classes, self.batch_size, 0)

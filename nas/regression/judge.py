@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 from nas import __version__
 from nas.errors import ConfigError, NasError
 from nas.io import atomic_write_json, atomic_write_text, check_output, read_json
+from nas.report import _pyplot, save_figure
 
 HIGHER, LOWER = "higher_is_better", "lower_is_better"
 
@@ -276,7 +277,6 @@ def render_markdown(report: dict[str, Any]) -> str:
 
 def plot_ratios(rows: list[dict[str, Any]], path: Path) -> None:
     """Current against baseline per compared metric, oriented so that > 1 is better."""
-    from nas.report import _pyplot, save_figure
 
     shown = [r for r in rows if r["ratio"] is not None and r["value"]]
     plt = _pyplot()

@@ -15,7 +15,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from nas.config import check_config
+from nas.core.trial import best_so_far, read_history
 from nas.errors import ConfigError, EvaluationError, MissingDependencyError
+from nas.execute import execute
+from nas.llm.local import PROMPT_CACHE_MB, LocalServer, check_server_deps, model_path, stop_shared
 from nas.regression.judge import (
     HIGHER,
     LOWER,
@@ -27,7 +31,6 @@ from nas.regression.judge import (
     metric_dict,
     plan,
 )
-from nas.search.record import best_so_far, read_history
 
 
 class ProbeSkipped(Exception):
@@ -47,8 +50,8 @@ FORWARD_CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0
 def table_probe(workdir: Path, overrides: Sequence[str], strategies: Sequence[str], seeds: int,
                 trials: int, at: Sequence[int]) -> dict[str, Metric]:
     """Best table accuracy at N trials, mean over fixed seeds: deterministic, so the tolerance is tight."""
-    from nas.search.loop import LocalExecutor, SearchLoop
-    from nas.search.spec import Component, SearchSpec
+    from nas.search.loop import LocalExecutor, SearchLoop  # lazy: loads numpy (start-up time)
+    from nas.search.spec import Component, SearchSpec  # lazy: loads numpy (start-up time)
 
     metrics: dict[str, Metric] = {}
     seconds, done = 0.0, 0
@@ -86,10 +89,10 @@ def _at(curve: list[float | None], n: int, label: str) -> float:
 def throughput_probe(workdir: Path, overrides: Sequence[str], lookups: int,
                      forward_repeats: int) -> dict[str, Metric]:
     """Table evaluations/s and, if asked, the forward time of a fixed NB201 network (batch 16, 32×32)."""
-    import numpy as np
+    import numpy as np  # lazy: loads numpy (start-up time)
 
-    from nas.evaluators.table import TableEvaluator
-    from nas.spaces.nb201.space import NB201Space
+    from nas.evaluators.table import TableEvaluator  # lazy: loads numpy (start-up time)
+    from nas.spaces.nb201.space import NB201Space  # lazy: loads numpy (start-up time)
 
     space = NB201Space()
     evaluator = TableEvaluator(space)
@@ -102,9 +105,9 @@ def throughput_probe(workdir: Path, overrides: Sequence[str], lookups: int,
     metrics = {"table_evals_per_s": Metric(round(lookups / (time.perf_counter() - start), 1), HIGHER,
                                            {"rel": 0.5}, timing=True, unit="evals/s")}
     if forward_repeats:
-        import torch
+        import torch  # lazy: loads torch (start-up time)
 
-        from nas.spaces.nb201.arch import NB201Cell
+        from nas.spaces.nb201.arch import NB201Cell  # lazy: loads numpy (start-up time)
 
         net = space.build(NB201Cell.from_string(FORWARD_CELL), num_classes=10).eval()
         x = torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(0))
@@ -122,8 +125,6 @@ def throughput_probe(workdir: Path, overrides: Sequence[str], lookups: int,
 
 def llm_probe(workdir: Path, overrides: Sequence[str], calls: int, max_tokens: int) -> dict[str, Metric]:
     """Completion tokens/s of the embedded model (the `llm=local` path), temperature 0."""
-    from nas.config import check_config
-    from nas.llm.local import PROMPT_CACHE_MB, LocalServer
 
     llm = check_config(list(overrides)).get("llm") or {}
     if llm.get("backend") != "local":
@@ -140,7 +141,7 @@ def llm_probe(workdir: Path, overrides: Sequence[str], calls: int, max_tokens: i
         raise ProbeSkipped(str(err)) from None
     startup = time.perf_counter() - start
     try:
-        from openai import OpenAI
+        from openai import OpenAI  # lazy: loads openai (start-up time)
 
         sdk = OpenAI(base_url=server.base_url, api_key="local", max_retries=0)
         tokens, seconds = 0, 0.0
@@ -162,10 +163,7 @@ def design_probe(workdir: Path, overrides: Sequence[str], trials: int, lif_tries
     """A tiny open-ended design run (the default job: NADER, the configured LLM, digits, evaluator=quick):
     the root block trains and the LLM path proposes, with few Modifier retries to bound the LLM time;
     an LLM's output varies, so tolerances are loose."""
-    from nas.config import check_config
-    from nas.execute import execute
-    from nas.llm.local import stop_shared
-    from nas.search.spec import SearchSpec
+    from nas.search.spec import SearchSpec  # lazy: loads numpy (start-up time)
 
     run_dir = workdir / "design-run"
     shutil.rmtree(run_dir, ignore_errors=True)  # a retried probe measures afresh, never resumes
@@ -176,7 +174,6 @@ def design_probe(workdir: Path, overrides: Sequence[str], trials: int, lif_tries
                               *overrides])
         llm = cfg.get("llm") or {}
         if llm.get("backend") == "local":
-            from nas.llm.local import check_server_deps, model_path
 
             try:
                 model_path()
@@ -190,6 +187,7 @@ def design_probe(workdir: Path, overrides: Sequence[str], trials: int, lif_tries
             raise ProbeSkipped(str(err)) from None
         finally:
             stop_shared()
+            # lazy: loads numpy, qdrant_client, threadpoolctl (start-up time)
             from nas.knowledge.store import close_client
 
             close_client(path=Path(tmp) / "qdrant")
@@ -272,14 +270,14 @@ class _progress:
 
     def __enter__(self) -> "_progress":
         if self.enabled:
-            from rich.console import Console
+            from rich.console import Console  # lazy: loads rich (start-up time)
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
                 Progress,
                 TextColumn,
                 TimeElapsedColumn,
-            )
+            )  # lazy: loads rich (start-up time)
 
             self.bar = Progress(TextColumn("[bold]regression[/] {task.description}"), BarColumn(),
                                 MofNCompleteColumn(), TimeElapsedColumn(), console=Console(file=sys.stderr))

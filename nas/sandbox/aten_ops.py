@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry
 
 ALLOWED = frozenset("""
 abs absolute acos acosh add addcdiv addcmul asin asinh atan atan2 atanh bitwise_and bitwise_not bitwise_or
@@ -269,7 +270,6 @@ class WorkCounter(TorchDispatchMode):
         return self.macs + self.traffic + self.other + self.slow
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        from torch.utils.flop_counter import flop_registry
 
         kwargs = dict(kwargs or {})
         device = kwargs.get("device")

@@ -19,8 +19,10 @@ device arguments are replaced by the input's device when run.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import functools
+import hashlib
 import io
 import json
 import math
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves
@@ -145,7 +148,7 @@ def _encode(value: Any, index: dict[str, int]) -> Any:
 
 def pack(graph: dict[str, Any], weights: dict[str, dict[str, torch.Tensor]]) -> bytes:
     """One ZIP (stored, not compressed): the graph JSON and one safetensors file per weight set."""
-    from safetensors.torch import save
+    from safetensors.torch import save  # lazy: loads safetensors (start-up time)
 
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
@@ -172,8 +175,8 @@ def unpack(data: bytes, max_bytes: int, sets: Collection[str] = ("init", "const"
     parsed before its size is bounded here: the ZIP's end record and directory (`_entries`),
     the graph JSON's size and nesting (`_json`), each safetensors header's size and tensor
     count against the graph's inputs (`_header`)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load
+    from safetensors import SafetensorError  # lazy: loads safetensors (start-up time)
+    from safetensors.torch import load  # lazy: loads safetensors (start-up time)
 
     names = _entries(data, {GRAPH_FILE, *(f"{s}.safetensors" for s in sets)}, max_bytes)
     if GRAPH_FILE not in names:
@@ -257,7 +260,6 @@ def _json(data: bytes, what: str) -> Any:
     its strings dropped, the depth after each byte is a running sum (in chunks: linear time,
     a few MB whatever the size). Parsed as UTF-8 text, the bytes that were counted: given bytes,
     `json.loads` would also read UTF-16/32, whose NULs hide brackets from the count."""
-    import numpy as np
 
     try:
         text = data.decode("utf-8")
@@ -816,9 +818,25 @@ def _refs(args: list, kwargs: dict) -> list[tuple[int, _Ref]]:
 def compare(parent: GraphNet, child: GraphNet) -> tuple[bool, int]:
     """(changed, changed_layers): whether the layers or the operation sequence
     differ, and how many operations were inserted, deleted or replaced."""
-    import difflib
 
     (old_layers, old_ops), (new_layers, new_ops) = parent.signature(), child.signature()
     diff = difflib.SequenceMatcher(None, old_ops, new_ops, autojunk=False)
     edits = sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in diff.get_opcodes() if tag != "equal")
     return edits > 0 or old_layers != new_layers, edits
+
+
+def graph_hash(net: GraphNet, graph: dict[str, Any]) -> str:
+    """sha256 of the network a graph trains as: its train and eval programs and input shape, and
+    every tensor with its value after `reinitialise(0)` (what training redraws per seed counts
+    by name, shape and dtype; what the model's code chose, carried buffers and constants, by
+    value). Equal for the check's and the training's export of one model file, so a kept
+    verdict vouches only for the network it measured."""
+
+    digest = hashlib.sha256(json.dumps({k: graph.get(k) for k in ("format", "input_shape", "train", "eval")},
+                                       sort_keys=True, separators=(",", ":")).encode())
+    net.reinitialise(0)
+    for name, value in sorted([*net.named_parameters(), *net.named_buffers()], key=lambda kv: kv[0]):
+        tensor = value.detach().contiguous().reshape(-1)
+        digest.update(f"{name}|{tensor.dtype}|{list(value.shape)}|".encode())
+        digest.update(tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()

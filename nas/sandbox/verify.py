@@ -5,9 +5,11 @@ The candidate source is never imported or exec'd here: this process only
 by the OS (`isolation.py`: namespaces, read-only file system, no network,
 empty environment, killed with this process) with rlimits and a wall clock.
 The child reports JSON lines on a pipe, validated field by field, and sends
-the model as graph data (`graph.py`), which this process loads, measures and
+the model as graph data (`graph.py`), which the trusted side loads, measures and
 trains itself: parameters, FLOPs, output checks and accuracy never come from
-the untrusted side. No dataset is readable in that child (`hidden_paths`). A
+the untrusted side. The real runs of that check (fvcore's trace, a forward and a
+backward) happen in a limited trusted worker (`trusted.py`), not in this process;
+the networks trained must hash as the one checked (`graph.py`'s `graph_hash`). No dataset is readable in that child (`hidden_paths`). A
 model that cannot be exported is measured and trained in a second child, which
 is shown the training data only, and its verdict says `self_reported`.
 Nothing from the child is unpickled. Whatever happens, the whole sandbox is SIGKILLed before this returns.
@@ -32,12 +34,24 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from nas.data.locations import locations, reads
+from nas.errors import NasError
+from nas.home import home
+from nas.io import atomic_write_bytes
 from nas.sandbox.isolation import SANDBOX_TMP, isolation, package_root
 from nas.sandbox.limits import MB, Limits
 from nas.terminal import printable
+from nas.train.engine import Engine
+from nas.train.recipe import Recipe
+from nas.train.result import TrainResult
+
+if TYPE_CHECKING:
+    from nas.sandbox.trusted import TrustedWorker
 
 STAGES = ("syntax", "import", "instantiate", "forward", "output_shape", "backward", "export", "measure",
           "structure", "graph", "train", "done", "limits", "policy", "crash")
@@ -57,6 +71,12 @@ CHECK_BATCH = 256
 MAC_TOLERANCE = 1.1
 _MAX_REPORT = 1 << 20  # bytes read from the report pipe; a flood beyond is a malformed report
 _OUTPUT_TAIL = 64 << 10  # bytes of the child's stdout+stderr kept, for crash diagnostics
+# Bounds on a verdict's numbers, past any real model's: a count beyond them is a forged report.
+MAX_COUNT = 1 << 53  # params, FLOPs: exact as a JSON float too
+MAX_DIM = 1 << 31  # an output dimension
+MAX_NODES = 1 << 20  # layers, changed layers
+MAX_WALL_S = 1e7  # seconds: 115 days
+_NO_BUDGET = 1 << 62  # bytes: a dry run that counts work and checks no memory
 
 
 @dataclass
@@ -73,7 +93,9 @@ class Verdict:
     `changed` and `changed_layers` compare with the parent source, when one is
     given (`nas.sandbox.graph.compare`). `self_reported` is False when every
     number was measured here on the exported graph, True when the model could
-    not be exported (`export_error` says why) and the child measured itself.
+    not be exported (`export_error` says why) and the child measured itself. `graph`: the sha256 of
+    the exported network measured here (`nas.sandbox.graph.graph_hash`), never a child's word: a
+    kept verdict vouches for that network only.
     """
 
     ok: bool
@@ -89,6 +111,7 @@ class Verdict:
     self_reported: bool = False
     export_error: str | None = None
     wall_s: float = 0.0
+    graph: str | None = None
 
     def __post_init__(self) -> None:
         """Its text may hold what a model's code wrote (an exception message): escaped here, so no
@@ -106,12 +129,14 @@ class Verdict:
         if not isinstance(data, dict) or set(data) != {f.name for f in dataclasses.fields(cls)}:
             raise ValueError("report has the wrong fields")
         checks = {"ok": lambda v: type(v) is bool, "stage": lambda v: v in STAGES,
-                  "error": _opt_line(1000), "traceback": _opt_str(8000), "params": _opt_int,
-                  "flops": _opt_int, "changed": lambda v: v is None or type(v) is bool,
-                  "output_shape": lambda v: v is None or (type(v) is list and all(_count(n) for n in v)),
-                  "changed_layers": _opt_int, "layers": _opt_int,
+                  "error": _opt_line(1000), "traceback": _opt_str(8000), "params": _opt_int(MAX_COUNT),
+                  "flops": _opt_int(MAX_COUNT), "changed": lambda v: v is None or type(v) is bool,
+                  "output_shape": lambda v: v is None or (type(v) is list and len(v) <= 8
+                                                          and all(_count(n, MAX_DIM) for n in v)),
+                  "changed_layers": _opt_int(MAX_NODES), "layers": _opt_int(MAX_NODES),
                   "self_reported": lambda v: type(v) is bool, "export_error": _opt_line(1000),
-                  "wall_s": lambda v: type(v) in (int, float)}
+                  "wall_s": lambda v: type(v) in (int, float) and math.isfinite(v) and 0 <= v <= MAX_WALL_S,
+                  "graph": lambda v: v is None or (type(v) is str and re.fullmatch(r"[0-9a-f]{64}", v) is not None)}
         bad = [k for k, check in checks.items() if not check(data[k])]
         if bad:
             raise ValueError(f"report field(s) {', '.join(bad)} malformed")
@@ -120,12 +145,12 @@ class Verdict:
         return cls(**data)
 
 
-def _count(v: object) -> bool:
-    return type(v) is int and v >= 0
+def _count(v: object, cap: int) -> bool:
+    return type(v) is int and 0 <= v <= cap
 
 
-def _opt_int(v: object) -> bool:
-    return v is None or _count(v)
+def _opt_int(cap: int) -> Callable[[object], bool]:
+    return lambda v: v is None or _count(v, cap)
 
 
 def _opt_str(cap: int):
@@ -149,31 +174,33 @@ def verify_model_source(source: str, *, num_classes: int = 10,
     start = time.monotonic()
     verdict = check_syntax(source, filename)
     if verdict is None:
-        run = _run_child(source, num_classes, input_shape, parent_source, limits, filename)
-        verdict = conclude(run, limits)
-        if verdict.ok and not verdict.self_reported:
-            verdict = _graph_verdict(run.artifact, num_classes, input_shape, limits, parent_source is not None)[0]
+        with _trusted_worker(limits) as worker:  # its imports while the child runs
+            run = _run_child(source, num_classes, input_shape, parent_source, limits, filename)
+            verdict = conclude(run, limits)
+            if verdict.ok and not verdict.self_reported:
+                verdict = _graph_verdict(run.artifact, num_classes, input_shape, limits, parent_source is not None,
+                                         worker=worker)
     verdict.wall_s = round(time.monotonic() - start, 3)
     return verdict
 
 
 def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, seeds: list[int],
                        num_classes: int, input_shape: tuple[int, ...], gpu: bool = False, threads: int = 1,
-                       limits: Limits = Limits(), filename: str = "model.py", loaded=None,
-                       on_epoch=None, label: str | None = None, on_graph=None) -> tuple[Verdict, list]:
+                       limits: Limits = Limits(), filename: str = "model.py",
+                       on_epoch=None, label: str | None = None, on_graph=None,
+                       checked: str | None = None) -> tuple[Verdict, list]:
     """Verify `source` as `verify_model_source` does, then train a fresh
-    instance per seed: here, on the exported graph (from the child, which sees no dataset)
-    with initial values drawn here under the seed; or, for a model that cannot be
-    exported, in a second sandboxed child that is shown this data (`verdict.self_reported`). `data`, `recipe` and
-    `engine` are the settings dicts of `nas.data`, `Recipe` and `Engine`;
-    `loaded` is the `ImageData` of `data` if the caller has it; `on_epoch`
-    (nas.train.progress) hears each epoch of the graphs trained here, under
-    `label` (default: the file name); `on_graph` is called with the first
-    seed's exported network before any trains (evaluator=train's zero-cost
-    proxies: trusted code on the graph, here). Returns the
+    instance per seed: on the exported graph (from the child, which sees no dataset)
+    with initial values drawn under the seed, in a limited trusted worker (`train_graphs`); or, for a
+    model that cannot be exported, in a second sandboxed child that is shown this data
+    (`verdict.self_reported`). `data`, `recipe` and `engine` are the settings dicts of `nas.data`,
+    `Recipe` and `Engine`; `gpu` lets either train on the GPU, with `threads` CPU threads; `on_epoch`
+    (nas.train.progress) hears each epoch of the graphs trained, under `label` (default: the file
+    name); `on_graph`, when given, is called here with the first seed's exported network before any
+    trains (evaluator=train's zero-cost proxies). Returns the
     verdict (stage "train" if training raised) and one checked `TrainResult`
-    per seed that finished."""
-    from nas.train.result import TrainResult
+    per seed that finished. `checked`: the graph hash of a kept verdict (`Verdict.graph`) this
+    training must train, or fail; a kept verdict vouches for no other network."""
 
     _check_args(filename, num_classes, input_shape)
     if not 1 <= len(seeds) <= MAX_SEEDS:
@@ -181,10 +208,20 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
     start = time.monotonic()
     verdict = check_syntax(source, filename)
     trained: list[TrainResult] = []
+    artifact = b""
     if verdict is None:
-        # Checked and exported without data (no dataset is even mounted): the network is trained here.
-        run = _run_child(source, num_classes, input_shape, None, limits, filename, seeds=seeds)
-        verdict = conclude(run, limits)
+        # Checked and exported without data (no dataset is even mounted): the network trains on our side.
+        worker = _trusted_worker(limits)
+        try:
+            run = _run_child(source, num_classes, input_shape, None, limits, filename, seeds=seeds)
+            verdict, artifact = conclude(run, limits), run.artifact
+            if verdict.ok and not verdict.self_reported:
+                verdict = _graph_verdict(artifact, num_classes, input_shape, limits, False, seeds,
+                                         recipe.get("batch_size", CHECK_BATCH), worker=worker, checked=checked)
+        finally:
+            worker.close()
+        if verdict.ok and verdict.self_reported and checked is not None:
+            verdict = _other_graph(None, checked)
         if verdict.ok and verdict.self_reported:  # not exportable: a second child trains it, on the data
             request = {"data": data, "recipe": recipe, "engine": engine, "seeds": list(seeds), "gpu": gpu,
                        "threads": threads}
@@ -195,12 +232,10 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
             if verdict.ok:
                 verdict.self_reported, verdict.export_error = True, verdict.export_error or export_error
         if verdict.ok and not verdict.self_reported:
-            verdict, nets = _graph_verdict(run.artifact, num_classes, input_shape, limits, False, seeds,
-                                           recipe.get("batch_size", CHECK_BATCH))
-            if verdict.ok and on_graph is not None:
-                on_graph(nets[seeds[0]])
-            if verdict.ok:
-                verdict, trained = train_graphs(verdict, nets, data, recipe, engine, loaded, on_epoch, label or filename)
+            if on_graph is not None:
+                on_graph(initial_net(artifact, seeds))
+            verdict, trained = train_graphs(verdict, artifact, data, recipe, engine, seeds, limits, gpu=gpu,
+                                            threads=threads, on_epoch=on_epoch, label=label or filename)
         elif verdict.ok:
             try:
                 trained = [TrainResult.from_untrusted(r, max_epochs=recipe.get("epochs", 0)) for r in run.trained]
@@ -213,49 +248,68 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
     return verdict, trained
 
 
-_warming: threading.Thread | None = None
-_warming_lock = threading.Lock()
+def _trusted_worker(limits: Limits, training: bool = False, gpu: bool = False,
+                    threads: int | None = None) -> "TrustedWorker":
+    """Start a trusted worker for this check's own compute, or with `training` for training its
+    graph (`nas.sandbox.trusted`), with `threads` torch threads (None: this process's count, the
+    machine's cores if torch is not loaded); a check's worker starts while the child runs."""
+    from nas.sandbox.trusted import TrustedWorker  # cycle: nas.sandbox.trusted imports this module
 
-
-def _warm_up(wait: bool = False) -> None:
-    """Import what `_graph_verdict` needs (torch, dynamo, fvcore, the graph loader) in a thread while
-    the child runs: seconds in a fresh process such as `nas arch validate`, spent while it waits
-    for the child's export anyway. `wait`: until it is done. A failure here is left to the real
-    import to raise."""
-    global _warming
-    with _warming_lock:
-        if _warming is None:
-            _warming = threading.Thread(target=_load_trusted_side, name="nas-warm-up")
-            _warming.start()
-    if wait:
-        _warming.join()
-
-
-def _load_trusted_side() -> None:
-    with contextlib.suppress(Exception):
-        import torch._dynamo  # noqa: F401 - the meta kernels' decompositions call into it
-
-        import nas.measure  # noqa: F401 - fvcore's counter
-        import nas.sandbox.graph  # noqa: F401 - the loader and its operator tables
+    if threads is None:
+        torch = sys.modules.get("torch")
+        threads = torch.get_num_threads() if torch is not None else len(os.sched_getaffinity(0))
+    return TrustedWorker(limits.memory_mb, threads, training=training, gpu=gpu)
 
 
 def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[int, ...], limits: Limits,
-                   with_parent: bool, seeds: Sequence[int] = (), batch: int = CHECK_BATCH) -> tuple[Verdict, dict]:
-    """Load, check and measure the exported graph here (the trusted side); its cost per image
-    is checked at the training batch `batch` (at least `CHECK_BATCH`) against its counted FLOPs.
-    Every refusal decidable on shapes comes first, on the meta device (`GraphNet.dry_run`): work,
-    a training step's memory at that batch against `limits.memory_mb` (what the trainer has),
-    carried data, work beyond what fvcore could count; then fvcore's trace at batch 1 and the
-    checks on its count; only then a real forward and backward at the verification batch.
-    Returns the verdict and the networks to train, one per seed."""
-    _warm_up(wait=True)
-    import torch
-
-    from nas.measure import count_flops, count_params
-    from nas.sandbox.graph import MAX_CARRIED, GraphError, GraphNet, compare, unpack
+                   with_parent: bool, seeds: Sequence[int] = (), batch: int = CHECK_BATCH, *,
+                   worker: "TrustedWorker | None" = None, checked: str | None = None) -> Verdict:
+    """Check and measure the exported graph on the trusted side: in `worker` (`measure`, under the
+    limits of `nas.sandbox.trusted`; None: one started here), never in this process. Each seed's
+    network to train must be the network checked (`graph_hash`), and with `checked` (the hash a
+    kept verdict measured) that one too."""
+    from nas.sandbox.trusted import Refusal  # cycle: nas.sandbox.trusted imports this module
 
     if not artifact:
-        return Verdict(ok=False, stage="crash", error="crash: the sandbox sent no model graph"), {}
+        return Verdict(ok=False, stage="crash", error="crash: the sandbox sent no model graph")
+    request = {"num_classes": num_classes, "input_shape": list(input_shape), "memory_mb": limits.memory_mb,
+               "with_parent": with_parent, "batch": batch, "seeds": list(seeds)}
+    with contextlib.ExitStack() as stack:
+        if worker is None:
+            worker = stack.enter_context(_trusted_worker(limits))
+        result = worker.check(artifact, request)
+    if isinstance(result, Refusal):
+        return Verdict(ok=False, stage=result.stage, error=f"{result.stage}: {result.line}")
+    verdict = Verdict(**result)
+    if verdict.ok and checked is not None and verdict.graph != checked:
+        return _other_graph(verdict.graph, checked)
+    return verdict
+
+
+def _other_graph(trained: str | None, checked: str) -> Verdict:
+    return Verdict(ok=False, stage="graph", error=(
+        f"graph: the network sent for training (sha256 {str(trained)[:12]}) is not the one checked "
+        f"(sha256 {checked[:12]}): a model file must export the same network every time it runs"))
+
+
+def measure(artifact: bytes, *, num_classes: int, input_shape: list[int], memory_mb: int, with_parent: bool,
+            batch: int, seeds: list[int], on_work: Callable[[int], None]) -> dict:
+    """Load, check and measure the exported graph (in the trusted worker, `nas.sandbox.trusted`); its
+    cost per image is checked at the training batch `batch` (at least `CHECK_BATCH`) against its
+    counted FLOPs. Every refusal decidable on shapes comes first, on the meta device
+    (`GraphNet.dry_run`): work, a training step's memory at that batch against `memory_mb` (what
+    the trainer has), carried data, work beyond what fvcore could count; `on_work` then hears the
+    work per image (the worker's clocks start from it); then fvcore's trace at batch 1 and the
+    checks on its count; only then a real forward and backward at the verification batch. Returns
+    the verdict's dict, with the graph's hash; raises MemoryError when an allocation failed. `seeds`:
+    the training weight sets the artifact holds besides, each of which must hash as the graph checked."""
+    import torch  # lazy: loads torch (start-up time)
+
+    from nas.measure import count_flops, count_params  # lazy: loads torch (start-up time)
+
+    # lazy: loads torch (start-up time)
+    from nas.sandbox.graph import MAX_CARRIED, GraphError, GraphNet, compare, graph_hash, unpack
+
     try:
         art = unpack(artifact, _MAX_ARTIFACT, ("init", "const", *(f"seed{seed}" for seed in seeds),
                                                *(("parent", "parent_const") if with_parent else ())))
@@ -265,11 +319,11 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
             raise GraphError(f"graph takes input {list(net.input_shape)}, not {list(input_shape[1:])}")
         shape = (input_shape[0], channels, *input_shape[2:])
         big = max(batch, CHECK_BATCH)
-        out_shape, work = net.dry_run(shape[0], limits.memory_mb * MB, big)
+        out_shape, work = net.dry_run(shape[0], memory_mb * MB, big)
         expected = [shape[0], num_classes]
         if out_shape != expected:
             return Verdict(ok=False, stage="output_shape", output_shape=out_shape,
-                           error=f"output_shape: output shape {out_shape} != expected {expected} (batch, num_classes)"), {}
+                           error=f"output_shape: output shape {out_shape} != expected {expected} (batch, num_classes)").to_dict()
         carried = net.carried()
         if (elements := sum(map(math.prod, carried.values()))) > MAX_CARRIED:
             name, size = max(carried.items(), key=lambda kv: math.prod(kv[1]))
@@ -277,40 +331,46 @@ def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[
                 f"graph: reads {elements:,} values of buffers, constants and literals besides "
                 f"its parameters and normalisation statistics (largest: {name[:80]} {size}), over the "
                 f"{MAX_CARRIED:,} allowed: their values are the model code's, never trained here (make them "
-                f"nn.Parameters)")), {}
+                f"nn.Parameters)")).to_dict()
         hidden = work.other // big  # per image, outside convolutions and matrix products
         slack = UNCOUNTED_PER_INPUT * math.prod(shape[1:])
         # On shapes first: fvcore counts at most `fvcore_bound` FLOPs (twice that for the slack of its
         # einsum handle), so work past it is refused before anything runs for real.
         if hidden > max(bound := 2 * work.fvcore_bound // big, slack):
-            return _hidden_work(hidden, big, f"the {bound:,} FLOPs it could count at most"), {}
+            return _hidden_work(hidden, big, f"the {bound:,} FLOPs it could count at most").to_dict()
+        on_work(work.total // big)
         flops = count_flops(net, (1, *shape[1:]))  # a real forward at batch 1, its cost and memory checked above
         if hidden > max(flops, slack):
-            return _hidden_work(hidden, big, f"its {flops:,} counted FLOPs"), {}
+            return _hidden_work(hidden, big, f"its {flops:,} counted FLOPs").to_dict()
         if work.macs // big > flops * MAC_TOLERANCE + slack:
             return Verdict(ok=False, stage="graph", error=(
                 f"graph: {work.macs // big:,} multiply-accumulates per image at batch {big}, more than its {flops:,} "
                 f"counted FLOPs: work that grows faster than the batch (products across images) or an operator "
-                f"the FLOPs count misses")), {}
+                f"the FLOPs count misses")).to_dict()
         torch.manual_seed(0)
         out = net(torch.randn(shape))
         if not torch.isfinite(out).all():
             return Verdict(ok=False, stage="output_shape", output_shape=expected,
-                           error="output_shape: output contains NaN or Inf values"), {}
+                           error="output_shape: output contains NaN or Inf values").to_dict()
         torch.nn.functional.cross_entropy(out.float(), torch.randint(0, num_classes, (shape[0],))).backward()
         verdict = Verdict(ok=True, stage="done", params=count_params(net), flops=flops,
-                          output_shape=expected, layers=net.layers())
+                          output_shape=expected, layers=net.layers(), graph=graph_hash(GraphNet(art), art.graph))
+        for seed in seeds:  # each training network must be the one checked
+            if (hashed := graph_hash(GraphNet(art, f"seed{seed}", like="init"), art.graph)) != verdict.graph:
+                return _other_graph(hashed, verdict.graph or "").to_dict()
         if with_parent:
             parent = GraphNet(art, "parent", "parent_const", art.graph.get("parent"))
             verdict.changed, verdict.changed_layers = compare(parent, net)
-        # trained from values drawn here, never from initial values the model's code chose
-        nets = {seed: GraphNet(art, f"seed{seed}", like="init").reinitialise(seed) for seed in seeds}
     except GraphError as err:
-        return Verdict(ok=False, stage="graph", error=f"graph: {err}"), {}
+        return Verdict(ok=False, stage="graph", error=f"graph: {err}").to_dict()
+    except MemoryError:
+        raise
     except Exception as err:  # an operator refused the graph's arguments while running here
+        if "can't allocate memory" in str(err):  # RLIMIT_DATA: torch's allocator says so in a RuntimeError
+            raise MemoryError(str(err)) from None
         return Verdict(ok=False, stage="graph",
-                       error=f"graph: does not run: {type(err).__name__}: {str(err).splitlines()[0][:300]}"), {}
-    return verdict, nets
+                       error=f"graph: does not run: {type(err).__name__}: {str(err).splitlines()[0][:300]}").to_dict()
+    return verdict.to_dict()
 
 
 def _hidden_work(hidden: int, batch: int, counted: str) -> Verdict:
@@ -322,47 +382,130 @@ def _hidden_work(hidden: int, batch: int, counted: str) -> Verdict:
 
 def export_model_graph(source: str, *, seeds: list[int], num_classes: int, input_shape: tuple[int, ...],
                        limits: Limits = Limits(), filename: str = "model.py",
-                       batch: int = CHECK_BATCH) -> tuple[Verdict, dict]:
-    """Verify `source` as `verify_model_source` does and export it as a graph, one network per seed
-    with initial values drawn here, training nothing (`nas export` trains it here, with `train_graphs`).
-    Returns the verdict and the networks per seed; none when the verdict failed or says
-    `self_reported` (the model cannot be exported: only the sandbox can train it)."""
+                       batch: int = CHECK_BATCH) -> tuple[Verdict, bytes]:
+    """Verify `source` as `verify_model_source` does and export it as a graph, one network per seed,
+    training nothing (`nas export` trains it with `train_graphs`). Returns the verdict and the
+    checked artifact; empty when the verdict failed or says `self_reported` (the model cannot be
+    exported: only the sandbox can train it)."""
     _check_args(filename, num_classes, input_shape)
     start = time.monotonic()
     verdict = check_syntax(source, filename)
-    nets: dict = {}
+    artifact = b""
     if verdict is None:
-        run = _run_child(source, num_classes, input_shape, None, limits, filename, seeds=seeds)
-        verdict = conclude(run, limits)
-        if verdict.ok and not verdict.self_reported:
-            verdict, nets = _graph_verdict(run.artifact, num_classes, input_shape, limits, False, seeds, batch)
+        with _trusted_worker(limits) as worker:
+            run = _run_child(source, num_classes, input_shape, None, limits, filename, seeds=seeds)
+            verdict = conclude(run, limits)
+            if verdict.ok and not verdict.self_reported:
+                verdict = _graph_verdict(run.artifact, num_classes, input_shape, limits, False, seeds, batch,
+                                         worker=worker)
+                artifact = run.artifact if verdict.ok else b""
     verdict.wall_s = round(time.monotonic() - start, 3)
-    return verdict, nets
+    return verdict, artifact
 
 
-def train_graphs(verdict: Verdict, nets: dict, data: dict, recipe: dict, engine: dict,
-                 loaded, on_epoch=None, label: str = "model.py") -> tuple[Verdict, list]:
-    """Train each seed's graph network here (in place), as a trusted model would be."""
-    from nas.data.sources import load_data
-    from nas.errors import NasError
-    from nas.train.engine import Engine
-    from nas.train.recipe import Recipe
-    from nas.train.run import train_one
+def initial_net(artifact: bytes, seeds: Sequence[int]):
+    """The first seed's network of a checked artifact with the values training starts from (drawn
+    here, never the model code's), built in this process: for trusted code that scores it untrained.
+    `seeds`: every seed the request asked for (the artifact holds one weight set each, and a set no
+    request named is refused)."""
+    from nas.sandbox.graph import unpack  # lazy: loads torch (start-up time)
 
-    images = loaded if loaded is not None else load_data(**data)
+    return _seed_net(unpack(artifact, _MAX_ARTIFACT, ("init", "const", *(f"seed{s}" for s in seeds))), seeds[0])
+
+
+def _seed_net(art, seed: int):
+    """Seed `seed`'s network, trained from values drawn here, never from initial values the model's code chose."""
+    from nas.sandbox.graph import GraphNet  # lazy: loads torch (start-up time)
+
+    return GraphNet(art, f"seed{seed}", like="init").reinitialise(seed)
+
+
+def train_graphs(verdict: Verdict, artifact: bytes, data: dict, recipe: dict, engine: dict, seeds: Sequence[int],
+                 limits: Limits, *, gpu: bool = False, threads: int = 1, on_epoch=None, label: str = "model.py",
+                 out: str | None = None, probe: int | None = None) -> tuple[Verdict, list]:
+    """Train each seed's network of the checked `artifact` (`verdict`: its hash) as a trusted model
+    would be, in a trusted worker under `limits.memory_mb`, a CPU-time limit and a wall clock from
+    its counted work (`nas.sandbox.trusted`), never in this process: a graph whose training costs
+    more fails its trial in one line. `on_epoch` hears each epoch; with `out`, a folder, the worker
+    writes each seed's trained weights there (`seed<N>.safetensors`), and with `probe` the input it
+    drew under that seed and the first seed's output on it (`probe.safetensors`)."""
+    from nas.sandbox.trusted import Refusal  # cycle: nas.sandbox.trusted imports this module
+
+    request = {"data": data, "recipe": recipe, "engine": engine, "seeds": list(seeds), "graph": verdict.graph,
+               "out": out, "probe": probe,
+               "labels": [f"{label} seed {seed}" if len(seeds) > 1 else label for seed in seeds]}
+    with _trusted_worker(limits, training=True, gpu=gpu, threads=threads) as worker:
+        result = worker.train(artifact, request, on_epoch)
+    if isinstance(result, Refusal):
+        return Verdict(ok=False, stage=result.stage, error=f"{result.stage}: {result.line}"), []
+    if "error" in result:
+        raise NasError(result["error"])
+    if "verdict" in result:
+        return Verdict(**result["verdict"]), []
+    if "failed" in result:
+        return Verdict(ok=False, stage="train", error=result["failed"], params=verdict.params, flops=verdict.flops,
+                       layers=verdict.layers), []
+    try:
+        trained = [TrainResult.from_untrusted(r, max_epochs=recipe.get("epochs", 0)) for r in result["trained"]]
+    except ValueError as err:
+        return Verdict(ok=False, stage="crash", error=f"crash: the training worker's result: {err}"), []
+    return verdict, trained
+
+
+def train_artifact(artifact: bytes, images, *, graph: str, seeds: list[int], recipe: dict, engine: dict,
+                   labels: list[str], out: str | None, probe: int | None,
+                   on_work: Callable[[int, int, int], None], on_epoch) -> dict:
+    """Train each seed's network of `artifact` on `images` (in the training worker, `nas.sandbox.trusted`),
+    from values drawn under the seed, refusing a network that does not hash as `graph` (the one
+    checked). `on_work` hears the counted work per image, the images the training passes through
+    and its epochs in all (the worker's clocks start from them). Returns {"trained": [result
+    dicts]}, {"verdict": a failed verdict's dict}, {"failed": the train-stage line} or {"error": a
+    NasError's line}; raises MemoryError when an allocation failed."""
+    import torch  # lazy: loads torch (start-up time)
+    from safetensors.torch import save  # lazy: the worker's only use
+
+    from nas.sandbox.graph import GraphError, GraphNet, graph_hash, unpack  # lazy: loads torch (start-up time)
+    from nas.train.run import train_one  # lazy: loads torch and Lightning (start-up time)
+
+    r = Recipe.from_dict(recipe)
+    try:
+        art = unpack(artifact, _MAX_ARTIFACT, ("init", "const", *(f"seed{seed}" for seed in seeds)))
+        nets = {}
+        for seed in seeds:
+            if (hashed := graph_hash(GraphNet(art, f"seed{seed}", like="init"), art.graph)) != graph:
+                return {"verdict": _other_graph(hashed, graph).to_dict()}
+            nets[seed] = _seed_net(art, seed)
+        big = max(r.batch_size, CHECK_BATCH)
+        # its work only: the check refused, on shapes, a training step over the trainer's memory
+        work = nets[seeds[0]].dry_run(2, _NO_BUDGET, big)[1]
+    except GraphError as err:
+        return {"verdict": Verdict(ok=False, stage="graph", error=f"graph: {err}").to_dict()}
+    per_epoch = len(images.train) + len(images.valid) + len(images.test)
+    on_work(work.total // big, per_epoch * r.epochs * len(seeds), r.epochs * len(seeds))
     trained = []
-    for seed, net in nets.items():
+    for (seed, net), label in zip(nets.items(), labels):
         rgb = net.input_shape[0] == 3 and images.shape[0] == 1  # an RGB model on grey data
         try:
-            trained.append(train_one(net, images.rgb() if rgb else images, Recipe.from_dict(recipe), seed,
-                                     Engine.from_dict(engine), on_epoch,
-                                     f"{label} seed {seed}" if len(nets) > 1 else label))
-        except NasError:
+            trained.append(train_one(net, images.rgb() if rgb else images, r, seed, Engine.from_dict(engine),
+                                     on_epoch, label).to_dict())
+        except NasError as err:
+            return {"error": str(err)}
+        except MemoryError:
             raise
         except Exception as err:
-            return Verdict(ok=False, stage="train", error=f"train: {type(err).__name__}: {str(err).splitlines()[0][:300]}",
-                           params=verdict.params, flops=verdict.flops, layers=verdict.layers), []
-    return verdict, trained
+            if "can't allocate memory" in str(err):  # RLIMIT_DATA: torch's allocator says so in a RuntimeError
+                raise MemoryError(str(err)) from None
+            return {"failed": f"train: {type(err).__name__}: {str(err).splitlines()[0][:300]}"}
+        net = net.cpu().eval()
+        if out is not None:
+            state = {k: v.detach().clone().contiguous() for k, v in net.state_dict().items()}
+            atomic_write_bytes(Path(out, f"seed{seed}.safetensors"), save(state))
+        if out is not None and probe is not None and seed == seeds[0]:
+            torch.manual_seed(probe)
+            x = torch.randn((1, *net.input_shape))
+            with torch.no_grad():
+                atomic_write_bytes(Path(out, "probe.safetensors"), save({"input": x, "output": net(x)}))
+    return {"trained": trained}
 
 
 def _check_args(filename: str, num_classes: int, input_shape: tuple[int, ...]) -> None:
@@ -405,7 +548,6 @@ def _run_child(source: str, num_classes: int, input_shape: tuple[int, ...],
     request = {"files": files, "sources": sources, "num_classes": num_classes, "input_shape": list(input_shape),
                "limits": dataclasses.asdict(limits), "train": train, "seeds": list(seeds),
                "export_error": export_error}
-    _warm_up()  # while the child runs
     return run_child("nas.sandbox.worker", request, limits, artifact=True)
 
 
@@ -459,7 +601,6 @@ def run_child(module: str, request: dict, limits: Limits, *, args: tuple[str, ..
 
 def data_paths(train: dict | None) -> tuple[str, ...]:
     """The dataset files a training request reads: mounted read-only in the sandbox."""
-    from nas.data.locations import reads
 
     data = (train or {}).get("data") or {}
     return tuple(reads(data["name"], data.get("root"), data.get("split_file"))) if data else ()
@@ -468,8 +609,6 @@ def data_paths(train: dict | None) -> tuple[str, ...]:
 def hidden_paths(train: dict | None) -> tuple[str, ...]:
     """What no sandbox child may read: `$NASFLOW_HOME` and every dataset location
     (`nas.data.locations`); a training request's own files (`data_paths`) are shown again."""
-    from nas.data.locations import locations
-    from nas.home import home
 
     data = (train or {}).get("data") or {}
     return (str(home()), *locations(data.get("name"), data.get("root"), data.get("split_file")))
@@ -646,7 +785,7 @@ def conclude(run: ChildRun, limits: Limits) -> Verdict:
                        error=f"limits: wrote more than {limits.tmp_mb} MB to its work folder{during}")
     if run.verdict is not None and not run.malformed:
         try:
-            return Verdict.from_child(run.verdict)
+            return dataclasses.replace(Verdict.from_child(run.verdict), graph=None)  # hashed here, not said
         except ValueError as err:
             return _crash(f"malformed verdict from the sandbox: {err}", run)
     if run.timed_out:

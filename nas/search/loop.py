@@ -4,30 +4,38 @@ evaluated (in-process here; as cached Prefect tasks in `tasks/`)."""
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 from nas import __version__
+from nas.core.trial import (
+    Candidate,
+    EvalResult,
+    Outcome,
+    SearchExhausted,
+    Trial,
+    TrialRecord,
+    best_record,
+    best_so_far,
+    evaluated,
+)
 from nas.errors import ConfigError, EncodingError, RunDirError
-from nas.evaluators.base import EvalResult, Evaluator, evaluate_safely
-from nas.search.record import TrialRecord, best_record, best_so_far, evaluated
+from nas.evaluators.base import Evaluator, evaluate_safely
 from nas.search.rundir import Resume, RunDir
 from nas.search.screen import Screen
 from nas.search.spec import Search, SearchSpec
-from nas.strategies.base import Candidate, SearchExhausted, Trial, random_only_note
+from nas.strategies.base import random_only_note
 
 log = logging.getLogger(__name__)
 progress_log = logging.getLogger("nas.progress")  # search.log only under `nas search` (conf/config.yaml)
+start_log = logging.getLogger("nas.start")  # the console's line under `nas search`, once the checks passed
 
 
 class Executor(Protocol):
-    def evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
+    def evaluate(self, candidates: list[Candidate]) -> list[Outcome]:
         """Evaluate a batch → (result, served_from_cache, wall_seconds) per candidate."""
 
 
@@ -39,7 +47,7 @@ class AsyncExecutor(Protocol):
     def submit(self, ticket: int, candidate: Candidate) -> None:
         """Start evaluating `candidate`; `ticket` (its ask index) comes back with its outcome."""
 
-    def next_done(self) -> tuple[int, tuple[EvalResult, bool, float]]:
+    def next_done(self) -> tuple[int, Outcome]:
         """Block until one submitted evaluation finishes → (ticket, (result, cached, wall_seconds))."""
 
     def close(self) -> None:
@@ -53,7 +61,7 @@ class LocalExecutor:
         self.evaluator = evaluator
         self.seed = seed
 
-    def evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
+    def evaluate(self, candidates: list[Candidate]) -> list[Outcome]:
         if len(candidates) > 1 and self.evaluator.batched:  # e.g. several candidates on one GPU at once
             start = time.perf_counter()
             try:
@@ -123,10 +131,7 @@ class SearchLoop:
             if resume.changed:  # the next saved state records them
                 progress_log.info("resuming with changed settings that change no result: %s",
                                   "; ".join(resume.changed))
-        resumed = len(evaluated(self.history))
-        if resumed > self.spec.trials:  # rewriting summary.json with the lower budget would misreport the run
-            raise RunDirError(f"{self.run.path} already holds {resumed} trials, more than budget.trials="
-                              f"{self.spec.trials}: raise budget.trials to extend it, or use a new hydra.run.dir")
+        resumed = check_budget(self.run.path, self.history, self.spec.trials)
         note = random_only_note(self.spec.strategy.name, self.spec.strategy.params, self.spec.trials)
         if note is not None:
             log.warning(note)
@@ -140,6 +145,8 @@ class SearchLoop:
             self._save(**({"in_flight": [], "asked": 0} if steady else {}))
         progress_log.info("%s on %s: %d trials%s", self.spec.strategy.name, self.spec.space.name, self.spec.trials,
                           f", resuming after {resumed}" if resumed else "")
+        start_log.info("run dir: %s%s", self.run.path,
+                       f" (resuming after {resumed} trial{'s' * (resumed != 1)})" if resumed else "")
         with self._progress(resumed) as (bar, task):
             self._bar = (bar, task)
             client = self.strategy.client
@@ -246,7 +253,7 @@ class SearchLoop:
     def _save(self, **extra: Any) -> None:
         self.run.save_state(self._fields, len(self.history), self.strategy.state_dict(), self._elapsed(), **extra)
 
-    def _evaluate(self, candidates: list[Candidate]) -> list[tuple[EvalResult, bool, float]]:
+    def _evaluate(self, candidates: list[Candidate]) -> list[Outcome]:
         """Rejected drafts become failed trials without reaching the evaluator."""
         valid = [c for c in candidates if c.rejected is None]
         results = iter(self.executor.evaluate(valid) if valid else [])
@@ -256,26 +263,29 @@ class SearchLoop:
     def _progress(self, done: int):
         if not self.progress:
             return _NullProgress()
-        progress = Progress(
-            TextColumn(f"[bold]{self.spec.strategy.name}[/] on {self.spec.space.name}"),
-            BarColumn(), MofNCompleteColumn(), TextColumn("best {task.fields[best]}"),
-            TimeElapsedColumn(), TextColumn("{task.fields[llm]}"), console=Console(file=sys.stderr),
-            transient=False,
-        )
+        from nas.search.console import search_progress  # lazy: loads rich (start-up time)
+
+        progress = search_progress(f"[bold]{self.spec.strategy.name}[/] on {self.spec.space.name}", self.spec.trials)
         return _ProgressCtx(progress, self.spec.trials, done)
 
 
 class _ProgressCtx:
-    def __init__(self, progress: Progress, total: int, done: int) -> None:
+    """The bar, with the console's log lines printed above it (`logs_above`) while it is live."""
+
+    def __init__(self, progress: Any, total: int, done: int) -> None:
         self.progress, self.total, self.done = progress, total, done
+        self.stack = ExitStack()
 
     def __enter__(self):
-        self.progress.__enter__()
+        from nas.search.console import logs_above  # lazy: loads rich (start-up time)
+
+        self.stack.enter_context(self.progress)
+        self.stack.enter_context(logs_above(self.progress))
         task = self.progress.add_task("search", total=self.total, completed=self.done, best="-", llm="")
         return self.progress, task
 
     def __exit__(self, *exc):
-        return self.progress.__exit__(*exc)
+        return self.stack.__exit__(*exc)
 
 
 class _NullProgress:
@@ -288,6 +298,16 @@ class _NullProgress:
 
 def _entries(running: dict[int, Candidate]) -> list[dict[str, Any]]:
     return [{"ask": t, "encoding": c.arch.encode(), "info": c.info} for t, c in sorted(running.items())]
+
+
+def check_budget(path: Path, history: list[TrialRecord], trials: int) -> int:
+    """The trials a resume keeps, refused when more than `trials`: rewriting summary.json with
+    the lower budget would misreport the run."""
+    resumed = len(evaluated(history))
+    if resumed > trials:
+        raise RunDirError(f"{path} already holds {resumed} trials, more than budget.trials={trials}: "
+                          "raise budget.trials to extend it, or use a new hydra.run.dir")
+    return resumed
 
 
 def trusts_self_reported(spec: SearchSpec | dict[str, Any]) -> bool:

@@ -35,9 +35,9 @@ from typing import Any
 
 from nas.core.arch import stable_hash
 from nas.core.dotted import flatten, result_neutral
+from nas.core.trial import TrialRecord, record_at
 from nas.errors import RunDirError
 from nas.io import append_jsonl, atomic_write_json, read_json, read_jsonl, rewrite_jsonl
-from nas.search.record import TrialRecord, record_at
 
 STATE_VERSION = 1
 LOCK_NAME = ".lock"

@@ -27,11 +27,10 @@ import numpy as np
 from nas.core.arch import Architecture
 from nas.core.registry import Registry
 from nas.core.space import CategoricalSpace, SearchSpace
+from nas.core.trial import Candidate, EvalResult, SearchExhausted, Trial, TrialRecord, evaluated
 from nas.errors import ConfigError
-from nas.evaluators.base import EvalResult
-from nas.search.predictor import EnsemblePredictor, PredictorSettings
-from nas.search.record import TrialRecord, evaluated
-from nas.strategies.base import Candidate, SearchExhausted, Strategy, Trial
+from nas.strategies.base import Strategy
+from nas.strategies.predictor import EnsemblePredictor, PredictorSettings
 
 MAX_FACTOR = 100
 
@@ -99,7 +98,7 @@ SCORERS: Registry[Scorer] = Registry("scorer", "nasflow.scorers")
 
 @SCORERS.register("predictor")
 class PredictorScorer(Scorer):
-    """Mean accuracy of an MLP ensemble (nas/search/predictor.py) fitted on the run's
+    """Mean accuracy of an MLP ensemble (nas/strategies/predictor.py) fitted on the run's
     successful trials."""
 
     def __init__(self, space: SearchSpace, members: int = 5, hidden: int = 32, epochs: int = 300,
@@ -113,11 +112,9 @@ class PredictorScorer(Scorer):
 
     def score(self, archs: list[Architecture], history: list[TrialRecord], seed: int) -> list[float]:
         # the loop passes the history as told (`TrialRecord.as_told`): untrusted self-reported trials are unscored
-        data = [(r.encoding, r.accuracy) for r in history if r.ok and r.accuracy is not None]
-        if len(data) < 2:  # nothing to learn from yet: keep the strategy's order
+        if sum(r.ok and r.accuracy is not None for r in history) < 2:  # nothing to learn from yet: keep the order
             return [0.0] * len(archs)
-        predictor = EnsemblePredictor.fitted(self.cat, [e for e, _ in data], [a for _, a in data], self.settings,
-                                             np.random.default_rng(seed))
+        predictor = EnsemblePredictor(self.settings).fit_on(self.cat, history, seed)
         mean, _ = predictor.predict_archs(self.cat, archs)
         return [float(m) for m in mean]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from importlib import resources
 from typing import Any
 
 from nas.core.arch import stable_hash
@@ -260,9 +261,8 @@ def _first(natural: str | None, names: list[str]) -> list[str]:
 
 def space_defaults(label: str) -> dict[str, str]:
     """The natural strategy and evaluator of a space preset (conf/space_defaults/<label>.yaml)."""
-    from importlib import resources
 
-    import yaml
+    import yaml  # lazy: loads yaml (start-up time)
 
     path = resources.files("conf") / "space_defaults" / f"{label}.yaml"
     if not path.is_file():

@@ -4,7 +4,6 @@ strategy never blocks on it and batches can be evaluated in parallel."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -14,63 +13,9 @@ from nas.core.arch import Architecture, SeenIndex
 from nas.core.constraint import Constraint
 from nas.core.registry import Registry
 from nas.core.space import OpenEndedSpace, SearchSpace
+from nas.core.trial import Candidate, SearchExhausted, Trial, TrialRecord
 from nas.errors import ConfigError, EncodingError, RunDirError
-from nas.evaluators.base import EvalResult
 from nas.llm.client import Calls, LLMClient
-from nas.search.record import TrialRecord
-
-
-@dataclass
-class Candidate:
-    arch: Architecture
-    info: dict[str, Any] = field(default_factory=dict)  # strategy fields: origin, parent…
-    rejected: str | None = None  # why a draft failed verification: recorded as a failed trial, never evaluated
-
-
-class Draft(Architecture):
-    """A design agent's text that did not verify: it has a key (so it is a
-    trial in the history), but no representation to evaluate."""
-
-    def __init__(self, text: str, space: str) -> None:
-        self.text = text
-        self.space = space  # type: ignore[misc]  # per draft (a class variable elsewhere): the space it was written for
-
-    def canonical(self) -> str:
-        return self.text
-
-    def encode(self) -> str:
-        return self.text
-
-    @classmethod
-    def decode(cls, data: Any) -> "Draft":
-        raise EncodingError("a rejected draft cannot be decoded into an architecture")
-
-
-@dataclass
-class Trial:
-    """A told candidate with the record its evaluation left in the history, so `tell`
-    and `report` read the same fields."""
-
-    candidate: Candidate
-    record: TrialRecord
-
-    @property
-    def index(self) -> int:
-        return self.record.trial
-
-    @classmethod
-    def of(cls, index: int, candidate: Candidate, result: EvalResult, cached: bool = False,
-           wall_seconds: float = 0.0) -> Trial:
-        """Trial `index`: `candidate` evaluated to `result` (`cached`: served by the task cache)."""
-        arch, r = candidate.arch, result
-        return cls(candidate, TrialRecord(
-            trial=index, key=arch.key(), encoding=arch.encode(), accuracy=r.accuracy, metrics=r.metrics,
-            params=r.params, flops=r.flops, error=r.error, cost_seconds=round(r.cost_seconds, 6),
-            wall_seconds=round(wall_seconds, 6), cached=cached, strategy=candidate.info, curve=r.curve or []))
-
-
-class SearchExhausted(Exception):
-    """The strategy cannot propose any new candidate (e.g. space enumerated)."""
 
 
 class Strategy(ABC):

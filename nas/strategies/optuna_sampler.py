@@ -34,10 +34,10 @@ import numpy as np
 
 from nas.core.arch import Architecture, SeenIndex
 from nas.core.space import CategoricalSpace, SearchSpace
+from nas.core.trial import Candidate, SearchExhausted, Trial, TrialRecord
 from nas.errors import ConfigError, EncodingError, RunDirError
 from nas.llm.client import Calls
-from nas.search.record import TrialRecord
-from nas.strategies.base import STRATEGIES, Candidate, SearchExhausted, Strategy, Trial
+from nas.strategies.base import STRATEGIES, Strategy
 
 SAMPLERS = {"tpe": "TPESampler", "gp": "GPSampler", "nsga2": "NSGAIISampler", "random": "RandomSampler",
             "cmaes": "CmaEsSampler", "qmc": "QMCSampler"}
@@ -48,7 +48,7 @@ INFEASIBLE_VALUE = 0.0  # what an over-the-limit proposal is told (its constrain
 
 def _optuna() -> Any:
     try:
-        import optuna
+        import optuna  # lazy: an optional extra, refused in one line when missing
     except ImportError:
         raise ConfigError("strategy 'optuna' needs Optuna: pip install 'nasflow[optuna]'") from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # not a line per trial

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from nas.core.space import SearchSpace
-from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, Strategy, Trial
+from nas.core.trial import Candidate, Trial
+from nas.strategies.base import STRATEGIES, Deduplicating, Strategy
 
 
 @STRATEGIES.register("random")

@@ -8,8 +8,9 @@ from collections import deque
 from typing import Any
 
 from nas.core.space import SearchSpace
+from nas.core.trial import Candidate, Trial
 from nas.errors import ConfigError, RunDirError
-from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, Strategy, Trial
+from nas.strategies.base import STRATEGIES, Deduplicating, Strategy
 
 POPULATION_SIZE = 20
 

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from nas.core.space import CategoricalSpace, SearchSpace
+from nas.core.trial import Candidate, SearchExhausted, Trial
 from nas.errors import ConfigError, RunDirError
-from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, SearchExhausted, Strategy, Trial
+from nas.strategies.base import STRATEGIES, Deduplicating, Strategy
 
 
 @dataclass

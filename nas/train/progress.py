@@ -73,8 +73,8 @@ class EpochDisplay:
 
     def __enter__(self) -> "EpochDisplay":
         if self.tty:
-            from rich.console import Console
-            from rich.progress import BarColumn, Progress, TextColumn
+            from rich.console import Console  # lazy: loads rich (start-up time)
+            from rich.progress import BarColumn, Progress, TextColumn  # lazy: loads rich (start-up time)
 
             self.bar = Progress(TextColumn("[bold]{task.description}[/]"), BarColumn(),
                                 TextColumn("{task.fields[state]}"),

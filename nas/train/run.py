@@ -17,10 +17,10 @@ def train_many(models: list[nn.Module], data: ImageData, recipe: Recipe, seed: i
     reporting each finished epoch to `on_epoch` under the model's label."""
     labels = labels or [f"candidate {i + 1}" for i in range(len(models))]
     if engine.kind == "fast":
-        from nas.train.fast import train_fast
+        from nas.train.fast import train_fast  # lazy: loads pytorch_lightning (start-up time)
 
         return train_fast(models, data, recipe, seed, engine, on_epoch, labels)
-    from nas.train.fit import train
+    from nas.train.fit import train  # lazy: loads pytorch_lightning (start-up time)
 
     return [train(m, data, recipe, seed, engine, on_epoch, label) for m, label in zip(models, labels)]
 

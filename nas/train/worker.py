@@ -22,6 +22,10 @@ from nas.core.arch import Architecture
 from nas.core.space import SearchSpace
 from nas.errors import EvaluationError
 from nas.io import atomic_write_json
+from nas.spaces import SPACES
+from nas.train.build import build_model
+from nas.train.engine import Engine
+from nas.train.recipe import Recipe
 from nas.train.result import TrainResult
 
 
@@ -47,12 +51,8 @@ def train_in_subprocess(space: SearchSpace, arch: Architecture, *, data: dict[st
 
 
 def main(request_path: str) -> None:
-    from nas.data.sources import load_data
-    from nas.spaces import SPACES
-    from nas.train.build import build_model
-    from nas.train.engine import Engine
-    from nas.train.recipe import Recipe
-    from nas.train.run import train_one
+    from nas.data.sources import load_data  # lazy: loads torch (start-up time)
+    from nas.train.run import train_one  # lazy: loads torch (start-up time)
 
     request = json.loads(Path(request_path).read_text(encoding="utf-8"))
     data = load_data(**request["data"])

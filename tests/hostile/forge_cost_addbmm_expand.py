@@ -3,6 +3,8 @@
 # expect: invalid
 # A template: tests/test_hostile.py substitutes the __PLACEHOLDERS__ and runs it through the nas CLI.
 
+import sys
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,6 +24,7 @@ def _forged(net: nn.Module, example: torch.Tensor) -> dict:
 
 
 nas.sandbox.graph.export_graph = _forged
+sys.modules["__main__"].export_graph = _forged  # the sandbox's worker (__main__) holds its own name for it
 
 
 class Network(nn.Module):

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 from prefect import flow
 
+from nas.core.trial import Candidate
 from nas.search.spec import Component, SearchSpec
-from nas.strategies.base import Candidate
 
 SLEEP_S = 3.0  # per evaluation: long enough to kill its worker in the middle of it
 

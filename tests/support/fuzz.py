@@ -640,10 +640,10 @@ def run_zip(case: ZipCase) -> Artifact:
 VALID_REPORTS = [
     {"ok": True, "stage": "done", "error": None, "traceback": None, "params": 1234, "flops": 5678,
      "output_shape": [2, 10], "changed": None, "changed_layers": None, "layers": 2, "self_reported": True,
-     "export_error": "export: could not trace", "wall_s": 1.5},
+     "export_error": "export: could not trace", "wall_s": 1.5, "graph": None},
     {"ok": False, "stage": "forward", "error": "forward: RuntimeError: shapes", "traceback": "line 1\nline 2",
      "params": None, "flops": None, "output_shape": None, "changed": False, "changed_layers": 0, "layers": None,
-     "self_reported": False, "export_error": None, "wall_s": 0},
+     "self_reported": False, "export_error": None, "wall_s": 0, "graph": "0" * 64},
 ]
 
 

@@ -21,12 +21,15 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from nas.agents.collm.agents import MAX_DIRECTIONS, decision_table, generate, navigate, single, values_text
 from nas.core.arch import Architecture
 from nas.core.space import CategoricalSpace, SearchSpace
+from nas.core.trial import Candidate, SearchExhausted, Trial, TrialRecord
 from nas.errors import ConfigError, RunDirError
+from nas.llm import LLMClient
 from nas.llm.client import Answer
-from nas.search.record import TrialRecord
-from nas.strategies.base import STRATEGIES, Candidate, Deduplicating, SearchExhausted, Strategy, Trial
+from nas.llm.prompts import load_prompt
+from nas.strategies.base import STRATEGIES, Deduplicating, Strategy
 
 log = logging.getLogger("nas.agents.collm.strategy")
 OPENING = "No strategy yet: explore architectures that differ from each other in every decision."
@@ -118,8 +121,6 @@ class CoLLMStrategy(Deduplicating, Strategy):
         self._init_seen()
 
     def attach(self, run_dir: Path, llm_calls=None, progress: bool = True) -> None:
-        from nas.llm import LLMClient
-
         settings = dict(self.llm_settings)
         roles = {r: dict(v or {}) for r, v in dict(settings.get("roles") or {}).items()}
         if self.temperature is not None:
@@ -157,8 +158,6 @@ class CoLLMStrategy(Deduplicating, Strategy):
         return None
 
     def _iterate(self) -> None:
-        from nas.agents.collm.agents import generate, single
-
         self.iteration += 1
         accepted: list[Architecture] = []
         turn = self._single_turn() if self.single_llm else None
@@ -221,8 +220,6 @@ class CoLLMStrategy(Deduplicating, Strategy):
     # -- conversations ------------------------------------------------------------------------------------
 
     def _navigate(self) -> None:
-        from nas.agents.collm.agents import navigate
-
         turn = self._stateful("collm_navigator", "collm_navigator_refine", self._refine_values())
         answer = navigate(self.llm_client, self.space, turn.messages, turn.template)
         if not answer.ok:
@@ -282,7 +279,6 @@ class CoLLMStrategy(Deduplicating, Strategy):
 
     def _template(self, prompt: str) -> str:
         """The prompt's id and the seed: seeds sample independently (own cache keys), a re-run replays."""
-        from nas.llm.prompts import load_prompt
 
         return f"{load_prompt(prompt).template_id}#seed={self.seed}"
 
@@ -295,8 +291,6 @@ class CoLLMStrategy(Deduplicating, Strategy):
     # -- what the LLMs are shown --------------------------------------------------------------------------
 
     def _space_values(self) -> dict[str, Any]:
-        from nas.agents.collm.agents import decision_table
-
         target = f"an accuracy of at least {self.target:g}%" if self.target is not None \
             else "the highest accuracy you can find"
         return {"space": self.space.describe(), "decisions": decision_table(self.space),
@@ -309,8 +303,6 @@ class CoLLMStrategy(Deduplicating, Strategy):
         return " and ".join(parts) if parts else "none"
 
     def _directions(self) -> str:
-        from nas.agents.collm.agents import MAX_DIRECTIONS
-
         decisions = self.space.decisions()
         if len(decisions) <= MAX_DIRECTIONS:
             return "\n".join(f"{d.name}: which values to favour or avoid" for d in decisions)
@@ -352,8 +344,6 @@ class CoLLMStrategy(Deduplicating, Strategy):
     # -- tell, state, report ------------------------------------------------------------------------------
 
     def tell(self, trials: list[Trial]) -> None:
-        from nas.agents.collm.agents import values_text
-
         for t in trials:
             arch, res = t.candidate.arch, t.record
             self.seen.add(arch)
@@ -413,7 +403,6 @@ class CoLLMStrategy(Deduplicating, Strategy):
 
 def _render(prompt: str, **values: Any) -> list[dict[str, str]]:
     """A prompt filled from the shared values (each prompt takes the fields it names)."""
-    from nas.llm.prompts import load_prompt
 
     p = load_prompt(prompt)
     return p.render(**{k: v for k, v in values.items() if k in p.fields()})

@@ -19,16 +19,32 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from nas.agents.fairnad.agents import (
+    DOWNSCALE_ONCE,
+    DOWNSCALE_SHRINK,
+    HYPER_IDEAS,
+    TARGETS,
+    UPSCALE_IDEAS,
+    debug,
+    downscale,
+    iterate,
+    mutate,
+    off_multiple,
+)
 from nas.core.arch import SeenIndex
 from nas.core.space import SearchSpace
+from nas.core.trial import Candidate, Draft, SearchExhausted, Trial, TrialRecord
 from nas.design.base import DesignStrategy, Try, verify_and_retry
 from nas.design.metrics import design_metrics
-from nas.design.verifiers import Outcome, budget_limits
+from nas.design.verdicts import VerdictCache
+from nas.design.verifiers import Outcome, budget_limits, source_chain
 from nas.errors import ConfigError, RunDirError
-from nas.search.record import TrialRecord
+from nas.home import home
+from nas.sandbox.limits import Limits
+from nas.search.pareto import FAIRNAD_OBJECTIVES, nsga2_select, underused
 from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE
 from nas.spaces.source.arch import SourceArch
-from nas.strategies.base import STRATEGIES, Candidate, Draft, SearchExhausted, Trial
+from nas.strategies.base import STRATEGIES
 
 STAGES = ("fair", "pareto", "iterative")
 SAMPLING = ("main", "sub", "idea")
@@ -199,8 +215,6 @@ class FairNADStrategy(DesignStrategy):
         return [m.id for m in sorted(done, key=lambda m: (-m.score, m.id))]
 
     def _pareto_parents(self, k: int) -> list[int]:
-        from nas.search.pareto import FAIRNAD_OBJECTIVES, nsga2_select
-
         done = [m for m in self.models if m.status == "evaluated" and m.params is not None and m.flops is not None]
         if not done or k == 0:
             return []
@@ -228,9 +242,6 @@ class FairNADStrategy(DesignStrategy):
         return members[int(self.rng.integers(len(members)))]
 
     def _pareto_job(self, parent: int) -> Job:
-        from nas.agents.fairnad.agents import HYPER_IDEAS, UPSCALE_IDEAS
-        from nas.search.pareto import underused
-
         m = self.models[parent]
         small = underused(*m.size, *budget_limits(self.budget), self.underused_ratio)
         ideas = UPSCALE_IDEAS if small else HYPER_IDEAS
@@ -241,7 +252,6 @@ class FairNADStrategy(DesignStrategy):
 
     def _request(self, job: Job) -> tuple[str, str]:
         """The mutation request and its target (FairNAD's templates by granularity)."""
-        from nas.agents.fairnad.agents import TARGETS
 
         if job.stage == "pareto":
             return job.idea, "refinement"
@@ -252,8 +262,6 @@ class FairNADStrategy(DesignStrategy):
         return TARGETS[target].format(idea=" ".join(job.idea.split())), target
 
     def _design(self, job: Job) -> Candidate:
-        from nas.agents.fairnad.agents import iterate, mutate
-
         parent = self.models[job.parent]
         before = self.llm_client.usage.total()
         info: dict[str, Any] = {"stage": job.stage, "generation": self.generation, "parent": parent.id}
@@ -307,17 +315,6 @@ class FairNADStrategy(DesignStrategy):
                   attempts: list[dict[str, Any]]) -> tuple[Outcome | None, str]:
         """Algorithm 1's loop: check; debug after parse/execution errors (≤ max_debug),
         downscale over budget (≤ max_downscale); anything else ends the loop."""
-        from nas.agents.fairnad.agents import (
-            DOWNSCALE_ONCE,
-            DOWNSCALE_SHRINK,
-            debug,
-            downscale,
-            off_multiple,
-        )
-        from nas.design.verdicts import VerdictCache
-        from nas.design.verifiers import source_chain
-        from nas.home import home
-        from nas.sandbox.limits import Limits
 
         chain = source_chain(parent.source, self.budget, self.seen, num_classes=self.num_classes,
                              input_size=self.input_size, limits=Limits(**self.sandbox),

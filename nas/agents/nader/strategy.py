@@ -18,15 +18,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from nas.agents.nader.agents import modify, propose, reflect_suggestion, reflect_tip
 from nas.agents.nader.modtree import ModificationTree
 from nas.core.arch import SeenIndex
 from nas.core.space import SearchSpace
+from nas.core.trial import Candidate, Draft, Trial, TrialRecord
 from nas.design.base import DesignStrategy, Try, verify_and_retry
 from nas.design.verifiers import Changed, KeepsParent, block_chain
 from nas.errors import ConfigError, RunDirError
-from nas.search.record import TrialRecord
 from nas.spaces.nader.dag.macro import BlockSet, Skeleton
-from nas.strategies.base import STRATEGIES, Candidate, Draft, Trial
+from nas.strategies.base import STRATEGIES
 
 GENERIC_IDEA = "Improve the block's accuracy with one architectural change of your choice."
 
@@ -86,8 +87,6 @@ class NaderStrategy(DesignStrategy):
         return child
 
     def _design(self, node) -> Candidate:
-        from nas.agents.nader.agents import modify
-
         before = self.llm_client.usage.total()
         tried = [(self.tree.node(c).idea, self.tree.node(c).status) for c in node.children]
         idea, ideas, proposal_error = self._propose(node, tried)
@@ -143,7 +142,6 @@ class NaderStrategy(DesignStrategy):
 
     def _propose(self, node, tried: list[tuple[str, str]]) -> tuple[str, list[str], str | None]:
         """The idea to apply: the Proposer's first choice among retrieved ideas not yet tried here."""
-        from nas.agents.nader.agents import propose
 
         if self.store is None:
             return GENERIC_IDEA, [], None
@@ -166,8 +164,7 @@ class NaderStrategy(DesignStrategy):
         return [e.text for e, _ in self.experience_store.retrieve(idea, k=self.experiences_k)]
 
     def _reflect_tip(self, idea: str, errors: list[str]) -> None:
-        from nas.agents.nader.agents import reflect_tip
-        from nas.knowledge.store import Experience
+        from nas.knowledge.store import Experience  # lazy: loads qdrant_client, threadpoolctl (start-up time)
 
         if self.experience_store is None:
             return
@@ -193,8 +190,7 @@ class NaderStrategy(DesignStrategy):
                 self.tree.record(node_id, None, failed=True)
 
     def _reflect_degradation(self, node_id: int) -> None:
-        from nas.agents.nader.agents import reflect_suggestion
-        from nas.knowledge.store import Experience
+        from nas.knowledge.store import Experience  # lazy: loads qdrant_client, threadpoolctl (start-up time)
 
         node = self.tree.node(node_id)
         if self.experience_store is None or node.parent is None:

@@ -96,7 +96,7 @@ class AutoFormerSpace(CategoricalSpace[AutoFormerArch]):
 
     def build(self, arch: AutoFormerArch, num_classes: int, in_channels: int = 3, input_size: int = 32,
               options: Mapping[str, Any] | None = None) -> "nn.Module":
-        from nas.spaces.autoformer.network import ViT
+        from nas.spaces.autoformer.network import ViT  # lazy: loads torch (start-up time)
 
         return ViT(self.validate(arch), head_dim=self.head_dim, patch_size=self.patch_size,
                    image_size=self.image_size, num_classes=num_classes, in_channels=in_channels)

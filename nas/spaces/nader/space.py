@@ -77,12 +77,12 @@ class BlockSpace(OpenEndedSpace[BlockArch]):
 
     def build(self, arch: BlockArch, num_classes: int, in_channels: int = 3, input_size: int = 32,
               options: Mapping[str, Any] | None = None) -> "nn.Module":
-        from nas.spaces.nader.network import build_network
+        from nas.spaces.nader.network import build_network  # lazy: loads torch (start-up time)
 
         return build_network(self.plan(arch, num_classes, in_channels, input_size, options))
 
     def source(self, arch: BlockArch, num_classes: int, in_channels: int = 3, input_size: int = 32,
                options: Mapping[str, Any] | None = None) -> str:
-        from nas.spaces.nader.network import network_source
+        from nas.spaces.nader.network import network_source  # lazy: loads torch (start-up time)
 
         return network_source(self.plan(arch, num_classes, in_channels, input_size, options))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from nas.spaces.nb201.arch import EDGES, OPS
+from nas.spaces.nb201.measured_costs import MEASURED
 
 PerOp = dict[str, tuple[int, int]]
 
@@ -13,9 +14,18 @@ PerOp = dict[str, tuple[int, int]]
 def cost_model(channels: int, cells_per_stage: int, num_classes: int,
                resolution: int) -> tuple[PerOp, tuple[int, int]]:
     """(per-op (params, FLOPs), base (params, FLOPs)): an NB201 network costs a base plus an
-    independent cost per edge op, so 1 + |OPS| measured networks give all 15,625 exactly."""
+    independent cost per edge op, so 1 + |OPS| measured networks give all 15,625 exactly.
+    The usual sizes were measured once (`measured_costs`): a table search imports no torch."""
+
+    known = MEASURED.get((channels, cells_per_stage, num_classes, resolution))
+    return known if known is not None else measure_model(channels, cells_per_stage, num_classes, resolution)
+
+
+def measure_model(channels: int, cells_per_stage: int, num_classes: int,
+                  resolution: int) -> tuple[PerOp, tuple[int, int]]:
+    """`cost_model`, measured: 1 + |OPS| networks built and counted (torch, fvcore)."""
     from nas.measure import count_flops, count_params  # torch: only when a cost is first asked for
-    from nas.spaces.nb201.network import NB201Network
+    from nas.spaces.nb201.network import NB201Network  # lazy: loads torch (start-up time)
 
     def measure(ops: tuple[str, ...]) -> tuple[int, int]:
         net = NB201Network(ops, channels=channels, cells_per_stage=cells_per_stage, num_classes=num_classes)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import inspect
 
+from nas.spaces.nb201.arch import EDGES
+
 
 def network_source(ops: tuple[str, ...], channels: int, cells_per_stage: int, num_classes: int,
                    in_channels: int) -> str:
     """A file defining `Network(num_classes=...)`, the same modules (and state dict keys) as `NB201Network`."""
-    import nas.spaces.nb201.network as module
-    from nas.spaces.nb201.arch import EDGES
+    import nas.spaces.nb201.network as module  # lazy: loads torch (start-up time)
 
     text = inspect.getsource(module).replace("from nas.spaces.nb201.arch import EDGES", f"EDGES = {EDGES!r}")
     return (f"# Exported by nasflow: NAS-Bench-201 network, cell {'+'.join(ops)}; needs only torch.\n{text}\n\n"

@@ -13,6 +13,8 @@ from nas.core.registry import check_count
 from nas.core.space import SPACES, CategoricalSpace, Cost, Decision
 from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
 from nas.spaces.nb201.cost import cell_cost, cost_model
+from nas.spaces.nb201.source import network_source
+from nas.spaces.nb201.table import NB201Table
 
 if TYPE_CHECKING:
     from torch import nn
@@ -104,8 +106,6 @@ class NB201Space(CategoricalSpace[NB201Cell]):
         return Cost(*cell_cost(arch.ops, cost_model(self.channels, self.cells_per_stage, num_classes, resolution)))
 
     def benchmark(self, path: str | None, metric: str, num_classes: int, resolution: int) -> NB201Table:
-        from nas.spaces.nb201.table import NB201Table
-
         return NB201Table.load(self, path, metric, num_classes, resolution)
 
     def _sizes(self, options: Mapping[str, Any] | None) -> tuple[int, int]:
@@ -115,7 +115,7 @@ class NB201Space(CategoricalSpace[NB201Cell]):
 
     def build(self, arch: NB201Cell, num_classes: int, in_channels: int = 3, input_size: int = 32,
               options: Mapping[str, Any] | None = None) -> "nn.Module":
-        from nas.spaces.nb201.network import NB201Network
+        from nas.spaces.nb201.network import NB201Network  # lazy: loads torch (start-up time)
 
         channels, cells = self._sizes(options)
         return NB201Network(arch.ops, channels=channels, cells_per_stage=cells, num_classes=num_classes,
@@ -123,8 +123,6 @@ class NB201Space(CategoricalSpace[NB201Cell]):
 
     def source(self, arch: NB201Cell, num_classes: int, in_channels: int = 3, input_size: int = 32,
                options: Mapping[str, Any] | None = None) -> str:
-        from nas.spaces.nb201.source import network_source
-
         return network_source(arch.ops, *self._sizes(options), num_classes, in_channels)
 
     def describe(self) -> str:

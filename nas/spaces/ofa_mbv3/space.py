@@ -82,7 +82,7 @@ class OFAMbv3Space(CategoricalSpace[OFAMbv3Arch]):
     def build(self, arch: OFAMbv3Arch, num_classes: int, in_channels: int = 3, input_size: int = 32,
               options: Mapping[str, Any] | None = None) -> "nn.Module":
         """OFA generates a subnet only from its elastic network: the subnet of a fresh supernet."""
-        from nas.spaces.ofa_mbv3.network import elastic_network, subnet
+        from nas.spaces.ofa_mbv3.network import elastic_network, subnet  # lazy: loads torch (start-up time)
 
         return subnet(elastic_network(self, num_classes, in_channels), self, arch)
 

@@ -28,6 +28,8 @@ class SourceArch(Architecture):
             raise EncodingError(f"{filename}: model source is over {MAX_SOURCE >> 20} MB")
         self.source, self.filename = source, filename
         self._canonical: str | None = None
+        # The graph hash of the verdict a design check kept (`Verdict.graph`): training refuses any other graph.
+        self.checked: str | None = None
 
     def canonical(self) -> str:
         if self._canonical is None:

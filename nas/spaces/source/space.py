@@ -9,6 +9,7 @@ from typing import Any
 
 from nas.core.space import SPACES, OpenEndedSpace
 from nas.spaces.source.arch import SourceArch
+from nas.spaces.source.bases import BASE_MODELS, base_source
 
 
 @SPACES.register("source")
@@ -22,8 +23,6 @@ class SourceSpace(OpenEndedSpace[SourceArch]):
     source_kind = "the model source itself (untrusted: built, trained and exported only in the sandbox)"
 
     def __init__(self, base: str = "resnet32") -> None:
-        from nas.spaces.source.bases import BASE_MODELS, base_source
-
         self.base = SourceArch(self.read_base(base, BASE_MODELS, base_source, "model"),
                                filename=f"{Path(base).stem}.py")
         self.base.key()  # a base that does not parse fails here, with its line

@@ -99,7 +99,7 @@ class SPOSSpace(CategoricalSpace[SPOSArch]):
 
     def build(self, arch: SPOSArch, num_classes: int, in_channels: int = 3, input_size: int = 32,
               options: Mapping[str, Any] | None = None) -> "nn.Module":
-        from nas.spaces.spos.network import subnet
+        from nas.spaces.spos.network import subnet  # lazy: loads torch (start-up time)
 
         return subnet(self, arch, num_classes, in_channels)
 

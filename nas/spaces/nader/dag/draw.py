@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nas.io import atomic_write_bytes
 from nas.spaces.nader.dag.parse import Block
 from nas.spaces.nader.dag.shapes import topological_order
 
@@ -238,9 +239,9 @@ def figure(blocks: dict[str, Block], title: str = "") -> Figure:
     Artists carry gids (``node:SECTION:IDX``, ``label:SECTION:IDX``, ``edge:SECTION:A->B``) so tests
     can check what was placed rather than pixels."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # no pyplot: no GUI backend, no global state
-    from matplotlib.figure import Figure
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
-    from matplotlib.path import Path as MplPath
+    from matplotlib.figure import Figure  # lazy: loads matplotlib (start-up time)
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # lazy: loads matplotlib (start-up time)
+    from matplotlib.path import Path as MplPath  # lazy: loads matplotlib (start-up time)
 
     panels = [layout_block(block) for block in blocks.values()]
     x0 = MARGIN
@@ -277,7 +278,6 @@ def figure(blocks: dict[str, Block], title: str = "") -> Figure:
 
 def draw_blocks(blocks: dict[str, Block], out: Path, title: str = "") -> Path:
     """Write the PNG atomically (temp file + rename); returns the path written."""
-    from nas.io import atomic_write_bytes
 
     buf = io.BytesIO()
     figure(blocks, title).savefig(buf, format="png", dpi=150)

@@ -192,14 +192,14 @@ class OpSpec:
 
 def _nn() -> ModuleType:
     """torch.nn, imported when the first module is built: parsing and shape checks never need torch."""
-    from torch import nn
+    from torch import nn  # lazy: loads torch (start-up time)
 
     return nn
 
 
 def _modules() -> ModuleType:
     """This language's own modules (`nas.spaces.nader.dag.modules`), imported with torch on first use."""
-    from nas.spaces.nader.dag import modules
+    from nas.spaces.nader.dag import modules  # lazy: loads torch (start-up time)
 
     return modules
 

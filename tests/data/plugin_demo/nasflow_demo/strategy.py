@@ -6,7 +6,8 @@ from __future__ import annotations
 import itertools
 
 from nas.core.space import SearchSpace
-from nas.strategies.base import STRATEGIES, Candidate, Strategy, Trial
+from nas.core.trial import Candidate, Trial
+from nas.strategies.base import STRATEGIES, Strategy
 
 
 @STRATEGIES.register("ordered")

@@ -1,8 +1,15 @@
-"""One trial as history.jsonl holds it: a typed record that the loop writes,
-strategies are told and report on, and report/compare/export/regression read.
+"""A trial's types, from `ask()` to report.md, in one torch-free module.
 
-Torch-free on purpose: reading a run's history must not load a framework.
-`to_json()` is exactly the line the loop has always written, so existing run
+A trial takes three shapes: the `Candidate` a strategy proposes (an architecture and the
+strategy's info); the `EvalResult` an evaluator turns it into; and the `TrialRecord`
+history.jsonl holds (`Trial.of` joins the first two into it), which the loop appends,
+strategies are told (`Trial`: the candidate and its record) and report/compare/export/
+regression read back (`read_history`). `SearchExhausted` is how a strategy says it has no
+candidate left. Nothing here imports above `nas.core` and the ground floor (`nas.errors`,
+`nas.io`): reading a run's history must not load a framework, and strategies and the
+search loop both import these types without importing each other.
+
+`TrialRecord.to_json()` is exactly the line the loop has always written, so existing run
 dirs resume and committed benchmark results reproduce.
 """
 
@@ -10,11 +17,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from nas.errors import RunDirError
+from nas.core.arch import Architecture
+from nas.errors import EncodingError, RunDirError
 from nas.io import read_jsonl
 
 # How a self-reported result is named wherever a person reads it (nas train, nas arch validate,
@@ -25,11 +33,74 @@ UNSCORED = (f"{SELF_REPORTED} (it trained inside the sandbox): not scored, "
             "as evaluator.trust_self_reported is false")
 
 
+class SearchExhausted(Exception):
+    """The strategy cannot propose any new candidate (e.g. space enumerated)."""
+
+
+@dataclass
+class Candidate:
+    arch: Architecture
+    info: dict[str, Any] = field(default_factory=dict)  # strategy fields: origin, parent…
+    rejected: str | None = None  # why a draft failed verification: recorded as a failed trial, never evaluated
+
+
+class Draft(Architecture):
+    """A design agent's text that did not verify: it has a key (so it is a
+    trial in the history), but no representation to evaluate."""
+
+    def __init__(self, text: str, space: str) -> None:
+        self.text = text
+        self.space = space  # type: ignore[misc]  # per draft (a class variable elsewhere): the space it was written for
+
+    def canonical(self) -> str:
+        return self.text
+
+    def encode(self) -> str:
+        return self.text
+
+    @classmethod
+    def decode(cls, data: Any) -> Draft:
+        raise EncodingError("a rejected draft cannot be decoded into an architecture")
+
+
+@dataclass
+class EvalResult:
+    """Outcome of one evaluation. `accuracy` (percent) is the objective;
+    `error` is set, and `accuracy` is None, when the candidate failed."""
+
+    accuracy: float | None
+    metrics: dict[str, float] = field(default_factory=dict)
+    params: int | None = None
+    flops: int | None = None
+    cost_seconds: float = 0.0
+    error: str | None = None
+    curve: list[float] = field(default_factory=list)  # training loss per epoch, for evaluators that train
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.accuracy is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvalResult:
+        return cls(**data)
+
+    @classmethod
+    def failure(cls, error: str, cost_seconds: float = 0.0) -> EvalResult:
+        return cls(accuracy=None, error=error, cost_seconds=cost_seconds)
+
+
+# What an executor returns per candidate: (result, served from the task cache, wall seconds).
+Outcome = tuple[EvalResult, bool, float]
+
+
 @dataclass
 class TrialRecord:
-    """`accuracy` (percent) is None, and `error` says why, when the trial failed;
-    `strategy` is the candidate's info (origin, parent, …); `curve` the training
-    loss per epoch, for evaluators that train (absent from the line when empty);
+    """One trial as history.jsonl holds it. `accuracy` (percent) is None, and `error` says why,
+    when the trial failed; `strategy` is the candidate's info (origin, parent, …); `curve` the
+    training loss per epoch, for evaluators that train (absent from the line when empty);
     `ask` only in asynchronous searches (absent otherwise, so batch lines stay as they were)."""
 
     trial: int
@@ -96,6 +167,29 @@ class TrialRecord:
             elif not check(data[name]):
                 raise RunDirError(f"{where}: field '{name}' must be {what}, got {_brief(data[name])}")
         return cls(**{name: data[name] for name in _FIELDS if name in data})
+
+
+@dataclass
+class Trial:
+    """A told candidate with the record its evaluation left in the history, so `tell`
+    and `report` read the same fields."""
+
+    candidate: Candidate
+    record: TrialRecord
+
+    @property
+    def index(self) -> int:
+        return self.record.trial
+
+    @classmethod
+    def of(cls, index: int, candidate: Candidate, result: EvalResult, cached: bool = False,
+           wall_seconds: float = 0.0) -> Trial:
+        """Trial `index`: `candidate` evaluated to `result` (`cached`: served by the task cache)."""
+        arch, r = candidate.arch, result
+        return cls(candidate, TrialRecord(
+            trial=index, key=arch.key(), encoding=arch.encode(), accuracy=r.accuracy, metrics=r.metrics,
+            params=r.params, flops=r.flops, error=r.error, cost_seconds=round(r.cost_seconds, 6),
+            wall_seconds=round(wall_seconds, 6), cached=cached, strategy=candidate.info, curve=r.curve or []))
 
 
 def read_history(path: Path, *, repair: bool = False) -> list[TrialRecord]:

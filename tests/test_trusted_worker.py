@@ -1,0 +1,231 @@
+"""The parent's own compute on a child's graph runs in the trusted worker (`nas.sandbox.trusted`),
+under a memory limit, a CPU-time limit and a wall clock from the counted work: a graph whose real
+run, or its training, costs more than they allow is one refused trial, and this process goes on. The graph trained
+is the graph checked (`graph_hash`): a second export of the same file that differs is refused.
+Real worker processes, real graphs; no sandbox child."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from nas.sandbox import trusted
+from nas.sandbox.graph import GraphNet, export_graph, graph_hash, pack, unpack
+from nas.sandbox.limits import Limits
+from nas.sandbox.trusted import TrustedWorker
+from nas.sandbox.verify import Verdict, _graph_verdict, train_graphs
+from nas.train.progress import EpochProgress
+
+SHAPE = (2, 3, 16, 16)
+
+
+class Small(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+class Upsampled(Small):
+    """~130 MB per activation at batch 2 (an upsample to 512x512 and a 64-channel conv there)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 64, 3, padding=1)
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.interpolate(x, size=(512, 512))
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+class Table(Small):
+    """Carries a frozen buffer: the model's code chooses its values, so they are part of the network."""
+
+    def __init__(self, value: float = 0.0) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.full((10,), value))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) + self.table
+
+
+def artifact(net: nn.Module, **extra: dict[str, torch.Tensor]) -> bytes:
+    graph = export_graph(net, torch.randn(SHAPE))
+    return pack(graph, {"init": dict(net.state_dict()), "const": graph.pop("constants"), **extra})
+
+
+def test_an_honest_graph_gets_the_same_verdict_as_measured_in_process() -> None:
+    """The worker's verdict is what this process measures itself on the same graph (parameters,
+    fvcore's FLOPs, layers), and names the graph's hash."""
+    from nas.measure import count_flops, count_params
+
+    net = Small()
+    data = artifact(net)
+    verdict = _graph_verdict(data, 10, SHAPE, Limits(), False)
+    art = unpack(data, 1 << 30)
+    here = GraphNet(art)
+    assert verdict.ok and verdict.stage == "done", verdict.error
+    assert (verdict.params, verdict.flops, verdict.layers) == (count_params(here), count_flops(here, (1, 3, 16, 16)), 2)
+    assert verdict.graph == graph_hash(GraphNet(art), art.graph)
+
+
+def test_a_graph_over_the_workers_memory_is_one_refusal_and_this_process_goes_on() -> None:
+    """The dry run lets ~0.5 GB at batch 2 through (~100 GB for training); a worker limited to 256 MB
+    is stopped by its limit (the data-segment cap or the resident-memory watch), one line naming
+    it. The same limit lets a small graph through."""
+    with TrustedWorker(memory_mb=256, threads=1) as worker:
+        verdict = _graph_verdict(artifact(Upsampled()), 10, SHAPE, Limits(memory_mb=1 << 20), False, [0],
+                                 worker=worker)
+        assert worker.proc.poll() is not None  # killed, and reaped
+    assert (verdict.ok, verdict.stage) == (False, "limits")
+    assert verdict.error == "limits: refused: the parent's check of the graph exceeded its memory limit (256 MB)"
+    with TrustedWorker(memory_mb=256, threads=1) as worker:
+        assert _graph_verdict(artifact(Small()), 10, SHAPE, Limits(), False, worker=worker).ok
+
+
+def test_the_wall_clock_comes_from_the_counted_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no seconds allowed per unit of counted work, the real run is out of time at once: one line."""
+    assert trusted.check_seconds(10**9, 2) > trusted.check_seconds(10**6, 2) > trusted.BASE_SECONDS
+    monkeypatch.setattr(trusted, "BASE_SECONDS", 0.0)
+    monkeypatch.setattr(trusted, "SECONDS_PER_UNIT", 0.0)
+    verdict = _graph_verdict(artifact(Upsampled()), 10, SHAPE, Limits(memory_mb=1 << 20), False)
+    assert (verdict.ok, verdict.stage) == (False, "limits")
+    assert verdict.error == ("limits: refused: the parent's check of the graph exceeded its wall clock "
+                             "(0 s for its counted work)")
+
+
+@pytest.mark.parametrize("sig, error", [
+    (signal.SIGXCPU, "limits: refused: the parent's check of the graph exceeded its CPU-time limit (the counted work's)"),
+    (signal.SIGTERM, "crash: the parent's check of the graph ended without a verdict (exit status -15)")],
+    ids=["SIGXCPU", "SIGTERM"])
+def test_a_worker_that_dies_is_one_line(sig: signal.Signals, error: str) -> None:
+    """Killed by RLIMIT_CPU (SIGXCPU, or SIGKILL past the hard limit): the CPU-time limit; killed
+    otherwise: a crash, not a limit."""
+    with TrustedWorker(memory_mb=1024, threads=1) as worker:
+        os.kill(worker.proc.pid, sig)
+        verdict = _graph_verdict(artifact(Small()), 10, SHAPE, Limits(), False, worker=worker)
+    assert verdict.error == error
+
+
+def test_the_graph_trained_is_the_graph_checked() -> None:
+    """A kept verdict's hash vouches for its graph only: a different graph, or the same graph whose
+    training weights carry other values of a frozen buffer than the checked ones, is refused in one
+    line; the same network (other drawn values, other seeds) passes."""
+    honest = Table(0.0)
+    data = artifact(honest, seed0=dict(Table(0.0).state_dict()), seed1=dict(Table(0.0).state_dict()))
+    verdict = _graph_verdict(data, 10, SHAPE, Limits(), False, [0, 1])
+    assert verdict.ok, verdict.error
+    again = _graph_verdict(artifact(Table(0.0), seed0=dict(Table(0.0).state_dict())), 10, SHAPE, Limits(), False,
+                              [0], checked=verdict.graph)
+    assert again.ok and again.graph == verdict.graph
+    other = _graph_verdict(artifact(Small(), seed0=dict(Small().state_dict())), 10, SHAPE, Limits(), False,
+                           [0], checked=verdict.graph)
+    assert (other.ok, other.stage) == (False, "graph")
+    assert "is not the one checked" in other.error and "\n" not in other.error
+    swapped = artifact(honest, seed0=dict(Table(5.0).state_dict()))  # checked with 0s, trained with 5s
+    forged = _graph_verdict(swapped, 10, SHAPE, Limits(), False, [0])
+    assert not forged.ok and "is not the one checked" in forged.error
+
+
+TWO_FACED = '''
+import sys
+
+import torch
+from torch import nn
+
+_worker = sys.modules["__main__"]
+_export, _fill = _worker._export, [0.0]
+
+
+def _forged(module, candidate, workdir, request, *args):
+    """A run that exports training seeds (the training run) builds another network than the check run."""
+    _fill[0] = 3.0 if request.get("seeds") else 0.0
+    return _export(module, candidate, workdir, request, *args)
+
+
+_worker._export = _forged
+
+
+class Network(nn.Module):
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8, num_classes)
+        self.register_buffer("table", torch.full((num_classes,), _fill[0]))
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3))) + self.table
+'''
+
+
+def test_a_kept_verdict_vouches_for_no_other_graph() -> None:
+    """The check and the training are two runs of one file: a file that exports another network
+    when asked for training seeds passes the check, and its training run is refused in one line
+    for the kept verdict's hash; without the forgery, the same two runs train."""
+    from nas.sandbox.verify import train_model_source, verify_model_source
+
+    train = {"data": {"name": "digits"}, "num_classes": 10, "input_shape": (2, 3, 8, 8),
+             "recipe": {"epochs": 1, "batch_size": 64}, "engine": {"kind": "fast"}, "seeds": [0]}
+    checked = verify_model_source(TWO_FACED, input_shape=(2, 3, 8, 8))
+    assert checked.ok and checked.graph is not None, checked.error
+    verdict, runs = train_model_source(TWO_FACED, checked=checked.graph, **train)  # type: ignore[arg-type]
+    assert (verdict.ok, verdict.stage, runs) == (False, "graph", [])
+    assert verdict.error.startswith("graph: the network sent for training (sha256 ") and "\n" not in verdict.error
+    honest = TWO_FACED.replace("_worker._export = _forged\n", "")
+    verdict, runs = train_model_source(honest, checked=verify_model_source(honest, input_shape=(2, 3, 8, 8)).graph,
+                                       **train)  # type: ignore[arg-type]
+    assert verdict.ok and len(runs) == 1, verdict.error
+
+
+def _digits_graph(net: nn.Module) -> tuple[bytes, Verdict]:
+    """`net` exported at the digits' size (3x8x8, grey data made RGB), with a training seed 0, and
+    the verdict a check would keep for it (its hash; nothing run for real)."""
+    graph = export_graph(net, torch.randn(2, 3, 8, 8))
+    data = pack(graph, {"init": dict(net.state_dict()), "const": graph.pop("constants"),
+                        "seed0": dict(net.state_dict())})
+    art = unpack(data, 1 << 30, ("init", "const", "seed0"))
+    return data, Verdict(ok=True, stage="done", graph=graph_hash(GraphNet(art), art.graph))
+
+
+def test_a_training_over_the_workers_memory_is_one_refusal_and_this_process_stays_small() -> None:
+    """Training runs in a worker under the memory limit, never here: a graph whose training step
+    needs gigabytes (64 channels at 512x512, batch 64) stops at the worker's 256 MB, in one line
+    naming the limit, and this process's peak resident memory barely moves."""
+    data, checked = _digits_graph(Upsampled())
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+        fh.write("5")  # resets this process's peak resident memory (VmHWM)
+    base = trusted._status("self", "VmRSS")
+    verdict, runs = train_graphs(checked, data, {"name": "digits"}, {"epochs": 1, "batch_size": 64},
+                                 {"kind": "fast"}, [0], Limits(memory_mb=256))
+    assert (verdict.ok, verdict.stage, runs) == (False, "limits", [])
+    assert verdict.error == "limits: refused: the parent's training of the graph exceeded its memory limit (256 MB)"
+    peak = trusted._status("self", "VmHWM")
+    assert base is not None and peak is not None and peak - base < 64 << 20
+
+
+def test_a_graph_trains_in_the_worker_and_reports_each_epoch(tmp_path: Path) -> None:
+    """An honest graph trains in the worker under the same limit: each epoch's progress reaches
+    `on_epoch` here, and its trained weights come back as safetensors with the graph's keys."""
+    from safetensors.torch import load_file
+
+    net = Small()
+    data, checked = _digits_graph(net)
+    heard: list[EpochProgress] = []
+    verdict, runs = train_graphs(checked, data, {"name": "digits"}, {"epochs": 2, "batch_size": 64},
+                                 {"kind": "fast"}, [0], Limits(memory_mb=256), on_epoch=heard.append,
+                                 label="small.py", out=str(tmp_path), probe=0)
+    assert verdict.ok and len(runs) == 1 and runs[0].epochs == 2, verdict.error
+    assert [(p.label, p.epoch, p.epochs) for p in heard] == [("small.py", 1, 2), ("small.py", 2, 2)]
+    state = load_file(tmp_path / "seed0.safetensors")
+    assert set(state) == set(net.state_dict())
+    probe = load_file(tmp_path / "probe.safetensors")
+    assert probe["input"].shape == (1, 3, 8, 8) and probe["output"].shape == (1, 10)
