@@ -229,3 +229,17 @@ def test_a_graph_trains_in_the_worker_and_reports_each_epoch(tmp_path: Path) -> 
     assert set(state) == set(net.state_dict())
     probe = load_file(tmp_path / "probe.safetensors")
     assert probe["input"].shape == (1, 3, 8, 8) and probe["output"].shape == (1, 10)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_graph_trains_on_the_gpu_under_the_workers_memory_limit(tmp_path: Path) -> None:
+    """The worker's memory limit is a data-segment cap plus a resident-memory watch, never an
+    address-space cap, because CUDA maps tens of GB of virtual memory that such a cap refuses: on a
+    GPU the same honest graph trains under the limit, on the device, and reports each epoch."""
+    data, checked = _digits_graph(Small())
+    heard: list[EpochProgress] = []
+    verdict, runs = train_graphs(checked, data, {"name": "digits"}, {"epochs": 2, "batch_size": 64},
+                                 {"kind": "fast", "accelerator": "gpu"}, [0], Limits(memory_mb=1024), gpu=True,
+                                 on_epoch=heard.append, out=str(tmp_path))
+    assert verdict.ok and len(runs) == 1, verdict.error
+    assert runs[0].device.startswith("cuda") and [p.epoch for p in heard] == [1, 2]
