@@ -16,7 +16,7 @@ from prefect.runtime import flow_run
 
 from nas.core.trial import TrialRecord, best_record, evaluated, read_history
 from nas.report import render_markdown
-from nas.terminal import printable
+from nas.terminal import clipped, printable
 from tasks.progress import prefect_key
 
 PLOT_LINE = "![best so far](best_so_far.png)"  # nas/report.py's relative link, dead in the UI
@@ -115,10 +115,8 @@ def encoding_text(encoding: Any) -> str:
     if isinstance(encoding, str):
         text = encoding
     else:
-
         text = json.dumps(encoding, separators=(",", ":"), default=str)
-    text = printable(text)  # a model's source (an LLM wrote it) on one line, its controls as text
-    return text if len(text) <= ENCODING_CHARS else text[:ENCODING_CHARS - 1] + "…"
+    return clipped(printable(text), ENCODING_CHARS)  # a model's source (an LLM wrote it) on one line, controls as text
 
 
 def si(value: float | None) -> str | None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from nas.core.trial import SELF_REPORTED, TrialRecord, best_so_far, evaluated, read_history
 from nas.io import atomic_write_bytes, atomic_write_text
-from nas.terminal import printable
+from nas.terminal import clipped, printable
 
 
 def _pyplot():
@@ -134,7 +134,7 @@ def _cell(text: str, n: int) -> str:
     """One table cell: one line, no pipes, at most n characters, control characters escaped
     (ideas, names and errors come from LLM replies and model files)."""
     text = printable(" ".join(str(text).split())).replace("|", "\\|")
-    return text if len(text) <= n else text[: n - 1] + "…"
+    return clipped(text, n)
 
 
 def _code(encoding: Any) -> str:

@@ -25,3 +25,8 @@ def _escape(match: re.Match[str]) -> str:
 def printable(text: str, lines: bool = False) -> str:
     """`text` with its control characters escaped; `lines`: newlines kept (a multi-line field)."""
     return (_CONTROL_BUT_NEWLINE if lines else _CONTROL).sub(_escape, text)
+
+
+def clipped(text: str, n: int) -> str:
+    """`text` in at most `n` characters, an ellipsis marking a cut (a table cell, a quoted name)."""
+    return text if len(text) <= n else text[: n - 1] + "…"

@@ -38,7 +38,7 @@ from nas.home import home
 from nas.io import atomic_write_json
 from nas.knowledge.embed import Embedder, default_embedder
 from nas.knowledge.idea import Idea, normalise
-from nas.terminal import printable
+from nas.terminal import clipped, printable
 
 FILTER_KEYS = ("target", "granularity", "main", "sub", "source")
 _PAGE = 256
@@ -560,7 +560,7 @@ def import_nader_experiences(path: Path | str) -> list[Experience]:
         raise NasError(f"{path}: expected an object of entries, got {type(data).__name__}")
     out: list[Experience] = []
     for name, entry in data.items():
-        where = f"{path}: entry {_short(name)!r}"
+        where = f"{path}: entry {clipped(name, 60)!r}"
         if isinstance(entry, dict):
             out.extend(_nader_tips(where, name, entry))
         elif isinstance(entry, list):
@@ -595,5 +595,3 @@ def _nader_tips(where: str, name: str, entry: dict[str, Any]) -> Iterator[Experi
                              context={"section": section, "name": name}, source="nader")
 
 
-def _short(text: str, n: int = 60) -> str:
-    return text if len(text) <= n else text[:n - 1] + "…"
