@@ -16,6 +16,7 @@ from __future__ import annotations
 import _posixsubprocess
 import math
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -27,6 +28,13 @@ from typing import Callable, NoReturn
 from nas.errors import ConfigError
 
 MB = 1 << 20
+# What torch's allocators and libstdc++ say when a memory cap (RLIMIT_AS, RLIMIT_DATA) refuses an allocation.
+_OUT_OF_MEMORY = re.compile(r"can't allocate memory|not enough memory|bad_alloc")
+
+
+def out_of_memory(message: str) -> bool:
+    """Whether an exception's message is an allocation a memory cap refused (often a RuntimeError, not a MemoryError)."""
+    return bool(_OUT_OF_MEMORY.search(message))
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from nas.errors import NasError
 from nas.home import home
 from nas.io import atomic_write_bytes
 from nas.sandbox.isolation import SANDBOX_TMP, isolation, package_root
-from nas.sandbox.limits import MB, Limits
+from nas.sandbox.limits import MB, Limits, out_of_memory
 from nas.terminal import printable
 from nas.train.engine import Engine
 from nas.train.recipe import Recipe
@@ -366,7 +366,7 @@ def measure(artifact: bytes, *, num_classes: int, input_shape: list[int], memory
     except MemoryError:
         raise
     except Exception as err:  # an operator refused the graph's arguments while running here
-        if "can't allocate memory" in str(err):  # RLIMIT_DATA: torch's allocator says so in a RuntimeError
+        if out_of_memory(str(err)):  # the worker's RLIMIT_DATA, said in a RuntimeError
             raise MemoryError(str(err)) from None
         return Verdict(ok=False, stage="graph",
                        error=f"graph: does not run: {type(err).__name__}: {str(err).splitlines()[0][:300]}").to_dict()
@@ -493,7 +493,7 @@ def train_artifact(artifact: bytes, images, *, graph: str, seeds: list[int], rec
         except MemoryError:
             raise
         except Exception as err:
-            if "can't allocate memory" in str(err):  # RLIMIT_DATA: torch's allocator says so in a RuntimeError
+            if out_of_memory(str(err)):  # the worker's RLIMIT_DATA, said in a RuntimeError
                 raise MemoryError(str(err)) from None
             return {"failed": f"train: {type(err).__name__}: {str(err).splitlines()[0][:300]}"}
         net = net.cpu().eval()

@@ -39,10 +39,9 @@ from torch import nn
 from torch.overrides import TorchFunctionMode, resolve_name
 
 from nas.measure import count_flops, count_params
-from nas.sandbox.limits import Limits, apply_rlimits, install_policy
+from nas.sandbox.limits import Limits, apply_rlimits, install_policy, out_of_memory
 from nas.sandbox.verify import Verdict
 
-_OOM = re.compile(r"can't allocate memory|not enough memory|bad_alloc")
 _ALLOC = re.compile(r"tried to allocate (\d+) bytes")
 # Freed on the first failure, so a model that filled the address space still
 # leaves room to describe the failure.
@@ -407,7 +406,7 @@ def _failure(stage: str, exc: BaseException, files: dict[str, str], limits: Limi
         where = f" at {files[exc.filename]}:{exc.lineno}"
     else:
         where = f" at {files[frames[-1].filename]}:{frames[-1].lineno}" if frames else ""
-    if isinstance(exc, MemoryError) or _OOM.search(message):
+    if isinstance(exc, MemoryError) or out_of_memory(message):
         size = _ALLOC.search(message)
         detail = f": tried to allocate {size.group(1)} bytes" if size else ""
         error = f"limits: out of memory (memory_mb={limits.memory_mb}){detail}{where or ' during ' + stage}"
