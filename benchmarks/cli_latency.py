@@ -19,8 +19,9 @@ End-to-end rows, each for the code before (--before-tree, e.g. `git archive HEAD
 100-trial table search (a new NASFLOW_HOME's first command, then warm ones with a new seed each,
 so no evaluation is cached), a refused command (a bad config key), a resume (50 trials, then the
 same run dir to 100: the second command is timed); and, as the reference, an Optuna TPE process
-doing the same 100-trial search on the same table. Each search row records its wall time and the
-time to its first trial (history.jsonl's first line: the fixed cost). The load average is
+doing the same 100-trial search on the same table. Each search row records its wall and CPU time
+and the time to its first trial (history.jsonl's first line: the fixed cost), wall and the `nas`
+process's CPU (first_trial_cpu_s: what a loaded machine stretches least). The load average is
 sampled around every row. Written under "end_to_end" in the JSON.
 """
 
@@ -30,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -105,27 +107,43 @@ def _load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
+def _cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a live process so far (Linux /proc), else None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def timed_search(argv: list[str], env: dict[str, str], cwd: Path, run_dir: Path | None,
                  expected: int = 0) -> dict:
-    """Wall seconds of `nas ARGV`, and (with a run dir) seconds to its first trial line."""
+    """Wall seconds of `nas ARGV` and its CPU seconds (its processes', reaped), and with a run dir
+    the seconds to its first trial line, wall and the `nas` process's CPU (a shared machine's
+    load stretches wall time; CPU time much less)."""
     load = _load()
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.Popen([str(NAS), *argv], env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    first = None
+    first = first_cpu = None
     history = run_dir / "history.jsonl" if run_dir is not None else None
     before = history.stat().st_size if history is not None and history.exists() else 0
     while proc.poll() is None:
         if first is None and history is not None and history.exists() and history.stat().st_size > before:
-            first = time.perf_counter() - start
+            first, first_cpu = time.perf_counter() - start, _cpu_s(proc.pid)
         time.sleep(0.02)
     wall = time.perf_counter() - start
     out, err = proc.communicate()
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != expected:
         raise SystemExit(f"nas {' '.join(argv)}: exit {proc.returncode}, expected {expected}: {err.strip()[-400:]}")
-    row = {"wall_s": round(wall, 3), "load_avg_1m": [load, _load()]}
+    row = {"wall_s": round(wall, 3), "cpu_s": round(used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime, 3),
+           "load_avg_1m": [load, _load()]}
     if first is not None:
         row["first_trial_s"] = round(first, 3)
+    if first_cpu is not None:
+        row["first_trial_cpu_s"] = round(first_cpu, 3)
     return row
 
 
@@ -190,11 +208,11 @@ def end_to_end(before_tree: Path | None, repeats: int, out: Path) -> None:
 
 
 def summarize(rows: list[dict]) -> dict:
-    walls = [r["wall_s"] for r in rows]
-    firsts = [r["first_trial_s"] for r in rows if "first_trial_s" in r]
-    out = {"median_wall_s": round(statistics.median(walls), 3), "runs": rows}
-    if firsts:
-        out["median_first_trial_s"] = round(statistics.median(firsts), 3)
+    out: dict = {"median_wall_s": round(statistics.median(r["wall_s"] for r in rows), 3), "runs": rows}
+    for key in ("cpu_s", "first_trial_s", "first_trial_cpu_s"):
+        values = [r[key] for r in rows if key in r]
+        if values:
+            out[f"median_{key}"] = round(statistics.median(values), 3)
     return out
 
 

@@ -134,15 +134,18 @@ def main() -> None:
     rows = []
     for load in args.loads:
         print(f"make run with {load} busy processes (load avg now {os.getloadavg()[0]:.1f}) ...", flush=True)
-        rows.append(one_run(args.clone, load, args.timeout))
-        print(f"  {rows[-1]['wall_s']} s, exit {rows[-1]['exit']}: {rows[-1]['stdout_tail'][-1:]}", flush=True)
+        row = one_run(args.clone, load, args.timeout)
+        row.update(source=source, when=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        rows.append(row)
+        print(f"  {row['wall_s']} s, exit {row['exit']}: {row['stdout_tail'][-1:]}", flush=True)
     report = read_json(args.out) if args.out.exists() else {}
-    report["runs"] = rows
+    # A rerun of some load levels keeps the others' rows (each says its own source and time).
+    kept = [r for r in report.get("runs", []) if r.get("load_processes") not in args.loads]
+    report["runs"] = sorted(kept + rows, key=lambda r: r["load_processes"])
     report["command"] = "make run: " + " ".join(["$(BIN)/nas", *run_recipe()[1:]])
-    report["source"] = source
     report["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
-    report["when"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    report["note"] = ("a fresh clone and NASFLOW_HOME per load level, the installed .venv reused; load_avg_1m_samples "
+    report["note"] = ("a fresh clone and NASFLOW_HOME per load level, the installed .venv reused (each row: its commit and "
+                      "time; rerunning some load levels keeps the other rows); load_avg_1m_samples "
                       "is the machine's real load (other work included), every 15 s; the issue's targets: at most "
                       "300 s idle on 2 cores, 600 s with 4 busy processes")
     atomic_write_json(args.out, report)

@@ -22,6 +22,10 @@ of it; the JSON says how many seeds each method got.
     python benchmarks/peers.py                            # 20 seeds x 200 trials, 1,000-trial rows
     python benchmarks/peers.py --seeds 3 --trials 50 --no-process --gp-timeout 0 --long-trials 0   # proves it runs
     git worktree add --detach /tmp/bananas_before <commit> && python benchmarks/peers.py --before /tmp/bananas_before
+    python benchmarks/peers.py --only optuna_tpe_independent --no-process --long-trials 0 --gp-timeout 0
+    python benchmarks/peers.py --only optuna_gp --trials 100 --no-process --long-trials 0 --budget-seconds 1200
+
+`--only` merges rows into the existing JSON (each row keeps its per-seed curves, as steps, for that).
 
 Writes benchmarks/results/peers.json and peers.png (mean best-so-far curves, shaded std)."""
 
@@ -42,6 +46,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from nas.core.constraint import Constraint  # noqa: E402
 from nas.core.trial import TrialRecord, best_so_far, read_history  # noqa: E402
 from nas.io import atomic_write_json, read_json  # noqa: E402
 from nas.search.loop import LocalExecutor, SearchLoop  # noqa: E402
@@ -62,6 +67,7 @@ LONG = ("bananas", "optuna_tpe")  # the --long-trials rows: how their loop time 
 SLOW = ("optuna_gp",)  # seeds after the fast methods, in turn, while the time budget lasts
 FAST_SHARE = 0.5     # of --budget-seconds: the fast methods' seeds (at least 5), the rest for timings and SLOW
 OVERRIDES = {"optuna_tpe_independent": ["+strategy.sampler_params.multivariate=false"]}
+NB201, TABLE, NO_LIMIT = Component("nb201"), Component("table"), Constraint()
 
 
 def conf_params(name: str) -> dict[str, Any]:
@@ -83,10 +89,13 @@ def method(label: str) -> tuple[str, dict[str, Any]]:
     return label, conf_params(label)
 
 
-def run(label: str, seed: int, trials: int, evaluator, workdir: Path) -> dict[str, Any]:
+def run(label: str, seed: int, trials: int, evaluator, workdir: Path, space: Component = NB201,
+        scorer: Component = TABLE, constraint: Constraint = NO_LIMIT) -> dict[str, Any]:
+    """One search of `label` through the library, as `nas search` runs it: `evaluator` is built
+    once by the caller (`scorer` is its spec, recorded in the run dir); best-so-far and seconds."""
     name, params = method(label)
-    spec = SearchSpec(space=Component("nb201"), strategy=Component(name, params), evaluator=Component("table"),
-                      seed=seed, trials=trials)
+    spec = SearchSpec(space=space, strategy=Component(name, params), evaluator=scorer, seed=seed, trials=trials,
+                      constraint=constraint)
     run_dir = workdir / f"{label}_s{seed}_t{trials}"  # a fresh run dir per length: never a resumed shorter run
     marks = [n for n in MARKS if n < trials] + [trials]
     wall_at: dict[str, float] = {}
@@ -177,18 +186,21 @@ def p_values(a: np.ndarray, b: np.ndarray, paired: bool) -> dict[str, float | No
     return out
 
 
-def summarise(curves: np.ndarray, budgets: list[int]) -> dict[str, Any]:
+def summarise(curves: np.ndarray, budgets: list[int], optimum: float | None = OPTIMUM) -> dict[str, Any]:
+    """Best at each budget over seeds; `at_optimum` counts the seeds at a known optimum (None: unknown)."""
     return {str(n): {"mean": round(float(curves[:, n - 1].mean()), 4),
                      "std": round(float(curves[:, n - 1].std(ddof=1)), 4) if len(curves) > 1 else 0.0,
                      "median": round(float(np.median(curves[:, n - 1])), 4),
-                     "at_optimum": int(np.sum(curves[:, n - 1] >= OPTIMUM - 1e-9))} for n in budgets}
+                     **({"at_optimum": int(np.sum(curves[:, n - 1] >= optimum - 1e-9))} if optimum else {})}
+            for n in budgets}
 
 
 def compare(a_label: str, b_label: str, runs: dict[str, dict[int, dict[str, Any]]], budgets: list[int]) -> dict:
     """`a` against `b` at each budget: mean difference (a - b), paired on their common seeds and unpaired."""
     common = sorted(set(runs[a_label]) & set(runs[b_label]))
     out: dict[str, Any] = {"seeds_paired": len(common)}
-    for n in budgets:
+    reached = min(len(r["curve"]) for label in (a_label, b_label) for r in runs[label].values())
+    for n in [n for n in budgets if n <= reached]:  # e.g. GP's shorter searches
         a = np.array([runs[a_label][s]["curve"][n - 1] for s in sorted(runs[a_label])])
         b = np.array([runs[b_label][s]["curve"][n - 1] for s in sorted(runs[b_label])])
         pa = np.array([runs[a_label][s]["curve"][n - 1] for s in common])
@@ -206,13 +218,23 @@ def compare(a_label: str, b_label: str, runs: dict[str, dict[int, dict[str, Any]
     return out
 
 
-def plot(runs: dict[str, dict[int, dict[str, Any]]], default: str, trials: int, path: Path) -> None:
-    import matplotlib
+def plot(runs: dict[str, dict[int, dict[str, Any]]], default: str, trials: int, path: Path,
+         points: dict[str, dict[str, Any]] | None = None, optimum: float | None = OPTIMUM,
+         ylim: tuple[float, float] | None = (92.8, 94.15), ylabel: str = "best CIFAR-10 test accuracy so far (%)",
+         title: str = "NB201 table: nasflow strategies (solid) vs Optuna samplers (dashed), mean ± std") -> None:
+    """Mean best-so-far curves with their std; `points`: rows kept from an earlier JSON without
+    per-seed curves, drawn as mean ± std at their budgets."""
+    import matplotlib  # lazy: matplotlib only for the figure
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: after choosing the backend
 
     fig, ax = plt.subplots(figsize=(8, 5))
+    for k, (label, best_at) in enumerate((points or {}).items()):  # nudged apart: rows share the budgets
+        ax.errorbar([int(n) * 1.025 ** (k + 1) for n in best_at], [v["mean"] for v in best_at.values()],
+                    yerr=[v["std"] for v in best_at.values()], marker="o" if label in NASFLOW else "s", ms=4,
+                    capsize=2, lw=0.8, ls="none",
+                    label=f"{label}: mean ± std at budgets (earlier run)" + (" (default)" if label == default else ""))
     for label, by_seed in runs.items():
         if not by_seed:
             continue
@@ -223,13 +245,15 @@ def plot(runs: dict[str, dict[int, dict[str, Any]]], default: str, trials: int, 
         line, = ax.plot(x, mean, label=f"{name}, {len(curves)} seeds", lw=2 if label in (default, "optuna_tpe") else 1.2,
                         ls="-" if label in NASFLOW else "--")
         ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.12)
-    ax.axhline(OPTIMUM, color="k", lw=0.8, ls=":", label=f"table optimum {OPTIMUM}")
+    if optimum:
+        ax.axhline(optimum, color="k", lw=0.8, ls=":", label=f"table optimum {optimum}")
     ax.set_xscale("log")
-    ax.set_xlim(10, trials)
-    ax.set_ylim(92.8, 94.15)
+    ax.set_xlim(min(10, trials // 2), trials * (1.2 if points else 1))  # room for the nudged points
+    if ylim:
+        ax.set_ylim(*ylim)
     ax.set_xlabel("distinct candidates evaluated")
-    ax.set_ylabel("best CIFAR-10 test accuracy so far (%)")
-    ax.set_title("NB201 table: nasflow strategies (solid) vs Optuna samplers (dashed), mean ± std")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -262,14 +286,23 @@ def main() -> None:
     ap.add_argument("--before-trials", type=int, default=100)
     ap.add_argument("--skip", nargs="+", default=[], choices=[*NASFLOW, *OPTUNA],
                     help="methods left out (the JSON's notes say so), e.g. the costly TPE independent on a busy machine")
+    ap.add_argument("--only", nargs="+", default=None, choices=[*NASFLOW, *OPTUNA],
+                    help="run only these methods and merge them into the existing --out JSON: its other rows kept, "
+                         "the tests recomputed where both rows hold per-seed curves, the PNG redrawn (the default "
+                         "is rerun too when its row holds no curves: the paired tests need them)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "peers.json")
     args = ap.parse_args()
     if args.long_only:
         return long_only(args)
     budgets = [n for n in BUDGETS if n <= args.trials]
     default = space_default("nb201")
-    fast = [m for m in (*NASFLOW, *OPTUNA) if m not in SLOW and m not in args.skip]
-    slow = [m for m in SLOW if m != "optuna_gp"]  # GP joins if its probe finishes
+    earlier = merge_base(args.out, args.only, default, args.seeds, args.trials) if args.only else None
+    skipped = args.skip if earlier is None else [m for m in (*NASFLOW, *OPTUNA) if m not in earlier["rerun"]]
+    if "optuna_gp" in skipped:
+        args.gp_timeout = 0
+    named_gp = earlier is not None and "optuna_gp" in earlier["rerun"]  # asked for by name: joins without a probe
+    fast = [m for m in (*NASFLOW, *OPTUNA) if m not in SLOW and m not in skipped]
+    slow = [m for m in SLOW if m != "optuna_gp"]  # GP joins if its probe finishes (or `--only` names it)
     runs: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in (*NASFLOW, *OPTUNA)}
     process: dict[str, Any] = {}
     long: dict[str, Any] = {}
@@ -300,7 +333,9 @@ def main() -> None:
             for label in [*fast, *slow]:
                 process[label] = process_seconds(label, args.process_trials, work, timeout=600)
                 print(f"process {label}: {process[label]}", flush=True)
-        if args.gp_timeout > 0:
+        if named_gp:
+            slow.append("optuna_gp")
+        elif args.gp_timeout > 0:
             probe = process_seconds("optuna_gp", args.process_trials, work, timeout=args.gp_timeout)
             process["optuna_gp"] = probe
             if probe["finished"]:
@@ -334,38 +369,17 @@ def main() -> None:
     for label, by_seed in runs.items():
         if not by_seed:
             continue
-        curves = np.array([by_seed[s]["curve"] for s in sorted(by_seed)])
-        loops = np.array([by_seed[s]["loop_seconds"] for s in sorted(by_seed)])
-        at_100 = [by_seed[s]["loop_seconds_100"] for s in sorted(by_seed) if by_seed[s]["loop_seconds_100"]]
-        cpu = [by_seed[s]["loop_cpu_seconds"] for s in sorted(by_seed) if "loop_cpu_seconds" in by_seed[s]]
-        cpu_100 = [by_seed[s]["loop_cpu_seconds_at"]["100"] for s in sorted(by_seed)
-                   if "100" in by_seed[s].get("loop_cpu_seconds_at", {})]
-        name, params = method("bananas") if label == "bananas_before" else method(label)
+        methods[label] = method_row("bananas" if label == "bananas_before" else label, by_seed, budgets)
         if label == "bananas_before":
-            params = before_info.pop("params")
-        methods[label] = {
-            "strategy": name, "params": params, "seeds": sorted(by_seed),
-            "best_at": summarise(curves, [n for n in budgets if n <= curves.shape[1]]),
-            "loop_seconds": {"mean": round(float(loops.mean()), 3), "median": round(float(np.median(loops)), 3),
-                             "to_100_mean": round(float(np.mean(at_100)), 3) if at_100 else None,
-                             "cpu_mean": round(float(np.mean(cpu)), 3) if cpu else None,
-                             "cpu_to_100_mean": round(float(np.mean(cpu_100)), 3) if cpu_100 else None},
-            **({"process": process[label]} if label in process else {}),
-            **({"before": before_info} if label == "bananas_before" else {}),
-        }
-        if name == "optuna":
-            methods[label]["per_search"] = {k: round(float(np.mean([by_seed[s][k] for s in by_seed])), 1)
-                                            for k in ("study_trials", "repeats", "random_fills")}
+            methods[label] |= {"params": before_info.pop("params"), "before": before_info}
+        if label in process:
+            methods[label]["process"] = process[label]
     if "optuna_gp" in process and "optuna_gp" not in methods:
         methods["optuna_gp"] = {"strategy": "optuna", "params": method("optuna_gp")[1], "seeds": [],
                                 "process": process["optuna_gp"]}
-    others = [m for m in (*NASFLOW, *OPTUNA) if runs[m] and m != default]
-    tests = {f"{default} (default) vs {m}": compare(default, m, runs, budgets) for m in others}
-    if default != "bananas" and runs["bananas"] and runs["optuna_tpe"]:
-        tests["bananas vs optuna_tpe"] = compare("bananas", "optuna_tpe", runs, budgets)
-    if runs.get("bananas_before"):
-        tests["bananas vs bananas_before"] = compare("bananas", "bananas_before", runs,
-                                                     [n for n in budgets if n <= args.before_trials])
+    tests = tests_of(runs, default, budgets)
+    if earlier is not None:
+        return merge(args, earlier, methods, runs, notes, time.perf_counter() - start)
     payload = {
         "benchmark": "peers", "issue": 41, "space": "nb201", "evaluator": "table",
         "metric": "CIFAR-10 test accuracy (analog-nasbench baseline_accuracy)", "table_optimum": OPTIMUM,
@@ -391,6 +405,119 @@ def main() -> None:
                      if n != "seeds_paired"})
     print("to 100 vs TPE (wall, CPU):", payload["loop_seconds_to_100_vs_tpe"], payload["loop_cpu_seconds_to_100_vs_tpe"])
     print(f"wrote {args.out} and {args.out.with_suffix('.png')}")
+
+
+def tests_of(runs: dict[str, dict[int, dict[str, Any]]], default: str, budgets: list[int]) -> dict[str, Any]:
+    """The default against every other method with runs; `bananas` against TPE when it is not the
+    default, and against `bananas_before` when that row ran."""
+    others = [m for m in (*NASFLOW, *OPTUNA) if runs.get(m) and m != default]
+    tests = {f"{default} (default) vs {m}": compare(default, m, runs, budgets) for m in others}
+    if default != "bananas" and runs.get("bananas") and runs.get("optuna_tpe"):
+        tests["bananas vs optuna_tpe"] = compare("bananas", "optuna_tpe", runs, budgets)
+    if runs.get("bananas_before") and runs.get("bananas"):
+        tests["bananas vs bananas_before"] = compare("bananas", "bananas_before", runs, budgets)
+    return tests
+
+
+def merge_base(path: Path, only: list[str], default: str, seeds: int, trials: int) -> dict[str, Any]:
+    """The JSON `--only` merges into, and the methods to run: `only`, and the default when its row
+    holds no per-seed curves (a JSON written before rows kept them); that rerun replaces its row, so
+    it must cover the row's seeds and trials."""
+    if not path.is_file():
+        raise SystemExit(f"--only merges into an existing --out JSON: {path} does not exist")
+    payload = read_json(path)
+    if payload.get("default_strategy") != default:
+        raise SystemExit(f"--only: {path} was written for default {payload.get('default_strategy')!r}, "
+                         f"conf/space_defaults/nb201.yaml now names {default!r}: run the whole benchmark")
+    rerun = list(dict.fromkeys([*only, *([] if "curves" in payload["methods"].get(default, {}) else [default])]))
+    row = payload["methods"].get(default, {})
+    if default in rerun and (seeds < len(row.get("seeds", [])) or trials < payload["trials"]):
+        raise SystemExit(f"--only reruns the default {default} (its row in {path} holds no per-seed curves) and would "
+                         f"replace its {len(row['seeds'])} seeds x {payload['trials']} trials: pass --seeds "
+                         f"{len(row['seeds'])} --trials {payload['trials']}")
+    return {"payload": payload, "rerun": rerun}
+
+
+def stored_runs(row: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """A JSON row's per-seed curves as `run` returns them (what `compare` and `plot` read)."""
+    return {seed: {"curve": unsteps(points)} for seed, points in zip(row["seeds"], row["curves"], strict=True)}
+
+
+def merge(args: argparse.Namespace, earlier: dict[str, Any], methods: dict[str, Any],
+          runs: dict[str, dict[int, dict[str, Any]]], notes: list[str], seconds: float) -> None:
+    """Write the rows just run into the earlier JSON: its other rows kept, every test whose two rows
+    hold curves recomputed (the rest kept as they were), the figure redrawn from the curves (rows
+    without them as points at their budgets)."""
+    payload, rerun = earlier["payload"], earlier["rerun"]
+    default, budgets = payload["default_strategy"], payload["budgets"]
+    old = payload["methods"]
+    if default in rerun and "best_at" in old.get(default, {}) and default in methods:
+        same = all(old[default]["best_at"].get(n, {}).get("mean") == v["mean"]
+                   for n, v in methods[default]["best_at"].items())
+        notes.append(f"{default} (default): rerun for the per-seed curves its row lacked; its best_at "
+                     + ("matches the earlier run's" if same else "differs from the earlier run's (replaced)"))
+    merged = {**old, **{m: {**old.get(m, {}), **row} for m, row in methods.items()}}
+    every = {m: runs[m] if runs.get(m) else stored_runs(row) for m, row in merged.items() if runs.get(m) or "curves" in row}
+    tests = {**payload["tests"], **tests_of(every, default, budgets)}
+    kept_notes = [n for n in payload.get("notes", []) if not any(n.startswith(f"{m}:") for m in rerun)]
+    payload |= {
+        "methods": merged, "tests": tests, "notes": kept_notes + notes,
+        "loop_seconds_to_100_vs_tpe": ratios(merged, "to_100_mean"),
+        "loop_cpu_seconds_to_100_vs_tpe": ratios(merged, "cpu_to_100_mean"),
+        "merges": [*payload.get("merges", []), {
+            "methods": rerun, "seeds": {m: methods[m]["seeds"] for m in rerun if m in methods},
+            "command": " ".join(["python benchmarks/peers.py", *sys.argv[1:]]), "wall_seconds": round(seconds, 1),
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()], "optuna_version": _version("optuna")}],
+    }
+    atomic_write_json(args.out, payload)
+    points = {m: row["best_at"] for m, row in merged.items() if m not in every and row.get("best_at")}
+    plot(every, default, payload["trials"], args.out.with_suffix(".png"), points=points)
+    for name in rerun:
+        for test, result in tests.items():
+            if name in test:
+                print(test, {n: (v["mean_diff"], v.get("wilcoxon_p")) for n, v in result.items() if n != "seeds_paired"})
+    print(f"merged {', '.join(rerun)} into {args.out} and redrew {args.out.with_suffix('.png')}")
+
+
+def method_row(label: str, by_seed: dict[int, dict[str, Any]], budgets: list[int],
+               optimum: float | None = OPTIMUM) -> dict[str, Any]:
+    """A method's JSON row from its runs: best at each budget it reached, loop seconds, and its
+    per-seed best-so-far curves (`curves`, as steps) so a later `--only` run can test against it."""
+    seeds = sorted(by_seed)
+    curves = np.array([by_seed[s]["curve"] for s in seeds])
+    loops = np.array([by_seed[s]["loop_seconds"] for s in seeds])
+    at_100 = [by_seed[s]["loop_seconds_100"] for s in seeds if by_seed[s]["loop_seconds_100"]]
+    cpu = [by_seed[s]["loop_cpu_seconds"] for s in seeds if "loop_cpu_seconds" in by_seed[s]]
+    cpu_100 = [by_seed[s]["loop_cpu_seconds_at"]["100"] for s in seeds
+               if "100" in by_seed[s].get("loop_cpu_seconds_at", {})]
+    name, params = method(label)
+    row = {"strategy": name, "params": params, "seeds": seeds,
+           "best_at": summarise(curves, [n for n in budgets if n <= curves.shape[1]], optimum),
+           "loop_seconds": {"mean": round(float(loops.mean()), 3), "median": round(float(np.median(loops)), 3),
+                            "to_100_mean": round(float(np.mean(at_100)), 3) if at_100 else None,
+                            "cpu_mean": round(float(np.mean(cpu)), 3) if cpu else None,
+                            "cpu_to_100_mean": round(float(np.mean(cpu_100)), 3) if cpu_100 else None},
+           "curves": [steps(by_seed[s]["curve"]) for s in seeds]}
+    if name == "optuna":
+        row["per_search"] = {k: round(float(np.mean([by_seed[s][k] for s in seeds])), 1)
+                             for k in ("study_trials", "repeats", "random_fills")}
+    return row
+
+
+def steps(curve: list[float]) -> list[list[float]]:
+    """A best-so-far curve as [[trial, value], ...] where it changes, ending at its last trial: a few
+    dozen numbers per search instead of one per trial."""
+    out = [[i + 1, round(v, 4)] for i, v in enumerate(curve) if i == 0 or not v == curve[i - 1]]
+    return out if out[-1][0] == len(curve) else [*out, [len(curve), round(curve[-1], 4)]]
+
+
+def unsteps(points: list[list[float]]) -> list[float]:
+    """The per-trial curve `steps` wrote."""
+    curve: list[float] = []
+    ends = [int(p[0]) for p in points[1:]] + [int(points[-1][0]) + 1]
+    for (n, value), end in zip(points, ends, strict=True):
+        curve += [float(value)] * (end - int(n))
+    return curve
 
 
 def long_only(args: argparse.Namespace) -> None:

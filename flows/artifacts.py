@@ -1,11 +1,15 @@
 """What a search shows in the Prefect UI: its report (markdown), its top trials (table)
-and a progress bar updated after every batch, so results are read where the run is
+and a progress bar updated after a batch (at most once a second: each update is an API call,
+and a table search's batches take milliseconds), so results are read where the run is
 watched, not only in its run dir. Keys are `<flow run name>-report|top-trials|progress`:
 the UI's Artifacts page then keeps the latest of each search configuration."""
 
 from __future__ import annotations
 
 import json
+import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,7 @@ from tasks.progress import prefect_key
 
 PLOT_LINE = "![best so far](best_so_far.png)"  # nas/report.py's relative link, dead in the UI
 TOP = 10
+PROGRESS_EVERY_S = 1.0  # the least time between two progress updates of a running search
 
 
 def artifact_key(name: str, kind: str) -> str:
@@ -39,6 +44,8 @@ class SearchArtifacts:
     progress_id: UUID | None = None
     progress_ids: list[UUID] = field(default_factory=list)
     flow_run_ids: list[UUID | None] = field(default_factory=list)
+    clock: Callable[[], float] = time.monotonic
+    updated: float = -math.inf  # when on_batch last updated the bar (`clock`'s time)
 
     def _targets(self) -> list[UUID | None]:
         """This flow run (None: Prefect's context decides) and its top-level run when another."""
@@ -63,6 +70,9 @@ class SearchArtifacts:
 
     def on_batch(self, history: list[TrialRecord]) -> None:
         assert self.progress_ids, "start() first"
+        if self.clock() - self.updated < PROGRESS_EVERY_S:  # `finish` says where it ended anyway
+            return
+        self.updated = self.clock()
         best = best_record(history, self.trust)
         best_text = "none yet" if best is None else f"{best.accuracy:.2f}%"
         done = len(evaluated(history))

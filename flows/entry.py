@@ -12,7 +12,7 @@ from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
 
-from nas.config import check_config, check_job, compose_config
+from nas.config import check_config, check_job, checked_job
 from nas.execute import execute
 from nas.knowledge.config import KnowledgeConfig
 from nas.llm import LLMConfig
@@ -45,8 +45,8 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     overrides = list(overrides or [])
     dirs = [o[len(RUN_DIR):] for o in overrides if o.startswith(RUN_DIR)]
     job = [o for o in overrides if not o.startswith(RUN_DIR)]
-    spec, _ = check_job(job)  # the flow shows no progress of its own
-    cfg = compose_config(job)
+    spec, _, checked = checked_job(job)  # the flow shows no progress of its own
+    cfg = checked.container
     run_dir = Path(dirs[-1]).resolve() if dirs else new_run_dir(Path(root).resolve(), run_name(spec))
     made = not dirs or not run_dir.exists()  # a given dir that is not there yet is this run's too
     run = RunDir(run_dir)

@@ -174,10 +174,12 @@ def _start_local_server(where: Path, show: bool, log: Path) -> str:
 
 
 @contextmanager
-def prefect_api(show: bool) -> Iterator[str | None]:
+def prefect_api(show: bool, temporary: bool = True) -> Iterator[str | None]:
     """The API this command's flows report to: PREFECT_API_URL when set (None); else the shared
-    local server under NASFLOW_PREFECT_SERVER=local (its URL, set for the block), else Prefect's
-    temporary server for this process (its URL)."""
+    local server under NASFLOW_PREFECT_SERVER=local (its URL, set for the block, which holds it:
+    it is not idle while the block runs), else Prefect's temporary server for this process (its
+    URL), or None without `temporary` (`nas serve`, whose runs are started from outside, needs a
+    server they can reach: it then asks for PREFECT_API_URL)."""
     from prefect.settings import PREFECT_API_URL, temporary_settings  # lazy: loads prefect (start-up time)
 
     if PREFECT_API_URL.value():
@@ -195,5 +197,5 @@ def prefect_api(show: bool) -> Iterator[str | None]:
                 else:
                     os.environ["PREFECT_API_URL"] = saved
         return
-    server = start_temporary_server(show)
+    server = start_temporary_server(show) if temporary else None
     yield None if server is None else server.api_url

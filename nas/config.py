@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -140,26 +141,44 @@ def parse_overrides(overrides: list[str]) -> list[Any]:
 def check_config(overrides: list[str]) -> dict[str, Any]:
     """The composed config, resolved, once every group option and key the overrides name
     exists: a typo is an error, never a silently ignored setting."""
-    return _checked(overrides)[0]
+    return _checked(overrides).container
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A job's config, composed once and checked. `config` keeps its `hydra` node, as Hydra's
+    compose for a run makes it (nas/cli/hydra_job.py runs the job on it, composing nothing
+    again); `container` is the rest, resolved; `space` the space's option name (for messages)."""
+
+    config: Any
+    container: dict[str, Any]
+    space: str | None
 
 
 def check_job(overrides: list[str]) -> tuple[SearchSpec, bool]:
     """`check_config`, then the spec and its pairing: the checks that need nothing built,
     so a sweep's bad job stops it before any slow one. With the job's `progress`, so the
     slow checks that follow say what they do only where the job shows progress."""
-    from nas.search.spec import SearchSpec  # lazy: loads numpy (start-up time)
-
-    container, space_choice = _checked(overrides)
-    progress = container.get("progress", True)
-    if not isinstance(progress, bool):
-        raise ConfigError(f"progress must be true or false, got {progress!r}")
-    spec = SearchSpec.from_config(container)
-    spec.check_pairing(space_choice)
+    spec, progress, _ = checked_job(overrides)
     return spec, progress
 
 
-def _checked(overrides: list[str]) -> tuple[dict[str, Any], str | None]:
-    """The checked, resolved config and the space's option name (its label in messages)."""
+def checked_job(overrides: list[str]) -> tuple[SearchSpec, bool, Checked]:
+    """`check_job`, and the config it composed (for the run, which then composes none)."""
+    from nas.search.spec import SearchSpec  # lazy: loads numpy (start-up time)
+
+    checked = _checked(overrides)
+    progress = checked.container.get("progress", True)
+    if not isinstance(progress, bool):
+        raise ConfigError(f"progress must be true or false, got {progress!r}")
+    spec = SearchSpec.from_config(checked.container)
+    spec.check_pairing(checked.space)
+    return spec, progress, checked
+
+
+def _checked(overrides: list[str]) -> Checked:
+    """One composition: the group choices (and hydra.* overrides), on which every other key is
+    checked (`check_key`), then those keys set on it as Hydra's compose sets them."""
     validate_group_overrides(overrides)
     parsed = parse_overrides(overrides)
     groups = group_dirs()
@@ -167,12 +186,56 @@ def _checked(overrides: list[str]) -> tuple[dict[str, Any], str | None]:
         if o.is_add() and o.key_or_group in default_groups():
             raise ConfigError(f"{o.key_or_group} already has a choice: write {o.input_line[1:]} "
                               "(+ adds only a group the config does not choose, such as +experiment=NAME)")
-    choices = [o.input_line for o in parsed if o.key_or_group in groups or o.is_hydra_override()]
-    base = compose(choices, hydra=True)
-    for o in parsed:
-        if o.key_or_group not in groups and not o.is_hydra_override() and not o.is_delete():
+    _one_run(parsed)
+    chosen = [o.key_or_group in groups or o.is_hydra_override() for o in parsed]
+    base = compose([o.input_line for o, c in zip(parsed, chosen) if c], hydra=True)
+    values = [o for o, c in zip(parsed, chosen) if not c]
+    for o in values:
+        if not o.is_delete():
             check_key(o, base)
-    return _resolve(compose(overrides)), base.hydra.runtime.choices.get("space")
+    space = base.hydra.runtime.choices.get("space")
+    config = _set_values(base, parsed, values)
+    return Checked(config, _resolve(_without_hydra(config)), space)
+
+
+def _set_values(base: Any, parsed: list[Any], values: list[Any]) -> Any:
+    """`base` with the key overrides applied as Hydra's compose applies them after the defaults
+    list (hydra 1.3: ConfigLoaderImpl._load_configuration_impl), and its record of the task's
+    overrides; tests/test_config_compose_once.py checks it against Hydra's own compose."""
+    # lazy: loads hydra (start-up time)
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+    from hydra.errors import HydraException  # lazy: loads hydra (start-up time)
+    from omegaconf.errors import OmegaConfBaseException  # lazy: loads omegaconf (start-up time)
+
+    try:
+        ConfigLoaderImpl._apply_overrides_to_config(values, base)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError(one_line(err)) from None
+    task = [o for o in parsed if not o.is_hydra_override()]
+    base.hydra.overrides.task = [o.input_line for o in task]
+    dirname = base.hydra.job.config.override_dirname
+    base.hydra.job.override_dirname = get_overrides_dirname(
+        overrides=task, kv_sep=dirname.kv_sep, item_sep=dirname.item_sep, exclude_keys=dirname.exclude_keys)
+    return base
+
+
+def _one_run(parsed: list[Any]) -> None:
+    """A sweep (`seed=1,2`) without -m is Hydra's one-line refusal, before any key is checked."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl  # lazy: loads hydra (start-up time)
+    from hydra.errors import HydraException  # lazy: loads hydra (start-up time)
+    from hydra.types import RunMode  # lazy: loads hydra (start-up time)
+
+    try:
+        ConfigLoaderImpl.validate_sweep_overrides_legal(parsed, run_mode=RunMode.RUN, from_shell=False)
+    except HydraException as err:
+        raise ConfigError(one_line(err)) from None
+
+
+def _without_hydra(cfg: Any) -> Any:
+    """The config as `compose(..., hydra=False)` returns it: its interpolations cannot reach `hydra`."""
+    from omegaconf import OmegaConf  # lazy: loads omegaconf (start-up time)
+
+    return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
 
 
 def _resolve(cfg: Any) -> dict[str, Any]:

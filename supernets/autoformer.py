@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from nas.spaces.autoformer.arch import AutoFormerArch
+from nas.spaces.autoformer.arch import AutoFormerArch, mlp_hidden
 from nas.spaces.autoformer.network import ViT
-from nas.spaces.autoformer.space import AutoFormerSpace, mlp_hidden
+from nas.spaces.autoformer.space import AutoFormerSpace
 from supernets.base import SUPERNETS, Supernet
 
 

@@ -89,6 +89,8 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_console.py": (),
     "test_console.py::test_resumed_search_says_so_and_lowering_the_budget_is_one_line": ("cli", "prefect"),
     "test_config.py": (),
+    "test_config_compose_once.py": (),
+    "test_config_compose_once.py::test_a_table_search_composes_its_config_once": ("cli",),
     "test_constraint.py": (),
     "test_core_mutants.py": (),
     "test_dag_canon.py": (),
@@ -100,7 +102,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_export.py": (),
     "test_export.py::test_model_source_is_built_and_exported_only_in_the_sandbox": ("sandbox",),
     "test_export.py::test_model_source_that_breaks_the_policy_fails_in_one_line": ("sandbox",),
-    "test_export.py::test_model_source_is_retrained_here_as_its_exported_graph": ("sandbox",),
+    "test_export.py::test_model_source_is_retrained_as_its_exported_graph_in_the_trusted_worker": ("sandbox",),
     "test_export.py::test_model_source_that_cannot_be_exported_is_retrained_in_the_sandbox_and_marked_self_reported":
         ("sandbox",),
     "test_export.py::test_block_file_exports_compiled_source_checked_in_the_sandbox": ("sandbox",),
@@ -172,6 +174,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_runners.py": (),
     "test_runners.py::test_dask_search_matches_the_other_runners_and_fills_the_cache": ("cli", "llm", "prefect"),
     "test_sandbox.py": ("sandbox",),
+    "test_sandbox_mutants.py": (),
     "test_screening.py": (),
     "test_screening.py::test_works_with_an_llm_strategy_asking_n_times_factor": ("llm",),
     "test_search_loop.py": (),
@@ -191,11 +194,23 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_optuna_strategy.py": (),
     "test_optuna_strategy.py::test_cli_kill_9_then_the_same_command_resumes_with_no_repeat_to_the_budget": ("cli",),
     "test_optuna_strategy.py::test_peers_benchmark_small_run_pairs_the_default_with_each_method": ("slow",),
+    "test_peers_benchmarks.py": (),
+    "test_peers_benchmarks.py::test_only_merges_a_new_row_into_an_earlier_json_and_pairs_it_with_a_rerun_default":
+        ("slow",),
+    "test_peers_benchmarks.py::test_peers_supernet_trains_once_then_compares_the_default_with_each_method":
+        ("slow", "cli"),
     "test_design_strategy.py": ("llm", "sandbox"),
     "test_design_verifiers.py": (),
     "test_design_verifiers.py::test_source_chain": ("sandbox",),
     "test_space_contract.py": (),
     "test_strategy_contract.py": (),
+    "test_strategy_mutants.py": (),
+    "test_strategy_mutants.py::test_llm_calls_as_prefect_tasks_cache_hits_say_so_and_uncached_calls_leave_nothing":
+        ("prefect",),
+    "test_strategy_mutants.py::test_an_evaluation_task_that_raised_is_a_failed_trial_saying_why":
+        ("prefect",),
+    "test_strategy_mutants.py::test_evaluations_as_prefect_tasks_come_back_by_ticket_and_a_ticket_runs_once":
+        ("prefect",),
     "test_evaluator_contract.py": (),
     "test_trial_record.py": (),
     "test_layering.py": (),
@@ -211,6 +226,8 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_trusted_side.py": (),
     "test_trusted_worker.py": (),
     "test_trusted_worker.py::test_a_kept_verdict_vouches_for_no_other_graph": ("sandbox", "slow"),
+    "test_trusted_worker.py::test_model_source_a_proxy_cannot_run_gets_one_warning_no_proxies_and_trains":
+        ("sandbox",),
     "test_train_e2e.py": ("cli",),
     "test_train_e2e.py::test_train_search_writes_run_files_and_replays_from_cache": ("prefect",),
     "test_train_eval.py": (),

@@ -125,11 +125,19 @@ def test_an_entry_point_that_registers_nothing_is_one_line(monkeypatch):
 
 SEARCH_PROBE = r"""
 import json, sys
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+composed = []
+load = ConfigLoaderImpl.load_configuration
+def counted(self, *args, **kwargs):
+    composed.append(1)
+    return load(self, *args, **kwargs)
+ConfigLoaderImpl.load_configuration = counted
 from nas.cli.main import main
 try:
     main(json.loads(sys.argv[1]))
 except SystemExit as exc:
     assert not exc.code, exc.code
+print(len(composed))
 print(json.dumps(sorted(m for m in ("torch", "matplotlib", "fvcore", "prefect.server.api.server") if m in sys.modules)))
 """
 
@@ -137,7 +145,8 @@ print(json.dumps(sorted(m for m in ("torch", "matplotlib", "fvcore", "prefect.se
 def test_a_table_search_imports_neither_torch_nor_matplotlib(tmp_path):
     """A table search with no constraint prices trials from the measured cost model
     (nas/spaces/nb201/measured_costs.py) and draws its plot in a child process (nas.report.RunReport):
-    the search's own process never imports torch, fvcore or matplotlib, and reports to a server."""
+    the search's own process never imports torch, fvcore or matplotlib, and reports to a server; its
+    config is composed once, on Prefect's runner too."""
     run = tmp_path / "run"
     argv = ["search", "space=nb201", "strategy=random", "evaluator=table", "budget.trials=5", "progress=false",
             f"hydra.run.dir={run}"]
@@ -147,6 +156,7 @@ def test_a_table_search_imports_neither_torch_nor_matplotlib(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["prefect.server.api.server"]  # the temporary one
+    assert proc.stdout.strip().splitlines()[-2] == "1"  # its config composed once (tests/test_config_compose_once.py)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["trials"] == 5 and summary["best"]["params"] > 0 and summary["best"]["flops"] > 0
     assert (run / "best_so_far.png").stat().st_size > 1000 and "best accuracy" in (run / "report.md").read_text()
@@ -154,7 +164,7 @@ def test_a_table_search_imports_neither_torch_nor_matplotlib(tmp_path):
 
 def test_the_measured_nb201_cost_models_are_what_measuring_gives():
     """The stored cost models equal a fresh measurement (torch, fvcore): a change to the network or
-    the FLOP counter that forgets `python -m nas.spaces.nb201.measured_costs` fails here."""
+    the FLOP counter that forgets `python -m nas.spaces.nb201.cost` fails here."""
     from nas.spaces.nb201.cost import cost_model, measure_model
     from nas.spaces.nb201.measured_costs import MEASURED
 

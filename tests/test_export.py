@@ -368,13 +368,13 @@ UNTRACEABLE = SMALL_MODEL.replace("        x = torch.relu(", "        if float(x
 
 
 @pytest.mark.slow
-def test_model_source_is_retrained_here_as_its_exported_graph(capsys, tmp_path):
+def test_model_source_is_retrained_as_its_exported_graph_in_the_trusted_worker(capsys, tmp_path):
     """A model that forges the sandbox's training reports gets none of its numbers into export.json:
-    its graph trains here, and model.pt holds that graph's trained parameters."""
+    its graph trains in the trusted worker, and model.pt holds that graph's trained parameters."""
     run = fake_run(tmp_path / "run", Component("source"), SourceArch(SMALL_MODEL + FORGE_REPORTS))
     nas_main(["export", str(run)])
     captured = capsys.readouterr()
-    assert "retraining the exported graph here: 1 epochs on digits" in captured.err
+    assert "retraining the exported graph in the trusted worker: 1 epochs on digits" in captured.err
     assert "self-reported" not in captured.out + captured.err
     manifest = json.loads((run / "export" / "export.json").read_text())
     check_files(run / "export", manifest)
@@ -386,7 +386,7 @@ def test_model_source_is_retrained_here_as_its_exported_graph(capsys, tmp_path):
     state = torch.load(run / "export" / "model.pt", weights_only=True)
     assert set(state) == {"conv.weight", "bn.weight", "bn.bias", "bn.running_mean", "bn.running_var",
                           "bn.num_batches_tracked", "fc.weight", "fc.bias"}
-    fresh = _small_network(3)  # the graph starts from the run's seed's initial weights, then trains here
+    fresh = _small_network(3)  # the graph starts from the run's seed's initial weights, then trains in the worker
     assert not torch.equal(state["conv.weight"], fresh.conv.weight) and not torch.equal(state["fc.weight"],
                                                                                         fresh.fc.weight)
 

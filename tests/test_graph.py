@@ -504,7 +504,7 @@ class Smuggled(Small):
 def test_training_seeds_start_from_initial_values_drawn_here() -> None:
     """Whatever initial values the sandbox sends for a seed, the network trained starts from
     nasflow's own: the same for a hostile and an honest model of one architecture."""
-    from nas.sandbox.verify import _graph_verdict, initial_net
+    from nas.sandbox.verify import _graph_verdict, _seed_net
 
     def seed_net(net: nn.Module) -> GraphNet:
         graph = export_graph(net, torch.randn(2, 3, 16, 16))
@@ -512,7 +512,7 @@ def test_training_seeds_start_from_initial_values_drawn_here() -> None:
         data = pack(graph, {"init": tensors, "seed7": tensors, "const": graph.pop("constants")})
         verdict = _graph_verdict(data, 10, (2, 3, 16, 16), Limits(), False, [7])
         assert verdict.ok, verdict.error
-        return initial_net(data, [7])
+        return _seed_net(unpack(data, 1 << 30, ("init", "const", "seed7")), 7)
 
     hostile, honest = seed_net(Smuggled()).state_dict(), seed_net(Small()).state_dict()
     assert hostile.keys() == honest.keys() and all(torch.equal(hostile[k], honest[k]) for k in hostile)

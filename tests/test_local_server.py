@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -67,5 +68,63 @@ def test_the_first_command_starts_it_later_ones_reuse_it_and_it_stops_when_idle(
             stopped = True
         assert stopped
     finally:
+        if state_file.exists():  # a failed assertion: stop what this test started
+            os.kill(json.loads(state_file.read_text())["pid"], 15)
+
+
+SERVE_YAML = """\
+deployments:
+  - name: table-search
+    entrypoint: flows/entry.py:search_overrides_flow
+    parameters: {{overrides: [space=nb201, evaluator=table, budget.trials=5], root: {root}}}
+"""
+
+
+def test_serve_and_ingest_use_the_shared_server_which_serve_keeps_from_going_idle(tmp_path):
+    """`nas serve` and `nas knowledge ingest --prefect` take the shared local server as `nas search`
+    does (no PREFECT_API_URL): serve starts it, holds it past its idle limit, an ingest reuses it
+    (its flow run is in that server), and once serve stops the idle limit applies again."""
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
+    env |= {"NASFLOW_HOME": str(home), "NASFLOW_PREFECT_SERVER": "local", "NASFLOW_SERVER_IDLE_MINUTES": "0.1",
+            "PREFECT_RUNNER_POLL_FREQUENCY": "1", "PYTHONPATH": str(ROOT)}
+    (tmp_path / "prefect.yaml").write_text(SERVE_YAML.format(root=tmp_path / "runs"))
+    (tmp_path / "bad.jsonl").write_text("not json\n")
+    state_file = home / "prefect" / "local-server.json"
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        serve = subprocess.Popen([sys.executable, "-m", "nas.cli.main", "serve", "--file", str(tmp_path / "prefect.yaml")],
+                                 cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while "serving on" not in log.read_text() and serve.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert "serving on" in log.read_text(), log.read_text()[-2000:]
+        state = json.loads(state_file.read_text())
+        assert f"serving on {state['url']} " in log.read_text()
+        time.sleep(6 + 2 * 5)  # past the 6 idle seconds, and two of the watchdog's looks (5 s)
+        assert serve.poll() is None and json.loads(state_file.read_text())["pid"] == state["pid"]
+        assert httpx.get(f"{state['url']}/health", timeout=5).status_code == 200
+
+        ingest = subprocess.run([sys.executable, "-m", "nas.cli.main", "knowledge", "ingest", str(tmp_path / "bad.jsonl"),
+                                 "--prefect", "--out", str(tmp_path / "rec")], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=240)
+        assert ingest.returncode == 0, ingest.stderr[-2000:]
+        assert "temporary server" not in ingest.stderr and "bad.jsonl:1: corrupt JSON line" in ingest.stderr
+        runs = httpx.post(f"{state['url']}/flow_runs/filter", json={}, timeout=10).json()
+        assert [r["flow_id"] for r in runs] and json.loads(state_file.read_text())["pid"] == state["pid"]
+        flows = {httpx.get(f"{state['url']}/flows/{r['flow_id']}", timeout=10).json()["name"] for r in runs}
+        assert "nas-knowledge-ingest" in flows
+
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(60) == 0, log.read_text()[-2000:]
+        deadline = time.monotonic() + 90  # no holder now: the idle limit, then the watchdog's next look
+        while state_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not state_file.exists()
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
         if state_file.exists():  # a failed assertion: stop what this test started
             os.kill(json.loads(state_file.read_text())["pid"], 15)

@@ -116,6 +116,25 @@ def test_serve_warns_when_the_ui_calls_another_api(served_search):
                                      f"restart it with PREFECT_UI_API_URL={elsewhere} prefect server start ...")
 
 
+def test_progress_is_updated_at_most_once_a_second(monkeypatch):
+    """A table search saves a batch every few milliseconds: one API call per batch was ~8 s of a
+    100-trial run. The first batch always shows; later ones once `PROGRESS_EVERY_S` has passed."""
+    import flows.artifacts as artifacts
+
+    sent: list[tuple[float, str]] = []
+    monkeypatch.setattr(artifacts, "update_progress_artifact",
+                        lambda _id, value, description: sent.append((value, description)))
+    now = [100.0]
+    search = artifacts.SearchArtifacts("quick", trials=4, progress_ids=["p"], clock=lambda: now[0])
+    history = [TrialRecord(trial=i, key=str(i), encoding=[i], accuracy=90.0 + i) for i in range(4)]
+    search.on_batch(history[:1])
+    now[0] += 0.5
+    search.on_batch(history[:2])  # half a second later: not sent
+    now[0] += 0.5
+    search.on_batch(history[:3])  # a second after the last one sent
+    assert sent == [(25.0, "quick: 1/4 trials, best 90.00%"), (75.0, "quick: 3/4 trials, best 92.00%")]
+
+
 def test_deployment_run_dirs_are_named_and_never_shared(tmp_path):
     from flows.entry import new_run_dir
 

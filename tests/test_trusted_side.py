@@ -21,6 +21,9 @@ from torch import nn
 
 from nas.sandbox.aten_ops import ALLOWED, allowed
 from nas.sandbox.graph import _DEVICE, GRAPH_FILE, GraphError, GraphNet, export_graph, pack, unpack
+from nas.sandbox.limits import MB
+from nas.sandbox.trusted import exceeded, proxy_scores
+from nas.sandbox.trusted_worker import gpu_fraction, limit_hit
 from nas.sandbox.verify import STAGES, Verdict
 from nas.terminal import printable
 
@@ -225,6 +228,55 @@ def test_a_child_verdict_with_a_number_out_of_bounds_is_refused_in_one_line(fiel
     with pytest.raises(ValueError, match=f"^report field\\(s\\) {field} malformed$"):
         Verdict.from_child({**GOOD, field: value})
     assert Verdict.from_child({**GOOD, "wall_s": 0, "params": 2**53, "graph": "0" * 64}).params == 2**53
+
+
+NAMES = ("synflow", "snip")
+SCORES = {"synflow": 57.6, "snip": -1e30}
+FORGED_SCORES = {  # what the training worker could send for the proxies NAMES: none of it is kept
+    "a name not asked for": {"proxies": {**SCORES, "naswot": 1.0}},
+    "a name missing": {"proxies": {"synflow": 57.6}},
+    "NaN": {"proxies": {**SCORES, "snip": float("nan")}},
+    "infinity": {"proxies": {**SCORES, "snip": float("inf")}},
+    "an integer past any float": {"proxies": {**SCORES, "snip": 10**400}},
+    "a bool": {"proxies": {**SCORES, "snip": True}},
+    "a string": {"proxies": {**SCORES, "snip": "1.0"}},
+    "a list of scores": {"proxies": [57.6, 1.0]},
+    "scores and a reason": {"proxies": SCORES, "no_proxies": "RuntimeError: x"},
+    "a reason that is not a string": {"no_proxies": ["RuntimeError: x"]},
+    "a reason of a megabyte": {"no_proxies": "x" * (1 << 20)},
+}
+
+
+@pytest.mark.parametrize("msg", list(FORGED_SCORES.values()), ids=list(FORGED_SCORES))
+def test_proxy_scores_are_the_names_asked_for_as_finite_floats_or_nothing(msg: dict) -> None:
+    """The worker's proxy message reaches a trial's metrics: only exactly the proxies asked for, each
+    a finite float, or one bounded line saying why there are none; anything else refuses the worker
+    (`proxy_scores` None: a malformed message), as does any proxy message when none was asked for."""
+    assert proxy_scores(json.loads(json.dumps(msg)), NAMES) is None
+    assert proxy_scores({"proxies": SCORES}, NAMES) == SCORES
+    assert proxy_scores({"proxies": SCORES}, ()) is None and proxy_scores({"no_proxies": "x"}, ()) is None
+
+
+def test_why_a_graph_has_no_proxy_scores_is_one_escaped_line() -> None:
+    why = proxy_scores({"no_proxies": f"RuntimeError: boom\x1b[2K\r\n{FAKE}"}, NAMES)
+    assert why == f"RuntimeError: boom\\x1b[2K\\x0d\\x0a{FAKE}"
+
+
+def test_the_gpu_memory_budget_and_the_line_an_out_of_memory_gives() -> None:
+    """A training on a GPU may hold `memory_mb` of the device (the CUDA caching allocator's share),
+    all of it at most; torch's OutOfMemoryError there, a MemoryError or torch's RuntimeError from
+    the host's cap each name their limit in the refusal; any other error is not a limit."""
+    assert gpu_fraction(1024, 140 * 1024 * MB) == 1 / 140
+    assert gpu_fraction(8192, 8192 * MB) == gpu_fraction(1 << 20, 8192 * MB) == 1.0
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity "
+                                 "of 139.80 GiB of which 130.12 GiB is free.")
+    assert limit_hit(oom) == "gpu"
+    assert limit_hit(MemoryError()) == limit_hit(RuntimeError(
+        "DefaultCPUAllocator: can't allocate memory: you tried to allocate 4294967296 bytes.")) == "memory"
+    assert limit_hit(RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x8 and 16x10)")) is None
+    assert exceeded("gpu", 1024) == "exceeded its GPU memory limit (1024 MB)"
+    assert exceeded("memory", 256) == "exceeded its memory limit (256 MB)"
+    assert exceeded("disk", 256) is None and exceeded(["gpu"], 256) is None
 
 
 def test_a_childs_graph_hash_is_never_kept() -> None:

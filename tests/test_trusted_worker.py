@@ -2,7 +2,8 @@
 under a memory limit, a CPU-time limit and a wall clock from the counted work: a graph whose real
 run, or its training, costs more than they allow is one refused trial, and this process goes on. The graph trained
 is the graph checked (`graph_hash`): a second export of the same file that differs is refused.
-Real worker processes, real graphs; no sandbox child."""
+The zero-cost proxies of a graph's fresh network are scored there too, as this process would.
+Real worker processes, real graphs; no sandbox child (but in the tests marked so)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ import pytest
 import torch
 from torch import nn
 
-from nas.sandbox import trusted
+from nas.data.sources import load_data
+from nas.proxies import PROXIES, score_network
+from nas.proxies.batch import data_batch
+from nas.sandbox import trusted, verify
 from nas.sandbox.graph import GraphNet, export_graph, graph_hash, pack, unpack
 from nas.sandbox.limits import Limits
 from nas.sandbox.trusted import TrustedWorker
-from nas.sandbox.verify import Verdict, _graph_verdict, train_graphs
+from nas.sandbox.verify import ProxyRequest, Verdict, _graph_verdict, _seed_net, train_graphs
 from nas.train.progress import EpochProgress
 
 SHAPE = (2, 3, 16, 16)
@@ -45,6 +49,13 @@ class Upsampled(Small):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = nn.functional.interpolate(x, size=(512, 512))
         return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+class Float32(Small):
+    """Casts to float32 before its classifier: it trains, but synflow (in float64) cannot run it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)).float())
 
 
 class Table(Small):
@@ -243,3 +254,99 @@ def test_a_graph_trains_on_the_gpu_under_the_workers_memory_limit(tmp_path: Path
                                  on_epoch=heard.append, out=str(tmp_path))
     assert verdict.ok and len(runs) == 1, verdict.error
     assert runs[0].device.startswith("cuda") and [p.epoch for p in heard] == [1, 2]
+
+
+def test_the_worker_scores_the_proxies_of_the_fresh_network_as_this_process_would() -> None:
+    """Evaluator=train's zero-cost proxies of an exported graph are computed in the training worker,
+    never here: on an honest graph, the scores it sends back are the ones `score_network` gives
+    here on the first seed's freshly initialised network and the same batch (drawn under that
+    seed), and the training that follows is the one without proxies."""
+    names = tuple(PROXIES.names())
+    data, checked = _digits_graph(Small())
+    heard: list[dict[str, float] | str] = []
+    threads = torch.get_num_threads()  # as evaluator=train starts the worker: the same float sums
+    recipe, engine = {"epochs": 1, "batch_size": 64}, {"kind": "fast"}
+    verdict, runs = train_graphs(checked, data, {"name": "digits"}, recipe, engine, [0], Limits(memory_mb=512),
+                                 threads=threads, proxies=ProxyRequest(names, 32, heard.append))
+    assert verdict.ok and len(runs) == 1, verdict.error
+    net = _seed_net(unpack(data, 1 << 30, ("init", "const", "seed0")), 0)
+    here = score_network(net, data_batch(load_data(name="digits"), 32, 0, shape=(3, 8, 8)), names, 0)
+    assert heard == [here] and set(here) == set(names)
+    _, plain = train_graphs(checked, data, {"name": "digits"}, recipe, engine, [0], Limits(memory_mb=512),
+                            threads=threads)
+    assert [r.loss_curve for r in runs] == [r.loss_curve for r in plain]
+
+
+def test_a_proxy_that_cannot_run_on_the_graph_is_one_line_and_the_graph_still_trains() -> None:
+    """A graph that casts to float32 trains, but synflow runs networks in float64: the worker sends
+    one line saying why there are no scores (none of the others either), and the training goes on."""
+    data, checked = _digits_graph(Float32())
+    heard: list[dict[str, float] | str] = []
+    verdict, runs = train_graphs(checked, data, {"name": "digits"}, {"epochs": 1, "batch_size": 64},
+                                 {"kind": "fast"}, [0], Limits(memory_mb=512),
+                                 proxies=ProxyRequest(("snip", "synflow"), 32, heard.append))
+    assert verdict.ok and len(runs) == 1 and runs[0].epochs == 1, verdict.error
+    assert heard == ["RuntimeError: Tensor dtype mismatch! Expected: Float, Got: double"]
+
+
+def test_more_devices_than_one_train_an_untrusted_graph_on_one_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    """DDP relaunches the training's process once per device, out of the worker's limits: a graph
+    asked to train on two devices trains on one in the worker (world size 1), and the log says so
+    once per process, not once per candidate."""
+    verify._on_one_device.cache_clear()
+    data, checked = _digits_graph(Small())
+    verdict, runs = train_graphs(checked, data, {"name": "digits"}, {"epochs": 1, "batch_size": 64},
+                                 {"kind": "plain", "devices": 2}, [0], Limits(memory_mb=1024))
+    assert verdict.ok and len(runs) == 1 and runs[0].world_size == 1, verdict.error
+    verify._on_one_device(2)  # the next candidate's
+    said = [r.getMessage() for r in caplog.records if "devices=2" in r.getMessage()]
+    assert said == ["engine.devices=2: a sandboxed model's exported graph trains on one device in the trusted "
+                    "worker (its memory limits hold for one process; DDP would start one per device)"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_training_over_the_gpu_memory_limit_is_one_refusal() -> None:
+    """On a GPU the worker caps the CUDA caching allocator at the same `memory_mb`: a graph whose
+    training step needs gigabytes on the device (64 channels at 512x512, batch 64) is refused in one
+    line naming that limit, not an out-of-memory of a shared GPU; the host-memory limit is not
+    what stopped it."""
+    data, checked = _digits_graph(Upsampled())
+    verdict, runs = train_graphs(checked, data, {"name": "digits"}, {"epochs": 1, "batch_size": 64},
+                                 {"kind": "fast", "accelerator": "gpu"}, [0], Limits(memory_mb=1024), gpu=True)
+    assert (verdict.ok, verdict.stage, runs) == (False, "limits", [])
+    assert verdict.error == "limits: refused: the parent's training of the graph exceeded its GPU memory limit (1024 MB)"
+
+
+FLOAT32_SOURCE = '''
+import torch
+from torch import nn
+
+
+class Network(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(8, num_classes)
+
+    def forward(self, x):
+        return self.fc(self.body(x).float())
+'''
+
+
+def test_model_source_a_proxy_cannot_run_gets_one_warning_no_proxies_and_trains(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Through evaluator=train: the worker's line about a proxy that cannot run on the exported
+    graph (synflow in float64) is one warning naming the candidate, the trial has no proxy
+    metrics, and it trained."""
+    from nas.evaluators.train import TrainEvaluator
+    from nas.spaces.source.arch import SourceArch
+    from nas.spaces.source.space import SourceSpace
+
+    recipe = {"epochs": 1, "batch_size": 64, "train_subset": 128, "valid_subset": 64, "test_subset": 64}
+    ev = TrainEvaluator(SourceSpace(), {"name": "digits"}, recipe, sandbox={"wall_s": 300}, proxies=["synflow", "snip"])
+    arch = SourceArch(FLOAT32_SOURCE)
+    result = ev.evaluate(arch, seed=0)
+    assert result.ok and result.accuracy is not None and not any(k.startswith("proxy_") for k in result.metrics)
+    said = [r.getMessage() for r in caplog.records if "proxy" in r.getMessage()]
+    assert said == [f"source {arch.key()}: no proxy scores (RuntimeError: Tensor dtype mismatch! Expected: Float, "
+                    "Got: double)"]

@@ -89,11 +89,11 @@ def _ingest(args, settings: dict[str, Any]) -> None:
         configure_prefect_env()  # before flows import Prefect: its home under NASFLOW_HOME
         # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
         from flows.knowledge import ingest_flow
-        from flows.server import start_temporary_server
+        from flows.server import prefect_api
         from nas.status import status
 
-        start_temporary_server(show=True)
-        with status("ingesting as a Prefect flow (a task per file)"):  # its tasks draw no bar of their own
+        # PREFECT_API_URL's server, else the shared local one, else (temporary) Prefect's for this process
+        with prefect_api(show=True), status("ingesting as a Prefect flow (a task per file)"):  # no bar of its own
             summary = ingest_flow(settings, [str(p) for p in args.paths], str(args.out) if args.out else None)
         out = Path(summary["record"])
     else:

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nas.config import check_build, check_job, job_overrides, searchpath
+from nas.cli.hydra_job import plain_run, run_composed
+from nas.config import Checked, check_build, checked_job, job_overrides, searchpath
 from nas.errors import NasError
 from nas.io import check_output
 
@@ -36,45 +37,50 @@ def main(argv: list[str]) -> None:
                 fail(str(err))
             if key.lstrip("+") == "hydra.run.dir" and Path(value).is_dir():
                 existing.add(Path(value).resolve())
+    checked = None
     if not set(flags) - set(MULTIRUN):  # --help, --cfg job, ...: Hydra's own, nothing is written
         try:
-            check_jobs(job_overrides([a for a in argv if a not in MULTIRUN], bool(flags)))
+            checked = check_jobs(job_overrides([a for a in argv if a not in MULTIRUN], bool(flags)))
         except NasError as err:
             fail(str(err))
     sys.argv = ["nas search", *searchpath(), *argv]
     try:
-        _hydra_entry(existing)
+        if not flags and checked is not None and plain_run(checked.config):
+            run_composed(checked.config, lambda cfg: search_job(cfg, existing))  # composes nothing again
+        else:
+            _hydra_entry(existing)
     finally:
         from nas.search.spec import Search  # loaded by the checks already
 
         Search.forget()  # what the checks built for a job that never started
 
 
-
-def check_jobs(jobs: list[list[str]]) -> None:
+def check_jobs(jobs: list[list[str]]) -> Checked:
     """Every job's config, then its components once per distinct job but seed (the slow part: an
     evaluator may load a table); a sweep's checks take about a second a job, and one job's build
     2-5 s (torch's imports), so they show progress. Counted steps, so that off a terminal a
-    component's error (raised after the imports) is still the only line."""
+    component's error (raised after the imports) is still the only line. Returns the first
+    job's composed config: a single job runs on it."""
     # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.status import status
 
     if len(jobs) == 1:
-        spec, progress = check_job(jobs[0])
+        spec, progress, checked = checked_job(jobs[0])
         with status(f"checking space={spec.space.name}, strategy={spec.strategy.name} and "
                     f"evaluator={spec.evaluator.name}", total=1, show=progress) as advance:
             check_build(spec, keep=True)
             advance()
-        return
-    first, progress = check_job(jobs[0])  # its `progress` decides for the sweep (one that sweeps it is rare)
+        return checked
+    first, progress, checked = checked_job(jobs[0])  # its `progress` decides for the sweep (rarely swept)
     with status(f"checking {len(jobs)} jobs", total=len(jobs), show=progress) as advance:
         specs = [first]
         advance()
         for job in jobs[1:]:
-            specs.append(check_job(job)[0])
+            specs.append(checked_job(job)[0])
             advance()
         for spec in {repr({**spec.to_dict(), "seed": 0}): spec for spec in specs}.values():
             check_build(spec)
+    return checked
 
 
 def _detach_logs_in(run_dir: Path) -> None:
@@ -93,53 +99,62 @@ def _detach_logs_in(run_dir: Path) -> None:
 
 
 def _hydra_entry(existing: set[Path]) -> None:
-    """`existing`: run dirs that were there before this command (a user's own, an earlier
-    run's): a failed start leaves them where they were; it removes only a dir it made."""
+    """Hydra's main: a sweep (-m), Hydra's own flags (--cfg, --help), a `hydra.verbose` run."""
     # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     import hydra
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import DictConfig, OmegaConf
+    from omegaconf import DictConfig
 
     @hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
     def search(cfg: DictConfig) -> None:
-        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-        from nas.cli.main import fail
-        from nas.execute import execute
-        from nas.search.rundir import RunDir
-        from nas.search.spec import SearchSpec
-        from tasks.env import configure_prefect_env, quiet_termination
-
-        configure_prefect_env()  # before a runner imports Prefect: its home and cache under NASFLOW_HOME
-
-        run_dir: Path | None = None  # Ctrl-C may come before it is known
-        try:
-            container = OmegaConf.to_container(cfg, resolve=True)
-            spec = SearchSpec.from_config(container)
-            run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
-            run = RunDir(run_dir)
-            signal.signal(signal.SIGINT, interrupt_once)
-            signal.signal(signal.SIGTERM, terminate_once)
-            quiet_termination()
-            logging.getLogger("prefect.flow_runs").addFilter(said_in_one_line)
-            with run.lock():  # before anything is written: another search may own the dir
-                try:
-                    check_run_dir(run, spec)
-                    save_hydra_files(run_dir / ".hydra", cfg)
-                    summary = execute(spec, run_dir, container.get("runner") or {},
-                                      bool(container.get("progress", True)))
-                except BaseException:  # a start that failed (Prefect's, a runner setting's) leaves no dir
-                    if run_dir not in existing:
-                        run.discard_unstarted()
-                        if not run_dir.exists():
-                            _detach_logs_in(run_dir)
-                    raise
-            print_summary(run_dir, summary)
-        except NasError as err:
-            fail(str(err))
-        except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the saved state resumes the search; no traceback
-            interrupted(run_dir, isinstance(stop, Terminated))
+        search_job(cfg, existing)
 
     search()
+
+
+def search_job(cfg: Any, existing: set[Path]) -> None:
+    """One job, under Hydra's run (its run dir and logging set up). `existing`: run dirs that were
+    there before this command (a user's own, an earlier run's): a failed start leaves them where
+    they were; it removes only a dir it made."""
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
+    from nas.cli.main import fail
+    from nas.execute import execute
+    from nas.search.rundir import RunDir
+    from nas.search.spec import SearchSpec
+    from tasks.env import configure_prefect_env, quiet_termination
+
+    configure_prefect_env()  # before a runner imports Prefect: its home and cache under NASFLOW_HOME
+
+    run_dir: Path | None = None  # Ctrl-C may come before it is known
+    try:
+        container = OmegaConf.to_container(cfg, resolve=True)
+        spec = SearchSpec.from_config(container)
+        run_dir = Path(HydraConfig.get().runtime.output_dir).resolve()
+        run = RunDir(run_dir)
+        signal.signal(signal.SIGINT, interrupt_once)
+        signal.signal(signal.SIGTERM, terminate_once)
+        quiet_termination()
+        logging.getLogger("prefect.flow_runs").addFilter(said_in_one_line)
+        with run.lock():  # before anything is written: another search may own the dir
+            try:
+                check_run_dir(run, spec)
+                save_hydra_files(run_dir / ".hydra", cfg)
+                summary = execute(spec, run_dir, container.get("runner") or {},
+                                  bool(container.get("progress", True)))
+            except BaseException:  # a start that failed (Prefect's, a runner setting's) leaves no dir
+                if run_dir not in existing:
+                    run.discard_unstarted()
+                    if not run_dir.exists():
+                        _detach_logs_in(run_dir)
+                raise
+        print_summary(run_dir, summary)
+    except NasError as err:
+        fail(str(err))
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the saved state resumes the search; no traceback
+        interrupted(run_dir, isinstance(stop, Terminated))
 
 
 def check_run_dir(run: Any, spec: Any) -> None:

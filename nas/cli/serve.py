@@ -1,9 +1,8 @@
 """`nas serve [--file PREFECT_YAML] [--limit N] [--list] [NAME.KEY=VALUE ...]`: serve the
 deployments of prefect.yaml (the ones `prefect deploy --all` deploys to a work pool) on a
-local Prefect Runner, against the server at PREFECT_API_URL, until Ctrl-C or SIGTERM.
+local Prefect Runner, until Ctrl-C or SIGTERM, against the server at PREFECT_API_URL, else
+the local one that `nas` commands share (started if none runs; it stays up while serve does).
 
-  prefect server start --host 127.0.0.1            # in another terminal
-  export PREFECT_API_URL=http://127.0.0.1:4200/api
   nas serve                                        # then start runs from the UI or `prefect deployment run`
   nas serve --list                                 # what would be served; no server needed
   nas serve table-search.cron='0 * * * *' nightly-regression=null
@@ -25,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from contextlib import ExitStack
 
 from nas.errors import NasError
 
@@ -65,24 +65,28 @@ def main(argv: list[str]) -> None:
     from tasks.env import configure_prefect_env
 
     configure_prefect_env()  # before flows import Prefect: its home under NASFLOW_HOME
-    try:
-        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-        from flows.serve import build, describe, load, serve
-        from flows.server import check_server, ui_warning
+    with ExitStack() as held:
+        try:
+            # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
+            from flows.serve import build, describe, load, serve
+            from flows.server import check_server, prefect_api, ui_warning
 
-        entries = load(args.file, args.overrides)
-        if args.list:
-            print("\n".join(describe(entries, args.limit)))
-            return
-        deployments = [build(entry) for entry in entries]
-        url = check_server()
-    except NasError as err:
-        fail(str(err))
-    print(f"nas serve: serving on {url} (UI: {url.removesuffix('/api')}/deployments); Ctrl-C to stop", flush=True)
-    if (warning := ui_warning(url)) is not None:
-        print(warning, file=sys.stderr, flush=True)
-    for entry, deployment in zip(entries, deployments, strict=True):
-        schedule = ", ".join(map(str, entry.schedules)) or "on demand"
-        print(f"  {deployment.flow_name}/{entry.name}  [{schedule}]", flush=True)
-    serve(deployments, args.limit)
+            entries = load(args.file, args.overrides)
+            if args.list:
+                print("\n".join(describe(entries, args.limit)))
+                return
+            deployments = [build(entry) for entry in entries]
+            # PREFECT_API_URL's server, else the shared local one (held, so never idle, until serve returns)
+            held.enter_context(prefect_api(show=True, temporary=False))
+            url = check_server()
+        except NasError as err:
+            fail(str(err))
+        print(f"nas serve: serving on {url} (UI: {url.removesuffix('/api')}/deployments); Ctrl-C to stop",
+              flush=True)
+        if (warning := ui_warning(url)) is not None:
+            print(warning, file=sys.stderr, flush=True)
+        for entry, deployment in zip(entries, deployments, strict=True):
+            schedule = ", ".join(map(str, entry.schedules)) or "on demand"
+            print(f"  {deployment.flow_name}/{entry.name}  [{schedule}]", flush=True)
+        serve(deployments, args.limit)
     print("nas serve: stopped", flush=True)

@@ -23,9 +23,15 @@ _SCALARS = (bool, int, float, str)
 
 
 @cache
+def _entry_points() -> Any:  # SelectableGroups on Python 3.11, EntryPoints later: both `.select(group=)`
+    """Every installed distribution's entry points, read once (each group read alone would read them all)."""
+    return entry_points()
+
+
+@cache
 def plugins(group: str) -> dict[str, EntryPoint]:
     """The entry points of `group` in every installed distribution, read once per process."""
-    return {ep.name: ep for ep in entry_points(group=group)}
+    return {ep.name: ep for ep in _entry_points().select(group=group)}
 
 
 class Registry(Generic[T]):

@@ -7,7 +7,8 @@ source) are not: the sandbox exports them as graph data, which trains in a limit
 trusted worker (see `nas.sandbox.graph`, `nas.sandbox.trusted`); one that cannot be exported trains inside the sandbox
 and its metrics say `self_reported: 1.0`. Before training, zero-cost
 `proxies` (nas.proxies) score each candidate's untrained network on one
-minibatch, recorded as `proxy_<name>` metrics (a network trained in the
+minibatch, recorded as `proxy_<name>` metrics: here for a trusted space's,
+in the trusted training worker for an exported graph (a network trained in the
 sandbox has none: its graph never leaves it). With `seeds` (NB201 uses
 777, 888, 999) every candidate trains once per seed and the mean is the
 objective; otherwise the run's seed is used. Data, recipe, engine and seeds
@@ -30,7 +31,7 @@ from nas.errors import ConfigError, EvaluationError, NasError
 from nas.evaluators.base import EVALUATORS, Evaluator
 from nas.sandbox.isolation import isolation
 from nas.sandbox.limits import Limits
-from nas.sandbox.verify import train_model_source
+from nas.sandbox.verify import ProxyRequest, train_model_source
 from nas.train.build import build_model
 from nas.train.engine import Engine
 from nas.train.progress import OnEpoch, combine, prefect_progress
@@ -149,24 +150,21 @@ class TrainEvaluator(Evaluator):
             result.metrics.update({f"proxy_{n}": v for n, v in scores.items()})
         return results
 
-    def _score_proxies(self, net: torch.nn.Module, seed: int) -> dict[str, float]:
-        """The proxies of the untrained `net` on `PROXY_BATCH` training images drawn with `seed`."""
+    def _proxies_of_trusted(self, arch: Architecture, seed: int) -> dict[str, float]:
+        """The proxies of `arch`'s untrained network (built here: a trusted space's) on `PROXY_BATCH`
+        training images drawn with `seed`; {} when none are asked for or the network does not build
+        (training then records why)."""
         from nas.proxies import score_network  # lazy: loads torch, scipy (start-up time)
         from nas.proxies.batch import data_batch  # lazy: loads torch, scipy (start-up time)
 
-        shape = getattr(net, "input_shape", self.data.shape)  # an exported graph may take RGB of grey data
-        batch = data_batch(self.data, min(PROXY_BATCH, len(self.data.train)), seed, shape=tuple(shape))
-        return score_network(net, batch, self.proxies, seed)
-
-    def _proxies_of_trusted(self, arch: Architecture, seed: int) -> dict[str, float]:
-        """{} when no proxies are asked for or the network does not build (training then records why)."""
         if not self.proxies:
             return {}
         try:
             net = build_model(self.space, arch, self.data.shape, self.data.num_classes, self.build, seed)
         except NasError:
             return {}
-        return self._score_proxies(net, seed)
+        batch = data_batch(self.data, min(PROXY_BATCH, len(self.data.train)), seed)
+        return score_network(net, batch, self.proxies, seed)
 
     def _train_trusted(self, archs: list[Architecture], todo: list[int], seed: int,
                        runs: list[list[TrainResult] | str]) -> None:
@@ -199,15 +197,14 @@ class TrainEvaluator(Evaluator):
     def _train_source(self, arch: SourceArch, seeds: list[int],
                       proxies: dict[str, float]) -> tuple[list[TrainResult] | str, bool]:
         """(results or the error, whether the sandbox trained it and reported the numbers itself);
-        `proxies` gets the exported graph's proxy scores."""
+        `proxies` gets the exported graph's proxy scores, which the training worker computes."""
         import torch  # lazy: loads torch (start-up time)
 
-
-        def on_graph(net: torch.nn.Module) -> None:
-            try:
-                proxies.update(self._score_proxies(net, seeds[0]))
-            except Exception as err:  # noqa: BLE001 - an exported op a proxy cannot run (float64, say): no proxies
-                log.warning("%s %s: no proxy scores (%s: %s)", arch.space, arch.key(), type(err).__name__, err)
+        def heard(scores: dict[str, float] | str) -> None:
+            if isinstance(scores, str):  # an exported op a proxy cannot run (float64, say): no proxies
+                log.warning("%s %s: no proxy scores (%s)", arch.space, arch.key(), scores)
+            else:
+                proxies.update(scores)
 
         gpu = self.engine.accelerator == "gpu" or (self.engine.accelerator == "auto" and torch.cuda.is_available())
         verdict, results = train_model_source(
@@ -215,7 +212,8 @@ class TrainEvaluator(Evaluator):
             seeds=seeds, num_classes=self.data.num_classes, input_shape=(2, *self.data.shape), gpu=gpu,
             threads=torch.get_num_threads(), limits=self.limits, filename=arch.filename,
             on_epoch=combine(self.on_epoch, prefect_progress()), label=f"{arch.space} {arch.key()}",
-            on_graph=on_graph if self.proxies else None, checked=arch.checked)
+            proxies=ProxyRequest(tuple(self.proxies), PROXY_BATCH, heard) if self.proxies else None,
+            checked=arch.checked)
         return (results if verdict.ok else verdict.error or verdict.stage), verdict.self_reported
 
 

@@ -97,7 +97,7 @@ def _from_graph(ev: Any, spec: Any, space: Any, arch: Any, tmp: Path, seed: int,
     ONNX graph."""
 
     data, r = ev.data, ev.recipe
-    say(f"retraining the exported graph here: {r.epochs} epochs on {ev.data_cfg['name']} (batch {r.batch_size}, "
+    say(f"retraining the exported graph in the trusted worker: {r.epochs} epochs on {ev.data_cfg['name']} (batch {r.batch_size}, "
         f"lr {r.lr}), seed {seed}, engine {ev.engine.kind}")
     limits = sandbox_limits(spec, verdict.params)
     with tempfile.TemporaryDirectory(prefix="nas-trained-", ignore_cleanup_errors=True) as out:

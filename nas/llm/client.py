@@ -22,6 +22,7 @@ from nas.errors import ConfigError, NasError
 from nas.llm.accounting import Usage
 from nas.llm.cache import ReplayBook, ReplyCache, Transcript, call_key
 from nas.llm.config import LLMConfig
+from nas.llm.local import shared_server
 from nas.llm.parse import ParseError
 from nas.llm.prompts import Prompt
 from nas.llm.speed import MIN_TOKENS, Speed, retry_params
@@ -244,8 +245,6 @@ class LLMClient:
             cfg = self.config
             base_url: str | None
             if cfg.backend == "local":
-                from nas.llm.local import shared_server  # cycle: nas.llm.local imports this module
-
                 base_url = shared_server(alias=cfg.model, model=cfg.model_path, **cfg.local).start()
                 self._key = "local"
                 self._base_url = base_url

@@ -44,24 +44,6 @@ class Proxy(ABC):
         """The proxy's value for `net` on `batch`; finite (a degenerate network gets `LOWEST`)."""
 
 
-# Weight tensors and their gradients of one loss backward pass.
-Gradients = list[tuple["torch.Tensor", "torch.Tensor"]]
-
-
-class GradientProxy(Proxy):
-    """A proxy computed from the weights' gradients of the batch's cross-entropy alone, so
-    several of them (snip, grad_norm) share one backward pass."""
-
-    @abstractmethod
-    def from_gradients(self, gradients: Gradients) -> float:
-        """The proxy's value from (weight, gradient) pairs of `loss_gradients`."""
-
-    def score(self, net: nn.Module, batch: Batch) -> float:
-        from nas.proxies.scores import loss_gradients  # cycle: nas.proxies.scores imports this module
-
-        return self.from_gradients(loss_gradients(net, batch))
-
-
 # What a degenerate network scores (a constant output has no Jacobian correlation, all-dead ReLUs
 # no NASWOT kernel): below any real score, and finite, so metrics stay plain JSON numbers.
 LOWEST = -1e30

@@ -8,24 +8,10 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from nas.proxies.base import LOWEST, PROXIES, Batch, GradientProxy, Gradients, Proxy
-
-
-def _weights(net: nn.Module) -> list[nn.Parameter]:
-    return [p for p in net.parameters() if p.dim() > 1]
-
-
-def loss_gradients(net: nn.Module, batch: Batch) -> Gradients:
-    """Cross-entropy on the batch, backpropagated from zero gradients: (weight, gradient) pairs of
-    the weights it reaches, the gradients copied (a later proxy's backward pass on the same network
-    must not change them)."""
-    net.train()
-    net.zero_grad(set_to_none=True)
-    F.cross_entropy(net(batch.images), batch.labels).backward()
-    return [(p, p.grad.detach().clone()) for p in _weights(net) if p.grad is not None]
+from nas.proxies.base import LOWEST, PROXIES, Batch, Proxy
+from nas.proxies.gradients import GradientProxy, Gradients, weight_tensors
 
 
 def _finite(value: float) -> float:
@@ -49,7 +35,7 @@ class Synflow(Proxy):
         net.zero_grad(set_to_none=True)
         net(torch.ones((1, *batch.shape), dtype=torch.float64)).sum().backward()
         with torch.no_grad():
-            return _finite(float(sum((p * p.grad).abs().sum() for p in _weights(net) if p.grad is not None)))
+            return _finite(float(sum((p * p.grad).abs().sum() for p in weight_tensors(net) if p.grad is not None)))
 
 
 @PROXIES.register("snip")

@@ -13,8 +13,8 @@ from torch import nn
 
 from nas.core.arch import Architecture
 from nas.core.space import SearchSpace
-from nas.proxies.base import PROXIES, VOTE, Batch, GradientProxy, Gradients
-from nas.proxies.scores import loss_gradients
+from nas.proxies.base import PROXIES, VOTE, Batch
+from nas.proxies.gradients import GradientProxy, Gradients, loss_gradients
 from nas.train.build import build_model
 
 

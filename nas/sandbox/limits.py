@@ -44,10 +44,11 @@ class Limits:
     CPU and memory are budgets for the candidate on top of what the child uses
     before the untrusted import (torch + fvcore: ~1.3 CPU s and ~3.2 GB of
     address space, 1.7 GB of it shared libraries), so they do not depend on
-    the torch build. `memory_mb` is also what training an exported graph here
+    the torch build. `memory_mb` is also what training an exported graph (trusted worker)
     may use: the dry run refuses a graph whose training step at the training
     batch (forward and backward, parameters and optimiser state) would not fit
-    (`GraphNet.dry_run`). `nprocs` is RLIMIT_NPROC headroom over the user's
+    (`GraphNet.dry_run`); on a GPU, that training's CUDA caching allocator is capped at it too
+    (`nas.sandbox.trusted_worker.gpu_fraction`). `nprocs` is RLIMIT_NPROC headroom over the user's
     current task count; the kernel ignores RLIMIT_NPROC for root, where the
     audit hook's ban on fork/exec/spawn is the only guard.
     """

@@ -1,25 +1,25 @@
-"""The trusted worker: the parent's own real compute on a child's graph runs here, never in `nas`.
+"""The trusted worker: the parent's own real compute on a child's graph runs there, never in `nas`.
 
 Everything a child's graph costs that is not decided on shapes (fvcore's trace at batch 1, a real
-forward and backward) runs in this separate process, so a graph that the cost model underrates
-(`WorkCounter`) costs one refused trial, not the host. Its limits work on a GPU too (an
-address-space cap would not: CUDA reserves tens of GB of virtual memory): a data-segment cap
+forward and backward, the zero-cost proxies of a training's fresh network, the training) runs in
+a separate process (`nas.sandbox.trusted_worker`), so a graph that the cost model underrates
+(`WorkCounter`) costs one refused trial, not the host. This module is the parent's side: it starts
+the worker, feeds it, checks every message it sends and enforces its limits. They work on a GPU too
+(an address-space cap would not: CUDA reserves tens of GB of virtual memory): a data-segment cap
 (RLIMIT_DATA) and the parent's watch on its resident memory (`VmRSS`), both `memory_mb` above
-what it holds once imported; a CPU-time cap (RLIMIT_CPU) and a wall clock, both from the dry
-run's counted work (`check_seconds`). Started as a verification starts, its imports overlap the
-sandbox child's run (an honest model's check costs what it cost in-process). Runs no code of
-the model: only the operators of `nas.sandbox.graph`'s allowed set.
+what it holds once imported, and on a GPU the CUDA caching allocator's cap at `memory_mb`; a
+CPU-time cap (RLIMIT_CPU) and a wall clock, both from the dry run's counted work
+(`check_seconds`). Started as a verification starts, its imports overlap the sandbox child's run
+(an honest model's check costs what it cost in-process). Runs no code of the model: only the
+operators of `nas.sandbox.graph`'s allowed set.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import dataclasses
 import json
 import math
 import os
-import resource
 import selectors
 import signal
 import struct
@@ -27,12 +27,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from nas.sandbox.isolation import package_root
 from nas.sandbox.limits import MB
-from nas.sandbox.verify import measure, train_artifact
+from nas.terminal import printable
 from nas.train.progress import EpochProgress, OnEpoch
 
 # What the real runs of the check cost per unit of counted work, and their floor (fvcore's trace
@@ -50,6 +51,11 @@ STARTUP_SECONDS = 180.0
 _POLL_S = 0.05  # how often the worker's resident memory is read
 _MAX_LINE = 1 << 20  # bytes of one message from the worker (a verdict, a result, an epoch's progress)
 _LENGTH = struct.Struct("<Q")
+_MAX_WHY = 1000  # characters of the line saying why a graph has no proxy scores
+
+# Who hears the zero-cost proxies' scores of a training's fresh network (the names asked for, each a
+# finite float), or the one line saying why a proxy could not run on the graph.
+OnProxies = Callable[[dict[str, float] | str], None]
 
 
 def train_seconds(units: int, images: int, epochs: int) -> float:
@@ -87,8 +93,8 @@ class TrustedWorker:
                     **{k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}})
         if not gpu:
             env["CUDA_VISIBLE_DEVICES"] = ""
-        self.proc = subprocess.Popen([sys.executable, "-s", "-m", "nas.sandbox.trusted", str(memory_mb), str(threads),
-                                      self.job], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-s", "-m", "nas.sandbox.trusted_worker", str(memory_mb),
+                                      str(threads), self.job], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env, cwd=env["HOME"] if training else "/")
 
     def __enter__(self) -> "TrustedWorker":
@@ -110,19 +116,24 @@ class TrustedWorker:
         result = self._talk(artifact, request, lambda msg: check_seconds(msg["work"], request["input_shape"][0]))
         return result if isinstance(result, Refusal) else result["verdict"]
 
-    def train(self, artifact: bytes, request: dict[str, Any], on_epoch: OnEpoch | None) -> dict[str, Any] | Refusal:
+    def train(self, artifact: bytes, request: dict[str, Any], on_epoch: OnEpoch | None,
+              on_proxies: OnProxies | None = None) -> dict[str, Any] | Refusal:
         """Send the artifact and `request` (`train_artifact`'s arguments and the data config), relaying
-        each epoch's progress to `on_epoch`; `train_artifact`'s result, or the limit hit."""
+        each epoch's progress to `on_epoch` and the proxy scores it asks for (`request["proxies"]`) to
+        `on_proxies`; `train_artifact`'s result, or the limit hit."""
+        names = (request.get("proxies") or {}).get("names", ())
         return self._talk(artifact, request, lambda msg: train_seconds(msg["work"], msg["images"], msg["epochs"]),
-                          on_epoch)
+                          on_epoch, on_proxies, names)
 
     def _talk(self, artifact: bytes, request: dict[str, Any], seconds_for: Callable[[dict[str, Any]], float],
-              on_epoch: OnEpoch | None = None) -> dict[str, Any] | Refusal:
-        """Feed the worker; watch its memory and clocks while it works; its final message, or the limit hit."""
+              on_epoch: OnEpoch | None = None, on_proxies: OnProxies | None = None,
+              names: Collection[str] = ()) -> dict[str, Any] | Refusal:
+        """Feed the worker; watch its memory and clocks while it works; its final message, or the limit
+        hit. The proxies `names` come back once at most, before the result."""
         data = json.dumps(request).encode() + b"\n" + _LENGTH.pack(len(artifact)) + artifact
         threading.Thread(target=_feed, args=(self.proc.stdin, data), daemon=True).start()
         assert self.proc.stdout is not None  # stdout=PIPE
-        fd, buffer, base_rss = self.proc.stdout.fileno(), b"", None
+        fd, buffer, base_rss, scored = self.proc.stdout.fileno(), b"", None, False
         deadline = time.monotonic() + STARTUP_SECONDS
         what = "its start and dry run"
         with selectors.DefaultSelector() as sel:
@@ -156,12 +167,19 @@ class TrustedWorker:
                         seconds = seconds_for(msg)
                         deadline, what = time.monotonic() + seconds, f"{seconds:.0f} s for its counted work"
                     elif "limit" in msg:
-                        return self._refused(f"exceeded its memory limit ({self.memory_mb} MB)")
+                        why = exceeded(msg["limit"], self.memory_mb)
+                        return self._malformed() if why is None else self._refused(why)
                     elif "epoch" in msg:
                         if (progress := _progress(msg["epoch"])) is None:
                             return self._malformed()
                         if on_epoch is not None:
                             on_epoch(progress)
+                    elif "proxies" in msg or "no_proxies" in msg:
+                        if scored or (scores := proxy_scores(msg, names)) is None:
+                            return self._malformed()
+                        scored = True
+                        if on_proxies is not None:
+                            on_proxies(scores)
                     else:
                         return msg
 
@@ -176,7 +194,7 @@ class TrustedWorker:
     def _malformed(self) -> Refusal:
         self.close()
         return Refusal(f"the parent's {self.job} of the graph sent a malformed message (over {_MAX_LINE} bytes "
-                       "a line, not JSON, or an unknown progress field)", "crash")
+                       "a line, not JSON, an unknown limit or progress field, or proxy scores not asked for)", "crash")
 
     def _refused(self, why: str) -> Refusal:
         self.close()
@@ -196,6 +214,34 @@ def _progress(data: object) -> EpochProgress | None:
                 isinstance(value, str) and len(value) > 1000):
             return None
     return EpochProgress(**data)
+
+
+def exceeded(kind: object, memory_mb: int) -> str | None:
+    """What a refusal says of the worker's `{"limit": kind}` (`trusted_worker.limit_hit`): the cap
+    that refused an allocation, host memory ("memory") or the GPU's ("gpu"), both at `memory_mb`;
+    None for any other kind."""
+    for name, what in (("memory", "memory limit"), ("gpu", "GPU memory limit")):
+        if kind == name:
+            return f"exceeded its {what} ({memory_mb} MB)"
+    return None
+
+
+def proxy_scores(msg: dict[str, Any], names: Collection[str]) -> dict[str, float] | str | None:
+    """The worker's proxy message: `{"proxies": scores}` with exactly the `names` asked for, each a
+    finite float (as `score_network` gives them); or `{"no_proxies": why}`, one line of at most
+    `_MAX_WHY` characters, escaped. Anything else (nothing asked for, another name, a missing one, an
+    integer, NaN) is None."""
+    if not names or len(msg) != 1:
+        return None
+    if "no_proxies" in msg:
+        why = msg["no_proxies"]
+        return printable(why) if type(why) is str and len(why) <= _MAX_WHY else None
+    scores = msg["proxies"]
+    if not isinstance(scores, dict) or set(scores) != set(names):
+        return None
+    if not all(type(v) is float and math.isfinite(v) for v in scores.values()):
+        return None
+    return {name: scores[name] for name in names}
 
 
 def _feed(pipe: Any, data: bytes) -> None:
@@ -218,110 +264,3 @@ def _status(pid: int | str, field: str) -> int | None:
     except (OSError, ValueError):
         return None
     return None
-
-
-# --- the worker's side -------------------------------------------------------------
-
-def _die_with_parent() -> None:
-    """SIGKILL this worker when the `nas` process that started it dies (PR_SET_PDEATHSIG)."""
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() == 1:
-        os._exit(1)
-
-
-def _send(msg: dict[str, Any]) -> None:
-    sys.stdout.buffer.write(json.dumps(msg).encode() + b"\n")
-    sys.stdout.buffer.flush()
-
-
-def _read(n: int) -> bytes:
-    data = sys.stdin.buffer.read(n)
-    if len(data) != n:
-        raise SystemExit(1)  # the parent went away
-    return data
-
-
-def main(memory_mb: int, threads: int, job: str) -> None:
-    _die_with_parent()
-    priority = os.getpriority(os.PRIO_PROCESS, 0)
-    os.setpriority(os.PRIO_PROCESS, 0, priority + 10)  # its imports yield to the sandbox child it overlaps
-    import torch  # lazy: loads torch (start-up time)
-    import torch._dynamo  # noqa: F401 - the meta kernels' decompositions call into it
-
-    import nas.sandbox.graph  # noqa: F401 - the loader and its operator tables
-
-    if job == "check":
-        import nas.measure  # noqa: F401 - fvcore's counter, which a training does not use
-
-    with contextlib.suppress(OSError):  # back for the check itself, where the kernel lets a process
-        os.setpriority(os.PRIO_PROCESS, 0, priority)
-    torch.set_num_threads(threads)
-    if job == "check":
-        _limit(memory_mb)
-        request, artifact = _request()
-        _check(request, artifact, threads)
-    else:  # the data and a GPU's context load before the limits, which are the graph's training's
-        request, artifact = _request()
-        from nas.data.sources import load_data  # lazy: only a training loads data
-
-        images = load_data(**request.pop("data"))
-        if torch.cuda.is_available():
-            torch.cuda.init()
-        _limit(memory_mb)
-        _train(request, artifact, images, threads)
-
-
-def _limit(memory_mb: int) -> None:
-    """Cap the data segment `memory_mb` above what the worker holds now, and tell the parent its
-    resident memory (the watch's base)."""
-    data = _status("self", "VmData") or 0
-    resource.setrlimit(resource.RLIMIT_DATA, (data + memory_mb * MB, data + memory_mb * MB))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    _send({"ready": _status("self", "VmRSS") or 0})
-
-
-def _request() -> tuple[dict[str, Any], bytes]:
-    request = json.loads(sys.stdin.buffer.readline())
-    return request, _read(_LENGTH.unpack(_read(_LENGTH.size))[0])
-
-
-def _cpu_limit(seconds: float, threads: int) -> None:
-    """RLIMIT_CPU at what was used plus `seconds` on every thread: SIGXCPU, then SIGKILL."""
-    used = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = math.ceil(used.ru_utime + used.ru_stime + seconds * threads)
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-
-
-def _check(request: dict[str, Any], artifact: bytes, threads: int) -> None:
-    def on_work(units: int) -> None:
-        _cpu_limit(check_seconds(units, request["input_shape"][0]), threads)
-        _send({"work": units})
-
-    try:
-        verdict = measure(artifact, on_work=on_work, **request)
-    except MemoryError:
-        _send({"limit": "memory"})
-        return
-    _send({"verdict": verdict})
-
-
-def _train(request: dict[str, Any], artifact: bytes, images: Any, threads: int) -> None:
-    def on_work(units: int, count: int, epochs: int) -> None:
-        _cpu_limit(train_seconds(units, count, epochs), threads)
-        _send({"work": units, "images": count, "epochs": epochs})
-
-    def on_epoch(progress: EpochProgress) -> None:
-        _send({"epoch": dataclasses.asdict(progress)})
-
-    try:
-        result = train_artifact(artifact, images, on_work=on_work, on_epoch=on_epoch, **request)
-    except MemoryError:
-        _send({"limit": "memory"})
-        return
-    _send(result)
-
-
-if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
+import logging
 import math
 import os
 import re
@@ -37,7 +39,6 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from nas.data.locations import locations, reads
 from nas.errors import NasError
@@ -45,13 +46,13 @@ from nas.home import home
 from nas.io import atomic_write_bytes
 from nas.sandbox.isolation import SANDBOX_TMP, isolation, package_root
 from nas.sandbox.limits import MB, Limits, out_of_memory
+from nas.sandbox.trusted import OnProxies, Refusal, TrustedWorker
 from nas.terminal import printable
 from nas.train.engine import Engine
 from nas.train.recipe import Recipe
 from nas.train.result import TrainResult
 
-if TYPE_CHECKING:
-    from nas.sandbox.trusted import TrustedWorker
+log = logging.getLogger(__name__)
 
 STAGES = ("syntax", "import", "instantiate", "forward", "output_shape", "backward", "export", "measure",
           "structure", "graph", "train", "done", "limits", "policy", "crash")
@@ -184,10 +185,22 @@ def verify_model_source(source: str, *, num_classes: int = 10,
     return verdict
 
 
+@dataclass(frozen=True)
+class ProxyRequest:
+    """Zero-cost proxies (`nas.proxies`) for the training worker to score on the first seed's
+    network, freshly initialised, before it trains (evaluator=train's `proxy_<name>` metrics): on
+    `batch` training images drawn under that seed, as a trusted network is scored in-process.
+    `heard` gets the scores of `names`, or the one line saying why a proxy cannot run on the graph."""
+
+    names: tuple[str, ...]
+    batch: int
+    heard: OnProxies
+
+
 def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, seeds: list[int],
                        num_classes: int, input_shape: tuple[int, ...], gpu: bool = False, threads: int = 1,
                        limits: Limits = Limits(), filename: str = "model.py",
-                       on_epoch=None, label: str | None = None, on_graph=None,
+                       on_epoch=None, label: str | None = None, proxies: ProxyRequest | None = None,
                        checked: str | None = None) -> tuple[Verdict, list]:
     """Verify `source` as `verify_model_source` does, then train a fresh
     instance per seed: on the exported graph (from the child, which sees no dataset)
@@ -196,8 +209,8 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
     (`verdict.self_reported`). `data`, `recipe` and `engine` are the settings dicts of `nas.data`,
     `Recipe` and `Engine`; `gpu` lets either train on the GPU, with `threads` CPU threads; `on_epoch`
     (nas.train.progress) hears each epoch of the graphs trained, under `label` (default: the file
-    name); `on_graph`, when given, is called here with the first seed's exported network before any
-    trains (evaluator=train's zero-cost proxies). Returns the
+    name); `proxies`: what the training worker scores on the first seed's exported network before
+    any trains (never a network trained in the sandbox: its graph never leaves it). Returns the
     verdict (stage "train" if training raised) and one checked `TrainResult`
     per seed that finished. `checked`: the graph hash of a kept verdict (`Verdict.graph`) this
     training must train, or fail; a kept verdict vouches for no other network."""
@@ -232,10 +245,9 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
             if verdict.ok:
                 verdict.self_reported, verdict.export_error = True, verdict.export_error or export_error
         if verdict.ok and not verdict.self_reported:
-            if on_graph is not None:
-                on_graph(initial_net(artifact, seeds))
             verdict, trained = train_graphs(verdict, artifact, data, recipe, engine, seeds, limits, gpu=gpu,
-                                            threads=threads, on_epoch=on_epoch, label=label or filename)
+                                            threads=threads, on_epoch=on_epoch, label=label or filename,
+                                            proxies=proxies)
         elif verdict.ok:
             try:
                 trained = [TrainResult.from_untrusted(r, max_epochs=recipe.get("epochs", 0)) for r in run.trained]
@@ -249,12 +261,10 @@ def train_model_source(source: str, *, data: dict, recipe: dict, engine: dict, s
 
 
 def _trusted_worker(limits: Limits, training: bool = False, gpu: bool = False,
-                    threads: int | None = None) -> "TrustedWorker":
+                    threads: int | None = None) -> TrustedWorker:
     """Start a trusted worker for this check's own compute, or with `training` for training its
     graph (`nas.sandbox.trusted`), with `threads` torch threads (None: this process's count, the
     machine's cores if torch is not loaded); a check's worker starts while the child runs."""
-    from nas.sandbox.trusted import TrustedWorker  # cycle: nas.sandbox.trusted imports this module
-
     if threads is None:
         torch = sys.modules.get("torch")
         threads = torch.get_num_threads() if torch is not None else len(os.sched_getaffinity(0))
@@ -263,13 +273,11 @@ def _trusted_worker(limits: Limits, training: bool = False, gpu: bool = False,
 
 def _graph_verdict(artifact: bytes | None, num_classes: int, input_shape: tuple[int, ...], limits: Limits,
                    with_parent: bool, seeds: Sequence[int] = (), batch: int = CHECK_BATCH, *,
-                   worker: "TrustedWorker | None" = None, checked: str | None = None) -> Verdict:
+                   worker: TrustedWorker | None = None, checked: str | None = None) -> Verdict:
     """Check and measure the exported graph on the trusted side: in `worker` (`measure`, under the
     limits of `nas.sandbox.trusted`; None: one started here), never in this process. Each seed's
     network to train must be the network checked (`graph_hash`), and with `checked` (the hash a
     kept verdict measured) that one too."""
-    from nas.sandbox.trusted import Refusal  # cycle: nas.sandbox.trusted imports this module
-
     if not artifact:
         return Verdict(ok=False, stage="crash", error="crash: the sandbox sent no model graph")
     request = {"num_classes": num_classes, "input_shape": list(input_shape), "memory_mb": limits.memory_mb,
@@ -403,16 +411,6 @@ def export_model_graph(source: str, *, seeds: list[int], num_classes: int, input
     return verdict, artifact
 
 
-def initial_net(artifact: bytes, seeds: Sequence[int]):
-    """The first seed's network of a checked artifact with the values training starts from (drawn
-    here, never the model code's), built in this process: for trusted code that scores it untrained.
-    `seeds`: every seed the request asked for (the artifact holds one weight set each, and a set no
-    request named is refused)."""
-    from nas.sandbox.graph import unpack  # lazy: loads torch (start-up time)
-
-    return _seed_net(unpack(artifact, _MAX_ARTIFACT, ("init", "const", *(f"seed{s}" for s in seeds))), seeds[0])
-
-
 def _seed_net(art, seed: int):
     """Seed `seed`'s network, trained from values drawn here, never from initial values the model's code chose."""
     from nas.sandbox.graph import GraphNet  # lazy: loads torch (start-up time)
@@ -422,20 +420,26 @@ def _seed_net(art, seed: int):
 
 def train_graphs(verdict: Verdict, artifact: bytes, data: dict, recipe: dict, engine: dict, seeds: Sequence[int],
                  limits: Limits, *, gpu: bool = False, threads: int = 1, on_epoch=None, label: str = "model.py",
-                 out: str | None = None, probe: int | None = None) -> tuple[Verdict, list]:
+                 out: str | None = None, probe: int | None = None,
+                 proxies: ProxyRequest | None = None) -> tuple[Verdict, list]:
     """Train each seed's network of the checked `artifact` (`verdict`: its hash) as a trusted model
-    would be, in a trusted worker under `limits.memory_mb`, a CPU-time limit and a wall clock from
-    its counted work (`nas.sandbox.trusted`), never in this process: a graph whose training costs
-    more fails its trial in one line. `on_epoch` hears each epoch; with `out`, a folder, the worker
-    writes each seed's trained weights there (`seed<N>.safetensors`), and with `probe` the input it
-    drew under that seed and the first seed's output on it (`probe.safetensors`)."""
-    from nas.sandbox.trusted import Refusal  # cycle: nas.sandbox.trusted imports this module
-
+    would be, in a trusted worker under `limits.memory_mb` (of host memory, and on a GPU of the
+    device's too), a CPU-time limit and a wall clock from its counted work (`nas.sandbox.trusted`),
+    never in this process: a graph whose training costs more fails its trial in one line. On one
+    device: `engine.devices > 1` (DDP, which relaunches the training's process per rank) is trained
+    on one, said once in the log. `on_epoch` hears each epoch; `proxies`, what the worker scores
+    first; with `out`, a folder, the worker writes each seed's trained weights there
+    (`seed<N>.safetensors`), and with `probe` the input it drew under that seed and the first seed's
+    output on it (`probe.safetensors`)."""
+    if engine.get("devices", 1) > 1:
+        _on_one_device(engine["devices"])
+        engine = {**engine, "devices": 1}
     request = {"data": data, "recipe": recipe, "engine": engine, "seeds": list(seeds), "graph": verdict.graph,
                "out": out, "probe": probe,
-               "labels": [f"{label} seed {seed}" if len(seeds) > 1 else label for seed in seeds]}
+               "labels": [f"{label} seed {seed}" if len(seeds) > 1 else label for seed in seeds],
+               "proxies": None if proxies is None else {"names": list(proxies.names), "batch": proxies.batch}}
     with _trusted_worker(limits, training=True, gpu=gpu, threads=threads) as worker:
-        result = worker.train(artifact, request, on_epoch)
+        result = worker.train(artifact, request, on_epoch, None if proxies is None else proxies.heard)
     if isinstance(result, Refusal):
         return Verdict(ok=False, stage=result.stage, error=f"{result.stage}: {result.line}"), []
     if "error" in result:
@@ -452,15 +456,24 @@ def train_graphs(verdict: Verdict, artifact: bytes, data: dict, recipe: dict, en
     return verdict, trained
 
 
+@functools.cache
+def _on_one_device(devices: int) -> None:
+    """Said once per process, not once per candidate."""
+    log.warning("engine.devices=%d: a sandboxed model's exported graph trains on one device in the trusted "
+                "worker (its memory limits hold for one process; DDP would start one per device)", devices)
+
+
 def train_artifact(artifact: bytes, images, *, graph: str, seeds: list[int], recipe: dict, engine: dict,
-                   labels: list[str], out: str | None, probe: int | None,
-                   on_work: Callable[[int, int, int], None], on_epoch) -> dict:
-    """Train each seed's network of `artifact` on `images` (in the training worker, `nas.sandbox.trusted`),
-    from values drawn under the seed, refusing a network that does not hash as `graph` (the one
-    checked). `on_work` hears the counted work per image, the images the training passes through
-    and its epochs in all (the worker's clocks start from them). Returns {"trained": [result
-    dicts]}, {"verdict": a failed verdict's dict}, {"failed": the train-stage line} or {"error": a
-    NasError's line}; raises MemoryError when an allocation failed."""
+                   labels: list[str], out: str | None, probe: int | None, proxies: dict | None,
+                   on_work: Callable[[int, int, int], None], on_epoch, on_proxies: OnProxies) -> dict:
+    """Train each seed's network of `artifact` on `images` (in the training worker,
+    `nas.sandbox.trusted_worker`), from values drawn under the seed, refusing a network that does
+    not hash as `graph` (the one checked). `on_work` hears the counted work per image, the images
+    the training passes through and its epochs in all (the worker's clocks start from them); then,
+    with `proxies` ({"names", "batch"}: `ProxyRequest`'s), `on_proxies` hears the first seed's
+    fresh network's scores (`_proxy_scores`). Returns {"trained": [result dicts]}, {"verdict": a
+    failed verdict's dict}, {"failed": the train-stage line} or {"error": a NasError's line}; raises
+    MemoryError when an allocation failed, torch's OutOfMemoryError when the GPU's cap refused one."""
     import torch  # lazy: loads torch (start-up time)
     from safetensors.torch import save  # lazy: the worker's only use
 
@@ -482,6 +495,8 @@ def train_artifact(artifact: bytes, images, *, graph: str, seeds: list[int], rec
         return {"verdict": Verdict(ok=False, stage="graph", error=f"graph: {err}").to_dict()}
     per_epoch = len(images.train) + len(images.valid) + len(images.test)
     on_work(work.total // big, per_epoch * r.epochs * len(seeds), r.epochs * len(seeds))
+    if proxies is not None:  # under the clocks the work set, on the CPU, before any training
+        on_proxies(_proxy_scores(nets[seeds[0]], images, proxies["names"], proxies["batch"], seeds[0]))
     trained = []
     for (seed, net), label in zip(nets.items(), labels):
         rgb = net.input_shape[0] == 3 and images.shape[0] == 1  # an RGB model on grey data
@@ -490,12 +505,12 @@ def train_artifact(artifact: bytes, images, *, graph: str, seeds: list[int], rec
                                      on_epoch, label).to_dict())
         except NasError as err:
             return {"error": str(err)}
-        except MemoryError:
+        except (MemoryError, torch.OutOfMemoryError):  # the worker's caps (`limit_hit`)
             raise
         except Exception as err:
             if out_of_memory(str(err)):  # the worker's RLIMIT_DATA, said in a RuntimeError
                 raise MemoryError(str(err)) from None
-            return {"failed": f"train: {type(err).__name__}: {str(err).splitlines()[0][:300]}"}
+            return {"failed": f"train: {type(err).__name__}: {_first_line(err)}"}
         net = net.cpu().eval()
         if out is not None:
             state = {k: v.detach().clone().contiguous() for k, v in net.state_dict().items()}
@@ -506,6 +521,29 @@ def train_artifact(artifact: bytes, images, *, graph: str, seeds: list[int], rec
             with torch.no_grad():
                 atomic_write_bytes(Path(out, "probe.safetensors"), save({"input": x, "output": net(x)}))
     return {"trained": trained}
+
+
+def _proxy_scores(net, images, names: list[str], batch: int, seed: int) -> dict[str, float] | str:
+    """The zero-cost proxies `names` of the fresh `net` on `batch` training images drawn with
+    `seed`, as evaluator=train scores a trusted network (`score_network`, which leaves `net` and
+    the random state as they were: the training that follows is the same); or why they do not
+    run on it (an exported operator a proxy cannot run, float64 say)."""
+    from nas.proxies import score_network  # lazy: loads scipy (start-up time), in the worker only
+    from nas.proxies.batch import data_batch  # lazy: as above
+
+    try:
+        shots = data_batch(images, min(batch, len(images.train)), seed, shape=tuple(net.input_shape))
+        return score_network(net, shots, names, seed)
+    except MemoryError:
+        raise
+    except Exception as err:  # noqa: BLE001 - one warning, no scores, and the training goes on
+        if out_of_memory(str(err)):  # the worker's RLIMIT_DATA, said in a RuntimeError
+            raise MemoryError(str(err)) from None
+        return f"{type(err).__name__}: {_first_line(err)}"
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).splitlines() or [""])[0][:300]
 
 
 def _check_args(filename: str, num_classes: int, input_shape: tuple[int, ...]) -> None:

@@ -16,6 +16,11 @@ from nas.errors import EncodingError
 FIELDS: tuple[str, ...] = ("depth", "embed_dim", "heads", "mlp_ratio")
 
 
+def mlp_hidden(ratio: float, embed_dim: int) -> int:
+    """A layer's MLP width, as AutoFormer rounds it (the space's cost and the network both use it)."""
+    return int(ratio * embed_dim)
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -19,8 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nas.errors import ConfigError
-from nas.spaces.autoformer.arch import AutoFormerArch
-from nas.spaces.autoformer.space import mlp_hidden
+from nas.spaces.autoformer.arch import AutoFormerArch, mlp_hidden
 
 
 class SlicedLinear(nn.Linear):

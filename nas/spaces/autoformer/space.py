@@ -9,15 +9,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from nas.core.space import SPACES, CategoricalSpace, Cost, Decision
 from nas.errors import ConfigError, EncodingError
-from nas.spaces.autoformer.arch import AutoFormerArch
+from nas.spaces.autoformer.arch import AutoFormerArch, mlp_hidden
 
 if TYPE_CHECKING:
     from torch import nn
-
-
-def mlp_hidden(ratio: float, embed_dim: int) -> int:
-    """A layer's MLP width, as AutoFormer rounds it."""
-    return int(ratio * embed_dim)
 
 
 def _choices(name: str, values: Sequence[Any], kind: type) -> tuple[Any, ...]:

@@ -1,13 +1,12 @@
-"""NB201's cost model: params and FLOPs of all 15,625 networks from 1 + |OPS| measured ones."""
+"""NB201's cost model: params and FLOPs of all 15,625 networks from 1 + |OPS| measured ones.
+`python -m nas.spaces.nb201.cost` prints `measured_costs.MEASURED` measured again (torch, fvcore)."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
 from nas.spaces.nb201.arch import EDGES, OPS
-from nas.spaces.nb201.measured_costs import MEASURED
-
-PerOp = dict[str, tuple[int, int]]
+from nas.spaces.nb201.measured_costs import MEASURED, PerOp
 
 
 @lru_cache(maxsize=8)
@@ -46,3 +45,13 @@ def cell_cost(ops: tuple[str, ...], model: tuple[PerOp, tuple[int, int]]) -> tup
         params += per_op[op][0]
         flops += per_op[op][1]
     return params, flops
+
+
+def measure_all() -> str:
+    """`measured_costs.MEASURED`, measured again, as the Python source of that dict (imports torch)."""
+    rows = [f"    {key}: {measure_model(*key)!r}," for key in MEASURED]
+    return "\n".join(["MEASURED = {", *rows, "}"])
+
+
+if __name__ == "__main__":
+    print(measure_all())

@@ -1,8 +1,9 @@
 """NB201's cost model (`nas.spaces.nb201.cost`) as measured, for the sizes a table search uses:
 a search reads it here rather than import torch and fvcore to measure 1 + |OPS| networks (seconds).
 Keys: (channels, cells_per_stage, num_classes, resolution); values: (per-op (params, FLOPs), base).
+Data alone, below `cost` (which measures), so the two form no import cycle.
 tests/test_cli_latency_imports.py measures them again; regenerate with
-`python -m nas.spaces.nb201.measured_costs` after a change to the network or the FLOP counter."""
+`python -m nas.spaces.nb201.cost` after a change to the network or the FLOP counter."""
 
 from __future__ import annotations
 
@@ -22,15 +23,3 @@ MEASURED: dict[tuple[int, int, int, int], tuple[PerOp, tuple[int, int]]] = {
     (16, 5, 120, 32): ({"avg_pool_3x3": (0, 0), "none": (0, 0), "nor_conv_1x1": (28000, 4218880), "nor_conv_3x3": (243040, 35676160), "skip_connect": (0, 0)},
         (80456, 7884288)),
 }
-
-
-def measure_all() -> str:
-    """This module's dict, measured again (imports torch)."""
-    from nas.spaces.nb201.cost import measure_model  # cycle: nas.spaces.nb201.cost imports this module
-
-    rows = [f"    {key}: {measure_model(*key)!r}," for key in MEASURED]
-    return "\n".join(["MEASURED = {", *rows, "}"])
-
-
-if __name__ == "__main__":
-    print(measure_all())

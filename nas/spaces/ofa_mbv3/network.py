@@ -5,6 +5,8 @@ trains it. `SubnetCost` counts subnets from a table of per-block measurements.""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ofa.imagenet_classification.elastic_nn.networks import OFAMobileNetV3
 from torch import nn
 
@@ -12,7 +14,9 @@ from nas.core.space import Cost
 from nas.errors import ConfigError
 from nas.measure import count_params, flops_by_module
 from nas.spaces.ofa_mbv3.arch import OFAMbv3Arch
-from nas.spaces.ofa_mbv3.space import OFAMbv3Space
+
+if TYPE_CHECKING:  # annotations only: the space imports this module (lazily, for torch)
+    from nas.spaces.ofa_mbv3.space import OFAMbv3Space
 
 
 def elastic_network(space: OFAMbv3Space, num_classes: int, in_channels: int = 3,

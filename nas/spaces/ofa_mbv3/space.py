@@ -114,8 +114,7 @@ class OFAMbv3Space(CategoricalSpace[OFAMbv3Arch]):
         (see `nas.spaces.ofa_mbv3.network.SubnetCost`: per-block measurements, cached)."""
         with self._lock:
             if self._cost is None:
-                # Imported here: torch stays out of space imports, and the network module imports this one.
-                from nas.spaces.ofa_mbv3.network import SubnetCost
+                from nas.spaces.ofa_mbv3.network import SubnetCost  # lazy: loads torch (start-up time)
 
                 self._cost = SubnetCost(self)
             return self._cost(arch)

@@ -5,6 +5,7 @@ weight-sharing supernet (`supernets/spos.py`) is built from these."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -12,7 +13,9 @@ from torch import nn
 from nas.core.space import Cost
 from nas.measure import count_flops, count_params
 from nas.spaces.spos.arch import SPOSArch
-from nas.spaces.spos.space import BlockShape, SPOSSpace
+
+if TYPE_CHECKING:  # annotations only: the space imports this module (lazily, for torch)
+    from nas.spaces.spos.space import BlockShape, SPOSSpace
 
 KERNELS = (3, 5, 7)  # choices 0-2; choice 3 is the Xception-style unit
 

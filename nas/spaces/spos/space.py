@@ -160,6 +160,6 @@ def _ints(name: str, values: Any) -> tuple[int, ...]:
 def cost_table(config: tuple[Any, ...]) -> tuple[Cost, tuple[tuple[Cost, ...], ...]]:
     """(stem + head cost, cost of each choice in each block): measured once per skeleton on a
     random-init supernet, since no unit's cost depends on the other blocks' choices."""
-    from nas.spaces.spos.network import measure_costs  # the network module imports this one
+    from nas.spaces.spos.network import measure_costs  # lazy: loads torch (start-up time)
 
     return measure_costs(SPOSSpace(*config))
