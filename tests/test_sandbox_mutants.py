@@ -19,7 +19,7 @@ from torch import nn
 from nas.sandbox.aten_ops import WorkCounter
 from nas.sandbox.graph import MAX_CARRIED, MAX_WORK, GraphError, GraphNet, export_graph, pack, unpack
 from nas.sandbox.limits import _user_tasks
-from nas.sandbox.trusted import TrustedWorker
+from nas.sandbox.trusted import worker_env
 from nas.sandbox.verify import measure
 
 
@@ -236,8 +236,9 @@ def test_a_check_worker_sees_no_gpu_and_no_secret_of_this_process(monkeypatch: p
     """The trusted worker that checks a graph starts in an environment of its own: no GPU unless
     asked for (a check runs on the CPU), no API key of this process, the torch threads asked for."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-must-not-reach-the-worker")
-    with TrustedWorker(memory_mb=256, threads=1) as worker:
-        environ = Path(f"/proc/{worker.proc.pid}/environ").read_bytes()
-    env = dict(item.split("=", 1) for item in environ.decode().split("\0") if item)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    env = worker_env(1)  # what TrustedWorker starts the check's worker with (read from /proc, a loaded
+    # machine's worker could already have ended: an empty environ)
     assert env["CUDA_VISIBLE_DEVICES"] == "" and env["OMP_NUM_THREADS"] == "1"
     assert "OPENAI_API_KEY" not in env
+    assert "CUDA_VISIBLE_DEVICES" not in worker_env(1, training=True, gpu=True)

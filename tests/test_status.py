@@ -32,7 +32,7 @@ def test_a_step_run_without_progress_says_nothing(capsys):
 
 def test_a_sweeps_job_checks_show_progress_and_a_bad_first_job_still_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(search_cli, "_hydra_entry", lambda existing: None)  # the checks alone, no run
+    monkeypatch.setattr(search_cli, "search_job", lambda cfg, existing: None)  # the checks alone, no run
     monkeypatch.setattr(nas.status, "PLAIN_AFTER_S", 0.0)
     search_cli.main(["-m", "space=nb201", "seed=0,1"])
     assert "checking 2 jobs ...\n" in capsys.readouterr().err
@@ -48,7 +48,7 @@ def test_a_sweeps_job_checks_show_progress_and_a_bad_first_job_still_one_line(mo
 def test_one_jobs_build_says_what_it_checks_only_with_progress(monkeypatch, tmp_path, capsys):
     """A single job's build (2-5 s of torch imports) was silent; a component's error after it is still one line."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(search_cli, "_hydra_entry", lambda existing: None)  # the checks alone, no run
+    monkeypatch.setattr(search_cli, "search_job", lambda cfg, existing: None)  # the checks alone, no run
     monkeypatch.setattr(nas.status, "PLAIN_AFTER_S", 0.0)  # off a terminal it says so once the build has run
     search_cli.main(["space=nb201"])
     assert capsys.readouterr().err == "checking space=nb201, strategy=bananas and evaluator=table ...\n"

@@ -80,19 +80,27 @@ class Refusal:
     stage: str = "limits"
 
 
+def worker_env(threads: int, *, training: bool = False, gpu: bool = False) -> dict[str, str]:
+    """The worker's environment: a check's is its own (no key or setting of this process reaches it);
+    a training's is this one's (where the data config's files are may depend on it); no GPU unless
+    asked for; `threads` for every math library."""
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": os.environ.get("TMPDIR", "/tmp")}
+    if training:
+        env = dict(os.environ)
+    env.update({"PYTHONPATH": package_root(), "PYTHONDONTWRITEBYTECODE": "1",
+                **{k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}})
+    if not gpu:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
 class TrustedWorker:
     """One worker process for one check, or with `training` for one training of the graph checked
     (with the GPU when `gpu`); `close` (or leaving the `with`) kills it."""
 
     def __init__(self, memory_mb: int, threads: int, *, training: bool = False, gpu: bool = False) -> None:
         self.memory_mb, self.job = memory_mb, "training" if training else "check"
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": os.environ.get("TMPDIR", "/tmp")}
-        if training:  # loads the data: where the data config's files are may depend on the environment
-            env = dict(os.environ)
-        env.update({"PYTHONPATH": package_root(), "PYTHONDONTWRITEBYTECODE": "1",
-                    **{k: str(threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}})
-        if not gpu:
-            env["CUDA_VISIBLE_DEVICES"] = ""
+        env = worker_env(threads, training=training, gpu=gpu)
         self.proc = subprocess.Popen([sys.executable, "-s", "-m", "nas.sandbox.trusted_worker", str(memory_mb),
                                       str(threads), self.job], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env, cwd=env["HOME"] if training else "/")
