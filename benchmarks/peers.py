@@ -377,9 +377,9 @@ def main() -> None:
     if "optuna_gp" in process and "optuna_gp" not in methods:
         methods["optuna_gp"] = {"strategy": "optuna", "params": method("optuna_gp")[1], "seeds": [],
                                 "process": process["optuna_gp"]}
-    tests = tests_of(runs, default, budgets)
-    if earlier is not None:
+    if earlier is not None:  # the tests are made there, over the merged rows
         return merge(args, earlier, methods, runs, notes, time.perf_counter() - start)
+    tests = tests_of(runs, default, budgets)
     payload = {
         "benchmark": "peers", "issue": 41, "space": "nb201", "evaluator": "table",
         "metric": "CIFAR-10 test accuracy (analog-nasbench baseline_accuracy)", "table_optimum": OPTIMUM,

@@ -211,9 +211,10 @@ def main() -> None:
                "goal": GOAL, "quick": args.quick, "trials": args.trials, "seeds": args.seeds,
                "llm_seeds": 0 if args.no_collm else args.llm_seeds,
                "llm_trials": 0 if args.no_collm else (args.llm_trials or args.trials),
-               "llm_note": "collm+screen: SmolLM2-135M-Instruct Q4_1 on CPU (llama.cpp, grammar-constrained)"
-                           + ("; fewer seeds than the other arms (minutes per seed on shared cores)"
-                              if not args.no_collm and args.llm_seeds < args.seeds else "")
+               "llm_note": ("collm+screen: not run (--no-collm)" if args.no_collm else
+                            "collm+screen: SmolLM2-135M-Instruct Q4_1 on CPU (llama.cpp, grammar-constrained)"
+                            + ("; fewer seeds than the other arms (minutes per seed on shared cores)"
+                               if args.llm_seeds < args.seeds else ""))
                            + (f"; {args.note}" if args.note else ""),
                "strategies": results, "paired_tests": tests, "anchor": ANCHOR,
                "collm_unscreened": unscreened_collm(args.trials),

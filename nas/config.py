@@ -8,13 +8,14 @@ import inspect
 import logging
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from nas.core.registry import Registry, plugins
 from nas.errors import ConfigError, NasError
 
 if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
     from nas.search.spec import SearchSpec
 
 GROUPS = ("space", "strategy", "evaluator", "runner", "data", "recipe", "engine", "llm", "knowledge")
@@ -39,10 +40,16 @@ def searchpath() -> list[str]:
     return [f"hydra.searchpath=[{','.join('pkg://' + p for p in found)}]"] if found else []
 
 
+def _files(package: str) -> Traversable:
+    from importlib import resources  # lazy: ~7 ms of imports that `nas --help` need not pay
+
+    return resources.files(package)
+
+
 def available(group: str) -> list[str]:
     names: set[str] = set()
     for package in ("conf", *plugin_configs()):
-        folder = resources.files(package) / group
+        folder = _files(package) / group
         if folder.is_dir():
             names.update(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
     return sorted(names)
@@ -319,10 +326,10 @@ def default_groups() -> frozenset[str]:
     """The groups `conf/config.yaml` chooses (and `space_defaults`' strategy and evaluator)."""
     import yaml  # lazy: loads yaml (start-up time)
 
-    entries = yaml.safe_load((resources.files("conf") / "config.yaml").read_text())["defaults"]
+    entries = yaml.safe_load((_files("conf") / "config.yaml").read_text())["defaults"]
     return frozenset({"strategy", "evaluator", *(k for e in entries if isinstance(e, dict) for k in e)})
 
 
 @cache
 def group_dirs() -> frozenset[str]:
-    return frozenset(p.name for p in resources.files("conf").iterdir() if p.is_dir() and not p.name.startswith("_"))
+    return frozenset(p.name for p in _files("conf").iterdir() if p.is_dir() and not p.name.startswith("_"))

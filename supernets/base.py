@@ -24,7 +24,7 @@ class Supernet(nn.Module, ABC, Generic[A, S]):
     name: str  # set by the registry: the name of the space it serves
     space: S
 
-    # How training samples subnets: "uniform" (SPOS single path, AutoFormer), "sandwich" (OFA: largest,
+    # How training samples subnets: "uniform" (AutoFormer, NB201; SPOS's own), "sandwich" (OFA: largest,
     # smallest and random subnets each step, shrinking stages in order).
     default_sampling: ClassVar[str] = "uniform"
     # Progressive shrinking (OFA): decision groups released in order, by the part of a decision's

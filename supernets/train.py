@@ -2,8 +2,8 @@
 
 Sampling per step:
 
-* "uniform" (SPOS, AutoFormer): one uniformly random subnet.
-* "sandwich" (OFA, BigNAS): the largest, the smallest and `n_random` random
+* "uniform" (AutoFormer, NB201; SPOS's own method): one uniformly random subnet.
+* "sandwich" (OFA, BigNAS; SPOS here, see supernets/spos.py): the largest, the smallest and `n_random` random
   subnets (distinct), gradients summed into one optimiser step. With the
   supernet's `phases`, training is split evenly into len(phases)+1 parts:
   part 0 trains the largest network only, part k releases the decision

@@ -188,3 +188,16 @@ def test_damaged_kept_verdict_is_ignored_with_a_warning(damage, tmp_path, caplog
     with caplog.at_level(logging.WARNING, logger="nas.design.verdicts"):
         assert cache.get(key) is None
     assert [r.getMessage() for r in caplog.records if "ignoring the cached check" in r.getMessage()], caplog.text
+
+
+def test_an_execute_failure_names_its_stage_once(tmp_path, monkeypatch):
+    """A verdict's error starts with its stage; the execute check's line is that error, which FairNAD
+    prefixes with the check's name (`execute: forward: ...` in the history, the Debugger's prompt
+    reads the line), never the stage a second time."""
+    cache = VerdictCache(tmp_path)
+    cache.put(verdict_key(BROKEN, PARENT, 10, (2, 3, 32, 32), LIMITS),
+              Verdict(ok=False, stage="forward", error="forward: channels disagree"))
+    monkeypatch.setattr("nas.design.verifiers.verify_model_source", _refuse)  # the kept verdict, not a run
+    failure = source_chain(PARENT, NB201, SeenIndex(), limits=LIMITS, cache=cache).run(BROKEN).failure
+    assert (failure.name, failure.error, failure.detail["stage"]) == ("execute", "forward: channels disagree",
+                                                                      "forward")

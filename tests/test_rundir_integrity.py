@@ -274,6 +274,7 @@ BAD_LINES = [
     ("accuracy", "91.5", "field 'accuracy' must be null or a finite number, got '91.5'"),
     ("accuracy", math.nan, "field 'accuracy' must be null or a finite number, got nan"),
     ("error", 0, "field 'error' must be null or a string, got 0"),
+    ("error", "boom", "fields 'error' and 'accuracy' are both set; a failed trial has no accuracy"),
     ("metrics", [], "field 'metrics' must be an object, got []"),
     ("params", "1e6", "field 'params' must be null or a number, got '1e6'"),
     ("cached", "no", "field 'cached' must be true or false, got 'no'"),
@@ -302,6 +303,9 @@ def test_bad_history_line_names_file_line_and_field(finished, evaluator, field, 
         search(make_spec(trials=12), finished, evaluator)
     assert str(info.value) == f"{path}:3: {message}; restore the file or {NEW_DIR}"
     assert path.read_bytes() == before
+    with pytest.raises(RunDirError) as info:  # report, compare and export read it the same way
+        read_history(path)
+    assert str(info.value) == f"{path}:3: {message}"
 
 
 def test_a_blank_line_in_history_is_named_not_read_as_a_trial_mismatch(finished, evaluator):

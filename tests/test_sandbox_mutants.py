@@ -160,6 +160,15 @@ def test_a_colour_model_is_checked_for_grey_data() -> None:
     assert (verdict["ok"], verdict["stage"]) == (True, "done"), verdict["error"]
 
 
+@pytest.mark.parametrize("channels", [2, 4])
+def test_a_colour_model_is_refused_for_data_of_other_channels(channels: int) -> None:
+    """Only grey data is made RGB for training (`ImageData.rgb`): a graph taking three channels is
+    refused at the check for 2- or 4-channel data, in one line, not at its training."""
+    verdict = check(artifact(Small()), [2, channels, 8, 8])
+    assert (verdict["ok"], verdict["stage"]) == (False, "graph")
+    assert verdict["error"] == f"graph: graph takes input [3, 8, 8], not [{channels}, 8, 8]"
+
+
 def test_carried_values_are_refused_only_past_the_bound() -> None:
     """MAX_CARRIED values of buffers and literals pass; one more is refused in one line."""
     at = check(artifact(Small(carried=MAX_CARRIED)), [2, 3, 8, 8])

@@ -7,8 +7,11 @@ Real worker processes, real graphs; no sandbox child (but in the tests marked so
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,13 +19,15 @@ import torch
 from torch import nn
 
 from nas.data.sources import load_data
+from nas.errors import EvaluationError
 from nas.proxies import PROXIES, score_network
 from nas.proxies.batch import data_batch
 from nas.sandbox import trusted, verify
 from nas.sandbox.graph import GraphNet, export_graph, graph_hash, pack, unpack
 from nas.sandbox.limits import Limits
-from nas.sandbox.trusted import TrustedWorker
-from nas.sandbox.verify import ProxyRequest, Verdict, _graph_verdict, _seed_net, train_graphs
+from nas.sandbox.trusted import Refusal, TrustedWorker
+from nas.sandbox.trusted_worker import limit_hit
+from nas.sandbox.verify import ProxyRequest, Verdict, _graph_verdict, _seed_net, train_artifact, train_graphs
 from nas.train.progress import EpochProgress
 
 SHAPE = (2, 3, 16, 16)
@@ -127,6 +132,77 @@ def test_a_worker_that_dies_is_one_line(sig: signal.Signals, error: str) -> None
     assert verdict.error == error
 
 
+FAKE_WORKER = """
+import json, sys, time
+for msg in json.loads(sys.argv[1]):
+    print(json.dumps(msg), flush=True)
+time.sleep(120)
+"""
+
+
+class FakeWorker(TrustedWorker):
+    """A process that sends the parent `messages`, whatever it is asked: the parent's real pipes and checks."""
+
+    def __init__(self, messages: list[dict]) -> None:
+        self.memory_mb, self.job = 1024, "check"
+        self.proc = subprocess.Popen([sys.executable, "-c", FAKE_WORKER, json.dumps(messages)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+HONEST_RSS = 300 << 20
+CHECKED = {"verdict": Verdict(ok=True, stage="done").to_dict()}
+FORGED_READY = {  # what a worker could send instead of one `{"ready": its resident memory}` first
+    "a negative size": [{"ready": -1}, {"work": 1}, CHECKED],
+    "a bool": [{"ready": True}, {"work": 1}, CHECKED],
+    "a float": [{"ready": float(HONEST_RSS)}, {"work": 1}, CHECKED],
+    "a string": [{"ready": str(HONEST_RSS)}, {"work": 1}, CHECKED],
+    "null": [{"ready": None}, {"work": 1}, CHECKED],
+    "past the machine's memory": [{"ready": 1 << 62}, {"work": 1}, CHECKED],
+    "another field besides": [{"ready": HONEST_RSS, "work": 1}, CHECKED],
+    "not first": [{"work": 1}, {"ready": HONEST_RSS}, CHECKED],
+    "a second one": [{"ready": HONEST_RSS}, {"work": 1}, {"ready": 1 << 40}, CHECKED],
+}
+
+
+@pytest.mark.parametrize("messages", list(FORGED_READY.values()), ids=list(FORGED_READY))
+def test_the_workers_resident_memory_is_a_size_said_once_and_first(messages: list[dict]) -> None:
+    """The worker's `ready` message sets the base of the parent's watch on its resident memory: a
+    base that is not a size up to the machine's memory, or one said late or again (moving the
+    limit), is a malformed message, one line; the honest order gets the verdict."""
+    with FakeWorker(messages) as worker:
+        refused = worker.check(b"", {"input_shape": list(SHAPE)})
+    assert isinstance(refused, Refusal) and refused.stage == "crash"
+    assert refused.line.startswith("the parent's check of the graph sent a malformed message (")
+    with FakeWorker([{"ready": HONEST_RSS}, {"work": 1}, CHECKED]) as worker:
+        assert worker.check(b"", {"input_shape": list(SHAPE)}) == CHECKED["verdict"]
+
+
+READY = {"ready": HONEST_RSS}
+FORGED_WORK_OR_RESULT = {  # a check's work counts and result in any other form than measure's
+    "work as a string": [READY, {"work": "1"}, CHECKED],
+    "work as a bool": [READY, {"work": True}, CHECKED],
+    "negative work": [READY, {"work": -5}, CHECKED],
+    "work past 2**63": [READY, {"work": 1 << 63}, CHECKED],
+    "a training's counts in a check": [READY, {"work": 1, "images": 10, "epochs": 1}, CHECKED],
+    "a second work message": [READY, {"work": 1}, {"work": 1 << 40}, CHECKED],
+    "a result of unknown form": [READY, {"work": 1}, {"verdicts": {}}],
+    "a training's result in a check": [READY, {"work": 1}, {"trained": []}],
+    "a verdict that is not a mapping": [READY, {"work": 1}, {"verdict": "ok"}],
+    "a verdict beside another key": [READY, {"work": 1}, {**CHECKED, "trained": []}],
+}
+
+
+@pytest.mark.parametrize("messages", list(FORGED_WORK_OR_RESULT.values()), ids=list(FORGED_WORK_OR_RESULT))
+def test_work_counts_and_the_result_have_their_jobs_form(messages: list[dict]) -> None:
+    """The work counts set the worker's clocks and the result is read by key: counts that are not
+    the job's integers (or come twice), or a result not of the job's forms, are a malformed message
+    in one line, never a TypeError or KeyError in this process, nor a wall clock moved out of reach."""
+    with FakeWorker(messages) as worker:
+        refused = worker.check(b"", {"input_shape": list(SHAPE)})
+    assert isinstance(refused, Refusal) and refused.stage == "crash", refused
+    assert refused.line.startswith("the parent's check of the graph sent a malformed message (")
+
+
 def test_the_graph_trained_is_the_graph_checked() -> None:
     """A kept verdict's hash vouches for its graph only: a different graph, or the same graph whose
     training weights carry other values of a frozen buffer than the checked ones, is refused in one
@@ -205,6 +281,44 @@ def _digits_graph(net: nn.Module) -> tuple[bytes, Verdict]:
                         "seed0": dict(net.state_dict())})
     art = unpack(data, 1 << 30, ("init", "const", "seed0"))
     return data, Verdict(ok=True, stage="done", graph=graph_hash(GraphNet(art), art.graph))
+
+
+_COMPILE = torch.compile
+
+
+def _compiled_with(error: Exception):
+    """torch.compile whose backend raises `error`, as a backend's allocation on a full device does."""
+    def backend(graph, example_inputs):
+        raise error
+
+    return lambda model, **kw: _COMPILE(model, backend=backend, **kw)
+
+
+@pytest.mark.parametrize("error, kind", [
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of "
+                            "139.80 GiB of which 1.12 GiB is free."), "gpu"),
+    (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 4294967296 bytes."), "memory")],
+    ids=["gpu", "memory"])
+def test_an_out_of_memory_while_compiling_is_the_limit_not_a_compile_failure(
+        monkeypatch: pytest.MonkeyPatch, error: Exception, kind: str) -> None:
+    """With engine.compile, torch.compile's backend allocates too (inductor's autotuning on the
+    device); the fast engine says a backend's error as `torch.compile failed: ...`. Where a cap
+    refused that allocation, the training stops with that error and the worker tells the parent
+    the cap (`limit_hit`: the limits line); any other compile failure stays the training's line."""
+    data, checked = _digits_graph(Small())
+
+    def train() -> dict:
+        return train_artifact(data, load_data(name="digits"), graph=str(checked.graph), seeds=[0],
+                              recipe={"epochs": 1, "batch_size": 64}, engine={"kind": "fast", "compile": True},
+                              labels=["small.py"], out=None, probe=None, proxies=None,
+                              on_work=lambda *counts: None, on_epoch=None, on_proxies=lambda scores: None)
+
+    monkeypatch.setattr(torch, "compile", _compiled_with(error))
+    with pytest.raises(EvaluationError, match="^torch.compile failed: ") as raised:
+        train()
+    assert limit_hit(raised.value) == kind
+    monkeypatch.setattr(torch, "compile", _compiled_with(RuntimeError("no kernels today")))
+    assert train() == {"error": "torch.compile failed: RuntimeError: no kernels today"}
 
 
 def test_a_training_over_the_workers_memory_is_one_refusal_and_this_process_stays_small() -> None:

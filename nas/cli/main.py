@@ -19,7 +19,6 @@ import importlib
 import os
 import sys
 
-from nas.config import validate_group_overrides
 from nas.errors import ConfigError
 from nas.secrets import install_log_scrubbing
 
@@ -40,6 +39,8 @@ def fail(message: str) -> None:
 
 def check_group_overrides(args: list[str]) -> None:
     """An unknown group option stops a command in one line, before anything runs."""
+    from nas.config import validate_group_overrides  # lazy: the config's registries; `nas --help` needs none
+
     try:
         validate_group_overrides(args)
     except ConfigError as err:

@@ -166,6 +166,9 @@ class TrialRecord:
                     raise RunDirError(f"{where}: field '{name}' missing")
             elif not check(data[name]):
                 raise RunDirError(f"{where}: field '{name}' must be {what}, got {_brief(data[name])}")
+        if data["error"] is not None and data["accuracy"] is not None:
+            # A failed trial has no accuracy: read as a success, it would rank in every "best".
+            raise RunDirError(f"{where}: fields 'error' and 'accuracy' are both set; a failed trial has no accuracy")
         return cls(**{name: data[name] for name in _FIELDS if name in data})
 
 

@@ -285,7 +285,7 @@ class Execute(Verifier):
         if isinstance(draft.arch, SourceArch):  # what it trains must be the graph this verdict measured
             draft.arch.checked = verdict.graph
         if not verdict.ok:
-            return self.failed(f"{verdict.stage}: {verdict.error}", FIX, stage=verdict.stage,
+            return self.failed(verdict.error or verdict.stage, FIX, stage=verdict.stage,  # the error names its stage
                                traceback=verdict.traceback, cached=cached)
         return self.passed(params=verdict.params, flops=verdict.flops, layers=verdict.layers,
                            changed_layers=verdict.changed_layers, cached=cached)

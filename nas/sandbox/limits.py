@@ -37,6 +37,24 @@ def out_of_memory(message: str) -> bool:
     return bool(_OUT_OF_MEMORY.search(message))
 
 
+def refused_allocation(err: BaseException) -> BaseException | None:
+    """The error of an allocation a memory cap refused (a MemoryError, torch's OutOfMemoryError or a
+    message `out_of_memory` knows) that is `err` or that `err` was raised from or while handling:
+    torch.compile's failure wraps what its backend raised, and the fast engine wraps that in turn
+    (`torch.compile failed: ...`, raised `from None`, which hides the context but keeps it). None
+    if no error in the chain is one."""
+    import torch  # lazy: only the trusted worker, which has loaded it, classifies its errors
+
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, (MemoryError, torch.OutOfMemoryError)) or out_of_memory(str(cause)):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 @dataclass(frozen=True)
 class Limits:
     """Caps for one verification.

@@ -141,7 +141,7 @@ class TrustedWorker:
         data = json.dumps(request).encode() + b"\n" + _LENGTH.pack(len(artifact)) + artifact
         threading.Thread(target=_feed, args=(self.proc.stdin, data), daemon=True).start()
         assert self.proc.stdout is not None  # stdout=PIPE
-        fd, buffer, base_rss, scored = self.proc.stdout.fileno(), b"", None, False
+        fd, buffer, base_rss, scored, worked = self.proc.stdout.fileno(), b"", None, False, False
         deadline = time.monotonic() + STARTUP_SECONDS
         what = "its start and dry run"
         with selectors.DefaultSelector() as sel:
@@ -169,10 +169,15 @@ class TrustedWorker:
                         return self._malformed()
                     if not isinstance(msg, dict):
                         return self._malformed()
-                    if "ready" in msg:
-                        base_rss = msg["ready"]
-                    elif "work" in msg:
-                        seconds = seconds_for(msg)
+                    if base_rss is None:  # its first message, and only that one, says its base
+                        if (base_rss := ready_rss(msg)) is None:
+                            return self._malformed()
+                    elif "ready" in msg:
+                        return self._malformed()
+                    elif "work" in msg:  # once: a second would move the wall clock
+                        if worked or not work_counts(msg, self.job):
+                            return self._malformed()
+                        worked, seconds = True, seconds_for(msg)
                         deadline, what = time.monotonic() + seconds, f"{seconds:.0f} s for its counted work"
                     elif "limit" in msg:
                         why = exceeded(msg["limit"], self.memory_mb)
@@ -188,8 +193,10 @@ class TrustedWorker:
                         scored = True
                         if on_proxies is not None:
                             on_proxies(scores)
-                    else:
+                    elif final_message(msg, self.job):
                         return msg
+                    else:
+                        return self._malformed()
 
     def _ended(self) -> Refusal:
         rc = self.proc.wait()
@@ -202,7 +209,9 @@ class TrustedWorker:
     def _malformed(self) -> Refusal:
         self.close()
         return Refusal(f"the parent's {self.job} of the graph sent a malformed message (over {_MAX_LINE} bytes "
-                       "a line, not JSON, an unknown limit or progress field, or proxy scores not asked for)", "crash")
+                       "a line, not JSON, a first message other than its resident memory or a second one, work "
+                       "counts other than its job's or a second set, an unknown limit or progress field, proxy "
+                       "scores not asked for, or a result of another form)", "crash")
 
     def _refused(self, why: str) -> Refusal:
         self.close()
@@ -222,6 +231,36 @@ def _progress(data: object) -> EpochProgress | None:
                 isinstance(value, str) and len(value) > 1000):
             return None
     return EpochProgress(**data)
+
+
+def ready_rss(msg: dict[str, Any]) -> int | None:
+    """The worker's first message, `{"ready": bytes}`: its resident memory once imported, the base
+    of the memory watch, so a forged one would move the limit. An integer (not a bool) from 0 to
+    the machine's memory, or None."""
+    rss = msg.get("ready") if len(msg) == 1 else None
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return rss if type(rss) is int and 0 <= rss <= physical else None
+
+
+# The counts of the worker's `{"work": ...}` message, per job: what its clocks are derived from
+WORK_FIELDS = {"check": ("work",), "training": ("work", "images", "epochs")}
+# The worker's last message, per job: its one key and that value's type (`measure`, `train_artifact`)
+FINAL_FIELDS: dict[str, dict[str, type]] = {"check": {"verdict": dict},
+                                            "training": {"verdict": dict, "error": str, "failed": str,
+                                                         "trained": list}}
+
+
+def work_counts(msg: dict[str, Any], job: str) -> bool:
+    """The work message has exactly its job's counts, each an integer (not a bool) from 0 to 2**63:
+    a string would fail in the parent, a huge count push the wall clock out of reach."""
+    return set(msg) == set(WORK_FIELDS[job]) and all(type(v) is int and 0 <= v < 1 << 63 for v in msg.values())
+
+
+def final_message(msg: dict[str, Any], job: str) -> bool:
+    """The worker's result: one of its job's keys with a value of that key's type; anything else
+    would reach the parent's reading of it as a KeyError or TypeError, not a one-line refusal."""
+    kinds = FINAL_FIELDS[job]
+    return len(msg) == 1 and (key := next(iter(msg))) in kinds and type(msg[key]) is kinds[key]
 
 
 def exceeded(kind: object, memory_mb: int) -> str | None:

@@ -21,7 +21,7 @@ import signal
 import sys
 from typing import Any
 
-from nas.sandbox.limits import MB, out_of_memory
+from nas.sandbox.limits import MB, refused_allocation
 from nas.sandbox.trusted import _LENGTH, _status, check_seconds, train_seconds
 from nas.sandbox.verify import measure, train_artifact
 from nas.train.progress import EpochProgress
@@ -91,16 +91,16 @@ def gpu_fraction(memory_mb: int, device_bytes: int) -> float:
 
 
 def limit_hit(err: BaseException) -> str | None:
-    """Which cap refused the allocation that raised `err`, as the worker tells the parent: "gpu"
-    (the caching allocator's cap, `gpu_fraction`: torch's OutOfMemoryError), "memory" (RLIMIT_DATA:
-    a MemoryError, or torch's RuntimeError saying so, `out_of_memory`); None for any other error."""
+    """Which cap refused the allocation that raised `err` (or an error it wraps, `refused_allocation`:
+    torch.compile's failure on an out-of-memory), as the worker tells the parent: "gpu" (the caching
+    allocator's cap, `gpu_fraction`: torch's OutOfMemoryError), "memory" (RLIMIT_DATA: a
+    MemoryError, or torch's RuntimeError saying so, `out_of_memory`); None for any other error."""
     import torch  # lazy: loaded already by `main`, not by importing this module
 
-    if isinstance(err, torch.OutOfMemoryError):
-        return "gpu"
-    if isinstance(err, MemoryError) or out_of_memory(str(err)):
-        return "memory"
-    return None
+    refused = refused_allocation(err)
+    if refused is None:
+        return None
+    return "gpu" if isinstance(refused, torch.OutOfMemoryError) else "memory"
 
 
 def _limit(memory_mb: int) -> None:

@@ -45,7 +45,7 @@ from nas.errors import NasError
 from nas.home import home
 from nas.io import atomic_write_bytes
 from nas.sandbox.isolation import SANDBOX_TMP, isolation, package_root
-from nas.sandbox.limits import MB, Limits, out_of_memory
+from nas.sandbox.limits import MB, Limits, out_of_memory, refused_allocation
 from nas.sandbox.trusted import OnProxies, Refusal, TrustedWorker
 from nas.terminal import printable
 from nas.train.engine import Engine
@@ -323,7 +323,8 @@ def measure(artifact: bytes, *, num_classes: int, input_shape: list[int], memory
                                                *(("parent", "parent_const") if with_parent else ())))
         net = GraphNet(art)
         channels = net.input_shape[0]
-        if net.input_shape[1:] != tuple(input_shape[2:]) or channels not in (input_shape[1], 3):
+        if net.input_shape[1:] != tuple(input_shape[2:]) or (
+                channels != input_shape[1] and not _grey_as_rgb(channels, input_shape[1])):
             raise GraphError(f"graph takes input {list(net.input_shape)}, not {list(input_shape[1:])}")
         shape = (input_shape[0], channels, *input_shape[2:])
         big = max(batch, CHECK_BATCH)
@@ -379,6 +380,13 @@ def measure(artifact: bytes, *, num_classes: int, input_shape: list[int], memory
         return Verdict(ok=False, stage="graph",
                        error=f"graph: does not run: {type(err).__name__}: {str(err).splitlines()[0][:300]}").to_dict()
     return verdict.to_dict()
+
+
+def _grey_as_rgb(graph_channels: int, data_channels: int) -> bool:
+    """Whether a graph of `graph_channels` input channels trains on data of `data_channels` made RGB
+    (`ImageData.rgb`): a model for RGB input on grey data, which the sandbox child exports for three
+    channels. The only mismatch of channels the trainer feeds, so the only one the check lets pass."""
+    return graph_channels == 3 and data_channels == 1
 
 
 def _hidden_work(hidden: int, batch: int, counted: str) -> Verdict:
@@ -473,7 +481,8 @@ def train_artifact(artifact: bytes, images, *, graph: str, seeds: list[int], rec
     with `proxies` ({"names", "batch"}: `ProxyRequest`'s), `on_proxies` hears the first seed's
     fresh network's scores (`_proxy_scores`). Returns {"trained": [result dicts]}, {"verdict": a
     failed verdict's dict}, {"failed": the train-stage line} or {"error": a NasError's line}; raises
-    MemoryError when an allocation failed, torch's OutOfMemoryError when the GPU's cap refused one."""
+    what a training stopped by a refused allocation raised (`refused_allocation`, for the worker's
+    `limit_hit`), a compile failure on an out-of-memory too."""
     import torch  # lazy: loads torch (start-up time)
     from safetensors.torch import save  # lazy: the worker's only use
 
@@ -499,17 +508,15 @@ def train_artifact(artifact: bytes, images, *, graph: str, seeds: list[int], rec
         on_proxies(_proxy_scores(nets[seeds[0]], images, proxies["names"], proxies["batch"], seeds[0]))
     trained = []
     for (seed, net), label in zip(nets.items(), labels):
-        rgb = net.input_shape[0] == 3 and images.shape[0] == 1  # an RGB model on grey data
+        rgb = _grey_as_rgb(net.input_shape[0], images.shape[0])
         try:
             trained.append(train_one(net, images.rgb() if rgb else images, r, seed, Engine.from_dict(engine),
                                      on_epoch, label).to_dict())
-        except NasError as err:
-            return {"error": str(err)}
-        except (MemoryError, torch.OutOfMemoryError):  # the worker's caps (`limit_hit`)
-            raise
         except Exception as err:
-            if out_of_memory(str(err)):  # the worker's RLIMIT_DATA, said in a RuntimeError
-                raise MemoryError(str(err)) from None
+            if refused_allocation(err) is not None:  # the worker's caps (`limit_hit`), also while compiling
+                raise
+            if isinstance(err, NasError):
+                return {"error": str(err)}
             return {"failed": f"train: {type(err).__name__}: {_first_line(err)}"}
         net = net.cpu().eval()
         if out is not None:

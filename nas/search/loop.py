@@ -138,6 +138,9 @@ class SearchLoop:
         mismatch = self.space.cost_mismatch(self.spec.evaluator.params) if self.spec.constraint.active else None
         if mismatch is not None:
             log.warning(mismatch)
+        # before attach: an LLM strategy's one-off work (seeding the idea store) takes a while
+        start_log.info("run dir: %s%s", self.run.path,
+                       f" (resuming after {resumed} trial{'s' * (resumed != 1)})" if resumed else "")
         self.strategy.attach(self.run.path, self.llm_calls, self.progress)
         steady = self.spec.in_flight > 1
         self._elapsed_before, self._start = elapsed_before, time.perf_counter()
@@ -145,8 +148,6 @@ class SearchLoop:
             self._save(**({"in_flight": [], "asked": 0} if steady else {}))
         progress_log.info("%s on %s: %d trials%s", self.spec.strategy.name, self.spec.space.name, self.spec.trials,
                           f", resuming after {resumed}" if resumed else "")
-        start_log.info("run dir: %s%s", self.run.path,
-                       f" (resuming after {resumed} trial{'s' * (resumed != 1)})" if resumed else "")
         with self._progress(resumed) as (bar, task):
             self._bar = (bar, task)
             client = self.strategy.client

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -15,7 +15,9 @@ from nas.core.registry import Registry
 from nas.core.space import OpenEndedSpace, SearchSpace
 from nas.core.trial import Candidate, SearchExhausted, Trial, TrialRecord
 from nas.errors import ConfigError, EncodingError, RunDirError
-from nas.llm.client import Calls, LLMClient
+
+if TYPE_CHECKING:  # the LLM strategies import the client; the classic ones need not pay for it
+    from nas.llm.client import Calls, LLMClient
 
 
 class Strategy(ABC):
