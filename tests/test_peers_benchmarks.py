@@ -73,7 +73,7 @@ def test_peers_supernet_trains_once_then_compares_the_default_with_each_method(t
     assert set(result["methods"]) == {"evolution", "bananas", "optuna_tpe"}
     assert set(result["tests"]) == {"evolution (default) vs bananas", "evolution (default) vs optuna_tpe"}
     assert result["tests"]["evolution (default) vs optuna_tpe"]["seeds_paired"] == 1
-    assert result["supernet"]["settings"] == {"epochs": 1, "train_subset": 256, "val_subset": 500}
+    assert result["supernet"]["settings"] == {"epochs": 1, "train_subset": 256, "val_subset": 500, "sampling": "sandwich"}
     assert result["supernet"]["reused"] is False and result["supernet"]["sha256"]
     for row in result["methods"].values():
         assert row["seeds"] == [0] and 0 <= row["best_at"]["2"]["mean"] <= 100 and len(row["curves"]) == 1
@@ -82,3 +82,14 @@ def test_peers_supernet_trains_once_then_compares_the_default_with_each_method(t
     bench("peers_supernet.py", *args)  # the cached supernet, not trained again
     again = json.loads((tmp_path / "p.json").read_text())
     assert again["supernet"]["reused"] is True and again["supernet"]["sha256"] == result["supernet"]["sha256"]
+
+
+@pytest.mark.skipif(not FASHION.is_dir(), reason="needs Fashion-MNIST under /usr/share/datasets")
+def test_peers_supernet_runs_on_spos_small_with_its_own_supernet(tmp_path):
+    bench("peers_supernet.py", "--space", "spos_small", "--seeds", "1", "--trials", "2", "--epochs", "1",
+          "--train-subset", "128", "--val-subset", "32", "--recal-batches", "1", "--cache", str(tmp_path / "sn"),
+          "--out", str(tmp_path / "p.json"))
+    result = json.loads((tmp_path / "p.json").read_text())
+    assert result["space"] == "spos_small" and result["supernet"]["command"].startswith(
+        "nas train-supernet space=spos_small ")
+    assert result["notes"] == [] and len(list((tmp_path / "sn").iterdir())) == 1
