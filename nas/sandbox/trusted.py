@@ -238,8 +238,7 @@ def ready_rss(msg: dict[str, Any]) -> int | None:
     of the memory watch, so a forged one would move the limit. An integer (not a bool) from 0 to
     the machine's memory, or None."""
     rss = msg.get("ready") if len(msg) == 1 else None
-    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    return rss if type(rss) is int and 0 <= rss <= physical else None
+    return rss if _count(rss, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")) else None
 
 
 # The counts of the worker's `{"work": ...}` message, per job: what its clocks are derived from
@@ -253,7 +252,12 @@ FINAL_FIELDS: dict[str, dict[str, type]] = {"check": {"verdict": dict},
 def work_counts(msg: dict[str, Any], job: str) -> bool:
     """The work message has exactly its job's counts, each an integer (not a bool) from 0 to 2**63:
     a string would fail in the parent, a huge count push the wall clock out of reach."""
-    return set(msg) == set(WORK_FIELDS[job]) and all(type(v) is int and 0 <= v < 1 << 63 for v in msg.values())
+    return set(msg) == set(WORK_FIELDS[job]) and all(_count(v, (1 << 63) - 1) for v in msg.values())
+
+
+def _count(value: object, most: int) -> bool:
+    """An integer (a bool is not one) from 0 to `most`: what each size and count in a message must be."""
+    return type(value) is int and 0 <= value <= most
 
 
 def final_message(msg: dict[str, Any], job: str) -> bool:
