@@ -171,3 +171,14 @@ def test_the_measured_nb201_cost_models_are_what_measuring_gives():
     for key in [(16, 5, 10, 32), (16, 5, 120, 16)]:
         assert measure_model(*key) == MEASURED[key] == cost_model(*key)
     assert set(MEASURED) >= {(16, 5, c, r) for c in (10, 100, 120) for r in (16, 32)}
+
+
+def test_help_composes_nothing_and_classic_strategies_load_no_llm_client():
+    """`nas --help` needs no config tree (nas.config waits for a command's overrides) and the classic
+    strategies no LLM client (strategies.base names it for annotations only): start-up time."""
+    probe = ("import json, sys; import nas.cli.main; help_ = 'nas.config' in sys.modules; "
+             "import nas.strategies; print(json.dumps([help_, 'nas.llm.client' in sys.modules]))")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [False, False]
