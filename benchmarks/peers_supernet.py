@@ -48,8 +48,8 @@ SPOS_NOTE = ("space=spos_small was tried first: its supernet from `nas train-sup
              "supernet.train_subset=5000` (120 steps, 695 s here), trained with SPOS's uniform single path (its "
              "default then), scored at chance (largest subnet 8.6 %, smallest 9.6 % valid), so subnets' scores would "
              "be noise; ofa_mbv3_small's sandwich-trained supernet is used (spos now trains with the sandwich rule "
-             "by default: its largest and smallest paths reach 65 % / 57 % at that setting, but the mixed paths a "
-             "search scores stay at 8-16 %, so the comparison stays on ofa_mbv3_small)")
+             "by default: its largest and smallest paths then learn, but the mixed paths a search scores stay near "
+             "chance, so the comparison stays on ofa_mbv3_small)")
 COMPARED = ("bananas", "evolution", "optuna_tpe")  # and the space's default, if another
 
 

@@ -5,8 +5,8 @@ choices); `extract` copies a path out.
 Training defaults to sandwich sampling, not SPOS's uniform single path (issue 41): on
 Fashion-MNIST uniform training stayed at chance for 1000 steps (lr 0.005-0.1, Adam, clipping alike)
 where one fixed path learnt in 20. With the largest and smallest paths in every step those two
-learn (about 65 % / 57 % valid after 120 steps), but paths that mix choices across blocks still
-score near chance at that budget: on CPU budgets this supernet ranks only its extremes.
+learn, but paths that mix choices across blocks still score near chance after 120 steps: on CPU
+budgets this supernet ranks only its extremes.
 `supernet.sampling=uniform` restores SPOS."""
 
 from __future__ import annotations
