@@ -1,9 +1,11 @@
 """The trusted side's boundary fuzzed for minutes -> JSON (the bounded run: tests/test_fuzz_boundary.py).
 
 The same generators and property as the tests (`tests/support/fuzz.py`): ZIPs, graphs and weights,
-and child reports and report lines, mutated from a few small honest artifacts; every example must end in a value or
-one one-line refusal (`GraphError`, or `ValueError` for a report) within a bounded time and peak
-memory growth. Hypothesis's engine generates (generation only: nothing is shrunk), seeded, for an
+and child reports and report lines, mutated from a few small honest artifacts, and every message of the
+sandbox's protocol (`protocol`: the child's and the trusted worker's lines, field by field,
+`tests/support/protocol_fuzz.py`); every example must end in a value or one one-line refusal
+(`GraphError`, `ValueError` for a report, `ProtocolError` for a line: its fields then within their
+declared bounds, its text escaped) within a bounded time and peak memory growth. Hypothesis's engine generates (generation only: nothing is shrunk), seeded, for an
 equal share of `--seconds` per target. Each broken property is a finding, kept once per kind of
 break (numbers in the message as #) with the first example's summary and how often it recurred;
 an example over `SECONDS` is a finding too. A break already reported (`fuzz.KNOWN`) names its
@@ -11,7 +13,7 @@ xfail test in tests/test_fuzz_boundary.py as `known`. The JSON has, per target, 
 second, how the examples ended (a value, or which refusal: what the generators reach), the slowest
 example, the peak RSS, the findings and the duration.
 
-    python benchmarks/fuzz.py --seconds 180 --seed 1    # 3 min on 2 cores
+    python benchmarks/fuzz.py --seconds 300 --seed 1    # 5 min on 2 cores
 """
 
 from __future__ import annotations

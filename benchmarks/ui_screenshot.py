@@ -15,7 +15,7 @@ The CLI run writes benchmarks/results/prefect_ui_artifacts.png (the flow run's A
 and benchmarks/results/prefect_ui_report.png (the report artifact). --deployment serves
 prefect.yaml's table-search deployment with `nas serve`, starts a run of it through the API
 as the UI's "Quick run" does (its default parameters), waits for it, checks that this run (the
-one the UI opens, not the search's subflow run) holds the report, top trials and progress, and
+one the UI opens, which runs the search itself) holds the report, top trials and progress, and
 writes benchmarks/results/prefect_ui_deployment_artifacts.png (that run's Artifacts tab).
 """
 

@@ -12,8 +12,9 @@ go stale.
   its conf files; a hand-written docs/<kind>/<name>.md of the same name wins (its
   `<!-- nasflow:component -->` marker gets the generated part).
 - One page per benchmark (docs/benchmarks/<stem>.md) from benchmarks/results/<stem>.json: the
-  script's own markdown table when it writes one, the JSON's numbers, and its PNG plots;
-  `<!-- nasflow:plots -->` (docs/benchmarks/index.md): the plots of no result page.
+  script's own markdown table when it writes one, the JSON's numbers, and its PNG plots, listed
+  in the nav by title under BENCHMARK_GROUPS (a result none names: under OTHER, titled from its
+  script's docstring); `<!-- nasflow:plots -->` (docs/benchmarks/index.md): the plots of no result page.
 """
 
 from __future__ import annotations
@@ -345,8 +346,83 @@ def _best_at_tables(data: object, prefix: str = "", depth: int = 0) -> list[str]
     return out
 
 
+BENCHMARK_GROUPS: dict[str, dict[str, str]] = {  # the nav's groups: result stem -> page title
+    "Search quality": {
+        "search_efficiency": "Random search against REA (NB201 table)",
+        "peers": "Strategies against Optuna's samplers (NB201 table)",
+        "peers_supernet": "Strategies against Optuna on a supernet",
+        "collm_nb201": "CoLLM-NAS against the baselines (NB201 table)",
+        "collm_nb201_baselines": "CoLLM-NAS's baselines alone",
+        "predictor_nb201": "Screening with a learned predictor",
+        "supernet_search": "Two-stage NAS on an OFA supernet",
+        "design_quality": "NADER's design-quality ablation",
+        "proxies": "Zero-cost proxies against the NB201 table",
+        "proxies_shallow": "Zero-cost proxies, one cell per stage",
+        "supernet_ranking": "Do supernet scores rank subnets?",
+    },
+    "Speed and cost": {
+        "make_run": "The default job (make run) on a fresh clone",
+        "cli_latency": "CLI command latency",
+        "import_time": "Import times",
+        "orchestration": "What Prefect orchestration costs",
+        "cache_rerun": "The task cache and cached re-runs",
+        "arch_throughput": "Architecture representations' throughput",
+        "train_throughput": "Training throughput on CPU",
+        "train_throughput_gpu_h100": "Training throughput on an H100",
+        "train_throughput_gpu_h200": "Training throughput on an H200",
+        "llm_layer": "The embedded LLM's speed and cache",
+        "llm_prompt_cache": "The local LLM server's prompt cache",
+        "knowledge": "The knowledge store's cost",
+        "supernet_eval": "What one subnet score costs at ImageNet size",
+        "kernel_profile": "Where a training step's device time goes",
+        "fused_pack": "Small models trained fused",
+        "test_costs": "Slow tests before and after a change",
+    },
+    "Scale-out and deployment": {
+        "scale_out": "Batch and asynchronous search on 1-8 workers",
+        "cluster_recovery": "A worker killed mid-evaluation (Dask, Ray)",
+        "docker_build": "The Docker image, built",
+        "docker_steps": "The Dockerfile's stages replayed in chroots",
+        "trusted_worker_gpu_h200": "The trusted training worker on an H200",
+    },
+    "Sandbox and tests": {
+        "isolation": "Hostile models contained, and what isolation costs",
+        "fuzz": "The trusted side's boundary fuzzed",
+        "graph_information": "What honest networks carry besides their inputs",
+        "op_costs": "Operators timed against the work model",
+        "mutation_core": "Mutation testing: the core",
+        "mutation_core_2": "Mutation testing: the core, second pass",
+        "mutation_sandbox": "Mutation testing: the sandbox",
+        "mutation_strategies_tasks": "Mutation testing: strategies and tasks",
+    },
+}
+OTHER = "Other results"
+
+
 def benchmark_stems() -> list[str]:
     return sorted(p.stem for p in RESULTS.glob("*.json"))
+
+
+def benchmark_title(stem: str) -> str:
+    """Its title in BENCHMARK_GROUPS, else its script's docstring's first line up to its ` -> `
+    or `:`, else the stem in words."""
+    for titles in BENCHMARK_GROUPS.values():
+        if stem in titles:
+            return titles[stem]
+    script = ROOT / "benchmarks" / f"{stem}.py"
+    doc = ast.get_docstring(ast.parse(script.read_text())) if script.is_file() else None
+    first = re.split(r" -> |:(?:\s|$)", doc.strip().splitlines()[0])[0].rstrip(". ") if doc else ""
+    return first or stem.replace("_", " ").capitalize()
+
+
+def benchmark_nav() -> list[dict[str, list[dict[str, str]]]]:
+    """The benchmarks section's groups, each its pages by title, in BENCHMARK_GROUPS' order."""
+    stems = benchmark_stems()
+    named = {stem for titles in BENCHMARK_GROUPS.values() for stem in titles}
+    groups = [(group, [s for s in titles if s in stems]) for group, titles in BENCHMARK_GROUPS.items()]
+    groups.append((OTHER, [s for s in stems if s not in named]))
+    return [{group: [{benchmark_title(s): f"benchmarks/{s}.md"} for s in members]}
+            for group, members in groups if members]
 
 
 def plots(stem: str) -> list[str]:
@@ -370,7 +446,7 @@ def benchmark_page(stem: str) -> str:
         data = json.loads((RESULTS / f"{stem}.json").read_text())
     except ValueError as err:  # a benchmark rewriting it right now: say so, do not fail the build
         return f"# {stem}\n\n`benchmarks/results/{stem}.json` could not be read when the docs were built: {err}.\n"
-    out = [f"# {stem}", "",
+    out = [f"# {benchmark_title(stem)}", "",
            f"Generated from `benchmarks/results/{stem}.json` when the docs were built"
            + (f"; written by `benchmarks/{stem}.py`." if (ROOT / "benchmarks" / f"{stem}.py").is_file() else "."),
            ""]
@@ -412,7 +488,7 @@ def on_config(config, **kwargs):
                     names = sorted(entry_points()[KINDS[kind][0]])
                     items[i] = {title: [value, *[{n: f"{kind}/{n}.md"} for n in names]]}
                 elif kind == "benchmarks":
-                    items[i] = {title: [value, *[{s: f"benchmarks/{s}.md"} for s in benchmark_stems()]]}
+                    items[i] = {title: [value, *benchmark_nav()]}
 
     expand(nav)
     return config

@@ -10,16 +10,15 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 from prefect.artifacts import MarkdownArtifact, ProgressArtifact, TableArtifact, update_progress_artifact
-from prefect.runtime import flow_run
 
 from nas.core.trial import TrialRecord, best_record, evaluated, read_history
-from nas.report import render_markdown
+from nas.report import code_span, render_markdown
 from nas.terminal import clipped, printable
 from tasks.progress import prefect_key
 
@@ -34,42 +33,27 @@ def artifact_key(name: str, kind: str) -> str:
 
 @dataclass
 class SearchArtifacts:
-    """One search's artifacts; `name` is its flow run's, `trials` its budget. Each is created on the
-    search's flow run and, when that is nested (a deployment's `nas-search-overrides` run starts
-    it as a subflow), on the top-level run too: the run a user lands on from a deployment shows them."""
+    """One search's artifacts, on the flow run that runs it (a deployment's run runs the search
+    itself, flows/search.py: the run a user lands on holds them); `name` is its flow run's,
+    `trials` its budget."""
 
     name: str
     trials: int
     trust: bool = False  # evaluator.trust_self_reported: which trials count for best
     progress_id: UUID | None = None
-    progress_ids: list[UUID] = field(default_factory=list)
-    flow_run_ids: list[UUID | None] = field(default_factory=list)
     clock: Callable[[], float] = time.monotonic
     updated: float = -math.inf  # when on_batch last updated the bar (`clock`'s time)
 
-    def _targets(self) -> list[UUID | None]:
-        """This flow run (None: Prefect's context decides) and its top-level run when another."""
-        if not self.flow_run_ids:
-
-            own, root = flow_run.get_id(), None
-            if own is not None and flow_run.get_parent_flow_run_id() is not None:
-                root = flow_run.get_root_flow_run_id()
-            self.flow_run_ids = [None] + ([UUID(str(root))] if root and str(root) != str(own) else [])
-        return self.flow_run_ids
-
     def start(self) -> None:
-        description = f"{self.name}: 0/{self.trials} trials"
-        self.progress_ids = [ProgressArtifact(progress=0.0, key=artifact_key(self.name, "progress"),
-                                              description=description, flow_run_id=run).create().id
-                             for run in self._targets()]
-        self.progress_id = self.progress_ids[0]
+        self.progress_id = ProgressArtifact(progress=0.0, key=artifact_key(self.name, "progress"),
+                                            description=f"{self.name}: 0/{self.trials} trials").create().id
 
     def _progress(self, value: float, description: str) -> None:
-        for progress_id in self.progress_ids:
-            update_progress_artifact(progress_id, value, description=description)
+        assert self.progress_id is not None, "start() first"
+        update_progress_artifact(self.progress_id, value, description=description)
 
     def on_batch(self, history: list[TrialRecord]) -> None:
-        assert self.progress_ids, "start() first"
+        assert self.progress_id is not None, "start() first"
         if self.clock() - self.updated < PROGRESS_EVERY_S:  # `finish` says where it ended anyway
             return
         self.updated = self.clock()
@@ -84,12 +68,11 @@ class SearchArtifacts:
         strategy ran out of candidates before its budget."""
         history = read_history(run_dir / "history.jsonl")
         report, table = report_markdown(run_dir, history, summary), top_trials(history, self.trust)
-        for run in self._targets():
-            MarkdownArtifact(markdown=report, key=artifact_key(self.name, "report"), flow_run_id=run,
-                             description=f"{self.name}: search report ({run_dir})").create()
-            TableArtifact(table=table, key=artifact_key(self.name, "top-trials"), flow_run_id=run,
-                          description=f"{self.name}: top {TOP} trials by accuracy").create()
-        ended = f", {summary['exhausted']}" if summary.get("exhausted") else ""
+        MarkdownArtifact(markdown=report, key=artifact_key(self.name, "report"),
+                         description=f"{self.name}: search report ({run_dir})").create()
+        TableArtifact(table=table, key=artifact_key(self.name, "top-trials"),
+                      description=f"{self.name}: top {TOP} trials by accuracy").create()
+        ended = f", {printable(str(summary['exhausted']))}" if summary.get("exhausted") else ""
         self._progress(100.0, f"{self.name}: done, {summary['trials']}/{self.trials} trials{ended}")
 
 
@@ -126,7 +109,9 @@ def encoding_text(encoding: Any) -> str:
         text = encoding
     else:
         text = json.dumps(encoding, separators=(",", ":"), default=str)
-    return clipped(printable(text), ENCODING_CHARS)  # a model's source (an LLM wrote it) on one line, controls as text
+    # a model's source (an LLM wrote it) on one line, controls as text, and no markdown: the UI renders
+    # each string cell as markdown, where an NB201 cell's `~0|+|...~1` was struck through
+    return code_span(clipped(printable(text), ENCODING_CHARS))
 
 
 def si(value: float | None) -> str | None:
@@ -144,4 +129,7 @@ def _fixed(value: float | None) -> str | None:
 
 
 def _cell(value: Any) -> Any:
-    return f"{value:.4g}" if isinstance(value, float) else value
+    """A metric as a table cell; a string (a proxy's reason, a model's error) escaped (`nas.terminal`)
+    in a code span, as the encoding is."""
+    return f"{value:.4g}" if isinstance(value, float) else code_span(printable(value)) if isinstance(value, str) \
+        else value

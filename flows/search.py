@@ -1,5 +1,7 @@
 """The search flow: drives ask → evaluate (cached tasks) → tell, and publishes the
-search's report, top trials and progress as artifacts (flows/artifacts.py)."""
+search's report, top trials and progress as artifacts (flows/artifacts.py). Started inside
+another flow run (a deployment's `nas-search-overrides`), the search runs as that run, not as a
+nested one: the runs list then shows one run per search, holding its task runs and artifacts."""
 
 from __future__ import annotations
 
@@ -7,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
+from prefect.context import FlowRunContext, TaskRunContext
+from prefect.runtime import flow_run
+from prefect.utilities.urls import url_for
 
 from flows.artifacts import SearchArtifacts
 from flows.placement import open_executor
@@ -39,7 +44,8 @@ def search_flow(spec: dict[str, Any], run_dir: str, retries: int = 1,
         artifacts.finish(Path(run_dir), summary)
     finally:
         report.wait()
-    return summary
+    ui = url_for("flow-run", obj_id=flow_run.get_id())  # None on Prefect's temporary server: it has no UI
+    return summary | ({"ui": ui} if ui else {})
 
 
 def run_name(spec: SearchSpec) -> str:
@@ -55,12 +61,14 @@ def run_search_flow(spec: SearchSpec | Search, run_dir: Path, *, progress: bool,
         spec.ready()
         spec = spec.spec
     runner = runner or {"name": "prefect", "workers": workers}
-    named = search_flow.with_options(
-        task_runner=build_task_runner(runner),
-        flow_run_name=run_name(spec),
-    )
+    args = (spec.to_dict(), str(run_dir), retries, progress, runner.get("name", "prefect"), dict(runner))
     with shared_api(runner, show=progress):
-        return named(spec.to_dict(), str(run_dir), retries, progress, runner.get("name", "prefect"), dict(runner))
+        context = FlowRunContext.get()
+        if context is None or TaskRunContext.get() is not None:  # a task's search stays its own flow run
+            return search_flow.with_options(task_runner=build_task_runner(runner), flow_run_name=run_name(spec))(*args)
+        # in a flow run already: its body, with this search's task runner, so the tasks are that run's
+        with build_task_runner(runner) as task_runner, context.model_copy(update={"task_runner": task_runner}):
+            return search_flow.fn(*args)
 
 
 class FlowRunner(SearchRunner):

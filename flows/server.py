@@ -117,12 +117,18 @@ def _free_port() -> int:
 
 
 def _running_url(where: Path) -> str | None:
+    state = _running_state(where)
+    return None if state is None else str(state["url"])
+
+
+def _running_state(where: Path) -> dict[str, Any] | None:
+    """STATE of the server whose URL answers ({"url", "port", "pid", "idle_minutes", ...}), else None."""
     try:
         state = json.loads((where / STATE).read_text())
         url = str(state["url"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return url if healthy(url) else None
+    return state if healthy(url) else None
 
 
 @contextmanager
@@ -154,14 +160,18 @@ def _start_local_server(where: Path, show: bool, log: Path) -> str:
         check_prefect_database()  # a damaged one would cost minutes and end in "Timed out ..."
         port, minutes = _free_port(), idle_minutes()
         url = f"http://127.0.0.1:{port}/api"
+        if port != PREFERRED_PORT:  # a plain line: the status line below is cut to the terminal and then erased
+            print(f"nas: port {PREFERRED_PORT} is taken, so this home's Prefect UI is at {ui_address(url)} "
+                  f"(the server on {PREFERRED_PORT} shows other runs; `nas ui` prints the address)",
+                  file=sys.stderr, flush=True)
         with log.open("ab") as out:
             daemon = subprocess.Popen(
                 [sys.executable, "-m", "flows.local_server", "--dir", str(where), "--port", str(port),
                  "--idle-minutes", str(minutes)],
                 cwd=Path(__file__).resolve().parents[1], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                 start_new_session=True)  # its own session: a Ctrl-C aimed at `nas` leaves it serving
-        with status(f"starting a local Prefect server at http://127.0.0.1:{port} (once: later commands reuse "
-                    f"it; it stops after {minutes:g} idle minutes)", show=show):
+        with status(f"starting the local Prefect server at {ui_address(url)} (later commands reuse it)",
+                    show=show):
             while _running_url(where) != url:
                 if daemon.poll() is not None:
                     tail = log.read_text(errors="replace").strip().splitlines()[-1:]
@@ -171,6 +181,25 @@ def _start_local_server(where: Path, show: bool, log: Path) -> str:
         if not healthy(url):
             raise NasError(f"the local Prefect server at {url} does not answer; see {log}")
         return url
+
+
+def ui_address(api_url: str) -> str:
+    """The UI of a Prefect server started here, from its API's URL (the UI serves at the root)."""
+    return api_url.rstrip("/").removesuffix("/api")
+
+
+def configured_ui() -> str | None:
+    """The UI of the server that PREFECT_API_URL names (environment or profile); None when it is unset."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL  # lazy: loads prefect (start-up time)
+
+    api = PREFECT_API_URL.value()
+    return (PREFECT_UI_URL.value() or ui_address(api)) if api else None
+
+
+def running_local_server() -> dict[str, Any] | None:
+    """This home's shared local server's STATE ("url", "idle_minutes", ...) when it answers, else
+    None; starts nothing."""
+    return _running_state(_server_dir())
 
 
 @contextmanager

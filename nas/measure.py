@@ -10,17 +10,18 @@ import warnings
 import torch
 from torch import nn
 
-from nas.sandbox.graph import FREE_CARRIED, GraphNet
+from nas.sandbox.graph import GraphNet, carried_parameters
 
 
 def count_params(module: nn.Module) -> int:
-    """Parameters; for a network rebuilt from a sandbox's graph (untrusted model source), also the
-    elements of the buffers and constants it reads besides normalisation statistics, past the first
-    `FREE_CARRIED` (`GraphNet.carried`): a model could otherwise hold a frozen network there,
-    unseen by a parameter budget."""
+    """Parameters; for a network rebuilt from a sandbox's graph (untrusted model source), also what
+    it carries besides them, in bits (`GraphNet.carried`: buffers and constants by their bytes, what
+    the graphs' nodes spell, tensor shapes), past the first `FREE_BITS`, one parameter per 32 bits
+    (`carried_parameters`): a model could otherwise hold a frozen network there, unseen by a
+    parameter budget."""
     params = sum(p.numel() for p in module.parameters())
     if isinstance(module, GraphNet):
-        params += max(0, sum(math.prod(shape) for shape in module.carried().values()) - FREE_CARRIED)
+        params += carried_parameters(sum(module.carried().values()))
     return params
 
 
@@ -82,8 +83,47 @@ def _bilinear(inputs: list, outputs: list) -> int:
     return math.prod(x1[:-1]) * math.prod(w)
 
 
+def _einsum(inputs: list, outputs: list) -> int:
+    """einsum (equation, [tensors], path): `einsum_macs`, not fvcore's own handle, which searches
+    numpy's optimal contraction path (factorial in the operands: minutes a node for a graph's
+    16-tensor einsums, and an array of each operand's shape allocated to do it)."""
+    equation = inputs[0].toIValue()
+    return einsum_macs(equation, _shapes(list(inputs[1].node().inputs())))
+
+
+def einsum_macs(equation: str, shapes: list[list[int]]) -> int:
+    """An einsum's multiply-accumulates, contracting left to right as torch does: per step, the
+    product of the sizes of the indices its operands hold, twice that where it sums an index away,
+    halved in all (numpy's count, which fvcore halves: the same number fvcore gives a one- or
+    two-tensor einsum). Linear in the operands and indices."""
+    terms, _, output = equation.replace(" ", "").partition("->")
+    operands = terms.split(",")
+    if "->" not in equation:  # implicit output: the indices named once, in order
+        named = "".join(operands).replace(".", "")
+        output = ("..." if "..." in terms else "") + "".join(sorted(c for c in set(named) if named.count(c) == 1))
+    rank = max([len(shape) - len(term.replace("...", "")) for term, shape in zip(operands, shapes)] + [0])
+    sizes: dict[str, int] = {}
+    labelled = []
+    for term, shape in zip(operands, shapes):
+        spread = len(shape) - len(term.replace("...", ""))  # dimensions under its ellipsis
+        labels = [f"...{rank - spread + i}" for i in range(spread)]
+        indices = [*term.partition("...")[0], *labels, *term.partition("...")[2]] if "..." in term else [*term]
+        for index, size in zip(indices, shape):  # a size of 1 broadcasts against the index's other sizes
+            sizes[index] = size if sizes.get(index, 1) == 1 else sizes[index]
+        labelled.append(set(indices))
+    kept = set(output.replace("...", "")) | ({f"...{i}" for i in range(rank)} if "..." in output else set())
+    total, held = 0, labelled[0] if labelled else set()
+    for step in range(max(1, len(labelled) - 1)):
+        joined = held | (labelled[step + 1] if step + 1 < len(labelled) else set())
+        later = kept.union(*labelled[step + 2:])
+        total += math.prod(sizes[i] for i in joined) * (1 + bool(joined - later))
+        held = joined & later
+    return total // 2
+
+
 # Products fvcore has no handle for, which a model (or an exported graph) may do its work in:
-# uncounted, a network could be any size under a FLOPs constraint.
+# uncounted, a network could be any size under a FLOPs constraint; and einsum, whose handle's cost
+# grows factorially with its operands (`_einsum`).
 _HANDLES = {"aten::baddbmm": _batched_products, "aten::addbmm": _batched_products, "aten::mv": _matrix_vector,
             "aten::addmv": _matrix_vector, "aten::dot": _dot, "aten::scaled_dot_product_attention": _attention,
-            "aten::bilinear": _bilinear}
+            "aten::bilinear": _bilinear, "aten::einsum": _einsum}

@@ -117,9 +117,10 @@ def _design_section(history: list[TrialRecord], summary: dict[str, Any]) -> list
             continue
         retries = info.get("retries", info.get("debug_retries", 0) + info.get("downscale_retries", 0))
         outcome = "trained" if r.accuracy is not None else "screened out" if r.screened \
-            else _cell(r.error or "failed", 80)
+            else _cell(r.error, 80) if r.error else "failed"
+        idea = info.get("idea")
         lines.append(f"| {r.trial} | {info.get('stage', '-')} | {info.get('parent', '-')} | "
-                     f"{_cell(info.get('idea') or '-', 70)} | {retries} | {outcome} | {_score(r)} |")
+                     f"{_cell(idea, 70) if idea else '-'} | {retries} | {outcome} | {_score(r)} |")
     return lines + [""]
 
 
@@ -130,11 +131,24 @@ def _fenced(source: str) -> list[str]:
     return ["## Best design", "", fence, printable(source.rstrip("\n"), lines=True), fence, ""]
 
 
-def _cell(text: str, n: int) -> str:
-    """One table cell: one line, no pipes, at most n characters, control characters escaped
-    (ideas, names and errors come from LLM replies and model files)."""
-    text = printable(" ".join(str(text).split())).replace("|", "\\|")
-    return clipped(text, n)
+def _cell(text: Any, n: int) -> str:
+    """One table cell of text from an LLM reply or a model file (an idea, an error, an encoding):
+    one line of at most n characters, control characters escaped, as a code span (`code_span`:
+    no markup in it renders) whose pipes are escaped (a GFM table ends a cell at a bare pipe, even
+    inside code)."""
+    return code_span(clipped(printable(" ".join(str(text).split())), n).replace("|", "\\|"))
+
+
+def code_span(text: str) -> str:
+    """`text` as a markdown code span, which shows it as written: `~`, `*`, `_`, `<` and `[` are
+    no markup there (an NB201 cell's `~0|+|...~1` would be struck through as text). Its fence is
+    one backtick longer than the longest run in it, padded with a space where the text starts or
+    ends with a backtick or a space (CommonMark strips one space from each end)."""
+    if not text:
+        return ""
+    fence = "`" * (1 + max((len(run) for run in re.findall("`+", text)), default=0))
+    pad = " " if text.strip() and (text[0] in "` " or text[-1] in "` ") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _code(encoding: Any) -> str:
@@ -143,7 +157,7 @@ def _code(encoding: Any) -> str:
         return "-"
     if isinstance(encoding, str) and "\n" in encoding:
         return f"{len(encoding.splitlines())}-line design (see history.jsonl)"
-    return f"`{_cell(encoding, 200)}`"
+    return _cell(encoding, 200)
 
 
 def _score(r: TrialRecord) -> str:

@@ -83,7 +83,8 @@ class ScrubFilter(logging.Filter):
             message = record.getMessage()
         except Exception:  # bad %-args: logging reports those itself when it formats
             return True
-        record.msg, record.args = printable(scrub(message), lines=True), None
+        # a tab as spaces, not `\x09` (Hydra's sweep lines start with one); the other controls escaped
+        record.msg, record.args = printable(scrub(message).expandtabs(4), lines=True), None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:

@@ -1,6 +1,8 @@
 """AutoFormer's weight-entangled ViT supernet (Chen et al., 2021): the ViT of
-`nas/spaces/autoformer/network.py` built with sliced layers at the space's largest sizes;
-`extract` copies a subnet's leading slices into a plain ViT."""
+`nas/spaces/autoformer/network.py` built with sliced layers at the supernet's sizes (the
+space's largest choices, its embed width `super_embed_dim` when set); `extract` copies a
+subnet's leading slices into a plain ViT. AutoFormer's released supernets load into it
+through `supernets/released/autoformer.py`."""
 
 from __future__ import annotations
 
@@ -20,13 +22,13 @@ class AutoFormerSupernet(Supernet[AutoFormerArch, AutoFormerSpace]):
 
     def __init__(self, space: AutoFormerSpace, num_classes: int, in_channels: int = 3) -> None:
         super().__init__(space, num_classes, in_channels)
-        self.net = ViT(self.largest(), sliced=True, **self._sizes())
-        self.set_active(self.largest())
+        largest = self.largest()  # at the stored width (an AutoFormerArch checks no choices: the space does)
+        self.net = ViT(AutoFormerArch(largest.depth, space.super_embed_dim, largest.heads, largest.mlp_ratio),
+                       sliced=True, **self._sizes())
+        self.set_active(largest)
 
     def _sizes(self) -> dict[str, Any]:
-        s = self.space
-        return {"head_dim": s.head_dim, "patch_size": s.patch_size, "image_size": s.image_size,
-                "num_classes": self.num_classes, "in_channels": self.in_channels}
+        return {"num_classes": self.num_classes, "in_channels": self.in_channels, **self.space.network_settings()}
 
     def set_active(self, arch: AutoFormerArch) -> None:
         self.space.validate(arch)
@@ -34,8 +36,7 @@ class AutoFormerSupernet(Supernet[AutoFormerArch, AutoFormerSpace]):
         net.depth, net.embed_dim = arch.depth, e
         net.patch_embed.out_active = e
         for block, heads, ratio in zip(net.blocks, arch.heads, arch.mlp_ratio):
-            block.heads = heads
-            block.qkv.out_active = 3 * heads * block.head_dim
+            block.qkv.heads = heads
             block.fc1.out_active = mlp_hidden(ratio, e)
             block.proj.out_active = block.fc2.out_active = e
 

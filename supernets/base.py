@@ -6,6 +6,7 @@ subnet scoring (`supernets/evaluator.py`) use only this protocol."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from torch import nn
@@ -24,9 +25,14 @@ class Supernet(nn.Module, ABC, Generic[A, S]):
     name: str  # set by the registry: the name of the space it serves
     space: S
 
-    # How training samples subnets: "uniform" (AutoFormer, NB201; SPOS's own), "sandwich" (OFA: largest,
-    # smallest and random subnets each step, shrinking stages in order).
+    # How training samples subnets: "uniform" (AutoFormer; SPOS's own), "fair" (NB201: FairNAS's
+    # every-choice-once steps), "sandwich" (OFA: largest, smallest and random subnets each step, shrinking
+    # stages in order), "droppath" (SPOS: several choices averaged, fewer as training goes, then single
+    # paths); supernets/train.py says what each does.
     default_sampling: ClassVar[str] = "uniform"
+    # Whether `set_mixed` can average several choices of a decision (sampling "droppath"): only where each
+    # choice is its own module with the decision's output shape (NB201's ops, SPOS's units).
+    mixes: ClassVar[bool] = False
     # Progressive shrinking (OFA): decision groups released in order, by the part of a decision's
     # name before "[" (e.g. ("ks",), ("d",), ("e",)); decisions not yet released stay at their largest.
     phases: ClassVar[tuple[tuple[str, ...], ...]] = ()
@@ -40,6 +46,11 @@ class Supernet(nn.Module, ABC, Generic[A, S]):
     @abstractmethod
     def set_active(self, arch: A) -> None:
         """Route `forward` through the subnet `arch` until the next call."""
+
+    def set_mixed(self, values: Sequence[Sequence[Any]]) -> None:
+        """Route `forward` through the mean of the outputs of `values[i]`'s choices at decision i
+        (drop-path training, Bender et al. 2018) until the next `set_active`; for `mixes` supernets."""
+        raise NotImplementedError(f"supernet '{self.name}' does not average choices")
 
     @abstractmethod
     def extract(self, arch: A) -> nn.Module:

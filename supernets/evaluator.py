@@ -15,6 +15,7 @@ import copy
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,8 @@ from nas.spaces import SPACES
 if TYPE_CHECKING:
     from torch import nn
 
-    from supernets.scoring import Feeder
+    from nas.data.imagenet import FolderSettings, ImageFolderData
+    from supernets.scoring import Feeder, FolderFeeder
 
 # (evaluator fingerprint, subnet key) → result: a repeated subnet costs nothing in this process.
 SCORES: dict[tuple[str, str], EvalResult] = {}
@@ -38,6 +40,9 @@ SCORES: dict[tuple[str, str], EvalResult] = {}
 
 @EVALUATORS.register("supernet")
 class SupernetEvaluator(Evaluator):
+    _folder: ImageFolderData | None = None  # ImageNet's listing (`_data_cfg`); None for data held in memory
+    _folder_settings: FolderSettings | None = None
+
     @classmethod
     def accepts(cls, space: type[SearchSpace]) -> bool:
         """A space with a supernet: an entry point of `nasflow.supernets`, read without importing
@@ -48,31 +53,55 @@ class SupernetEvaluator(Evaluator):
     def __init__(self, space: SearchSpace, checkpoint: str | None = None, data: dict[str, Any] | None = None,
                  recal_batches: int = 20, batch_size: int = 128, val_subset: int | None = None,
                  device: str = "auto") -> None:
-        from supernets.scoring import load_checkpoint, pick_device  # lazy: loads torch (start-up time)
+        from supernets.checkpoints import load_checkpoint  # lazy: loads torch (start-up time)
+        from supernets.scoring import pick_device  # lazy: loads torch (start-up time)
 
         super().__init__(space)
         where = "evaluator 'supernet'"
         if not checkpoint:
-            raise ConfigError(f"{where}: evaluator.checkpoint is required (a supernet.pt from `nas train-supernet`)")
+            raise ConfigError(f"{where}: evaluator.checkpoint is required (a supernet.pt from `nas train-supernet`, "
+                              "or a released supernet: docs/released-supernets.md)")
         for name, value, low in (("recal_batches", recal_batches, 0), ("batch_size", batch_size, 1),
                                  ("val_subset", val_subset, 1)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ConfigError(f"{where}: {name} must be an integer >= {low}, got {value!r}")
         self.path = Path(checkpoint).expanduser().resolve()
-        self.sha256, self.checkpoint = load_checkpoint(self.path)
+        self.sha256, self.checkpoint = load_checkpoint(self.path, space.name)
         self._check_space()
         self.data_cfg = self._data_cfg(data)
         self.recal_batches, self.batch_size, self.val_subset = recal_batches, batch_size, val_subset
         self.device = pick_device(device)
-        self._fingerprint = stable_hash("supernet", self.sha256, self.data_cfg, recal_batches, batch_size,
+        self._fingerprint = stable_hash("supernet", self.sha256, self._scored_data(), recal_batches, batch_size,
                                         val_subset)
         self._lock = threading.Lock()  # Prefect runs tasks in threads; extraction may switch the active subnet
         self._supernet: nn.Module | None = None
-        self._feeder: Feeder | None = None
+        self._feeder: Feeder | FolderFeeder | None = None
         self.computed = 0  # subnets actually scored (the rest came from SCORES)
 
+    @classmethod
+    def space_settings(cls, space: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings of `space` the checkpoint fixes (a released OFA file's width_mult), read from
+        the file: what a space setting left null takes. Empty for another space's checkpoint (the
+        evaluator then says so)."""
+        if not params.get("checkpoint"):
+            return {}
+        from supernets.checkpoints import load_checkpoint  # lazy: loads torch (start-up time)
+
+        _, ckpt = load_checkpoint(Path(params["checkpoint"]).expanduser().resolve(), space)
+        return dict(ckpt["space_params"]) if ckpt["space"] == space else {}
+
     def _check_space(self) -> None:
+        """The checkpoint is a supernet of the run's space. A released one's tensors become our
+        supernet's state_dict here, checked (one line naming the first that does not fit), so that
+        nothing is scored with a file that is not the run's supernet and `_load` reads both kinds alike."""
         ckpt = self.checkpoint
+        if "format" in ckpt:
+            from supernets.base import SUPERNETS  # lazy: loads torch (start-up time)
+            from supernets.released import convert
+
+            net = SUPERNETS.create(self.space.name, dict(ckpt["supernet"]), space=self.space)
+            ckpt["state_dict"] = convert(ckpt["format"], ckpt["state_dict"], net, self.space.params(), str(self.path))
+            return
         trained = SPACES.create(ckpt["space"], dict(ckpt["space_params"])) if ckpt["space"] in SPACES.names() else None
         if trained is None or ckpt["space"] != self.space.name or trained.params() != self.space.params():
             raise ConfigError(
@@ -80,34 +109,74 @@ class SupernetEvaluator(Evaluator):
                 f"the run's space is {self.space.name} {self.space.params()}")
 
     def _data_cfg(self, data: dict[str, Any] | None) -> dict[str, Any]:
+        """The data to score on: the checkpoint's (a released supernet's is ImageNet), which `data`
+        may only name again, with its settings. ImageNet's folder is listed here (`_folder`), so a
+        malformed one, or one whose classes are not the classifier's, stops before anything is scored."""
+        from nas.data.imagenet import FOLDER_KEYS, FolderSettings, scan  # lazy: loads torch (start-up time)
+        from nas.data.paper_transforms import SPACE_TRANSFORMS, TRANSFORMS  # lazy: loads torch (start-up time)
         from nas.data.sources import SOURCES  # lazy: loads torch (start-up time)
 
-        trained = dict(self.checkpoint["data"])
-        if data is None:
+        trained = dict(self.checkpoint.get("data") or {"name": "imagenet"})
+        known = [*SOURCES, "imagenet"]
+        if data is None and trained["name"] != "imagenet":
             return trained
-        if not isinstance(data, dict) or data.get("name") not in SOURCES:
+        data = trained if data is None else data
+        if not isinstance(data, dict) or data.get("name") not in known:
             got = data.get("name") if isinstance(data, dict) else data
-            raise ConfigError(f"data: unknown dataset '{got}' (valid: {', '.join(SOURCES)})")
-        check_keys("data", data, ["name", "root", "split_file"])
+            raise ConfigError(f"data: unknown dataset '{got}' (valid: {', '.join(known)})")
+        imagenet = data["name"] == "imagenet"
+        if not imagenet:  # conf/evaluator/supernet.yaml passes ImageNet's own keys, unset, with every dataset
+            data = {k: v for k, v in data.items() if v is not None or k not in FOLDER_KEYS}
+        check_keys("data", data, ["name", "root", "split_file", *(FOLDER_KEYS if imagenet else ())])
         if data["name"] != trained["name"]:
             raise ConfigError(f"supernet checkpoint {self.path} was trained on {trained['name']}, the run's data "
                               f"is {data['name']} (pass data={trained['name']})")
-        return dict(data)
+        if not imagenet:
+            return dict(data)
+        self._folder_settings = FolderSettings.from_config(data, self.space.name)
+        if "format" in self.checkpoint:  # a released network takes its paper's pixels (SPOS's: BGR 0-255)
+            def pixels(transform: str) -> str:
+                return "bgr_255" if TRANSFORMS[transform].bgr_255 else "rgb_normalised"
+
+            chosen = self._folder_settings.transform
+            fed, takes = pixels(chosen), pixels(SPACE_TRANSFORMS.get(self.space.name, chosen))
+            if fed != takes:
+                raise ConfigError(f"data.transform={chosen} feeds {fed} pixels, the network of {self.path} "
+                                  f"takes {takes}")
+        self._folder = scan(self._folder_settings.root)
+        classifier = self.checkpoint["supernet"].get("num_classes")
+        if classifier is not None and self._folder.num_classes != classifier:
+            raise ConfigError(f"imagenet: {self._folder.root} has {self._folder.num_classes} class folders, the "
+                              f"supernet's classifier has {classifier} outputs")
+        return self._folder_settings.config()
+
+    def _scored_data(self) -> dict[str, Any]:
+        """What the scores depend on of the data (for the fingerprint): its config; ImageNet's without
+        where the folder is, its cache or threads, and with its listing (classes and file names)."""
+        if self._folder is None or self._folder_settings is None:
+            return self.data_cfg
+        return {**self._folder_settings.scored(), "listing": self._folder.identity()}
+
+    def _make_feeder(self) -> Feeder | FolderFeeder:
+        from nas.data.sources import load_data  # lazy: loads torch (start-up time)
+        from supernets.scoring import Feeder, FolderFeeder  # lazy: loads torch (start-up time)
+
+        if self._folder is not None and self._folder_settings is not None:
+            return FolderFeeder(self._folder, self._folder_settings, self.batch_size, self.device)
+        return Feeder(load_data(**self.data_cfg).rgb(), self.batch_size, self.device)
 
     def fingerprint(self) -> str:
         return self._fingerprint
 
-    def _load(self) -> tuple[nn.Module, Feeder]:
+    def _load(self) -> tuple[nn.Module, Feeder | FolderFeeder]:
         """The supernet and the data, once per evaluator."""
-        from nas.data.sources import load_data  # lazy: loads torch (start-up time)
         from supernets.base import SUPERNETS  # lazy: loads torch (start-up time)
-        from supernets.scoring import Feeder  # lazy: loads torch (start-up time)
 
         with self._lock:
             if self._supernet is None:
                 net = SUPERNETS.create(self.space.name, dict(self.checkpoint["supernet"]), space=self.space)
                 net.load_state_dict(self.checkpoint["state_dict"])
-                self._feeder = Feeder(load_data(**self.data_cfg).rgb(), self.batch_size, self.device)
+                self._feeder = self._make_feeder()
                 self._supernet = net.eval()
             return self._supernet, self._feeder  # type: ignore[return-value]
 
@@ -141,7 +210,7 @@ class SupernetEvaluator(Evaluator):
         """(1, channels, H, W) the subnet takes: its own resolution (OFA's elastic r), else the data's."""
         supernet, feeder = self._load()
         size = supernet.input_size(arch)
-        return (1, supernet.in_channels, *((size, size) if size else feeder.data.shape[1:]))
+        return (1, supernet.in_channels, *((size, size) if size else feeder.image_shape[1:]))
 
     def network_config(self) -> dict[str, Any]:
         """The supernet's constructor settings (`num_classes`, `in_channels`) its subnets' source needs."""

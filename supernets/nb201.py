@@ -1,7 +1,9 @@
 """NB201 supernet: NAS-Bench-201's network with all five ops on every cell edge.
 
-Single path (as SPOS and NB201's weight-sharing baselines): `set_active` picks
-one op per edge, the same cell everywhere, as NB201 repeats one genotype.
+Single paths (as SPOS and NB201's weight-sharing baselines): `set_active` picks
+one op per edge, the same cell everywhere, as NB201 repeats one genotype. Trained by default
+with FairNAS's strict fairness (five cells per step that use each op of each edge once:
+benchmarks/supernet_ranking.py measures it against uniform single paths).
 The skeleton (stem, reduction blocks, head) is `nas.spaces.nb201.network`'s own, so
 `extract` is the space's `build` with the chosen ops' weights copied in.
 """
@@ -9,6 +11,7 @@ The skeleton (stem, reduction blocks, head) is `nas.spaces.nb201.network`'s own,
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -24,15 +27,17 @@ _EDGE_KEY = re.compile(r"^cells\.(\d+)\.edges\.(\d+)\.(.+)$")
 
 
 class MixedEdge(nn.Module):
-    """Every op of an edge; `active` routes the forward pass through one of them."""
+    """Every op of an edge; `active` routes the forward pass through one of them, or the mean of several."""
 
     def __init__(self, channels: int) -> None:
         super().__init__()
         self.ops = nn.ModuleDict({op: make_op(op, channels) for op in OPS})
-        self.active = OPS[0]
+        self.active: tuple[str, ...] = (OPS[0],)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ops[self.active](x)
+        if len(self.active) == 1:
+            return self.ops[self.active[0]](x)
+        return sum(self.ops[op](x) for op in self.active) / len(self.active)
 
 
 class MixedCell(nn.Module):
@@ -47,7 +52,8 @@ class MixedCell(nn.Module):
 
 @SUPERNETS.register("nb201")
 class NB201Supernet(Supernet[NB201Cell, NB201Space]):
-    default_sampling = "uniform"
+    default_sampling = "fair"
+    mixes = True
 
     def __init__(self, space: NB201Space, num_classes: int, in_channels: int = 3) -> None:
         super().__init__(space, num_classes, in_channels)
@@ -65,11 +71,15 @@ class NB201Supernet(Supernet[NB201Cell, NB201Space]):
         return arch
 
     def set_active(self, arch: NB201Cell) -> None:
-        ops = self._check(arch).ops
+        self.set_mixed([(op,) for op in self._check(arch).ops])
+
+    def set_mixed(self, values: Sequence[Sequence[str]]) -> None:
+        if len(values) != len(EDGES) or not all(values) or any(op not in OPS for ops in values for op in ops):
+            raise ValueError(f"nb201 supernet: set_mixed takes a non-empty list of ops for each of {len(EDGES)} edges")
         for layer in self.net.cells:
             if isinstance(layer, MixedCell):
-                for edge, op in zip(layer.edges, ops):
-                    edge.active = op
+                for edge, ops in zip(layer.edges, values):
+                    edge.active = tuple(ops)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)

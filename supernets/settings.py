@@ -11,7 +11,7 @@ from nas.errors import ConfigError
 from nas.train.engine import ACCELERATORS
 from nas.train.recipe import SgdCosine
 
-SAMPLINGS = ("uniform", "sandwich")
+SAMPLINGS = ("uniform", "fair", "sandwich", "droppath")
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class SupernetSettings(SgdCosine):
 
     section: ClassVar[str] = "supernet"
     lr: float = 0.05  # momentum, nesterov, weight_decay: SgdCosine's
-    epochs: int = 10
+    epochs: int = 10  # with cpu_seconds: an upper bound
     batch_size: int = 128
     flip: bool = True
     crop: bool = True
@@ -29,6 +29,8 @@ class SupernetSettings(SgdCosine):
     recal_batches: int = 10  # BN recalibration batches before those scores
     sampling: str | None = None  # None: the supernet's default_sampling
     n_random: int = 2  # sandwich: random subnets per step besides the largest and the smallest
+    warmup: float = 0.5  # droppath: the fraction of training that averages several choices per decision
+    cpu_seconds: float | None = None  # stop training once its CPU time (user + system) reaches this
     distill: bool = True  # sandwich: the others learn from the largest's soft labels
     accelerator: str = "auto"  # cpu | gpu | auto
     devices: int = 1  # > 1: DDP, Lightning relaunching this command once per extra rank
@@ -41,6 +43,15 @@ class SupernetSettings(SgdCosine):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ConfigError(f"supernet.{name} must be an integer >= {low}, got {value!r}")
+        if self.cpu_seconds is not None:
+            if isinstance(self.cpu_seconds, bool) or not isinstance(self.cpu_seconds, (int, float)) \
+                    or not self.cpu_seconds > 0:
+                raise ConfigError(f"supernet.cpu_seconds must be a number > 0 or null, got {self.cpu_seconds!r}")
+            if self.devices > 1:
+                raise ConfigError("supernet.cpu_seconds bounds one process's CPU time; with devices > 1 "
+                                  "bound training by epochs")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, (int, float)) or not 0 <= self.warmup <= 1:
+            raise ConfigError(f"supernet.warmup must be a fraction from 0 to 1, got {self.warmup!r}")
         if self.accelerator not in ACCELERATORS:
             raise ConfigError(f"supernet.accelerator must be one of {', '.join(ACCELERATORS)}, got {self.accelerator!r}")
         if self.strategy is not None and not isinstance(self.strategy, str):

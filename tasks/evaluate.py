@@ -23,9 +23,8 @@ from prefect.futures import PrefectFuture
 
 from nas.core.trial import Candidate, EvalResult, Outcome
 from nas.evaluators.base import Evaluator, evaluate_safely
-from nas.search.spec import Component, SearchSpec, build_evaluator
+from nas.search.spec import Component, SearchSpec, build_evaluator, build_space
 from nas.secrets import install_log_scrubbing
-from nas.spaces import SPACES
 from tasks.records import SERIALIZER, check_fields, is_number, read_record
 
 log = logging.getLogger(__name__)
@@ -52,7 +51,7 @@ def _evaluator(space_json: str, evaluator_json: str) -> Evaluator:
     if (space_json, evaluator_json) in _SHARED:
         return _SHARED[space_json, evaluator_json]
     space_c, eval_c = Component(**json.loads(space_json)), Component(**json.loads(evaluator_json))
-    return build_evaluator(eval_c, SPACES.create(space_c.name, space_c.params))
+    return build_evaluator(eval_c, build_space(space_c, eval_c))
 
 
 @task(cache_policy=INPUTS, persist_result=True, result_serializer=SERIALIZER, retries=1,

@@ -21,7 +21,8 @@ from nas.search.spec import Component, SearchSpec, space_defaults
 
 NATURAL = {"nader": ("nader", "train"), "source": ("fairnad", "train"), "nb201": ("bananas", "table"),
            **{s: ("evolution", "supernet") for s in ("ofa_mbv3", "ofa_mbv3_small", "spos", "spos_small",
-                                                     "autoformer", "autoformer_small")}}
+                                                     "autoformer", "autoformer_small", "autoformer_t",
+                                                     "autoformer_s", "autoformer_b")}}
 
 
 def test_every_space_preset_has_natural_defaults():

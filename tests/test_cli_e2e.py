@@ -121,8 +121,8 @@ def test_multirun_and_compare(tmp_path, nas_env):
 @pytest.mark.parametrize("override, message", [
     ("strategy=foo", "unknown strategy 'foo' (valid: bananas, collm, evolution, fairnad, nader, optuna, random, rea, "
                      "reinforce)"),
-    ("space=nb999", "unknown space 'nb999' (valid: autoformer, autoformer_small, nader, nb201, ofa_mbv3, "
-                    "ofa_mbv3_small, source, spos, spos_small)"),
+    ("space=nb999", "unknown space 'nb999' (valid: autoformer, autoformer_b, autoformer_s, autoformer_small, "
+                    "autoformer_t, nader, nb201, ofa_mbv3, ofa_mbv3_small, source, spos, spos_small)"),
     ("evaluator=oracle", "unknown evaluator 'oracle' (valid: proxy, quick, simulated, supernet, table, train)"),
     ("budget.trials=0", "budget.trials must be > 0, got 0"),
     ("budget.trials=-3", "budget.trials must be > 0, got -3"),

@@ -138,12 +138,20 @@ def test_table_run_exports_source_weights_and_onnx_that_agree(table_run, capsys,
 
 
 def test_onnx_graph_runs_in_onnxruntime_at_any_batch_size(table_run, capsys, tmp_path):
-    """A graph traced at batch 1 with a fixed axis is refused by onnxruntime at batch 7."""
+    """A graph traced at batch 1 with a fixed axis is refused by onnxruntime at batch 7; the command
+    says the input's batch is any (not the [1, 3, 32, 32] it was traced at)."""
     import onnxruntime
 
     run, _ = table_run
     out = tmp_path / "exported"
-    manifest = export(capsys, str(run), "--out", str(out))
+    with pytest.raises(SystemExit) as exc:
+        nas_main(["export", str(run), "--out", str(out)])
+        raise SystemExit(0)
+    said = capsys.readouterr()
+    assert exc.value.code == 0, said.err
+    assert "writing ONNX (TorchScript if that fails) for input [N, 3, 32, 32] (N: any batch size)\n" in said.err
+    assert "model.onnx (any batch size; onnxruntime: max abs diff " in said.out and "[1, 3, 32, 32]" not in said.err
+    manifest = json.loads((out / "export.json").read_text())
     assert manifest["graph"]["batch"] == "dynamic" and manifest["graph"]["check"]["batches"] == [1, 7]
     assert manifest["graph"]["check"]["method"] == "onnxruntime"
     net = load_network(out, 10)
@@ -210,6 +218,31 @@ def test_errors_are_one_line_and_leave_nothing(table_run, capsys, tmp_path):
     (failed / "summary.json").write_text(json.dumps({**summary, "best": None, "trials": 3}))
     assert export_error(capsys, str(failed)).endswith("no successful trial (3 trials, all failed); nothing to export")
     assert not out.exists() and not (failed / "export").exists()
+
+
+FAIL_FAST = """
+import sys
+from nas.cli.main import main
+try:
+    main(["export", sys.argv[1]])
+except SystemExit as stop:
+    print(stop.code, "torch" in sys.modules)
+"""
+
+
+def test_a_path_that_is_no_run_fails_before_torch_loads(tmp_path):
+    """`nas export runs/nope` took 6 s to say the directory is missing: torch and the export machinery
+    loaded first. The path is checked first (no timing asserted: whether torch was imported)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "empty").mkdir()
+    for path, said in ((tmp_path / "nope", "no such run directory"),
+                       (tmp_path / "empty", "summary.json: missing (not a finished search run")):
+        out = subprocess.run([sys.executable, "-c", FAIL_FAST, str(path)], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert out.stdout.split() == ["2", "False"], out.stderr  # exit 2, torch never imported
+        assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith(f"nas: error: {path}") and said in out.stderr
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated")

@@ -6,8 +6,8 @@ The forger is tests/hostile/forge_carried_select_table.py as the Mutator's reply
 it replaces `torch.export.export`, so the child's own checks run the honest network and the
 graph sent to the parent reads a frozen 32,768-value table through literal indices
 (`levels[c]` is `select.int(levels, 0, c)` over `levels = arange(256) + 0*sum(x)`). Only the
-parent's count of carried data in the graph it parses (literal index arguments counted as
-values the model's code wrote, `nas/sandbox/graph.py`) refuses it. The forger's honest network
+parent's parse of the graph (what its nodes spell counted in bits, the operands a node may take:
+`nas/sandbox/graph.py`) refuses it. The forger's honest network
 differs from the base (32 channels against 24), is under the budget and unlike any other
 design, so a parent that accepted the forged graph would pass every later check of the chain
 and train it: the test would see an accuracy, a passing execute check and no refusal line."""
@@ -158,8 +158,8 @@ def test_forger_written_by_the_llm_is_refused_never_best_never_exported_and_no_r
     assert "_forged" in forger["encoding"] and forger["accuracy"] is None, "the forged graph was accepted"
     check = forger["strategy"]["attempts"][0]["checks"][-1]
     assert check["name"] == "execute" and not check["ok"]
-    assert forger["error"].startswith("execute: graph: ") and "values of buffers, constants and literals" in \
-        forger["error"] and "over the 65,536 allowed" in forger["error"]
+    assert re.match(r"execute: graph: (carries [\d,]+ bits besides its input|graph node \d+ \(aten\.stack\.default\) "
+                    r"takes [\d,]+ operands, over the [\d,]+ a node may take)", forger["error"]), forger["error"]
     assert "\n" not in forger["error"]
     assert all(h["accuracy"] is not None for h in history if h is not forger)
     # stage III: the base's job has no mutation to learn from and asks the Mutator, the child's refines

@@ -135,3 +135,42 @@ def test_llm_cache_false_asks_the_model_on_every_run(run_flow, tmp_path):
         assert search("b", cache=False) == asked
         assert search("c", cache_dir=str(tmp_path / "reply-cache")) == asked
         assert search("d", cache_dir=str(tmp_path / "reply-cache")) == 0
+
+
+def test_a_search_started_inside_a_flow_run_is_that_run(run_flow, tmp_path):
+    """A deployment's run (`nas-search-overrides`) starts the search from inside its own flow run: the
+    search runs as that run, not as a nested `nas-search` run of the same name (the runs list showed
+    each search twice, the parent with no task runs). Its task runs (on the search's task runner, not
+    the outer flow's), retries, cache and artifacts are those of a search run of its own."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas import filters
+    from prefect.runtime import flow_run
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    class NotThisRunner(ThreadPoolTaskRunner):
+        def submit(self, *args, **kwargs):
+            raise AssertionError("the outer flow's task runner got the search's evaluations")
+
+    @flow(name="outer-run", persist_result=False, task_runner=NotThisRunner())
+    def outer(run: str) -> tuple[dict, str]:
+        summary = run_flow(spec(1, seed=5), tmp_path / run, workers=3, retries=1, progress=False)
+        return summary, str(flow_run.get_id())
+
+    ATTEMPTS.clear()
+    first, first_id = outer("a")
+    assert first["trials"] == 6 and first["failed"] == 0
+    assert sorted(ATTEMPTS.values()) == [2] * 6  # each crashed once and was retried
+    again, again_id = outer("b")
+    assert again["cache_hits"] == 6 and sorted(ATTEMPTS.values()) == [2] * 6  # from the cache: none evaluated again
+    with get_client(sync_client=True) as client:
+        nested = client.read_flow_runs(flow_filter=filters.FlowFilter(name=filters.FlowFilterName(any_=["nas-search"])),
+                                       flow_run_filter=filters.FlowRunFilter(
+                                           name=filters.FlowRunFilterName(any_=["random-nb201-s5"])))
+        tasks = client.read_task_runs(flow_run_filter=filters.FlowRunFilter(id=filters.FlowRunFilterId(any_=[first_id])))
+        keys = {a.key for a in client.read_artifacts(artifact_filter=filters.ArtifactFilter(
+            flow_run_id=filters.ArtifactFilterFlowRunId(any_=[first_id])))}
+    assert nested == []
+    history = [json.loads(line) for line in (tmp_path / "a" / "history.jsonl").read_text().splitlines()]
+    assert sorted(t.name for t in tasks) == sorted(f"evaluate-{r['key']}" for r in history)
+    assert keys == {"random-nb201-s5-progress", "random-nb201-s5-report", "random-nb201-s5-top-trials"}

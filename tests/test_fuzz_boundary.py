@@ -1,6 +1,7 @@
 """Fuzzing the trusted side's boundary: every byte a sandbox child sends back (the artifact ZIP,
-its graph JSON and safetensors headers, the report pipe's lines and JSON) ends, whatever it holds, in a value or
-exactly one refusal (`GraphError`; `ValueError` for a report) whose message is one line, within
+its graph JSON and safetensors headers, the report pipe's lines and JSON) and every line of the trusted
+worker's (`nas.sandbox.protocol`'s channels, field by field) ends, whatever it holds, in a value or
+exactly one refusal (`GraphError`; `ValueError` for a report, `ProtocolError` for a line) whose message is one line, within
 a bounded time (hypothesis's `deadline`, and an alarm) and a bounded growth of peak resident memory
 (`support.fuzz.check`). The generators (`support.fuzz`) mutate a few small honest artifacts
 field by field. The long run is `benchmarks/fuzz.py`.
@@ -11,18 +12,17 @@ Profiles (`NASFLOW_FUZZ=<name>`): `ci`, the default, derandomized (the same exam
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import io
 import os
 import struct
-import textwrap
 import zipfile
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from nas.sandbox import graph as graph_module
-from nas.sandbox import verify
+from nas.sandbox import protocol, verify
 from nas.sandbox.graph import GRAPH_FILE, GraphError, unpack
 from support import fuzz
 
@@ -59,6 +59,8 @@ def test_the_honest_artifacts_pass_every_check() -> None:
         assert fuzz.check("graphnet", fuzz.GraphCase(base.name, [], base.artifact())) is None
     for report in fuzz.VALID_REPORTS:
         assert fuzz.check("verdict", report) is None
+        line = fuzz.protocol_fuzz.Line("sandbox report", fuzz.json.dumps({"verdict": report}).encode(), "honest")
+        assert fuzz.check("protocol", line) is None
 
 
 @fuzzed(3000)
@@ -83,6 +85,12 @@ def test_a_childs_report_ends_in_a_verdict_or_one_line(report) -> None:
 @given(fuzz.report_lines())
 def test_a_report_line_ends_in_a_verdict_a_mark_or_one_line(line: bytes) -> None:
     _holds("report_line", line)
+
+
+@fuzzed(1000)
+@given(fuzz.protocol_fuzz.lines())
+def test_a_line_of_any_channel_ends_in_fields_within_their_bounds_or_one_line(line) -> None:
+    _holds("protocol", line)
 
 
 # --- what the fuzzers found (one case each, kept as a test) -------------------------
@@ -168,13 +176,11 @@ def test_the_fuzzer_finds_a_directory_check_taken_away(monkeypatch: pytest.Monke
     print(f"{len(found)} of 300 examples broke it, e.g. {sorted(set(found))[:3]}")
 
 
-def _mutant_from_child(monkeypatch: pytest.MonkeyPatch, cut: str) -> None:
-    """`Verdict.from_child` with `cut` taken out of its source (a hand-made mutant of the gate)."""
-    source = textwrap.dedent(inspect.getsource(verify.Verdict.from_child.__func__))
-    assert cut in source
-    namespace = dict(vars(verify))
-    exec(source.replace("@classmethod\n", "").replace(cut, ""), namespace)  # noqa: S102
-    monkeypatch.setattr(verify.Verdict, "from_child", classmethod(namespace["from_child"]))
+def _mutant_without_rule(monkeypatch: pytest.MonkeyPatch, says: str) -> None:
+    """`Verdict.from_child`'s schema with its rule saying `says` taken away (a hand-made mutant of the gate)."""
+    rules = tuple(r for r in protocol.CHILD_VERDICT.rules if says not in r.says)
+    assert len(rules) == len(protocol.CHILD_VERDICT.rules) - 1
+    monkeypatch.setattr(verify, "CHILD_VERDICT", dataclasses.replace(protocol.CHILD_VERDICT, rules=rules))
 
 
 def _finds(target: str, examples: int = 300) -> list[str]:
@@ -191,8 +197,18 @@ def _finds(target: str, examples: int = 300) -> list[str]:
 
 
 def test_the_fuzzer_finds_a_report_gate_that_lets_ok_pass_at_any_stage(monkeypatch: pytest.MonkeyPatch) -> None:
-    _mutant_from_child(monkeypatch, 'data["ok"] != (data["stage"] == "done") or ')
+    _mutant_without_rule(monkeypatch, "ok, stage and error")
     assert any("says ok=True at stage" in p for p in _finds("verdict", 1000))
+
+
+def test_the_fuzzer_finds_text_let_through_unescaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(protocol, "printable", lambda text, lines=False: text)
+    assert any("text not escaped" in p or "unsafe character" in p for p in _finds("protocol"))
+
+
+def test_the_fuzzer_finds_an_integer_bound_taken_away(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(protocol.Int, "check", lambda self, value: value)
+    assert any("not an integer in" in p or "None in a field" in p for p in _finds("protocol"))
 
 
 def test_the_fuzzer_finds_the_json_nesting_bound_taken_away(monkeypatch: pytest.MonkeyPatch) -> None:

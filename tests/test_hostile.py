@@ -11,8 +11,8 @@ HOME whose .bashrc holds the API key, a run dir, a canary dir and canary
 listeners, with the key and a second token in the CLI's environment. Whatever
 the models do, afterwards: nothing new outside, the secrets in no output or
 file, no connection, no process left, no number a model forged, one plain line
-per file naming it (no control character: a model's text cannot rewrite the
-screen), the CLI's own peak memory bounded, and the CLI itself exits normally.
+per file naming it (no control, bidi, zero-width, surrogate or private-use character: a
+model's text cannot rewrite the screen or make a line read as another), the CLI's own peak memory bounded, and the CLI itself exits normally.
 The `parent` kind forges what the child sends back (the artifact's ZIP, JSON
 and safetensors headers, the report's strings) to attack the trusted side's
 parsing. Then `nas` is killed mid-check and must leave nothing behind.
@@ -35,6 +35,7 @@ import sys
 import sysconfig
 import threading
 import time
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +83,7 @@ MAX_OUTPUT = 1 << 20
 # A file's verdict line says valid at its start only: a model's text later in the line is not a verdict.
 VALID = re.compile(r"^\S+: valid model \(([\d,]+) params, ([\d,]+) FLOPs\)", re.MULTILINE)
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # terminal escapes, carriage returns (tabs and newlines pass)
+SPOOFING = ("Cf", "Cs", "Co", "Zl", "Zp")  # bidi overrides, zero-width and tag characters, surrogates, private use
 # The CLI's own peak resident memory (not its sandbox children's): checking an honest model peaks at
 # ~0.9 GB, so a run over this spent a gigabyte more on what a child sent.
 PARENT_RSS_MB = 2048
@@ -325,6 +327,9 @@ def cli_problems(scene: Scene, out: Outcome) -> list[str]:
         problems.append(f"(f) {len(out.stdout)} + {len(out.stderr)} bytes of output")
     if control := CONTROL.search(out.stdout):
         problems.append(f"(f) a control character ({control.group()!r}) on stdout")
+    if spoof := next((c for c in out.stdout + out.stderr if unicodedata.category(c) in SPOOFING), None):
+        problems.append(f"(f) a {unicodedata.category(spoof)} character ({spoof!r}) in the output: a line that reads "
+                        "as another")
     if out.peak_rss_mb > PARENT_RSS_MB:
         problems.append(f"(h) nas itself peaked at {out.peak_rss_mb:.0f} MB resident, over {PARENT_RSS_MB} MB")
     return problems

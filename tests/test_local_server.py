@@ -1,19 +1,22 @@
 """The local Prefect server `nas` commands share (flows/server.py, flows/local_server.py): the
 first command starts it under NASFLOW_HOME, a later one reuses it and finds the earlier one's
-runs there, its UI calls that API, and it stops itself once idle."""
+runs there, its UI calls that API, and it stops itself once idle; with port 4200 taken, its
+address is said where the user looks."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 import httpx
 
-from conftest import ROOT
+from conftest import NAS, ROOT, seed_prefect_db
 
 PROBE = r"""
 import json, sys
@@ -127,4 +130,56 @@ def test_serve_and_ingest_use_the_shared_server_which_serve_keeps_from_going_idl
             serve.kill()
             serve.wait()
         if state_file.exists():  # a failed assertion: stop what this test started
+            os.kill(json.loads(state_file.read_text())["pid"], 15)
+
+
+def test_with_4200_taken_the_address_is_said_in_one_line_and_named_by_the_search_and_nas_ui(tmp_path):
+    """Port 4200 held (here by a bare socket; for a user, another user's server, whose UI shows that
+    user's runs): the server takes another port, the command that starts it says so in one plain
+    line (a status line is cut to the terminal and erased), the search ends with its run's address
+    in that UI, and `nas ui` prints the address later. The run listed there is the search's one run."""
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", 4200))
+        holder.listen(1)
+    except OSError:  # taken already (another server): the same case
+        pass
+    home = tmp_path / "home"
+    seed_prefect_db(home / "prefect")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_", "NASFLOW_PREFECT_SERVER"))}
+    env |= {"NASFLOW_HOME": str(home), "NASFLOW_SERVER_IDLE_MINUTES": "2", "PYTHONUNBUFFERED": "1"}
+    state_file = home / "prefect" / "local-server.json"
+
+    def nas(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*NAS, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    try:
+        search = nas("search", "space=nb201", "strategy=random", "evaluator=table", "budget.trials=2",
+                     f"hydra.run.dir={tmp_path / 'run'}")
+        assert search.returncode == 0, search.stderr[-3000:]
+        state = json.loads(state_file.read_text())
+        ui = f"http://127.0.0.1:{state['port']}"
+        assert state["port"] != 4200 and state["url"] == f"{ui}/api"
+        said = [line for line in search.stderr.splitlines() if "port 4200" in line]
+        assert said == [f"nas: port 4200 is taken, so this home's Prefect UI is at {ui} (the server on 4200 "
+                        "shows other runs; `nas ui` prints the address)"]
+        link = re.findall(r"^UI: (\S+)$", search.stdout, re.M)
+        runs = httpx.post(f"{ui}/api/flow_runs/filter", json={}, timeout=10).json()
+        assert [r["name"] for r in runs] == ["random-nb201-s0"]  # one run per search
+        assert link == [f"{ui}/runs/flow-run/{runs[0]['id']}"]
+        tasks = httpx.post(f"{ui}/api/task_runs/filter", json={}, timeout=10).json()
+        assert len(tasks) == 2 and {t["flow_run_id"] for t in tasks} == {runs[0]["id"]}  # the run's own
+        page = httpx.get(link[0], headers={"Accept": "text/html"}, timeout=10)  # as a browser asks for it
+        assert page.status_code == 200 and "<!DOCTYPE html>" in page.text  # the UI's app, which shows the run
+        assert httpx.get(f"{ui}/ui-settings", timeout=10).json()["api_url"].rstrip("/") == state["url"]
+
+        for args in ((), ("--no-start",)):  # later: the address again, nothing started
+            later = nas("ui", *args)
+            assert later.returncode == 0, later.stderr[-2000:]
+            assert later.stdout == (f"Prefect UI: {ui} (the local server nas commands share; it stops after 2 idle "
+                                    "minutes)\n")
+            assert "port 4200" not in later.stderr and json.loads(state_file.read_text())["pid"] == state["pid"]
+    finally:
+        holder.close()
+        if state_file.exists():  # stop what this test started
             os.kill(json.loads(state_file.read_text())["pid"], 15)

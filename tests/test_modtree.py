@@ -222,15 +222,34 @@ def test_dfs_backtracks_to_the_next_best_improving_sibling():
     assert sel(tree) == a1
 
 
-def test_dfs_stops_when_exhausted():
-    tree = make("dfs", max_children=2, max_depth=2)
+def test_dfs_goes_on_breadth_first_when_the_path_runs_dry_then_deep_again():
+    """NADER's DFS then BFS: with the root and its improving child full and nothing improving, the
+    shallowest evaluated node with room is next (the best-scoring first), and an improvement under
+    it is followed depth first."""
+    tree = make("dfs", max_children=2, max_depth=3)
     a = child(tree, 0, "a", 0.6)
-    child(tree, a, "a1", 0.5)
-    child(tree, a, "a2", 0.5)
-    child(tree, 0, "b", 0.4)  # root full, its improving child a is full with no improvement
-    assert tree.select() is None
-    # a1 still has room but its parent did not improve: DFS never goes there
-    assert tree.node(2).children == [] and tree.node(2).status == "evaluated"
+    a1 = child(tree, a, "a1", 0.5)
+    a2 = child(tree, a, "a2", 0.55)
+    b = child(tree, 0, "b", 0.4)  # root full, its improving child a is full with no improvement
+    assert sel(tree) == b  # depth 1 before a1/a2 at depth 2, although they score higher
+    child(tree, b, "b1", 0.3)
+    b2 = child(tree, b, "b2", 0.45)  # improves on b: deep from there
+    assert sel(tree) == b2
+    child(tree, b2, "b21", 0.1)
+    child(tree, b2, "b22", 0.1)
+    assert sel(tree) == a2  # b's branch dry: breadth first again, depth 2 by score
+    child(tree, a2, "a21", 0.2)
+    assert sel(tree) == a2
+    child(tree, a2, "a22", 0.2)
+    assert sel(tree) == a1
+
+
+def test_dfs_exhausts_only_when_no_evaluated_node_has_room():
+    tree = make("dfs", max_children=1, max_depth=2)
+    a = child(tree, 0, "a", 0.4)  # no improvement
+    assert sel(tree) == a  # the path ran dry at once: breadth first
+    child(tree, a, "a1", failed=True)
+    assert tree.select() is None  # a1 failed (no children), a at max children, root full
 
 
 def test_dfs_depth_limit_is_respected():
@@ -266,11 +285,14 @@ def test_dfs_reaches_improvements_recorded_after_the_cursor_moved_on():
     a1 = tree.add_child(a, "a1", "a1", "idea").id
     a2 = tree.add_child(a, "a2", "a2", "idea").id  # a is full, both children pending
     assert sel(tree) == 0  # nothing to do under a yet: backtrack
-    child(tree, 0, "b", 0.3)
-    assert tree.select() is None  # root full; a full with no improving child yet
+    b = child(tree, 0, "b", 0.3)
+    assert sel(tree) == b  # root full; a full with no improving child yet: breadth first
     tree.record(a1, 0.7)
     tree.record(a2, 0.65)
-    assert sel(tree) == a1  # a (full) leads to an improving child with room
+    assert sel(tree) == b  # committed to b's branch while it has room
+    child(tree, b, "b1", 0.1)
+    child(tree, b, "b2", 0.1)
+    assert sel(tree) == a1  # b dry: back up, and a (full) leads to an improving child with room
     assert tree.path(a1) == [0, a, a1]
 
 
@@ -414,13 +436,8 @@ def check_selection(tree: ModificationTree, selected: int | None) -> None:
              and len(tree.node(i).children) < tree.max_children and tree.node(i).depth < tree.max_depth]
     if selected is not None:
         assert selected in roomy
-        if tree.policy == "dfs":  # the DFS path climbs only through improvements
-            assert all(tree.improved(i) for i in tree.path(selected)[1:])
-    elif tree.node(0).status == "evaluated":
-        if tree.policy == "dfs":  # exhausted: every node with room sits below a non-improvement
-            assert not [i for i in roomy if all(tree.improved(j) for j in tree.path(i)[1:])]
-        else:
-            assert roomy == []
+    elif tree.node(0).status == "evaluated":  # every policy ends only when no node has room
+        assert roomy == []
 
 
 @settings(max_examples=150, deadline=None)

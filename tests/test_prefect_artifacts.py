@@ -1,11 +1,14 @@
 """What a search publishes in the Prefect UI (flows/artifacts.py), read back through the
 API of a real `prefect server`: the report, the top trials, the progress, and the
-flow run's name; and the deployment run dirs that take that name."""
+flow run's name; the deployment run dirs that take that name; and table cells that the UI's
+markdown shows as the text they hold."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -125,7 +128,7 @@ def test_progress_is_updated_at_most_once_a_second(monkeypatch):
     monkeypatch.setattr(artifacts, "update_progress_artifact",
                         lambda _id, value, description: sent.append((value, description)))
     now = [100.0]
-    search = artifacts.SearchArtifacts("quick", trials=4, progress_ids=["p"], clock=lambda: now[0])
+    search = artifacts.SearchArtifacts("quick", trials=4, progress_id="p", clock=lambda: now[0])
     history = [TrialRecord(trial=i, key=str(i), encoding=[i], accuracy=90.0 + i) for i in range(4)]
     search.on_batch(history[:1])
     now[0] += 0.5
@@ -164,11 +167,12 @@ print(json.dumps({"flow_run_id": str(state.state_details.flow_run_id), "ok": sta
 
 @pytest.mark.slow
 def test_a_deployment_run_holds_its_artifacts_and_has_one_name(served_search, tmp_path):
-    """A deployment's run (`nas-search-overrides`) starts the search as a nested `nas-search` run: the
-    report, top trials and progress are on the run the user lands on, which has the search's name
-    from its start (the flow's `flow_run_name`), not a random one renamed later."""
+    """A deployment's run (`nas-search-overrides`) is the search: no nested `nas-search` run of the
+    same name (the runs list showed each search twice, the parent with 0 task runs). The run the user
+    lands on holds the evaluations' task runs, the report, top trials and progress, and has the
+    search's name from its start (the flow's `flow_run_name`), not a random one renamed later."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+    from prefect.client.schemas import filters
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     api, _ = served_search
@@ -183,8 +187,15 @@ def test_a_deployment_run_holds_its_artifacts_and_has_one_name(served_search, tm
     with temporary_settings(updates={PREFECT_API_URL: api}), get_client(sync_client=True) as client:
         top = client.read_flow_run(result["flow_run_id"])
         artifacts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[top.id])))
+            artifact_filter=filters.ArtifactFilter(flow_run_id=filters.ArtifactFilterFlowRunId(any_=[top.id])))
+        named = client.read_flow_runs(flow_run_filter=filters.FlowRunFilter(
+            name=filters.FlowRunFilterName(any_=["random-nb201-s3"])))
+        tasks = client.read_task_runs(flow_run_filter=filters.FlowRunFilter(id=filters.FlowRunFilterId(any_=[top.id])))
     assert top.name == "random-nb201-s3" and top.parent_task_run_id is None
+    assert [r.id for r in named] == [top.id]  # one run of that name in the runs list
+    assert sorted(t.name for t in tasks if t.name.startswith("evaluate-")) == \
+        sorted(f"evaluate-{json.loads(line)['key']}" for line in
+               (tmp_path / "runs" / "random-nb201-s3" / "history.jsonl").read_text().splitlines())
     by_key = {a.key: a for a in artifacts}
     assert sorted(by_key) == ["random-nb201-s3-progress", "random-nb201-s3-report", "random-nb201-s3-top-trials"]
     assert float(by_key["random-nb201-s3-progress"].data) == 100.0
@@ -202,9 +213,9 @@ def test_top_trials_are_formatted_as_read():
     rows = top_trials([_record(1, 92.99680000000002, 1_234_567, 2_500_000_000), _record(2, 93.1, 73_306, 950),
                        TrialRecord(trial=3, key="bad", encoding=[9], accuracy=None, error="boom")], trust=False)
     assert rows == [
-        {"rank": 1, "trial": 2, "accuracy": "93.10", "params": "73.31K", "flops": "950", "encoding": "[0,1,2]",
+        {"rank": 1, "trial": 2, "accuracy": "93.10", "params": "73.31K", "flops": "950", "encoding": "`[0,1,2]`",
          "key": "k2", "cost_seconds": "0.12", "cached": False, "latency_ms": "1.235"},
-        {"rank": 2, "trial": 1, "accuracy": "93.00", "params": "1.23M", "flops": "2.50G", "encoding": "[0,1,1]",
+        {"rank": 2, "trial": 1, "accuracy": "93.00", "params": "1.23M", "flops": "2.50G", "encoding": "`[0,1,1]`",
          "key": "k1", "cost_seconds": "0.12", "cached": False, "latency_ms": "1.235"}]
 
 
@@ -213,9 +224,63 @@ def test_counts_read_in_k_m_g_and_long_encodings_are_cut():
 
     assert [si(v) for v in (None, 0, 999, 1000, 1_500_000, 7_877_248, 3.2e9, 4e12)] == \
         [None, "0", "999", "1.00K", "1.50M", "7.88M", "3.20G", "4.00T"]
-    assert encoding_text("|nor_conv_3x3~0|+|none~0|") == "|nor_conv_3x3~0|+|none~0|"
+    assert encoding_text("|nor_conv_3x3~0|+|none~0|") == "`|nor_conv_3x3~0|+|none~0|`"  # a code span
     cut = encoding_text(list(range(200)))
-    assert len(cut) == ENCODING_CHARS and cut.endswith("…")
+    assert len(cut) == ENCODING_CHARS + 2 and cut.endswith("…`")
+
+
+# Text from a model, a file or an LLM with each kind of markdown in it: strikethrough (GFM's `~~`, and the
+# single `~` of the UI's renderer that struck an NB201 cell through), emphasis, code, HTML, a link.
+MARKUP = "|conv~0|+|none~0|~~gone~~ *em* _u_ `tick` ``two`` <b>x</b> [l](u)"
+
+
+def _gfm(text: str) -> str:
+    """HTML as a GFM renderer makes it (tables, strikethrough): as the Prefect UI's markdown and GitHub do."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(text)
+
+
+def test_table_artifact_cells_render_as_the_text_they_hold():
+    """The UI renders each string cell of a table artifact as markdown (its ArtifactDataTable's
+    markdown renderer): the encodings and a metric's text are code spans, shown as written, by a
+    GFM renderer and by Python-Markdown (the docs'); a newline in them shows as `\\x0a`."""
+    import markdown
+
+    from flows.artifacts import top_trials
+    from nas.terminal import printable
+
+    texts = [MARKUP + "\nsecond line", "`tick` first and last `", " spaced "]
+    rows = top_trials([TrialRecord(trial=i, key=f"k{i}", encoding=t, accuracy=90.0 - i, metrics={"note": t})
+                       for i, t in enumerate(texts)], trust=False)
+    renderers = {"gfm": _gfm, "python-markdown": lambda t: markdown.markdown(t, extensions=["tables"])}
+    for row, text in zip(rows, texts):
+        for column in ("encoding", "note"):
+            for name, render in renderers.items():
+                shown = printable(text).strip() if name == "python-markdown" else printable(text)  # it strips code
+                assert render(row[column]).strip() == f"<p><code>{html.escape(shown, quote=False)}</code></p>", \
+                    (name, column, row[column])
+
+
+def test_report_table_cells_render_as_the_text_they_hold():
+    """report.md (the report artifact) is a markdown table: an encoding, an LLM's idea and a model's
+    error are code spans whose pipes are escaped for the table; a GFM renderer shows each as written,
+    in its own cell, with no strikethrough, emphasis or markup from it."""
+    from nas.design.metrics import design_metrics
+    from nas.report import render_markdown
+
+    history = [TrialRecord(0, "k0", MARKUP, 91.0, strategy={"stage": "root", "valid": True}),
+               TrialRecord(1, "k1", "x", None, error=f"crash: {MARKUP}",
+                           strategy={"stage": "init", "parent": 0, "valid": False, "idea": MARKUP})]
+    summary = {"strategy": "nader", "space": "nader", "evaluator": "train", "seed": 0, "trials": 2, "failed": 1,
+               "cache_hits": 0, "wall_seconds": 1.0, "design": design_metrics(history),
+               "best": {"trial": 0, "accuracy": 91.0, "encoding": MARKUP, "key": "k0"}}
+    page = _gfm(render_markdown(history, summary))
+    assert not re.search(r"<(s|del|em|strong|b|a)\b", page)
+    codes = [html.unescape(c) for c in re.findall(r"<td><code>(.*?)</code></td>", page)]
+    assert codes == [MARKUP, MARKUP, MARKUP, f"crash: {MARKUP}"]  # best encoding, top-1 row, idea, error
+    design_row = next(r for r in re.findall(r"<tr>(.*?)</tr>", page, re.S) if "crash: " in r)
+    assert design_row.count("<td>") == 7  # the pipes in it split no cell
 
 
 @pytest.mark.parametrize("overrides", [["budget.trialz=3"], ["nosuch=3"], ["strategy=nosuch"],

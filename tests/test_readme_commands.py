@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import NAS, ROOT, seed_prefect_db
+from support.scripted import ScriptedServer
 
 FASHION = Path("/usr/share/datasets/fashion-mnist")
 
@@ -34,6 +35,7 @@ class Run:
     needs: tuple[Path, ...] = ()
     checks: tuple[str, ...] = field(default=())  # names of CHECKS to apply to the result
     first: bool = False  # run before the others (the store that later commands read)
+    sweep: bool = True  # a multirun's folder becomes {sweep} (or {ablation}) for later commands
 
 
 RUN: dict[str, Run] = {
@@ -86,6 +88,8 @@ SKIP: dict[str, str] = {
     "make test": "CI: .ci/run runs it",
     "nas export RUN_DIR [--out DIR]": SYNOPSIS + "nas export runs/<time>_nb201_random_s0",  # an ONNX export: ~40 s
     "nas serve": "serves until Ctrl-C; tests/test_serve.py runs it against a real Prefect server",
+    "nas ui": "starts the shared local server (the tests use temporary ones); tests/test_local_server.py runs it "
+              "with port 4200 taken",
     "nas regress": "the nightly suite, 5-10 min on 2 cores (the served nightly-regression flow runs it)",
     "nas regress --suite nightly --update-baseline": "minutes, and rewrites nas/regression/baselines/nightly.json",
     "nas knowledge ingest papers/ more.pdf list.jsonl": "the reader's own papers, read by an LLM; "
@@ -101,6 +105,88 @@ SKIP: dict[str, str] = {
         "needs a Ray head at HEAD; tests/test_cluster_ray.py evaluates on a real local Ray",
 }
 
+
+# Tiny stand-ins for what docs/reproduce.md's and the released-supernet pages' commands read: a
+# 1,000-class ImageFolder, the released checkpoints in their projects' formats (random weights, full
+# size), NB201's datasets in their formats. Written once, by the fixture, when a command needs one.
+IMAGENET_RUN = "evaluator.val_subset=2 evaluator.recal_batches=1 evaluator.batch_size=2 runner=local"
+COLLM_RUN = f"budget.trials=2 strategy.candidates_per_iteration=2 {IMAGENET_RUN}"
+NB201_RUN = ("budget.trials=1 recipe.epochs=1 'evaluator.seeds=[0]' evaluator.channels=4 evaluator.cells_per_stage=1 "
+             "runner=local")
+
+
+def write_inputs(root: Path) -> dict[str, str]:
+    """{placeholder: path} of the inputs above, written under `root`."""
+    from support.imagefolder import write_folder
+    from support.nb201_data import write_nb201_data
+    from support.released import official_spos, official_tensors, save_release, write_ofa_zoo, write_spos
+
+    root.mkdir()
+    paths = {"imagenet": write_folder(root / "imagenet", 1000, train=1, val=1, size=(24, 20)),
+             "nb201_data": write_nb201_data(root / "data"),
+             "ofa_w10": write_ofa_zoo(root / "ofa_mbv3_d234_e346_k357_w1.0", 1.0),
+             "ofa_w12": write_ofa_zoo(root / "ofa_mbv3_d234_e346_k357_w1.2", 1.2),
+             "spos_ckpt": write_spos(root / "checkpoint-150000.pth.tar", official_spos())}
+    for scale in "tsb":
+        paths[f"autoformer_{scale}"] = save_release(root / f"supernet-{scale}.pth", official_tensors(f"autoformer_{scale}"))
+    return {k: str(v) for k, v in paths.items()}
+
+
+# The pages' LLM endpoint (an OpenAI-compatible server) is the scripted one on loopback: its replies
+# are no model's, so CoLLM's Coordinator fills with random subnets, through the real client path.
+SCRIPTED_REPLY = "Favour deeper stages and larger kernels late in the network."
+
+
+def _collm(space: str, checkpoint: str, limit: str) -> Run:
+    """A CoLLM-NAS command of docs/reproduce.md at tiny settings: one seed, two subnets."""
+    return Run(args=f"search -m space={space} strategy=collm evaluator=supernet evaluator.checkpoint={{{checkpoint}}} "
+                    f"data=imagenet data.root={{imagenet}} {limit} seed=0 {COLLM_RUN} "
+                    "llm=openai llm.base_url={llm_url} llm.model=Qwen3-30B-A3B", checks=("two_trials",), sweep=False)
+
+
+def _nb201(space: str, strategy: str, data: str, split: str) -> Run:
+    """A NADER/FairNAD command of docs/reproduce.md at tiny settings: the base design, one epoch."""
+    return Run(args=f"search space={space} strategy={strategy} evaluator=train data={data} data.root={{nb201_data}} "
+                    f"data.split_file={{nb201_data}}/{split} recipe=nb201 {NB201_RUN} "
+                    "llm=openai llm.base_url={llm_url} llm.model=gpt-4o")
+
+
+LLM = "llm=openai llm.base_url=http://127.0.0.1:8000/v1 llm.model=Qwen3-30B-A3B"
+RUN.update({
+    "nas search space=ofa_mbv3 evaluator=supernet evaluator.checkpoint=ofa_mbv3_d234_e346_k357_w1.0 data=imagenet "
+    "data.root=/data/imagenet":
+        Run(args="search space=ofa_mbv3 evaluator=supernet evaluator.checkpoint={ofa_w10} data=imagenet "
+                 f"data.root={{imagenet}} budget.trials=2 {IMAGENET_RUN}"),
+    "nas search space=ofa_mbv3 strategy=random evaluator=supernet "
+    "evaluator.checkpoint=~/.torch/ofa_nets/ofa_mbv3_d234_e346_k357_w1.2 data=imagenet data.root=/data/imagenet":
+        Run(args="search space=ofa_mbv3 strategy=random evaluator=supernet evaluator.checkpoint={ofa_w12} "
+                 f"data=imagenet data.root={{imagenet}} budget.trials=2 {IMAGENET_RUN}"),
+    "nas search space=autoformer_t strategy=evolution evaluator=supernet "
+    "evaluator.checkpoint=~/Downloads/supernet-tiny.pth data=imagenet data.root=/data/imagenet":
+        Run(args="search space=autoformer_t strategy=evolution evaluator=supernet evaluator.checkpoint={autoformer_t} "
+                 f"data=imagenet data.root={{imagenet}} budget.trials=2 {IMAGENET_RUN}"),
+    "nas search -m space=ofa_mbv3 strategy=collm evaluator=supernet "
+    "evaluator.checkpoint=~/.torch/ofa_nets/ofa_mbv3_d234_e346_k357_w1.0 data=imagenet data.root=/data/imagenet "
+    f"constraint.flops=2e8,3e8,4e8,5e8 seed=0,1,2 budget.trials=250 strategy.candidates_per_iteration=10 {LLM}":
+        _collm("ofa_mbv3", "ofa_w10", "constraint.flops=3e8"),
+    "nas search -m space=spos strategy=collm evaluator=supernet evaluator.checkpoint=~/Downloads/checkpoint-150000.pth.tar "
+    "data=imagenet data.root=/data/imagenet constraint.flops=3.3e8 seed=0,1,2 budget.trials=250 "
+    f"strategy.candidates_per_iteration=10 {LLM}":
+        _collm("spos", "spos_ckpt", "constraint.flops=3.3e8"),
+    **{f"nas search -m space=autoformer_{s} strategy=collm evaluator=supernet "
+       f"evaluator.checkpoint=~/Downloads/supernet-{size}.pth data=imagenet data.root=/data/imagenet "
+       f"constraint.params={limit} seed=0,1,2 budget.trials=250 strategy.candidates_per_iteration=10 {LLM}":
+       _collm(f"autoformer_{s}", f"autoformer_{s}", f"constraint.params={limit}")
+       for s, size, limit in (("t", "tiny", "6e6"), ("s", "small", "2.3e7"), ("b", "base", "5.4e7"))},
+    **{f"nas search space={space} strategy={strategy} evaluator=train data={data} data.root=/data "
+       f"data.split_file=/data/{split} recipe=nb201 'evaluator.seeds=[777,888,999]' budget.trials=500 "
+       "llm=openai llm.model=gpt-4o": _nb201(space, strategy, data, split)
+       for space, strategy, data, split in (("nader", "nader", "cifar10", "cifar-split.txt"),
+                                            ("nader", "nader", "cifar100", "cifar100-test-split.txt"),
+                                            ("nader", "nader", "imagenet16_120", "imagenet-16-120-test-split.txt"),
+                                            ("source", "fairnad", "cifar10", "cifar-split.txt"))},
+})
+INPUTS = re.compile(r"\{(imagenet|nb201_data|ofa_w10|ofa_w12|spos_ckpt|autoformer_[tsb])\}")
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]  # the site's pages as written (not generated ones)
 
@@ -159,7 +245,7 @@ def _run_dirs(stdout: str) -> list[Path]:
 
 
 @pytest.fixture(scope="session")
-def readme_runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess | str]:
+def readme_runs(tmp_path_factory, request) -> dict[str, subprocess.CompletedProcess | str]:
     """Run every RUN command once, in README order, from one temp cwd (later commands use
     earlier outputs: DIR, RUN_DIR, runs/sn_spos); a command whose data is missing is a str."""
     cwd = tmp_path_factory.mktemp("readme")
@@ -171,6 +257,11 @@ def readme_runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess | str
     ctx = {"tmp": str(cwd)}
     results: dict[str, subprocess.CompletedProcess | str] = {}
     order = [c for c in readme_commands() if c in RUN]
+    if any(INPUTS.search(RUN[c].args or "") for c in order):
+        ctx.update(write_inputs(cwd / "inputs"))
+    llm = ScriptedServer(default=SCRIPTED_REPLY).start()
+    request.addfinalizer(llm.stop)
+    ctx["llm_url"] = llm.base_url
     for command in sorted(order, key=lambda c: not RUN[c].first):  # stable: page order otherwise
         spec = RUN[command]
         missing = [str(p) for p in spec.needs if not p.exists()]
@@ -189,7 +280,7 @@ def readme_runs(tmp_path_factory) -> dict[str, subprocess.CompletedProcess | str
         dirs = _run_dirs(out.stdout)
         if out.returncode == 0 and dirs:
             ctx.setdefault("run_dir", str(dirs[0]))
-            if "-m" in argv:
+            if "-m" in argv and spec.sweep:
                 ctx["ablation" if "+experiment=ablation" in argv else "sweep"] = str(dirs[0].parent)
     return results
 
@@ -252,7 +343,12 @@ def _check_ablation(out: subprocess.CompletedProcess) -> None:
         ["evolution", "random", "rea", "reinforce"]
 
 
-CHECKS = {"run_dir": _check_run_dir, "search_log": _check_search_log, "sweep": _check_sweep,
+def _check_two_trials(out: subprocess.CompletedProcess) -> None:
+    runs = _run_dirs(out.stdout)
+    assert len(runs) == 1 and json.loads((runs[0] / "summary.json").read_text())["trials"] == 2, out.stdout
+
+
+CHECKS = {"two_trials": _check_two_trials, "run_dir": _check_run_dir, "search_log": _check_search_log, "sweep": _check_sweep,
           "ablation": _check_ablation, "shown": _check_shown}
 
 

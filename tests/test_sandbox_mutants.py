@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from nas.sandbox.aten_ops import WorkCounter
-from nas.sandbox.graph import MAX_CARRIED, MAX_WORK, GraphError, GraphNet, export_graph, pack, unpack
+from nas.sandbox.graph import MAX_WORK, GraphError, GraphNet, export_graph, pack, unpack
 from nas.sandbox.limits import _user_tasks
 from nas.sandbox.trusted import worker_env
 from nas.sandbox.verify import measure
@@ -30,7 +30,7 @@ class Small(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(3, width, 3, padding=1)
         self.fc = nn.Linear(width, 10)
-        self.register_buffer("table", torch.zeros(carried))
+        self.register_buffer("table", torch.zeros(carried, dtype=torch.uint8))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(torch.relu(self.conv(x)).mean((2, 3))) + self.table.sum()
@@ -132,25 +132,27 @@ def test_size_arithmetic_within_int64_runs() -> None:
     assert torch.allclose(graph(x), net(x))
 
 
-class Strided(nn.Module):
-    """Takes every `step`-th value of the flattened input, then the first four."""
+class Scaled(nn.Module):
+    """Multiplies its output by the integer literal `k`."""
 
-    def __init__(self, step: int) -> None:
+    def __init__(self, k: int) -> None:
         super().__init__()
-        self.step = step
-        self.fc = nn.Linear(4, 10)
+        self.k = k
+        self.fc = nn.Linear(3, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(x.flatten(1)[:, ::self.step][:, :4])
+        return self.fc(x.mean((2, 3))) * self.k
 
 
-def test_a_slice_by_a_step_picks_values_but_one_over_a_whole_dimension_does_not() -> None:
-    """A slice's literal indices count as values the model's code chose, except where they spell the
-    whole dimension (from 0, to the end, by 1): `[:, ::2]` carries its step in both graphs, `[:, ::1]`
-    nothing; both carry the end of `[:, :4]`."""
-    whole, strided = (GraphNet(unpack(artifact(Strided(step)), 1 << 30)).carried() for step in (1, 2))
-    assert whole == {"literals in the graphs": [2]}
-    assert strided == {"literals in the graphs": [4]}
+def test_an_integer_literal_counts_its_bits_not_one() -> None:
+    """`mul(x, 2**41)` spells 40 bits more than `mul(x, 2)` (`int_bits`: 43 against 3), in the train
+    and the eval graph: a count of one per literal would let an int64 word carry 8 bytes."""
+    from nas.sandbox.graph import int_bits
+
+    small, word = (GraphNet(unpack(artifact(Scaled(k)), 1 << 30)).carried() for k in (2, 1 << 41))
+    assert int_bits(1 << 41) - int_bits(2) == 40
+    for mode in ("train", "eval"):
+        assert word[f"the {mode} graph"] - small[f"the {mode} graph"] == 40
 
 
 def test_a_colour_model_is_checked_for_grey_data() -> None:
@@ -169,13 +171,24 @@ def test_a_colour_model_is_refused_for_data_of_other_channels(channels: int) -> 
     assert verdict["error"] == f"graph: graph takes input [3, 8, 8], not [{channels}, 8, 8]"
 
 
-def test_carried_values_are_refused_only_past_the_bound() -> None:
-    """MAX_CARRIED values of buffers and literals pass; one more is refused in one line."""
-    at = check(artifact(Small(carried=MAX_CARRIED)), [2, 3, 8, 8])
+def test_carried_bits_are_refused_only_past_the_bound() -> None:
+    """A graph carrying MAX_BITS bits (here a uint8 buffer, 8 bits an element, beside what the
+    graphs spell) passes; one byte more is refused in one line that says how many."""
+    from nas.sandbox.graph import MAX_BITS
+
+    def bits(n: int) -> int:
+        return sum(GraphNet(unpack(artifact(Small(carried=n)), 1 << 30)).carried().values())
+
+    base = bits(1) - 8
+    n = (MAX_BITS - base) // 8
+    while bits(n) > MAX_BITS:  # its shape's bits grow with n's
+        n -= 1
+    assert bits(n) <= MAX_BITS < bits(n + 1)
+    at = check(artifact(Small(carried=n)), [2, 3, 8, 8])
     assert at["ok"], at["error"]
-    over = check(artifact(Small(carried=MAX_CARRIED + 1)), [2, 3, 8, 8])
+    over = check(artifact(Small(carried=n + 1)), [2, 3, 8, 8])
     assert (over["ok"], over["stage"]) == (False, "graph")
-    assert f"reads {MAX_CARRIED + 1:,} values" in over["error"] and "\n" not in over["error"]
+    assert f"carries {bits(n + 1):,} bits" in over["error"] and "\n" not in over["error"]
 
 
 POLICY = textwrap.dedent("""

@@ -251,6 +251,34 @@ def test_a_multi_line_best_design_is_named_not_printed(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[1] == "best: 97.49% [0, 3, 1, 2] key=94d0445e8764f180 (trial 0 of 4, 12.5s, 0 cached)"
 
 
+
+@pytest.mark.parametrize("scores, better, beat, plain", [
+    ([90.0, 80.0, 85.0, 70.0], 0, 1, True),   # 85 beats its parent 80, none the root
+    ([90.0, 91.0, 92.0, 80.0], 2, 2, False),  # 91 > 90 and 92 > 91: the root was beaten
+    ([90.0, 90.0, 90.0, 90.0], 0, 0, True),   # equal is not better
+])
+def test_the_design_line_counts_designs_that_beat_their_parent_and_says_when_none_beat_the_root(
+        tmp_path, capsys, scores, better, beat, plain):
+    """NADER's tree: node 1 under the root, nodes 2 and 3 under node 1. The end line counts designs
+    better than the root and than their own parent, and says plainly when none beat the root."""
+    from nas.cli.search import print_summary
+    from nas.core.trial import TrialRecord
+    from nas.io import append_jsonl
+
+    parents = [None, 0, 1, 1]
+    append_jsonl(tmp_path / "history.jsonl", [
+        TrialRecord(i, f"k{i}", f"block {i}", acc, strategy={"stage": "root"} if i == 0 else {"node": i}).to_json()
+        for i, acc in enumerate(scores)])
+    tree = {"nodes": [{"id": i, "parent": p, "score": acc} for i, (p, acc) in enumerate(zip(parents, scores))]}
+    summary = {"trials": 4, "wall_seconds": 1.0, "cache_hits": 0, "tree": tree, "design": {"proposals": 3, "valid": 3},
+               "best": {"accuracy": max(scores), "encoding": "x", "key": "k", "trial": 0}}
+    print_summary(tmp_path, summary)
+    out = capsys.readouterr().out.splitlines()
+    line = next(o for o in out if o.startswith("LLM: "))
+    assert f"3 trained, {better} better than the root (90.00%), {beat} better than their parent;" in line
+    assert any(o.startswith("no design beat the root (90.00%)") and "llm=openai" in o for o in out) == plain
+
+
 # --- resume ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,14 @@ import itertools
 import json
 import logging
 import os
+import re
+import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 
+from conftest import NAS, ROOT
 from nas.agents.collm.agents import values_text
 from nas.core.trial import EvalResult
 from nas.errors import EvaluationError
@@ -213,3 +216,21 @@ def test_log_lines_and_tracebacks_are_scrubbed(tmp_path, secret, caplog):
         assert "llm: endpoint said *** (***)" in text and "RuntimeError: key ***" in text
     assert caplog.records[0].getMessage() == "llm: endpoint said *** (***)"
     assert scrub(f"x {secret}") == "x ***"
+
+
+def test_hydra_sweep_lines_show_their_tab_as_spaces(tmp_path):
+    """Hydra logs each job of a sweep as `\\t#0 : overrides`; the escaping of log records (a control
+    character from a model's text must not move the cursor) printed that tab as a literal `\\x09`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "HYDRA_"))}
+    env["NASFLOW_HOME"] = str(tmp_path / "home")
+    out = subprocess.run([*NAS, "search", "-m", "space=nb201", "strategy=random", "seed=0,1", "budget.trials=1",
+                          "runner=local", "progress=false", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    printed = out.stdout + out.stderr
+    jobs = re.findall(r"\[HYDRA\] +#(\d) : space=nb201 strategy=random seed=(\d) ", printed)
+    assert jobs == [("0", "0"), ("1", "1")] and "\\x09" not in printed
+    install_log_scrubbing()
+    record = logging.getLogger("nas.test_secrets").makeRecord("nas.test_secrets", logging.INFO, __file__, 1,
+                                                               "\t#%d : %s\x1b[2J", (0, "a=1"), None)
+    assert record.getMessage() == "    #0 : a=1\\x1b[2J"  # the tab as spaces, other controls escaped still

@@ -187,3 +187,86 @@ def test_set_active_rejects_archs_outside_the_space(supernet):
 def test_wrong_image_size_is_a_one_line_error(supernet):
     with pytest.raises(ConfigError, match="takes 28x28 images, got 8x8"):
         supernet(torch.randn(2, 1, 8, 8))
+
+
+# --- the variant AutoFormer released (pool, qkv_layout, relative_position, super_embed_dim) ---
+
+RELEASED = {"pool": "mean", "qkv_layout": "interleaved", "relative_position": True, "max_relative_position": 3}
+
+
+@pytest.fixture(scope="module")
+def released_small(small: AutoFormerSpace) -> AutoFormerSpace:
+    """The CPU miniature as AutoFormer's released supernets are built: stored 72 wide for choices up to 64."""
+    return AutoFormerSpace(**{**small.params(), **RELEASED, "super_embed_dim": 72})
+
+
+def test_cost_formula_matches_fvcore_for_the_released_variant():
+    space = preset("autoformer_t")
+    arch = tiny_arch()
+    net = space.build(arch, num_classes=1000)
+    assert space.cost(arch).params == count_params(net)
+    assert space.cost(arch).flops == count_flops(net, (1, 3, 224, 224))
+    plain = preset("autoformer").cost(arch)
+    # four 30x64 tables per layer; two 197x197 products per attention unit per layer; the norm of every token
+    assert space.cost(arch).params - plain.params == 13 * 4 * 30 * 64
+    assert space.cost(arch).flops - plain.flops == 2 * 197 * 197 * sum(h * 64 for h in arch.heads) + 5 * 196 * 216
+
+
+def test_released_variant_subnets_match_the_supernet(released_small):
+    torch.manual_seed(0)
+    net = SUPERNETS.get("autoformer")(released_small, num_classes=released_small.num_classes).eval()
+    assert net.net.pos_embed.shape == (1, 50, 72) and net.net.blocks[0].fc1.weight.shape == (288, 72)
+    rng = np.random.default_rng(5)
+    x = torch.randn(2, 3, 28, 28)
+    with torch.no_grad():
+        for arch in [net.smallest(), net.largest(), *(released_small.sample(rng) for _ in range(4))]:
+            net.set_active(arch)
+            sub = net.extract(arch).eval()
+            assert sub.pos_embed.shape[-1] == arch.embed_dim and sub.blocks[0].rel_k is not None
+            assert torch.allclose(sub(x), net(x), atol=1e-5), arch
+            assert count_params(sub) == released_small.cost(arch).params
+
+
+def test_qkv_layouts_are_permutations_of_the_same_network(small):
+    """A plain subnet's qkv weight and bias re-laid from head-major to interleaved gives the same outputs:
+    the layout changes where a unit's q, k and v sit, not what the network computes."""
+    arch = AutoFormerArch(3, 48, (2, 3, 4), (2.0, 3.0, 4.0))
+    torch.manual_seed(1)
+    heads = small.build(arch, num_classes=10, in_channels=1).eval()
+    inter = AutoFormerSpace(**{**small.params(), "qkv_layout": "interleaved"}).build(arch, 10, 1).eval()
+    state = heads.state_dict()
+    for i, h in enumerate(arch.heads):
+        w, b = state[f"blocks.{i}.qkv.weight"], state[f"blocks.{i}.qkv.bias"]
+        n = h * small.head_dim  # head-major (head, part, dim) -> interleaved rows (unit, part), bias (part, unit)
+        state[f"blocks.{i}.qkv.weight"] = w.view(h, 3, -1, 48).permute(0, 2, 1, 3).reshape(3 * n, 48)
+        state[f"blocks.{i}.qkv.bias"] = b.view(h, 3, -1).permute(1, 0, 2).reshape(3 * n)
+    inter.load_state_dict(state)
+    x = torch.randn(2, 1, 28, 28)
+    with torch.no_grad():
+        assert torch.allclose(inter(x), heads(x), atol=1e-5)
+
+
+def test_old_checkpoints_space_settings_still_equal_the_preset(tiny):
+    """A checkpoint written before these settings holds none of them: its space is the plain one."""
+    old = {k: v for k, v in tiny.params().items() if k not in {*RELEASED, "super_embed_dim"}}
+    assert SPACES.create("autoformer", old).params() == tiny.params()
+    assert tiny.params()["super_embed_dim"] == 240 and tiny.params()["pool"] == "cls"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"pool": "max"}, "pool must be one of cls, mean, got 'max'"),
+    ({"qkv_layout": "qkv"}, "qkv_layout must be one of heads, interleaved, got 'qkv'"),
+    ({"relative_position": "yes"}, "relative_position must be true or false, got 'yes'"),
+    ({"max_relative_position": 0}, "max_relative_position must be a positive integer, got 0"),
+    ({"super_embed_dim": 200}, "super_embed_dim must be null or an integer >= the largest embed_dim 240, got 200"),
+])
+def test_bad_variant_settings_are_one_line_config_errors(change, message):
+    with pytest.raises(ConfigError) as err:
+        AutoFormerSpace(**change)
+    assert str(err.value) == f"space 'autoformer': {message}"
+
+
+def test_describe_says_how_the_released_variant_classifies():
+    text = preset("autoformer_t").describe()
+    assert "relative position" in text and "mean of the patch tokens" in text
+    assert "class token." in preset("autoformer").describe()

@@ -29,7 +29,7 @@ from supernets.base import SUPERNETS
 PRESETS = {p.stem: space_preset(p.stem)
            for p in sorted(Path(str(resources.files("conf") / "space")).glob("*.yaml"))}
 # ImageNet-size networks: seconds each to build and run on 2 cores.
-LARGE = {"ofa_mbv3", "spos", "autoformer"}
+LARGE = {"ofa_mbv3", "spos", "autoformer", "autoformer_t", "autoformer_s", "autoformer_b"}
 
 
 def network_presets(names) -> list:

@@ -144,13 +144,31 @@ def test_supernet_rejects_other_architectures(supernet):
         supernet.set_active(SPOSArch((0,) * 19))
 
 
-def test_default_training_learns_digits_well_above_chance(tmp_path):
-    """Issue 41: uniform single-path training of this supernet stayed at chance (about 10 % on
-    10 classes) for the steps a CPU run affords; under its default sampling the largest path must
-    learn in 24 steps (mixed paths need longer: supernets/spos.py)."""
+def test_sandwich_training_learns_the_largest_path_on_digits(tmp_path):
+    """Issue 41: under the sandwich rule the largest path (trained at every step) learns in 24 steps."""
     from supernets.train import SupernetSettings, train_supernet
 
-    settings = SupernetSettings(epochs=3, batch_size=64, train_subset=512, val_subset=200, recal_batches=2)
+    settings = SupernetSettings(epochs=3, batch_size=64, train_subset=512, val_subset=200, recal_batches=2,
+                                sampling="sandwich")
     trained = train_supernet(space_preset("spos_small"), {}, {"name": "digits", "root": None, "split_file": None},
                              settings, seed=0, out_dir=tmp_path, progress=False)
     assert trained.steps == 24 and trained.val_accuracy_largest > 30, trained
+
+
+def test_a_default_training_step_trains_every_unit_of_every_block(small):
+    """Issue 48: mixed paths stayed at chance while the sandwich rule trained the extremes at every
+    step and the other units seldom (supernets/spos.py). The default's first step (drop-path: every
+    choice averaged) must give every unit of every block a gradient; a sandwich or uniform step
+    leaves units out."""
+    from supernets.train import Mixed, SubnetSampler
+
+    torch.manual_seed(0)
+    net = SUPERNETS.create("spos", {}, space=small, num_classes=small.num_classes)
+    sampler = SubnetSampler.for_supernet(net, SPOSSupernet.default_sampling, n_random=2, total_steps=10, seed=0)
+    x = torch.randn(2, 3, small.resolution, small.resolution)
+    for path in sampler.draw(0):
+        net.set_mixed(path.values) if isinstance(path, Mixed) else net.set_active(path)
+        net(x).sum().backward()
+    untrained = [(b, c) for b, units in enumerate(net.blocks) for c, unit in enumerate(units)
+                 if any(p.grad is None for p in unit.parameters())]
+    assert not untrained, untrained

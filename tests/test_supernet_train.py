@@ -18,6 +18,7 @@ from nas.evaluators import EVALUATORS
 from nas.spaces.nb201.arch import NB201Cell
 from nas.spaces.nb201.space import NB201Space
 from supernets import evaluator as supernet_evaluator
+from supernets.settings import SAMPLINGS
 from supernets.train import SubnetSampler, SupernetSettings, train_supernet
 
 SPACE = {"name": "nb201", "channels": 4, "cells_per_stage": 1}
@@ -197,13 +198,127 @@ def test_uniform_sampling_draws_one_free_subnet_per_step():
     assert len({d[0].values[1] for d in draws}) > 1  # kernel sizes vary from step 0: no phases
 
 
+def test_fair_sampling_trains_every_choice_of_every_decision_once_per_step():
+    """FairNAS's strict fairness; a sampler drawing random subnets instead leaves choices out."""
+    s, choices = sampler("fair"), [d.choices for d in FakeOFASpace().decisions()]
+    orders = set()
+    for step in range(10):
+        archs = s.draw(step)
+        assert len(archs) == 3
+        assert all(sorted(a.values[i] for a in archs) == sorted(c) for i, c in enumerate(choices)), archs
+        orders.add(tuple(a.values for a in archs))
+    assert len(orders) > 1  # permuted afresh each step, not one fixed set of subnets
+
+
+class UnevenSpace(FakeOFASpace):
+    def decisions(self) -> list[Decision]:
+        return [Decision("a", (0, 1)), Decision("b", (0, 1, 2, 3))]
+
+
+def test_fair_sampling_covers_decisions_with_fewer_choices():
+    s = SubnetSampler(UnevenSpace(), Values((1, 3)), Values((0, 0)), "fair", PHASES, 0, 8, seed=0)
+    for step in range(5):
+        archs = s.draw(step)
+        assert len(archs) == 4 and sorted(a.values[1] for a in archs) == [0, 1, 2, 3]
+        assert {a.values[0] for a in archs} == {0, 1}
+
+
+def test_droppath_averages_fewer_choices_as_the_warmup_goes_then_single_paths():
+    """Path dropout: step 0 keeps every choice, the share kept falls to one choice per decision by
+    the end of the warm-up, single subnets follow; a CPU budget's progress places it the same way."""
+    from supernets.train import Mixed
+
+    space = FakeOFASpace()
+    s = SubnetSampler(space, Values((16, 7, 7, 4, 6)), Values((8, 3, 3, 2, 3)), "droppath", PHASES, 0, 100, seed=0,
+                      warmup=0.5)
+    first, = s.draw(0)
+    assert isinstance(first, Mixed) and first.values == tuple(d.choices for d in space.decisions())
+    kept = []
+    for step in range(50):
+        path, = s.draw(step)
+        assert isinstance(path, Mixed) and all(v and set(v) <= set(d.choices)
+                                              for v, d in zip(path.values, space.decisions()))
+        kept.append(sum(map(len, path.values)))
+    assert sum(kept[:10]) > sum(kept[20:30]) > sum(kept[40:50]) >= 5 * 10  # never fewer than one each
+    assert all(isinstance(p, Values) for step in range(50, 100) for p in s.draw(step))
+    assert isinstance(s.draw(0, progress=0.49)[0], Mixed) and isinstance(s.draw(0, progress=0.5)[0], Values)
+
+
+def test_a_mixed_spos_block_outputs_the_mean_of_its_chosen_units():
+    """`set_mixed`: the last block averaging units a and b gives the head the mean of their outputs
+    (not their sum, not one of them); one choice per block is `set_active`'s path."""
+    from nas.spaces import SPACES
+    from supernets.base import SUPERNETS
+
+    space = SPACES.create("spos", {"stage_repeats": [1, 1, 1, 1], "stage_channels": [8, 16, 32, 64],
+                                   "stem_channels": 4, "last_channels": 32, "resolution": 16, "stem_stride": 1,
+                                   "num_classes": 10})
+    torch.manual_seed(0)
+    net = SUPERNETS.create("spos", {"num_classes": 10}, space=space).eval()
+    base, x = [0, 1, 2, 3], torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        h = net.stem(x)
+        for units, c in zip(net.blocks[:-1], base):
+            h = units[c](h)
+        last = net.blocks[-1]
+        net.set_mixed([(0,), (1,), (2,), (1, 3)])
+        assert torch.allclose(net(x), net.head((last[1](h) + last[3](h)) / 2), atol=1e-6)
+        net.set_mixed([(c,) for c in base])
+        single = net(x)
+        net.set_active(space.from_values(base))
+        assert torch.equal(single, net(x))
+
+
+def test_a_mixed_nb201_edge_outputs_the_mean_of_its_chosen_ops():
+    from nas.spaces import SPACES
+    from supernets.base import SUPERNETS
+    from supernets.nb201 import MixedEdge
+
+    space = SPACES.create("nb201", {"channels": 4, "cells_per_stage": 1})
+    torch.manual_seed(0)
+    net = SUPERNETS.create("nb201", {"num_classes": 10}, space=space).eval()
+    values = [("nor_conv_3x3", "avg_pool_3x3"), ("skip_connect",), ("none", "nor_conv_1x1", "skip_connect"),
+              ("nor_conv_3x3",), ("avg_pool_3x3",), ("nor_conv_1x1", "none")]
+    net.set_mixed(values)
+    edges = [m for m in net.modules() if isinstance(m, MixedEdge)]
+    assert len(edges) == 3 * 6 and all(e.active == values[i % 6] for i, e in enumerate(edges))
+    edge, x = edges[0], torch.randn(2, 4, 8, 8)
+    with torch.no_grad():
+        expected = (edge.ops["nor_conv_3x3"](x) + edge.ops["avg_pool_3x3"](x)) / 2
+        assert torch.allclose(edge(x), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="non-empty list of ops for each of 6 edges"):
+        net.set_mixed([*values[:5], ()])
+
+
+def test_droppath_needs_a_supernet_that_averages_choices():
+    from nas.spaces import SPACES
+    from supernets.base import SUPERNETS
+
+    space = SPACES.create("autoformer", {"depths": [1], "embed_dims": [16], "heads": [1], "mlp_ratios": [1.0],
+                                         "head_dim": 8, "patch_size": 4, "image_size": 8, "num_classes": 3})
+    net = SUPERNETS.create("autoformer", {"num_classes": 3}, space=space)
+    with pytest.raises(ConfigError, match="supernet.sampling=droppath: the autoformer supernet cannot average its "
+                                          "choices \\(one that can: .*spos"):
+        SubnetSampler.for_supernet(net, "droppath", 0, 10, seed=0)
+
+
+def test_a_cpu_budget_ends_training_and_is_recorded(tmp_path):
+    """200 epochs of 4 steps would run 800 steps; one CPU second stops far sooner."""
+    settings = SupernetSettings(epochs=200, batch_size=64, train_subset=256, val_subset=64, recal_batches=1,
+                                cpu_seconds=1.0)
+    out = train_supernet(SPACE, {}, DIGITS, settings, seed=0, out_dir=tmp_path, progress=False)
+    meta = json.loads(out.path.with_suffix(".json").read_text())
+    assert 1 <= out.steps < 800 and out.train_cpu_seconds >= 1.0
+    assert meta["train"]["cpu_seconds"] == 1.0 and meta["train_cpu_seconds"] == out.train_cpu_seconds
+
+
 def test_real_supernets_declare_phases_over_their_decision_groups():
     from nas.spaces import SPACES
     from supernets.base import SUPERNETS
 
     for name in SUPERNETS.names():
         cls = SUPERNETS.get(name)
-        assert cls.default_sampling in ("uniform", "sandwich")
+        assert cls.default_sampling in SAMPLINGS
         if cls.phases and name in SPACES.names():
             groups = {d.name.split("[")[0] for d in SPACES.create(name, {}).decisions()}
             assert {g for phase in cls.phases for g in phase} <= groups, name
@@ -221,6 +336,9 @@ def test_sandwich_training_with_distillation_runs(tmp_path):
     ({"space": {"name": "nader"}}, "space 'nader' has no supernet"),
     ({"settings": {"sampling": "greedy"}}, "supernet.sampling: unknown 'greedy'"),
     ({"settings": {"epochs": 0}}, "supernet.epochs must be an integer >= 1"),
+    ({"settings": {"cpu_seconds": 0}}, "supernet.cpu_seconds must be a number > 0 or null, got 0"),
+    ({"settings": {"warmup": 1.5}}, "supernet.warmup must be a fraction from 0 to 1, got 1.5"),
+    ({"settings": {"cpu_seconds": 5, "devices": 2}}, "supernet.cpu_seconds bounds one process's CPU time"),
     ({"data": {"name": "fashion_mnist", "root": "/nonexistent"}}, "fashion_mnist not found at /nonexistent"),
     ({"params": {"num_classes": 3}}, "supernet.params.num_classes is set from the data"),
 ])

@@ -14,6 +14,7 @@ import torch
 from nas.core.space import SearchSpace
 from nas.errors import ConfigError, EncodingError, EvaluationError
 from nas.evaluators.train import TrainEvaluator
+from nas.sandbox.protocol import TRAINED
 from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.space import BlockSpace
 from nas.spaces.nb201.space import NB201Space
@@ -142,9 +143,9 @@ def test_a_terminated_seed_measures_no_accuracy_and_the_trial_averages_only_fini
     finished, stopped = trained(evaluator(engine=engine), 777), trained(evaluator(engine=engine, recipe=stops), 888)
     assert stopped.terminated.startswith("loss not improving") and stopped.epochs == 2
     assert stopped.valid_accuracy is None and stopped.test_accuracy is None and finished.valid_accuracy > 0
-    assert TrainResult.from_untrusted(stopped.to_dict(), max_epochs=2) == stopped
+    assert TrainResult.from_untrusted(TRAINED.check(stopped.to_dict()), max_epochs=2) == stopped
     with pytest.raises(ValueError, match=r"^training report field\(s\) valid_accuracy, test_accuracy malformed$"):
-        TrainResult.from_untrusted({**stopped.to_dict(), "valid_accuracy": 0.0, "test_accuracy": 0.0}, 2)
+        TRAINED.check({**stopped.to_dict(), "valid_accuracy": 0.0, "test_accuracy": 0.0})
     r = _combine([finished, stopped], [777, 888])
     assert r.accuracy is None and r.error.startswith("terminated early: loss not improving") and "seed 888" in r.error
     assert (r.metrics["valid_accuracy"], r.metrics["test_accuracy"]) == (finished.valid_accuracy,

@@ -22,6 +22,7 @@ from torch import nn
 from nas.sandbox.aten_ops import ALLOWED, allowed
 from nas.sandbox.graph import _DEVICE, GRAPH_FILE, GraphError, GraphNet, export_graph, pack, unpack
 from nas.sandbox.limits import MB
+from nas.sandbox.protocol import TRAINING_WORKER, ProtocolError
 from nas.sandbox.trusted import exceeded, proxy_scores
 from nas.sandbox.trusted_worker import gpu_fraction, limit_hit
 from nas.sandbox.verify import STAGES, Verdict
@@ -252,13 +253,20 @@ def test_proxy_scores_are_the_names_asked_for_as_finite_floats_or_nothing(msg: d
     """The worker's proxy message reaches a trial's metrics: only exactly the proxies asked for, each
     a finite float, or one bounded line saying why there are none; anything else refuses the worker
     (`proxy_scores` None: a malformed message), as does any proxy message when none was asked for."""
-    assert proxy_scores(json.loads(json.dumps(msg)), NAMES) is None
-    assert proxy_scores({"proxies": SCORES}, NAMES) == SCORES
-    assert proxy_scores({"proxies": SCORES}, ()) is None and proxy_scores({"no_proxies": "x"}, ()) is None
+    def heard(message: dict, names: tuple[str, ...]) -> object:
+        """The scores `_talk` passes on: the protocol's reading of the message, then `proxy_scores`."""
+        try:
+            return proxy_scores(TRAINING_WORKER.read(message)[1], names)
+        except ProtocolError:
+            return None
+
+    assert heard(json.loads(json.dumps(msg)), NAMES) is None
+    assert heard({"proxies": SCORES}, NAMES) == SCORES
+    assert heard({"proxies": SCORES}, ()) is None and heard({"no_proxies": "x"}, ()) is None
 
 
 def test_why_a_graph_has_no_proxy_scores_is_one_escaped_line() -> None:
-    why = proxy_scores({"no_proxies": f"RuntimeError: boom\x1b[2K\r\n{FAKE}"}, NAMES)
+    why = proxy_scores(TRAINING_WORKER.read({"no_proxies": f"RuntimeError: boom\x1b[2K\r\n{FAKE}"})[1], NAMES)
     assert why == f"RuntimeError: boom\\x1b[2K\\x0d\\x0a{FAKE}"
 
 
@@ -276,7 +284,9 @@ def test_the_gpu_memory_budget_and_the_line_an_out_of_memory_gives() -> None:
     assert limit_hit(RuntimeError("mat1 and mat2 shapes cannot be multiplied (2x8 and 16x10)")) is None
     assert exceeded("gpu", 1024) == "exceeded its GPU memory limit (1024 MB)"
     assert exceeded("memory", 256) == "exceeded its memory limit (256 MB)"
-    assert exceeded("disk", 256) is None and exceeded(["gpu"], 256) is None
+    for other in ("disk", ["gpu"]):  # any other kind: the protocol's refusal, before any words
+        with pytest.raises(ProtocolError, match="^limit field\\(s\\) limit malformed$"):
+            TRAINING_WORKER.read({"limit": other})
 
 
 def test_a_childs_graph_hash_is_never_kept() -> None:

@@ -150,7 +150,8 @@ class FakeWorker(TrustedWorker):
 
 
 HONEST_RSS = 300 << 20
-CHECKED = {"verdict": Verdict(ok=True, stage="done").to_dict()}
+CHECKED = {"verdict": Verdict(ok=True, stage="done", params=1, flops=2, output_shape=[2, 10], layers=1,
+                             graph="0" * 64).to_dict()}  # a measured verdict has its counts and hash
 FORGED_READY = {  # what a worker could send instead of one `{"ready": its resident memory}` first
     "a negative size": [{"ready": -1}, {"work": 1}, CHECKED],
     "a bool": [{"ready": True}, {"work": 1}, CHECKED],

@@ -127,9 +127,9 @@ def _validate_one(path: Path, text: str, parent: str | None, args: argparse.Name
         return status
     errors = block_errors(text, str(path), args)
     for line in errors:
-        print(line)
+        print(printable(line))  # a block file's names (an LLM wrote it) quoted in its errors
     if not errors:
-        print(f"{path}: valid")
+        print(printable(f"{path}: valid"))
     sys.stdout.flush()
     return 1 if errors else 0
 
@@ -216,7 +216,7 @@ def _draw(args: argparse.Namespace) -> int:
     text = _read(args.file)
     errors = block_errors(text, str(args.file), args)  # a picture of an invalid file would mislead
     for line in errors:
-        print(line)
+        print(printable(line))
     if errors:
         return 1
     # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
@@ -246,7 +246,7 @@ def main(argv: list[str]) -> None:
     try:
         code = commands[argv[0]](args)
     except NasError as err:
-        print(f"nas: error: {err}", file=sys.stderr)
+        print(printable(f"nas: error: {err}", lines=True), file=sys.stderr)
         raise SystemExit(2) from None
     except BrokenPipeError:  # `nas arch show ... | head`
         sys.stderr.close()

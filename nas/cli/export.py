@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 from nas.errors import NasError
+from nas.export import run_summary
+from nas.terminal import printable
 
 
 def main(argv: list[str]) -> None:
@@ -30,11 +32,15 @@ def main(argv: list[str]) -> None:
                         help="train/quick runs: keep the initial weights instead of retraining")
     parser.add_argument("--force", action="store_true", help="replace an existing output directory")
     args = parser.parse_args(argv)
+    try:  # a wrong path is said before torch loads (seconds)
+        run_summary(args.run_dir.resolve())
+    except NasError as err:
+        fail(str(err))
     # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.export.run import export_run
 
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+    def say(line: str) -> None:  # progress lines quote the model's own errors (untrusted text)
+        print(printable(line), file=sys.stderr, flush=True)
 
     try:
         manifest = export_run(args.run_dir, args.out, args.trial, train=not args.no_train, force=args.force,
@@ -47,9 +53,12 @@ def main(argv: list[str]) -> None:
     else:
         check = graph["check"]
         diff = "not run" if check["max_abs_diff"] is None else f"max abs diff {check['max_abs_diff']:.2e}"
-        kind = f"{graph['file']} ({check['method']}: {diff}, {'ok' if check['passed'] else 'MISMATCH'})"
+        # ONNX: its batch axis (dynamic unless the network's code fixes the batch; nas.export.graph)
+        batch = {"dynamic": "any batch size; ", "fixed": f"batch fixed at {manifest['input_shape'][0]} by the "
+                 "network's code; "}.get(graph.get("batch"), "")
+        kind = f"{graph['file']} ({batch}{check['method']}: {diff}, {'ok' if check['passed'] else 'MISMATCH'})"
         if graph["format"] == "torchscript":
-            kind += f"; ONNX failed: {graph['onnx_error']}"
+            kind += f"; ONNX failed: {printable(graph['onnx_error'])}"
     # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.core.trial import SELF_REPORTED
 

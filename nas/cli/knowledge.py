@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nas.errors import ConfigError, InputError, NasError, OutputPathError
+from nas.terminal import printable
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,9 +104,9 @@ def _ingest(args, settings: dict[str, Any]) -> None:
         out = job.out
     report = IngestReport(**summary["report"])
     for bad in report.bad_files:
-        print(f"skipped {bad['path']}: {bad['reason']}", file=sys.stderr)
-    for failure in report.failures:
-        print(f"not read {failure['where']}: {failure['error']}", file=sys.stderr)
+        print(printable(f"skipped {bad['path']}: {bad['reason']}"), file=sys.stderr)
+    for failure in report.failures:  # an LLM's or a paper's words may be quoted
+        print(printable(f"not read {failure['where']}: {failure['error']}"), file=sys.stderr)
     print(f"papers {report.papers} (cached {report.cached}, accepted {report.accepted}, rejected "
           f"{report.rejected}, failed {report.failed}), idea lists {report.idea_lists}, experiences "
           f"{report.experiences}; ideas {report.ideas}: "
@@ -139,9 +140,9 @@ def _search(args, settings: dict[str, Any]) -> None:
         print("no ideas match (is the store empty? run `nas knowledge ingest`)")
     for h in hits:
         tag = h.idea.tag.path() if h.idea.tag else "untagged"
-        print(f"{h.score:.3f}  [{tag}]  {h.idea.text}")
+        print(printable(f"{h.score:.3f}  [{tag}]  {h.idea.text}"))  # an LLM's words, from a paper's
         if h.idea.paper_title:
-            print(f"       from: {h.idea.paper_title}")
+            print(printable(f"       from: {h.idea.paper_title}"))
 
 
 def _tree(args, settings: dict[str, Any]) -> None:

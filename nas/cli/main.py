@@ -10,6 +10,7 @@
   nas knowledge ingest|search|tree|stats   the design-knowledge store (papers -> tagged ideas)
   nas export RUN_DIR [--out DIR]      the best model: PyTorch source + state dict, ONNX (TorchScript fallback)
   nas serve [--list] [overrides]      serve prefect.yaml's deployments on a local Prefect Runner
+  nas ui [--no-start]                 the Prefect UI's address (the local server's, started if none runs)
   nas regress [--suite S]             the benchmark-regression suite against stored baselines
 """
 
@@ -21,11 +22,12 @@ import sys
 
 from nas.errors import ConfigError
 from nas.secrets import install_log_scrubbing
+from nas.terminal import safe_streams
 
 # One module per command, imported on use: `nas` starts fast.
 COMMANDS = {"search": "nas.cli.search", "compare": "nas.cli.compare", "arch": "nas.cli.arch",
             "train": "nas.cli.train", "train-supernet": "nas.cli.supernet", "knowledge": "nas.cli.knowledge",
-            "export": "nas.cli.export", "serve": "nas.cli.serve", "regress": "nas.cli.regress"}
+            "export": "nas.cli.export", "serve": "nas.cli.serve", "regress": "nas.cli.regress", "ui": "nas.cli.ui"}
 
 
 def fail(message: str) -> None:
@@ -53,6 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     # (flows/server.py), not to a temporary one started anew by every command (~10 s)
     os.environ.setdefault("NASFLOW_PREFECT_SERVER", "local")
     install_log_scrubbing()  # every log line, search.log included, is written without secrets
+    safe_streams()  # a latin-1 or ASCII terminal: letters it lacks print as escapes, never raise
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         raise SystemExit(0 if argv else 2)

@@ -208,7 +208,11 @@ def interrupted(run_dir: Path | None, terminated: bool = False) -> None:
 
 
 def print_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    from nas.terminal import printable  # a small module, imported where it is used
+
     print(f"run dir: {run_dir}")
+    if summary.get("ui"):  # the flow run in the UI of the server it reported to (its port may not be 4200)
+        print(f"UI: {summary['ui']}")
     if summary.get("exhausted"):  # fewer trials than asked for: say why, not just the count
         budget = (summary.get("spec") or {}).get("trials", "?")
         print(f"ended after {summary['trials']} of {budget} trials: {summary['exhausted']}")
@@ -219,7 +223,8 @@ def print_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     encoding = best["encoding"]  # a string, or a list of choices (SPOS, OFA)
     # a block file or model source is dozens of lines: the report shows it, export writes it out
     lines = encoding.strip().count("\n") + 1 if isinstance(encoding, str) else 1
-    shown = encoding if lines == 1 else f"({lines}-line design in {run_dir / 'report.md'})"
+    # escaped: an LLM's design on one line (`nas.terminal`)
+    shown = printable(str(encoding)) if lines == 1 else f"({lines}-line design in {run_dir / 'report.md'})"
     print(f"best: {best['accuracy']:.2f}% {shown} key={best['key']} "
           f"(trial {best['trial']} of {summary['trials']}, {summary['wall_seconds']:.1f}s, "
           f"{summary['cache_hits']} cached)")
@@ -242,10 +247,26 @@ def llm_line(run_dir: Path, summary: dict[str, Any]) -> str:
     better = [r for r in trained if base is not None and r.accuracy is not None and r.accuracy > base]
     total = ((summary.get("llm") or {}).get("total") or {})
     root_text = f" ({root.accuracy:.2f}%)" if root is not None and root.accuracy is not None else ""
-    return (f"LLM: {design.get('proposals', len(designed))} designs proposed, {design.get('valid', '?')} valid, "
-            f"{len(trained)} trained, {len(better)} better than the root{root_text}; "
+    beat = beat_parent(summary.get("tree"))
+    line = (f"LLM: {design.get('proposals', len(designed))} designs proposed, {design.get('valid', '?')} valid, "
+            f"{len(trained)} trained, {len(better)} better than the root{root_text}"
+            f"{'' if beat is None else f', {beat} better than their parent'}; "
             f"{total.get('calls', 0)} calls, {total.get('tokens', 0)} tokens, {total.get('latency_s', 0.0):.0f} s, "
             f"{total.get('retries', 0)} retries")
+    if trained and not better and base is not None:  # said plainly: the search found nothing better
+        line += (f"\nno design beat the root{root_text}: the best is the unmodified base design. A stronger "
+                 "model designs better: llm=openai llm.base_url=URL llm.model=NAME (any OpenAI-compatible endpoint)")
+    return line
+
+
+def beat_parent(tree: Any) -> int | None:
+    """Evaluated nodes of a modification tree (summary's `tree`) scoring above their parent; None without one."""
+    if not isinstance(tree, dict) or not isinstance(tree.get("nodes"), list):
+        return None
+    score = {n.get("id"): n.get("score") for n in tree["nodes"] if isinstance(n, dict)}
+    return sum(1 for n in tree["nodes"] if isinstance(n, dict) and n.get("parent") is not None
+               and isinstance(n.get("score"), (int, float)) and isinstance(score.get(n["parent"]), (int, float))
+               and n["score"] > score[n["parent"]])
 
 
 def save_hydra_files(folder: Path, cfg: Any) -> None:

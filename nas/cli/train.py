@@ -16,6 +16,7 @@ from nas.core.arch import Architecture
 from nas.core.trial import SELF_REPORTED
 from nas.errors import ConfigError, EncodingError, InputError, MissingDependencyError, NasError
 from nas.io import atomic_write_json, check_output, read_input_text
+from nas.terminal import printable
 
 if TYPE_CHECKING:
     from nas.core.space import SearchSpace
@@ -103,7 +104,7 @@ def main(argv: list[str]) -> None:
     except (ConfigError, EncodingError, InputError, MissingDependencyError) as err:  # what was given: usage, 2
         fail(str(err))
     except NasError as err:  # the architecture does not train (its forward fails, ...)
-        print(f"nas: error: {err}", file=sys.stderr)
+        print(printable(f"nas: error: {err}", lines=True), file=sys.stderr)  # it may quote the model
         raise SystemExit(1) from None
     record = {"key": arch.key(), "space": arch.space, **result.to_dict()}
     m = result.metrics
@@ -116,8 +117,8 @@ def main(argv: list[str]) -> None:
         accuracy = f"valid {m['valid_accuracy']:.2f}%, test {m['test_accuracy']:.2f}%"
         if not result.ok:  # a seed terminated early: the mean is of those that finished
             accuracy += " (mean of the seeds that finished)"
-    print(f"{arch.space} {arch.key()}: {state}; {accuracy}, {result.params} params, {result.flops} FLOPs, "
-          f"{m.get('epochs', 0):g} epochs, {result.cost_seconds:.1f} s")
+    print(printable(f"{arch.space} {arch.key()}: {state}; {accuracy}, {result.params} params, {result.flops} FLOPs, "
+                    f"{m.get('epochs', 0):g} epochs, {result.cost_seconds:.1f} s"))  # `state`: the model's error
     if out is not None:
         try:
             atomic_write_json(out, record)

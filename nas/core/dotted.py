@@ -22,6 +22,7 @@ def flatten(node: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 # them with a component's 'params.' level dropped ('evaluator.sandbox', not 'evaluator.params.sandbox').
 RESULT_NEUTRAL = (
     "evaluator.simulated_cost_seconds", "evaluator.sandbox", "evaluator.data.root", "evaluator.device",
+    "evaluator.data.cache_gb", "evaluator.data.workers",
     "strategy.sandbox",
     "strategy.llm.api_key_env", "strategy.llm.timeout_s", "strategy.llm.max_retries", "strategy.llm.backoff_s",
     "strategy.llm.backoff_max_s", "strategy.llm.cache_dir", "strategy.llm.local.n_threads",

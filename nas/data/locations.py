@@ -12,6 +12,7 @@ SHARED_DATASETS = "/usr/share/datasets"  # Debian's dataset-* packages
 FASHION_MNIST_ROOT = f"{SHARED_DATASETS}/fashion-mnist"
 DEFAULT_ROOT = "data"  # CIFAR and ImageNet16 without data.root: relative to the working directory
 FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python", "imagenet16_120": "ImageNet16"}
+IMAGENET_ROOT = f"{DEFAULT_ROOT}/imagenet"  # ImageNet without data.root: an ImageFolder tree (train/, val/)
 _asked: set[str] = set()  # every location `nas.data.sources.load_data` was asked to read in this process
 
 
@@ -33,6 +34,8 @@ def reads(name: str | None, root: str | None = None, split_file: str | None = No
     elif name == "digits":
         sk = sklearn_data()
         paths.append(sk / "digits.csv.gz" if sk else None)
+    elif name == "imagenet":  # the whole ImageFolder tree
+        paths.append(Path(root or IMAGENET_ROOT))
     elif name in FOLDERS:
         paths.append(Path(root or DEFAULT_ROOT) / FOLDERS[name])
     else:  # a source not listed here: its whole root

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from nas.core.arch import Architecture
@@ -37,6 +38,13 @@ class Evaluator(ABC):
         """The registered spaces it scores (for error messages: imports every space module)."""
 
         return [n for n in SPACES.names() if cls.accepts(SPACES.get(n))]
+
+    @classmethod
+    def space_settings(cls, space: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Settings of `space` that this evaluator's configuration `params` fixes (the supernet
+        evaluator's checkpoint fixes OFA's width): a space setting left null in the config takes
+        them (`nas.search.spec.build_space`). Empty by default."""
+        return {}
 
     @abstractmethod
     def fingerprint(self) -> str:

@@ -89,7 +89,9 @@ def _export(spec, space, arch, record: TrialRecord, tmp: Path, train: bool,
         (tmp / "model.py").write_text(built.source, encoding="utf-8")
         torch.manual_seed(0)
         x = torch.randn(built.shape)
-        say(f"writing ONNX (TorchScript if that fails) for input {list(built.shape)}")
+        # traced at batch 1, exported with a dynamic batch axis (nas.export.graph; the end line says if the code fixes it)
+        say(f"writing ONNX (TorchScript if that fails) for input [N, {', '.join(map(str, built.shape[1:]))}] "
+            "(N: any batch size)")
         graph = export_graph(net, x, tmp)
         check = source_check(built, net, x, tmp, spec, space)
         measured = {"params": count_params(net), "flops": count_flops(net, built.shape)}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from nas.core.trial import TrialRecord, best_record, read_history
 from nas.errors import RunDirError
-from nas.export import ExportError
+from nas.export import ExportError, run_summary
 from nas.io import read_json_object
 from nas.search.loop import trusts_self_reported
 from nas.search.spec import SearchSpec
@@ -14,11 +14,7 @@ from nas.search.spec import SearchSpec
 
 def load_trial(run_dir: Path, trial: int | None) -> tuple[SearchSpec, TrialRecord]:
     """(SearchSpec, the trial's record: the best by the summary's rule when `trial` is None)."""
-    if not run_dir.is_dir():
-        raise RunDirError(f"{run_dir}: no such run directory")
-    summary_path = run_dir / "summary.json"
-    if not summary_path.is_file():
-        raise RunDirError(f"{summary_path}: missing (not a finished search run; resume it with nas search first)")
+    summary_path = run_summary(run_dir)
     summary = read_json_object(summary_path)
     try:
         spec = SearchSpec.from_dict(summary["spec"])

@@ -92,6 +92,38 @@ def zero_filled(fn: Any) -> Any:
     return run
 
 
+# Tensors one splitting operator may return: each is a Python object the run makes and dispatches
+# (`tensor_split` into that many slices), a cost its elements do not show (`unbind` of a meta tensor
+# of 10**7 rows costs minutes and gigabytes while counting 10**7 units of work).
+MAX_PIECES = 4096
+_SPLITTING = frozenset({"unbind", "split", "split_with_sizes", "chunk", "tensor_split"})
+
+
+def pieces(func: Any, args: tuple, kwargs: dict) -> int:
+    """How many tensors a call of `func` returns at most, from its arguments, before it runs: a
+    splitting operator's (`_SPLITTING`) count by its sizes, sections or the length of its split
+    dimension; 1 for any other operator."""
+    name = getattr(getattr(func, "overloadpacket", None), "__name__", None)
+    if name not in _SPLITTING or not args or not isinstance(args[0], torch.Tensor):
+        return 1
+    shape = list(args[0].shape)
+    dim = _arg(func, args, kwargs, "dim")
+    length = shape[dim] if type(dim) is int and -len(shape) <= dim < len(shape) else 1
+    if name == "unbind":
+        return length
+    if name == "chunk":
+        return max(1, _arg(func, args, kwargs, "chunks") or 1)
+    for field in ("split_size", "split_sizes", "sections", "indices", "tensor_indices_or_sections"):
+        value = _arg(func, args, kwargs, field)
+        if isinstance(value, (list, tuple)):
+            return len(value) + (field == "indices")
+        if isinstance(value, torch.Tensor):  # tensor_split by a tensor: its indices; sections in a scalar
+            return value.numel() + 1 if value.dim() else MAX_PIECES + 1  # are unknown on the meta device
+        if type(value) is int:
+            return -(-length // value) if field == "split_size" and value > 0 else max(1, value)
+    return 1
+
+
 def _shape(value: Any) -> list[int]:
     return list(value.shape) if isinstance(value, torch.Tensor) else []
 

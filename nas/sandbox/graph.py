@@ -6,11 +6,13 @@ ZIP of plain data: the graphs as JSON (aten operator names and literal
 arguments) and the initial weights as safetensors. `torch.export.save` is
 not used because its loader unpickles. This process rebuilds a `GraphNet`
 from that data, accepting only allowed aten operators (`aten_ops.py`; and a
-few integer operators for symbolic sizes), runs it once on the meta device to
-bound its memory and its work, then counts parameters (and the buffers and
-constants the graph carries besides them) and FLOPs and trains it itself, from
-initial values it draws (`GraphNet.reinitialise`): nothing the model's code
-says about itself is believed, nor any value it chose.
+few integer operators for symbolic sizes) and counting, as it parses, what the
+network carries besides its input and trainable parameters, in bits
+(`GraphNet.carried`), and what its dry run will cost (`MAX_COST`); runs it once
+on the meta device to bound its memory and its work, then counts parameters
+and FLOPs and trains it itself, from initial values it draws
+(`GraphNet.reinitialise`): nothing the model's code says about itself is
+believed, nor any value it chose.
 
 What the graph fixes at capture time: Python control flow and random choices
 in `forward` (e.g. a Python-level drop path) take the value they had then;
@@ -19,6 +21,7 @@ device arguments are replaced by the input's device when run.
 
 from __future__ import annotations
 
+import decimal
 import difflib
 import enum
 import functools
@@ -30,9 +33,9 @@ import operator
 import re
 import struct
 import zipfile
+from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass
-from itertools import zip_longest
 from typing import Any
 
 import numpy as np
@@ -40,7 +43,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
-from nas.sandbox.aten_ops import WorkCounter, allowed, zero_filled
+from nas.sandbox.aten_ops import MAX_PIECES, WorkCounter, allowed, pieces, zero_filled
 from nas.terminal import printable
 
 GRAPH_FILE = "graph.json"
@@ -320,11 +323,10 @@ class _Program:
             raise GraphError("graph must take exactly one input")
         self.steps: list[tuple[Any, Any, Any]] = []
         self._seen = len(self.inputs)  # values defined so far: a reference must point below
-        # per value: whether it is computed from the input or a parameter (else a constant of the model's)
-        self.varying = varying = [kind in ("USER_INPUT", "PARAMETER") for kind, _ in self.inputs]
-        producers: list[str | None] = [None] * len(self.inputs)  # which operator made each value
-        self.literals = 0  # `_literals`
-        self.scalars: int | None = None  # `_Meter.scalars`, once a dry run has counted them
+        # What its nodes spell (`_Spelling`), in bits, and what a dry run of it costs (bounded here)
+        self.bits = _INPUT_KIND_BITS * len(self.inputs)
+        self.cost = len(self.inputs)
+        last_input = -1
         for i, node in enumerate(nodes):
             if not isinstance(node, dict) or set(node) != {"op", "args", "kwargs"}:
                 raise GraphError(f"graph node {i} malformed")
@@ -332,16 +334,32 @@ class _Program:
             args, kwargs = self._decode(node["args"]), self._decode(node["kwargs"])
             if not isinstance(args, list) or not isinstance(kwargs, dict):
                 raise GraphError(f"graph node {i} ({node['op']}) has malformed arguments")
+            spelled = _Spelling(self._seen, _argument_names(node["op"]), len(self.inputs), last_input)
+            spelled.add(args)
+            spelled.add_keywords(kwargs)
+            last_input = spelled.last_input
+            _bound_operands(i, node["op"], spelled)
+            self.bits += OP_BITS + spelled.bits
+            einsum = node["op"].startswith("aten.einsum.")
+            self.cost += NODE_COST + spelled.operands + (EINSUM_OPERAND_COST - 1) * spelled.refs * einsum
+            if self.cost > MAX_COST:
+                raise GraphError(f"graph's dry run would cost over {MAX_COST:,} units (at node {i}, {node['op']}: "
+                                 f"a node counts {NODE_COST}, an operand 1, an einsum's tensor {EINSUM_OPERAND_COST}),"
+                                 " bounded before it runs")
             self.steps.append((fn, args, kwargs))
-            self.literals += _literals(node["op"], args, kwargs, varying, producers)
-            varying.append(any(varying[ref.index] for _, ref in _refs(args, kwargs)))
-            producers.append(node["op"])
             self._seen += 1
         out = self._decode(data["outputs"])
         if not isinstance(out, list) or len(out) != 1 or not isinstance(out[0], _Ref):
             raise GraphError("graph must return exactly one tensor")
         self.output = out[0]
-        self.ops = [(node["op"], json.dumps(_literal_args(node), sort_keys=True)) for node in nodes]
+        self.bits += 1 + int_bits(self._seen - self.output.index - 1)
+        self.names: list[str] = [node["op"] for node in nodes]
+        self._nodes = nodes
+
+    @functools.cached_property
+    def ops(self) -> list[tuple[str, str]]:
+        """(operator, its literal arguments as JSON) per node: what `compare` diffs (made when asked)."""
+        return [(node["op"], json.dumps(_literal_args(node), sort_keys=True)) for node in self._nodes]
 
     def _decode(self, value: Any) -> Any:
         if isinstance(value, list):
@@ -382,13 +400,14 @@ class _Program:
                 return {k: get(v) for k, v in arg.items()}
             return arg
 
-        for fn, args, kwargs in self.steps:
+        for i, (fn, args, kwargs) in enumerate(self.steps):
             inputs = get(args), get(kwargs)
+            if (count := pieces(fn, *inputs)) > MAX_PIECES:
+                raise GraphError(f"graph node {i} ({fn}) would return {count:,} tensors, over the {MAX_PIECES:,} "
+                                 "an operator may return")
             out = fn(*inputs[0], **inputs[1])
             if meter is not None:
-                meter.take(fn, out, inputs, [values[ref.index] for value in [*args, *kwargs.values()]
-                                             if isinstance(value, list) for _, ref in _refs(value, {})
-                                             if self.varying[ref.index]])
+                meter.take(fn, out, inputs)
             values.append(out)
         return values[self.output.index]
 
@@ -403,14 +422,11 @@ class _Meter:
     """What a dry run measures as a graph runs, besides its work (`WorkCounter`): `used`, the bytes
     of the tensors its operators make (a view no larger than its base, or an in-place operator's
     result, is its input's memory; an expanded view counts whole, as the operator reading it may
-    copy it), refused past `budget` (`what` says for what); `scalars`, references in a list to a
-    one-element value computed from the input or a parameter (`stack([u[3], u[7], ...])` of the
-    values of a table, however tainted: `GraphNet.carried`)."""
+    copy it), refused past `budget` (`what` says for what)."""
 
     budget: int
     what: str
     used: int = 0
-    scalars: int = 0
 
     @classmethod
     def training(cls, net: "GraphNet", batch: int, budget: int) -> "_Meter":
@@ -424,8 +440,7 @@ class _Meter:
         return cls((budget - weights) // 2, f"for the forward of a training step of {batch} images (twice that "
                    f"with the backward, beside {weights >> 20} MB for the parameters: over the trainer's {budget >> 20} MB)")
 
-    def take(self, fn: Any, out: Any, inputs: Any, listed: list[Any]) -> None:
-        self.scalars += sum(1 for v in listed if isinstance(v, torch.Tensor) and v.numel() <= 1)
+    def take(self, fn: Any, out: Any, inputs: Any) -> None:
         seen = {id(t) for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)}
         self.used += sum(t.numel() * t.element_size() for t in tree_leaves(out) if isinstance(t, torch.Tensor)
                          and id(t) not in seen and not (t._is_view() and t.numel() <= t._base.numel()))
@@ -433,69 +448,142 @@ class _Meter:
             raise GraphError(f"graph needs over {self.budget >> 20} MB {self.what} (at {fn})")
 
 
-# Schema argument types that take data rather than structure (sizes, dimensions, flags): a number
-# given to one (`mul(x, 0.37)`, `full(size, 0.37)`, a BatchNorm's eps) is a value the model's code chose.
-_DATA_TYPES = ("number", "float", "complex", "Tensor")
+# --- what a graph carries: its information, in bits ---------------------------------------------
+#
+# A network's output depends on its input, its trainable parameters (which training redraws:
+# `GraphNet.reinitialise`) and everything else the model's code chose: every node of its graphs
+# (which operator, which values it reads, each literal it spells: sizes, indices, pads, strides,
+# numbers, strings, dtypes), the values of the buffers and constants it reads, and the shape and
+# dtype of every tensor (an empty tensor holds nothing but its shape, and `sym_size` reads it
+# back). All of it is counted by the bits it takes to write down, whatever operator it feeds
+# (`_Spelling`, `GraphNet.carried`): no operator is trusted to take structure only.
+
+OP_BITS = 10  # which operator a node calls: 900 allowed overloads, in-place forms and Python operators
+TAG_BITS = 4  # a dtype, layout, memory format or device argument: one of at most 16
+_INPUT_KIND_BITS = 2  # whether a graph input is the user input, a parameter, a buffer or a constant
+# What the parser lets a dry run cost, counted before it runs, in units of one operand's dispatch
+# (a reference or a literal, ~25 microseconds on the meta device): a node costs NODE_COST of them (its
+# meta kernel, ~1.5 ms: torch's Python references), an einsum's tensor EINSUM_OPERAND_COST (its
+# contraction step), a graph input one. A graph's cost is at most MAX_COST (its dry run, each graph
+# at two batch sizes, then takes ~30 s), a node's operands at most MAX_NODE_OPERANDS, an einsum's
+# tensors MAX_EINSUM_OPERANDS; the worker's clock for the dry run comes from the cost
+# (`GraphNet.dry_run_seconds`).
+NODE_COST = 64
+EINSUM_OPERAND_COST = 32
+MAX_COST = 1 << 18  # per graph: 4,000 nodes of a few operands (honest ones: under 40,000, 600 nodes)
+MAX_NODE_OPERANDS = 4096  # per node: an honest `cat` lists tens of tensors, a view a few sizes
+MAX_EINSUM_OPERANDS = 16  # tensors per einsum: honest ones take 2 or 3
+MAX_STRING = 256  # characters of a string argument (an einsum equation, a reduction's name)
+# The trusted worker's clocks for its own bookkeeping, before the counted work sets the real runs':
+# a dry run's seconds per unit of cost, per run (~25 microseconds measured, ~100 on a machine
+# loaded 6 times over: benchmarks/results/graph_information.json's `dry_run`), unpacking's per byte
+# of the artifact, and the floor of each.
+DRY_RUN_SECONDS_PER_UNIT = 1e-4
+UNPACK_SECONDS_PER_BYTE = 1e-7
+BOOKKEEPING_SECONDS = 30.0
 
 
-# Data-selecting operators and their arguments that say which values they pick (`select(levels, 0, k)`
-# is the k-th value of a table: a value the model's code chose), not counted where they spell a whole
-# dimension (`_WHOLE`: a slice from 0, to the end, by 1).
-_SELECTING = {"select": ("index",), "narrow": ("start", "length"), "slice": ("start", "end", "step"),
-              "roll": ("shifts",), "diagonal": ("offset",), "diag_embed": ("offset",), "tril": ("diagonal",),
-              "triu": ("diagonal",)}
-_WHOLE = {"start": 0, "step": 1}
-_TO_THE_END = 1 << 62  # an `end` at least this is "to the end" (torch.export writes sys.maxsize)
+def unpack_seconds(size: int) -> float:
+    """The worker's clock for unpacking and parsing an artifact of `size` bytes (`unpack`, `GraphNet`)."""
+    return BOOKKEEPING_SECONDS + size * UNPACK_SECONDS_PER_BYTE
 
 
-def _literals(name: str, args: list, kwargs: dict, varying: list[bool], producers: list[str | None]) -> int:
-    """Values one node's arguments spell out (`GraphNet.carried`): the numbers it passes as data
-    (any number, to a Python size operator), the indices a data-selecting operator picks by
-    (`_SELECTING`, and which value of an `unbind` a `getitem` takes), and each reference in a list
-    to a value computed from no input and no parameter (`cat([c7, c3, c7, ...])` of a few constants
-    lays out a table)."""
-    if name == "operator.getitem":  # which output of a node: structure, but for unbind's values
-        source = args[0] if args and isinstance(args[0], _Ref) else None
-        unbind = source is not None and str(producers[source.index]).startswith("aten.unbind.")
-        return int(unbind and len(args) == 2 and type(args[1]) is int)
-    types = _argument_types(name)
-    positional, keyword = types if types is not None else ([], {})
-    count = 0
-    for kind, value in [*zip_longest(positional, args), *((keyword.get(k), v) for k, v in kwargs.items())]:
-        if types is None or (kind is not None and any(t in kind for t in _DATA_TYPES)):
-            count += _numbers(value)
+def int_bits(n: int) -> int:
+    """Bits to write the integer `n`: a sign and its magnitude's binary digits (0 -> 1, 3 -> 3,
+    -1 -> 2, 255 -> 9, an int64 holding 8 chosen bytes -> 64 or 65)."""
+    return 1 + abs(n).bit_length()
+
+
+def float_bits(x: float) -> int:
+    """Bits to write the float `x`: a sign, then the digits M and the exponent E of the shortest
+    decimal M * 10**E that reads back as `x` (Python's `repr`, what the JSON holds): 0.1 -> 4,
+    1e-05 -> 6, a float64 carrying 52 chosen bits -> about 60; inf and nan -> 2."""
+    if not math.isfinite(x):
+        return 2
+    _, digits, exponent = decimal.Decimal(repr(x)).normalize().as_tuple()
+    return 1 + int("".join(map(str, digits))).bit_length() + int_bits(int(exponent))
+
+
+class _Spelling:
+    """What one node's arguments spell, as `add` walks them: `bits` (each number by `int_bits` or
+    `float_bits`, None and a bool 1, a string 8 a byte, a tag `TAG_BITS`, a list its length then its
+    items, a keyword its place in the operator's schema; a reference 1 bit for whether it reads a
+    graph input or a node's value, then the input's place after the last input read, `last_input`,
+    or the value's distance back from the node), `operands` (the leaves: references and literals),
+    `refs` and `longest` (a string's characters)."""
+
+    __slots__ = ("at", "names", "inputs", "last_input", "bits", "operands", "refs", "longest")
+
+    def __init__(self, at: int, names: tuple[str, ...], inputs: int, last_input: int) -> None:
+        self.at, self.names, self.inputs, self.last_input = at, names, inputs, last_input
+        self.bits = self.operands = self.refs = self.longest = 0
+
+    def add(self, value: Any) -> None:
         if isinstance(value, list):
-            count += sum(1 for _, ref in _refs([value], {}) if not varying[ref.index])
-    if (selecting := _SELECTING.get(name.split(".")[1].removesuffix("_"))) is not None:
-        names = _argument_names(name)
-        for field, value in [*zip(names, args), *kwargs.items()]:
-            if field in selecting:
-                count += sum(1 for v in (value if isinstance(value, list) else [value]) if type(v) is int
-                             and v != _WHOLE.get(field) and not (field == "end" and v >= _TO_THE_END))
-    return count
+            self.bits += int_bits(len(value))
+            for item in value:
+                self.add(item)
+            return
+        if isinstance(value, dict):
+            self.add_keywords(value)
+            return
+        self.operands += 1
+        if isinstance(value, _Ref):
+            if value.index < self.inputs:
+                self.bits += 1 + int_bits(value.index - self.last_input - 1)
+                self.last_input = value.index
+            else:
+                self.bits += 1 + int_bits(self.at - value.index - 1)
+            self.refs += 1
+        elif value is None or type(value) is bool:
+            self.bits += 1
+        elif type(value) is int:
+            self.bits += int_bits(value)
+        elif type(value) is float:
+            self.bits += float_bits(value)
+        elif isinstance(value, str):
+            self.bits += 8 * len(value.encode("utf-8", "surrogatepass"))
+            self.longest = max(self.longest, len(value))
+        else:  # a dtype, layout, memory format, the device placeholder
+            self.bits += TAG_BITS
+
+    def add_keywords(self, kwargs: dict[str, Any]) -> None:
+        self.bits += int_bits(len(kwargs))
+        for key, value in kwargs.items():
+            self.bits += int_bits(self.names.index(key)) if key in self.names else 8 * len(key.encode(
+                "utf-8", "surrogatepass"))
+            self.add(value)
 
 
-def _numbers(value: Any) -> int:
-    if isinstance(value, list):
-        return sum(map(_numbers, value))
-    return int(type(value) in (int, float))
+def _bound_operands(i: int, op: str, spelled: _Spelling) -> None:
+    """Refuse a node whose dry run would cost more than its operands say (`MAX_NODE_OPERANDS`,
+    `MAX_EINSUM_OPERANDS`, `MAX_STRING`), before anything runs."""
+    if spelled.operands > MAX_NODE_OPERANDS:
+        raise GraphError(f"graph node {i} ({op}) takes {spelled.operands:,} operands, over the "
+                         f"{MAX_NODE_OPERANDS:,} a node may take")
+    if op.startswith("aten.einsum.") and spelled.refs > MAX_EINSUM_OPERANDS:
+        raise GraphError(f"graph node {i} ({op}) contracts {spelled.refs} tensors, over the "
+                         f"{MAX_EINSUM_OPERANDS} an einsum may take")
+    if spelled.longest > MAX_STRING:
+        raise GraphError(f"graph node {i} ({op}) takes a string of {spelled.longest:,} characters, over "
+                         f"the {MAX_STRING} allowed")
+
+
+def tensor_bits(value: torch.Tensor, values: bool) -> int:
+    """Bits of a graph input tensor the model's code chose: its dtype and shape (`int_bits` of its
+    rank and of each size), and with `values` its bytes, 8 bits each."""
+    shape = TAG_BITS + int_bits(value.dim()) + sum(map(int_bits, value.shape))
+    return shape + (8 * value.numel() * value.element_size() if values else 0)
 
 
 @functools.cache
-def _argument_types(name: str) -> tuple[list[str], dict[str, str]] | None:
-    """An aten operator's argument types, by position and by name; None for a Python operator."""
+def _argument_names(name: str) -> tuple[str, ...]:
+    """An aten operator's argument names, in its schema's order (a keyword is spelled by its place
+    there); none for a Python operator."""
     if not name.startswith("aten."):
-        return None
+        return ()
     _, op, overload = name.split(".")
-    arguments = getattr(getattr(torch.ops.aten, op), overload)._schema.arguments
-    return [str(a.type) for a in arguments if not a.kwarg_only], {a.name: str(a.type) for a in arguments}
-
-
-@functools.cache
-def _argument_names(name: str) -> list[str]:
-    """An aten operator's positional argument names."""
-    _, op, overload = name.split(".")
-    return [a.name for a in getattr(getattr(torch.ops.aten, op), overload)._schema.arguments if not a.kwarg_only]
+    return tuple(a.name for a in getattr(getattr(torch.ops.aten, op), overload)._schema.arguments)
 
 
 def _literal_args(node: dict) -> Any:
@@ -535,6 +623,12 @@ def _resolve(name: Any) -> Any:
         return _getitem if name == "operator.getitem" else _bounded(_OPERATORS[name])
     if not _OP_NAME.fullmatch(name):
         raise GraphError(f"graph operation {name[:60]!r} not allowed (aten tensor operators only)")
+    return _aten(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _aten(name: str) -> Any:
+    """An allowed aten operator by its name (resolved once per name: a graph repeats a few of them)."""
     _, op, overload = name.split(".")
     if not allowed(op, overload):
         raise GraphError(f"graph operation {name!r} not allowed (not among the operators a model may use, or "
@@ -580,13 +674,19 @@ _NORM_ARGS = {**dict.fromkeys(("batch_norm", "native_batch_norm", "_native_batch
 _LAYER_OPS = frozenset({"linear", "conv1d", "conv2d", "conv3d", "convolution", "conv_transpose1d",
                         "conv_transpose2d", "conv_transpose3d"})
 _ROLES = ("norm_weight", "norm_bias", "running_mean", "running_var")
-# Values a graph reads besides its parameters and normalisation statistics (the elements of buffers
-# and lifted constants, and the numbers its nodes spell out: `GraphNet.carried`), which are the model
-# code's own, never trained from nasflow's initial values: the first FREE_CARRIED are free (a lifted
-# `torch.tensor(2.0)`, an RGB mean, each BatchNorm's eps and momentum), the rest count as parameters,
-# and a graph with more than MAX_CARRIED is refused (a frozen pre-trained network's worth).
-FREE_CARRIED = 1024
-MAX_CARRIED = 65_536
+# What a network carries besides its input and trainable parameters, in bits (`GraphNet.carried`):
+# the model code's own choices, never trained from nasflow's initial values. The first FREE_BITS are
+# free: honest networks spell fewer (benchmarks/results/graph_information.json); the rest count as
+# parameters, BITS_PER_PARAMETER to one (a float32's), and a network carrying more than MAX_BITS is
+# refused (a frozen pre-trained table's worth).
+FREE_BITS = 1 << 17
+MAX_BITS = 3 << 16
+BITS_PER_PARAMETER = 32
+
+
+def carried_parameters(bits: int) -> int:
+    """The parameters `bits` carried count as: past FREE_BITS, one per BITS_PER_PARAMETER, rounded up."""
+    return -(-max(0, bits - FREE_BITS) // BITS_PER_PARAMETER)
 
 
 class GraphNet(nn.Module):
@@ -661,14 +761,25 @@ class GraphNet(nn.Module):
         program = self.programs["train" if self.training else "eval"]
         return program.run(self._bound(program), x)
 
+    @property
+    def cost(self) -> int:
+        """What one meta run of both graphs costs, as the parser counted it (`NODE_COST`, `MAX_COST`)."""
+        return sum(p.cost for p in self.programs.values())
+
+    def dry_run_seconds(self, train_batch: int = 0, batch: int = 2) -> float:
+        """The worker's clock for `dry_run(batch, ..., train_batch)`: its runs (each graph at one
+        batch, or two) at `DRY_RUN_SECONDS_PER_UNIT` per unit of `cost`, bounded before it runs."""
+        runs = len({batch, max(batch, train_batch)})
+        return BOOKKEEPING_SECONDS + runs * self.cost * DRY_RUN_SECONDS_PER_UNIT
+
     def dry_run(self, batch: int, budget_bytes: int, train_batch: int = 0) -> tuple[list[int], WorkCounter]:
         """Run both graphs on the meta device (no memory, no compute) to check that they execute,
         that one forward of `batch` images stays within `MAX_WORK`, and that training fits in
         `budget_bytes`, the memory the trainer has (`_Meter.training`); with a larger `train_batch`,
         again at that batch: within the same memory, and within `MAX_WORK` per image (a graph whose
         cost grows faster than its batch, mixing images, would pass at `batch` and cost far more in
-        training). Counts the one-element values the graphs list (`carried`). Returns the output
-        shape at `batch` and the eval graph's work at the larger batch (what one forward costs)."""
+        training). Returns the output shape at `batch` and the eval graph's work at the larger batch
+        (what one forward costs)."""
         shapes, work = [], WorkCounter()
         for size in sorted({batch, max(batch, train_batch)}):
             scale = size / batch
@@ -682,7 +793,6 @@ class GraphNet(nn.Module):
                                      f"pass of {size} images, over the limit of {MAX_WORK * scale:.3g}")
                 if size == batch:
                     shapes.append(list(out.shape))
-                    program.scalars = meter.scalars
         if shapes[0] != shapes[1]:
             raise GraphError(f"train and eval graphs disagree on the output shape ({shapes[0]} vs {shapes[1]})")
         return shapes[0], work
@@ -708,7 +818,7 @@ class GraphNet(nn.Module):
         roles: dict[tuple[str, str | None], set[str]] = {}
         for program in self.programs.values():
             n = len(program.inputs)
-            for (name, _), (_, args, kwargs) in zip(program.ops, program.steps):
+            for name, (_, args, kwargs) in zip(program.names, program.steps):
                 op = name.split(".")[1] if name.startswith("aten.") else name
                 places = dict(zip(_NORM_ARGS.get(op, ()), _ROLES))
                 counter = op == "add_" and len(args) == 2 and type(args[1]) is int and not kwargs
@@ -735,26 +845,27 @@ class GraphNet(nn.Module):
                 out[kind, target] = role
         return out
 
-    def carried(self) -> dict[str, list[int]]:
-        """What the graphs read besides their parameters: buffers and lifted constants (a
-        frozen feature bank, a pre-trained conv stack run by `F.conv2d`), except normalisation
-        running statistics and counters, "buffer <name>" or "constant <name>" -> shape; and the
-        values the graphs' nodes spell out (`_literals`: one weight per `mul(x, 0.37)`, a table as
-        `cat` of a few constants, `select(table, 0, k)`) or list one by one (`_Meter.scalars`, counted
-        by the dry run, else by a meta run here), "literals in the graphs" -> [count] (`FREE_CARRIED`,
-        `MAX_CARRIED`)."""
-        roles = self._roles()
-        stats = self._statistics(roles)
-        out = {f"{'buffer' if kind == 'BUFFER' else 'constant'} {target}": list(getattr(*self._slots[kind, target]).shape)
-               for kind, target in roles if (kind, target) in self._slots and kind != "PARAMETER"
-               and (kind, target) not in stats}
-        for program in self.programs.values():
-            if program.scalars is None:  # counted as the graph runs: a meta run, at the verification batch
-                meter = _Meter(_TO_THE_END, "")
-                self._meta_run(program, 2, meter, WorkCounter())
-                program.scalars = meter.scalars
-        if literals := sum(program.literals + (program.scalars or 0) for program in self.programs.values()):
-            out["literals in the graphs"] = [literals]
+    def carried(self) -> dict[str, int]:
+        """What the networks' outputs can depend on besides their input and trainable parameters, in
+        bits: "buffer <name>" and "constant <name>" -> its bytes, shape and dtype (`tensor_bits`; a
+        frozen feature bank, a table packed several values to an integer); "the <mode> graph" -> what
+        its nodes spell (`_Spelling`: int64 words, sizes, indices, pads, a reference's choice of
+        value); "tensor shapes" -> the shapes and dtypes of the tensors whose values training
+        redraws (`reinitialise`): empty parameters (nothing but a shape), normalisation statistics and
+        step counters. A parameter with elements is not counted here: its shape and dtype take fewer
+        bits than the 32 a parameter of it counts as. Compared with `FREE_BITS` and `MAX_BITS`."""
+        stats = self._statistics(self._roles())
+        out = {f"the {mode} graph": program.bits for mode, program in self.programs.items()}
+        shapes = 0
+        for (kind, target), (owner, name) in sorted(self._slots.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+            value = getattr(owner, name)
+            if kind == "PARAMETER" and value.numel():
+                continue
+            if kind == "PARAMETER" or (kind, target) in stats:
+                shapes += tensor_bits(value, values=False)
+            else:
+                out[f"{'buffer' if kind == 'BUFFER' else 'constant'} {target}"] = tensor_bits(value, values=True)
+        out["tensor shapes"] = shapes
         return out
 
     def reinitialise(self, seed: int) -> "GraphNet":
@@ -815,13 +926,30 @@ def _refs(args: list, kwargs: dict) -> list[tuple[int, _Ref]]:
         (-1, r) for r in nested(kwargs)]
 
 
+# Pairs of operations `compare` lets difflib match (its matching is quadratic: two graphs of
+# MAX_NODES operations would take it hours); honest parent and child graphs differ in far fewer.
+MAX_DIFF_PAIRS = 1 << 24
+
+
 def compare(parent: GraphNet, child: GraphNet) -> tuple[bool, int]:
     """(changed, changed_layers): whether the layers or the operation sequence
-    differ, and how many operations were inserted, deleted or replaced."""
+    differ, and how many operations were inserted, deleted or replaced, between the sequences'
+    common start and end; where that middle is over `MAX_DIFF_PAIRS` pairs, at least how many
+    (the operations one has that the other lacks), in linear time."""
 
     (old_layers, old_ops), (new_layers, new_ops) = parent.signature(), child.signature()
-    diff = difflib.SequenceMatcher(None, old_ops, new_ops, autojunk=False)
-    edits = sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in diff.get_opcodes() if tag != "equal")
+    start = 0
+    while start < min(len(old_ops), len(new_ops)) and old_ops[start] == new_ops[start]:
+        start += 1
+    end = 0
+    while end < min(len(old_ops), len(new_ops)) - start and old_ops[-1 - end] == new_ops[-1 - end]:
+        end += 1
+    old, new = old_ops[start:len(old_ops) - end], new_ops[start:len(new_ops) - end]
+    if len(old) * len(new) > MAX_DIFF_PAIRS:
+        edits = max(len(old), len(new)) - sum((Counter(old) & Counter(new)).values())
+    else:
+        diff = difflib.SequenceMatcher(None, old, new, autojunk=False)
+        edits = sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in diff.get_opcodes() if tag != "equal")
     return edits > 0 or old_layers != new_layers, edits
 
 

@@ -4,7 +4,8 @@ Everything a child's graph costs that is not decided on shapes (fvcore's trace a
 forward and backward, the zero-cost proxies of a training's fresh network, the training) runs in
 a separate process (`nas.sandbox.trusted_worker`), so a graph that the cost model underrates
 (`WorkCounter`) costs one refused trial, not the host. This module is the parent's side: it starts
-the worker, feeds it, checks every message it sends and enforces its limits. They work on a GPU too
+the worker, feeds it, reads every message it sends by the sandbox's protocol (`nas.sandbox.protocol`)
+and enforces its limits. They work on a GPU too
 (an address-space cap would not: CUDA reserves tens of GB of virtual memory): a data-segment cap
 (RLIMIT_DATA) and the parent's watch on its resident memory (`VmRSS`), both `memory_mb` above
 what it holds once imported, and on a GPU the CUDA caching allocator's cap at `memory_mb`; a
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import selectors
 import signal
@@ -33,7 +33,7 @@ from typing import Any
 
 from nas.sandbox.isolation import package_root
 from nas.sandbox.limits import MB
-from nas.terminal import printable
+from nas.sandbox.protocol import CHECK_WORKER, MAX_LINE, TRAINING_WORKER, ProtocolError
 from nas.train.progress import EpochProgress, OnEpoch
 
 # What the real runs of the check cost per unit of counted work, and their floor (fvcore's trace
@@ -49,9 +49,7 @@ IMAGE_SECONDS = 1e-4
 # work: bounded by MAX_WORK on meta tensors.
 STARTUP_SECONDS = 180.0
 _POLL_S = 0.05  # how often the worker's resident memory is read
-_MAX_LINE = 1 << 20  # bytes of one message from the worker (a verdict, a result, an epoch's progress)
 _LENGTH = struct.Struct("<Q")
-_MAX_WHY = 1000  # characters of the line saying why a graph has no proxy scores
 
 # Who hears the zero-cost proxies' scores of a training's fresh network (the names asked for, each a
 # finite float), or the one line saying why a proxy could not run on the graph.
@@ -137,11 +135,14 @@ class TrustedWorker:
               on_epoch: OnEpoch | None = None, on_proxies: OnProxies | None = None,
               names: Collection[str] = ()) -> dict[str, Any] | Refusal:
         """Feed the worker; watch its memory and clocks while it works; its final message, or the limit
-        hit. The proxies `names` come back once at most, before the result."""
+        hit. Each line is read by the protocol (`protocol.CHECK_WORKER`, `TRAINING_WORKER`); when
+        a message may come is said here: its resident memory first and once, its work counts once
+        (a second would move the wall clock), the proxies `names` once at most, before the result."""
         data = json.dumps(request).encode() + b"\n" + _LENGTH.pack(len(artifact)) + artifact
         threading.Thread(target=_feed, args=(self.proc.stdin, data), daemon=True).start()
         assert self.proc.stdout is not None  # stdout=PIPE
         fd, buffer, base_rss, scored, worked = self.proc.stdout.fileno(), b"", None, False, False
+        channel = CHECK_WORKER if self.job == "check" else TRAINING_WORKER
         deadline = time.monotonic() + STARTUP_SECONDS
         what = "its start and dry run"
         with selectors.DefaultSelector() as sel:
@@ -158,45 +159,38 @@ class TrustedWorker:
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
                     return self._ended()
-                if len(buffer) + len(chunk) > _MAX_LINE:
-                    return self._malformed()
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
+                *lines, buffer = (buffer + chunk).split(b"\n")
+                if len(buffer) > MAX_LINE:
+                    return self._malformed(f"a line of over {MAX_LINE:,} bytes")
                 for line in lines:
                     try:
-                        msg = json.loads(line)
-                    except ValueError:
-                        return self._malformed()
-                    if not isinstance(msg, dict):
-                        return self._malformed()
+                        kind, msg = channel.parse(line)
+                    except ProtocolError as err:
+                        return self._malformed(str(err))
                     if base_rss is None:  # its first message, and only that one, says its base
-                        if (base_rss := ready_rss(msg)) is None:
-                            return self._malformed()
-                    elif "ready" in msg:
-                        return self._malformed()
-                    elif "work" in msg:  # once: a second would move the wall clock
-                        if worked or not work_counts(msg, self.job):
-                            return self._malformed()
+                        if kind != "ready":
+                            return self._malformed(f"a first message other than its resident memory ({kind})")
+                        base_rss = msg["ready"]
+                    elif kind == "ready":
+                        return self._malformed("its resident memory a second time")
+                    elif kind == "work":
+                        if worked:
+                            return self._malformed("a second set of work counts")
                         worked, seconds = True, seconds_for(msg)
                         deadline, what = time.monotonic() + seconds, f"{seconds:.0f} s for its counted work"
-                    elif "limit" in msg:
-                        why = exceeded(msg["limit"], self.memory_mb)
-                        return self._malformed() if why is None else self._refused(why)
-                    elif "epoch" in msg:
-                        if (progress := _progress(msg["epoch"])) is None:
-                            return self._malformed()
+                    elif kind == "limit":
+                        return self._refused(exceeded(msg["limit"], self.memory_mb))
+                    elif kind == "epoch":
                         if on_epoch is not None:
-                            on_epoch(progress)
-                    elif "proxies" in msg or "no_proxies" in msg:
+                            on_epoch(EpochProgress(**msg["epoch"]))
+                    elif kind in ("proxies", "no_proxies"):
                         if scored or (scores := proxy_scores(msg, names)) is None:
-                            return self._malformed()
+                            return self._malformed("proxy scores not asked for, or asked for again")
                         scored = True
                         if on_proxies is not None:
                             on_proxies(scores)
-                    elif final_message(msg, self.job):
+                    else:  # its result (verdict, error, failed, trained): the channel's every other message, the last
                         return msg
-                    else:
-                        return self._malformed()
 
     def _ended(self) -> Refusal:
         rc = self.proc.wait()
@@ -206,93 +200,33 @@ class TrustedWorker:
         result = "verdict" if self.job == "check" else "result"
         return Refusal(f"the parent's {self.job} of the graph ended without a {result} (exit status {rc})", "crash")
 
-    def _malformed(self) -> Refusal:
+    def _malformed(self, why: str) -> Refusal:
+        """`why`: the protocol's line (escaped), or which message came out of its turn."""
         self.close()
-        return Refusal(f"the parent's {self.job} of the graph sent a malformed message (over {_MAX_LINE} bytes "
-                       "a line, not JSON, a first message other than its resident memory or a second one, work "
-                       "counts other than its job's or a second set, an unknown limit or progress field, proxy "
-                       "scores not asked for, or a result of another form)", "crash")
+        return Refusal(f"the parent's {self.job} of the graph sent a malformed message ({why})", "crash")
 
     def _refused(self, why: str) -> Refusal:
         self.close()
         return Refusal(f"refused: the parent's {self.job} of the graph {why}")
 
 
-def _progress(data: object) -> EpochProgress | None:
-    """An epoch's progress from the worker's message, its known fields only, each checked; else None."""
-    fields = {"label": str, "epoch": int, "epochs": int, "loss": float, "elapsed": float, "terminated": str}
-    if not isinstance(data, dict) or set(data) != set(fields):
-        return None
-    for key, kind in fields.items():
-        value = data[key]
-        if kind is float and type(value) is int:
-            value = data[key] = float(value)
-        if not (type(value) is kind or (key == "terminated" and value is None)) or (
-                isinstance(value, str) and len(value) > 1000):
-            return None
-    return EpochProgress(**data)
-
-
-def ready_rss(msg: dict[str, Any]) -> int | None:
-    """The worker's first message, `{"ready": bytes}`: its resident memory once imported, the base
-    of the memory watch, so a forged one would move the limit. An integer (not a bool) from 0 to
-    the machine's memory, or None."""
-    rss = msg.get("ready") if len(msg) == 1 else None
-    return rss if _count(rss, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")) else None
-
-
-# The counts of the worker's `{"work": ...}` message, per job: what its clocks are derived from
-WORK_FIELDS = {"check": ("work",), "training": ("work", "images", "epochs")}
-# The worker's last message, per job: its one key and that value's type (`measure`, `train_artifact`)
-FINAL_FIELDS: dict[str, dict[str, type]] = {"check": {"verdict": dict},
-                                            "training": {"verdict": dict, "error": str, "failed": str,
-                                                         "trained": list}}
-
-
-def work_counts(msg: dict[str, Any], job: str) -> bool:
-    """The work message has exactly its job's counts, each an integer (not a bool) from 0 to 2**63:
-    a string would fail in the parent, a huge count push the wall clock out of reach."""
-    return set(msg) == set(WORK_FIELDS[job]) and all(_count(v, (1 << 63) - 1) for v in msg.values())
-
-
-def _count(value: object, most: int) -> bool:
-    """An integer (a bool is not one) from 0 to `most`: what each size and count in a message must be."""
-    return type(value) is int and 0 <= value <= most
-
-
-def final_message(msg: dict[str, Any], job: str) -> bool:
-    """The worker's result: one of its job's keys with a value of that key's type; anything else
-    would reach the parent's reading of it as a KeyError or TypeError, not a one-line refusal."""
-    kinds = FINAL_FIELDS[job]
-    return len(msg) == 1 and (key := next(iter(msg))) in kinds and type(msg[key]) is kinds[key]
-
-
-def exceeded(kind: object, memory_mb: int) -> str | None:
-    """What a refusal says of the worker's `{"limit": kind}` (`trusted_worker.limit_hit`): the cap
-    that refused an allocation, host memory ("memory") or the GPU's ("gpu"), both at `memory_mb`;
-    None for any other kind."""
-    for name, what in (("memory", "memory limit"), ("gpu", "GPU memory limit")):
-        if kind == name:
-            return f"exceeded its {what} ({memory_mb} MB)"
-    return None
+def exceeded(kind: str, memory_mb: int) -> str:
+    """What a refusal says of the worker's `{"limit": kind}` (`trusted_worker.limit_hit`, one of
+    `protocol.LIMITS`): the cap that refused an allocation, host memory ("memory") or the GPU's
+    ("gpu"), both at `memory_mb`."""
+    return f"exceeded its {'GPU memory' if kind == 'gpu' else 'memory'} limit ({memory_mb} MB)"
 
 
 def proxy_scores(msg: dict[str, Any], names: Collection[str]) -> dict[str, float] | str | None:
-    """The worker's proxy message: `{"proxies": scores}` with exactly the `names` asked for, each a
-    finite float (as `score_network` gives them); or `{"no_proxies": why}`, one line of at most
-    `_MAX_WHY` characters, escaped. Anything else (nothing asked for, another name, a missing one, an
-    integer, NaN) is None."""
-    if not names or len(msg) != 1:
+    """The scores of a proxy message the protocol read (`{"proxies": finite floats by name}`), in the
+    order of `names`, when they are exactly the `names` asked for; or its `{"no_proxies": why}`, one
+    escaped line. None when nothing was asked for, or a name is missing or not asked for."""
+    if not names:
         return None
     if "no_proxies" in msg:
-        why = msg["no_proxies"]
-        return printable(why) if type(why) is str and len(why) <= _MAX_WHY else None
+        return msg["no_proxies"]
     scores = msg["proxies"]
-    if not isinstance(scores, dict) or set(scores) != set(names):
-        return None
-    if not all(type(v) is float and math.isfinite(v) for v in scores.values()):
-        return None
-    return {name: scores[name] for name in names}
+    return {name: scores[name] for name in names} if set(scores) == set(names) else None
 
 
 def _feed(pipe: Any, data: bytes) -> None:

@@ -5,7 +5,9 @@ from the counted work, on a GPU the CUDA caching allocator's cap) and runs one j
 the check (`nas.sandbox.verify.measure`) or the training (`nas.sandbox.verify.train_artifact`),
 answering in JSON lines on stdout that the parent checks one by one. Its module imports stay light
 (torch loads in `main`, after its priority is lowered), and it runs no code of the model: only the
-operators of `nas.sandbox.graph`'s allowed set.
+operators of `nas.sandbox.graph`'s allowed set. Its own bookkeeping before the counted work (unpacking
+the artifact, the dry run) runs phase by phase, each on a clock of its own (`_phase`) that the
+phase's size sets before it starts: no phase waits on the parent's start-up allowance alone.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from nas.sandbox.limits import MB, refused_allocation
 from nas.sandbox.trusted import _LENGTH, _status, check_seconds, train_seconds
-from nas.sandbox.verify import measure, train_artifact
+from nas.sandbox.verify import Verdict, measure, train_artifact
 from nas.train.progress import EpochProgress
 
 
@@ -124,21 +126,71 @@ def _cpu_limit(seconds: float, threads: int) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
 
 
+class _OutOfTime(BaseException):
+    """The worker's phase ran past its clock (`_phase`): not an `Exception`, so no handler of the
+    check's own (a graph that does not run) takes it for the graph's failure."""
+
+
+_CLOCK: dict[str, Any] = {"what": None, "seconds": 0.0}
+
+
+def _out_of_time(signum: int, frame: Any) -> None:
+    raise _OutOfTime
+
+
+def _phase(what: str | None, seconds: float, threads: int) -> None:
+    """Start the clock of the worker's phase `what` (say, "its dry run (1,234 nodes and operands)"):
+    a wall-clock alarm and a CPU-time soft limit on every thread, `seconds` from now, past either of
+    which the phase ends in `_OutOfTime` (RLIMIT_CPU signals even inside an operator; the hard limit
+    and the parent's wall clock stay behind it). `what` None stops both, for the counted work, whose
+    clocks are `_cpu_limit`'s and the parent's."""
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    if what is None:  # ignored first, so no signal of the clock being stopped can end the phase
+        for sig in (signal.SIGALRM, signal.SIGXCPU):
+            signal.signal(sig, signal.SIG_IGN)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))
+        for sig in (signal.SIGALRM, signal.SIGXCPU):
+            signal.signal(sig, signal.SIG_DFL)
+        return
+    _CLOCK.update(what=what, seconds=seconds)
+    for sig in (signal.SIGALRM, signal.SIGXCPU):
+        signal.signal(sig, _out_of_time)
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = math.ceil(used.ru_utime + used.ru_stime + seconds * threads)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu if hard == resource.RLIM_INFINITY else min(cpu, hard), hard))
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+
+
+def _late(job: str) -> dict[str, Any]:
+    """The failed verdict of a phase past its clock, as one line."""
+    return Verdict(ok=False, stage="limits", error=(
+        f"limits: refused: the parent's {job} of the graph exceeded its clock for {_CLOCK['what']} "
+        f"({_CLOCK['seconds']:.0f} s)")).to_dict()
+
+
 def _check(request: dict[str, Any], artifact: bytes, threads: int) -> None:
     def on_work(units: int) -> None:
+        _phase(None, 0.0, threads)
         _cpu_limit(check_seconds(units, request["input_shape"][0]), threads)
         _send({"work": units})
 
     try:
-        verdict = measure(artifact, on_work=on_work, **request)
+        verdict = measure(artifact, on_work=on_work, on_phase=lambda what, s: _phase(what, s, threads), **request)
+        _phase(None, 0.0, threads)  # a refusal before the work: its clock stopped
     except MemoryError:
+        _phase(None, 0.0, threads)
         _send({"limit": "memory"})
         return
+    except _OutOfTime:
+        _phase(None, 0.0, threads)
+        verdict = _late("check")
     _send({"verdict": verdict})
 
 
 def _train(request: dict[str, Any], artifact: bytes, images: Any, threads: int) -> None:
     def on_work(units: int, count: int, epochs: int) -> None:
+        _phase(None, 0.0, threads)
         _cpu_limit(train_seconds(units, count, epochs), threads)
         _send({"work": units, "images": count, "epochs": epochs})
 
@@ -150,7 +202,11 @@ def _train(request: dict[str, Any], artifact: bytes, images: Any, threads: int) 
 
     try:
         result = train_artifact(artifact, images, on_work=on_work, on_epoch=on_epoch, on_proxies=on_proxies,
-                                **request)
+                                on_phase=lambda what, s: _phase(what, s, threads), **request)
+        _phase(None, 0.0, threads)  # a refusal before the work: its clock stopped
+    except _OutOfTime:
+        _phase(None, 0.0, threads)
+        result = {"verdict": _late("training")}
     except Exception as err:  # noqa: BLE001 - a cap that refused an allocation is the limit, in one line
         if (kind := limit_hit(err)) is None:
             raise

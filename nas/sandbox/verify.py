@@ -4,7 +4,9 @@ The candidate source is never imported or exec'd here: this process only
 `compile()`s it for the syntax check, then runs `nas.sandbox.worker` isolated
 by the OS (`isolation.py`: namespaces, read-only file system, no network,
 empty environment, killed with this process) with rlimits and a wall clock.
-The child reports JSON lines on a pipe, validated field by field, and sends
+The child reports JSON lines on a pipe, each read by the sandbox's one strict
+parser (`protocol.py`: every field's type and bound; anything else is one
+malformed-report line), and sends
 the model as graph data (`graph.py`), which the trusted side loads, measures and
 trains itself: parameters, FLOPs, output checks and accuracy never come from
 the untrusted side. The real runs of that check (fvcore's trace, a forward and a
@@ -46,17 +48,26 @@ from nas.home import home
 from nas.io import atomic_write_bytes
 from nas.sandbox.isolation import SANDBOX_TMP, isolation, package_root
 from nas.sandbox.limits import MB, Limits, out_of_memory, refused_allocation
+from nas.sandbox.protocol import (
+    CHILD,
+    CHILD_VERDICT,
+    MAX_ERROR,
+    MAX_SEEDS,
+    MAX_TRACEBACK,
+    POLICY,
+    SIGNALS,
+    ProtocolError,
+    exit_words,
+)
+from nas.sandbox.protocol import STAGES as STAGES  # the sandbox's public name (nas.sandbox)
 from nas.sandbox.trusted import OnProxies, Refusal, TrustedWorker
-from nas.terminal import printable
+from nas.terminal import clipped, printable
 from nas.train.engine import Engine
 from nas.train.recipe import Recipe
 from nas.train.result import TrainResult
 
 log = logging.getLogger(__name__)
 
-STAGES = ("syntax", "import", "instantiate", "forward", "output_shape", "backward", "export", "measure",
-          "structure", "graph", "train", "done", "limits", "policy", "crash")
-MAX_SEEDS = 16
 _MAX_SOURCE = 1 << 20
 _WATCH_EVERY_S = 0.25  # how often a shared work folder's size is read
 _MAX_ARTIFACT = 512 << 20  # bytes of graph + weights read from the artifact pipe
@@ -72,11 +83,6 @@ CHECK_BATCH = 256
 MAC_TOLERANCE = 1.1
 _MAX_REPORT = 1 << 20  # bytes read from the report pipe; a flood beyond is a malformed report
 _OUTPUT_TAIL = 64 << 10  # bytes of the child's stdout+stderr kept, for crash diagnostics
-# Bounds on a verdict's numbers, past any real model's: a count beyond them is a forged report.
-MAX_COUNT = 1 << 53  # params, FLOPs: exact as a JSON float too
-MAX_DIM = 1 << 31  # an output dimension
-MAX_NODES = 1 << 20  # layers, changed layers
-MAX_WALL_S = 1e7  # seconds: 115 days
 _NO_BUDGET = 1 << 62  # bytes: a dry run that counts work and checks no memory
 
 
@@ -115,52 +121,23 @@ class Verdict:
     graph: str | None = None
 
     def __post_init__(self) -> None:
-        """Its text may hold what a model's code wrote (an exception message): escaped here, so no
-        verdict carries a terminal escape or, in `error`, a second line (`nas.terminal`)."""
-        self.error, self.export_error = (None if v is None else printable(v) for v in (self.error, self.export_error))
-        self.traceback = None if self.traceback is None else printable(self.traceback, lines=True)
+        """Its text may hold what a model's code wrote (an exception message, a class's name): escaped
+        here, so no verdict carries a terminal escape, a bidi override or a lone surrogate, or, in
+        `error`, a second line (`nas.terminal`); and cut to the protocol's bounds, so every verdict
+        made passes its check (`nas.sandbox.protocol`) as sent."""
+        self.error, self.export_error = (None if v is None else clipped(printable(v), MAX_ERROR)
+                                         for v in (self.error, self.export_error))
+        if self.traceback is not None:
+            self.traceback = clipped(printable(self.traceback, lines=True), MAX_TRACEBACK, tail=True)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_child(cls, data: object) -> "Verdict":
-        """Build from the child's JSON, checking every field: the child ran
-        untrusted code and may have written anything on the pipe."""
-        if not isinstance(data, dict) or set(data) != {f.name for f in dataclasses.fields(cls)}:
-            raise ValueError("report has the wrong fields")
-        checks = {"ok": lambda v: type(v) is bool, "stage": lambda v: v in STAGES,
-                  "error": _opt_line(1000), "traceback": _opt_str(8000), "params": _opt_int(MAX_COUNT),
-                  "flops": _opt_int(MAX_COUNT), "changed": lambda v: v is None or type(v) is bool,
-                  "output_shape": lambda v: v is None or (type(v) is list and len(v) <= 8
-                                                          and all(_count(n, MAX_DIM) for n in v)),
-                  "changed_layers": _opt_int(MAX_NODES), "layers": _opt_int(MAX_NODES),
-                  "self_reported": lambda v: type(v) is bool, "export_error": _opt_line(1000),
-                  "wall_s": lambda v: type(v) in (int, float) and math.isfinite(v) and 0 <= v <= MAX_WALL_S,
-                  "graph": lambda v: v is None or (type(v) is str and re.fullmatch(r"[0-9a-f]{64}", v) is not None)}
-        bad = [k for k, check in checks.items() if not check(data[k])]
-        if bad:
-            raise ValueError(f"report field(s) {', '.join(bad)} malformed")
-        if data["ok"] != (data["stage"] == "done") or (not data["ok"] and not data["error"]):
-            raise ValueError("report's ok, stage and error disagree")
-        return cls(**data)
-
-
-def _count(v: object, cap: int) -> bool:
-    return type(v) is int and 0 <= v <= cap
-
-
-def _opt_int(cap: int) -> Callable[[object], bool]:
-    return lambda v: v is None or _count(v, cap)
-
-
-def _opt_str(cap: int):
-    return lambda v: v is None or (isinstance(v, str) and len(v) <= cap)
-
-
-def _opt_line(cap: int):
-    """A single-line field: a line break in it would print as a line of its own (a forged verdict)."""
-    return lambda v: _opt_str(cap)(v) and (v is None or ("\n" not in v and "\r" not in v))
+        """Build from a child's verdict (or a kept one), every field checked (`protocol.CHILD_VERDICT`):
+        the child ran untrusted code and may have written anything. Raises ProtocolError (a ValueError)."""
+        return cls(**CHILD_VERDICT.check(data))
 
 
 def verify_model_source(source: str, *, num_classes: int = 10,
@@ -301,14 +278,17 @@ def _other_graph(trained: str | None, checked: str) -> Verdict:
 
 
 def measure(artifact: bytes, *, num_classes: int, input_shape: list[int], memory_mb: int, with_parent: bool,
-            batch: int, seeds: list[int], on_work: Callable[[int], None]) -> dict:
+            batch: int, seeds: list[int], on_work: Callable[[int], None],
+            on_phase: Callable[[str, float], None] | None = None) -> dict:
     """Load, check and measure the exported graph (in the trusted worker, `nas.sandbox.trusted`); its
     cost per image is checked at the training batch `batch` (at least `CHECK_BATCH`) against its
     counted FLOPs. Every refusal decidable on shapes comes first, on the meta device
     (`GraphNet.dry_run`): work, a training step's memory at that batch against `memory_mb` (what
     the trainer has), carried data, work beyond what fvcore could count; `on_work` then hears the
     work per image (the worker's clocks start from it); then fvcore's trace at batch 1 and the
-    checks on its count; only then a real forward and backward at the verification batch. Returns
+    checks on its count; only then a real forward and backward at the verification batch. Before
+    that, `on_phase` hears each phase of the worker's own bookkeeping with the seconds its size
+    allows (`unpack_seconds`, `GraphNet.dry_run_seconds`): the worker keeps a clock for each. Returns
     the verdict's dict, with the graph's hash; raises MemoryError when an allocation failed. `seeds`:
     the training weight sets the artifact holds besides, each of which must hash as the graph checked."""
     import torch  # lazy: loads torch (start-up time)
@@ -316,9 +296,11 @@ def measure(artifact: bytes, *, num_classes: int, input_shape: list[int], memory
     from nas.measure import count_flops, count_params  # lazy: loads torch (start-up time)
 
     # lazy: loads torch (start-up time)
-    from nas.sandbox.graph import MAX_CARRIED, GraphError, GraphNet, compare, graph_hash, unpack
+    from nas.sandbox.graph import MAX_BITS, GraphError, GraphNet, compare, graph_hash, unpack, unpack_seconds
 
+    phase = on_phase or (lambda what, seconds: None)
     try:
+        phase(f"unpacking its {len(artifact):,} bytes", unpack_seconds(len(artifact)))
         art = unpack(artifact, _MAX_ARTIFACT, ("init", "const", *(f"seed{seed}" for seed in seeds),
                                                *(("parent", "parent_const") if with_parent else ())))
         net = GraphNet(art)
@@ -326,21 +308,21 @@ def measure(artifact: bytes, *, num_classes: int, input_shape: list[int], memory
         if net.input_shape[1:] != tuple(input_shape[2:]) or (
                 channels != input_shape[1] and not _grey_as_rgb(channels, input_shape[1])):
             raise GraphError(f"graph takes input {list(net.input_shape)}, not {list(input_shape[1:])}")
+        carried = net.carried()  # on the graph's data alone: before anything runs
+        if (bits := sum(carried.values())) > MAX_BITS:
+            return Verdict(ok=False, stage="graph", error=(
+                f"graph: carries {bits:,} bits besides its input and trainable parameters (the values of "
+                f"buffers and constants, the literals, sizes and references its nodes spell, tensor shapes; "
+                f"most in {_most(carried)}), over the {MAX_BITS:,} allowed: what the model's code chose is "
+                f"never trained here (make tables nn.Parameters)")).to_dict()
         shape = (input_shape[0], channels, *input_shape[2:])
         big = max(batch, CHECK_BATCH)
+        phase(f"its dry run (a cost of {net.cost:,})", net.dry_run_seconds(big, shape[0]))
         out_shape, work = net.dry_run(shape[0], memory_mb * MB, big)
         expected = [shape[0], num_classes]
         if out_shape != expected:
             return Verdict(ok=False, stage="output_shape", output_shape=out_shape,
                            error=f"output_shape: output shape {out_shape} != expected {expected} (batch, num_classes)").to_dict()
-        carried = net.carried()
-        if (elements := sum(map(math.prod, carried.values()))) > MAX_CARRIED:
-            name, size = max(carried.items(), key=lambda kv: math.prod(kv[1]))
-            return Verdict(ok=False, stage="graph", error=(
-                f"graph: reads {elements:,} values of buffers, constants and literals besides "
-                f"its parameters and normalisation statistics (largest: {name[:80]} {size}), over the "
-                f"{MAX_CARRIED:,} allowed: their values are the model code's, never trained here (make them "
-                f"nn.Parameters)")).to_dict()
         hidden = work.other // big  # per image, outside convolutions and matrix products
         slack = UNCOUNTED_PER_INPUT * math.prod(shape[1:])
         # On shapes first: fvcore counts at most `fvcore_bound` FLOPs (twice that for the slack of its
@@ -380,6 +362,20 @@ def measure(artifact: bytes, *, num_classes: int, input_shape: list[int], memory
         return Verdict(ok=False, stage="graph",
                        error=f"graph: does not run: {type(err).__name__}: {str(err).splitlines()[0][:300]}").to_dict()
     return verdict.to_dict()
+
+
+def _most(carried: dict[str, int]) -> str:
+    """Which part of what a graph carries (`GraphNet.carried`) holds the most: a graph, the tensor
+    shapes, or its buffers and constants together (then the largest of them named too)."""
+    tensors = {k: v for k, v in carried.items() if k.startswith(("buffer ", "constant "))}
+    parts = {k: v for k, v in carried.items() if k not in tensors}
+    if tensors:
+        parts["buffers and constants"] = sum(tensors.values())
+    name, most = max(parts.items(), key=lambda kv: kv[1])
+    if name != "buffers and constants":
+        return f"{name}: {most:,} bits"
+    largest, size = max(tensors.items(), key=lambda kv: kv[1])
+    return f"buffers and constants ({len(tensors):,} tensors): {most:,} bits, the largest {largest[:80]} with {size:,}"
 
 
 def _grey_as_rgb(graph_channels: int, data_channels: int) -> bool:
@@ -473,7 +469,8 @@ def _on_one_device(devices: int) -> None:
 
 def train_artifact(artifact: bytes, images, *, graph: str, seeds: list[int], recipe: dict, engine: dict,
                    labels: list[str], out: str | None, probe: int | None, proxies: dict | None,
-                   on_work: Callable[[int, int, int], None], on_epoch, on_proxies: OnProxies) -> dict:
+                   on_work: Callable[[int, int, int], None], on_epoch, on_proxies: OnProxies,
+                   on_phase: Callable[[str, float], None] | None = None) -> dict:
     """Train each seed's network of `artifact` on `images` (in the training worker,
     `nas.sandbox.trusted_worker`), from values drawn under the seed, refusing a network that does
     not hash as `graph` (the one checked). `on_work` hears the counted work per image, the images
@@ -482,15 +479,18 @@ def train_artifact(artifact: bytes, images, *, graph: str, seeds: list[int], rec
     fresh network's scores (`_proxy_scores`). Returns {"trained": [result dicts]}, {"verdict": a
     failed verdict's dict}, {"failed": the train-stage line} or {"error": a NasError's line}; raises
     what a training stopped by a refused allocation raised (`refused_allocation`, for the worker's
-    `limit_hit`), a compile failure on an out-of-memory too."""
+    `limit_hit`), a compile failure on an out-of-memory too. `on_phase`: as `measure`'s, for the
+    unpacking (each seed's network hashed) and the dry run before the work."""
     import torch  # lazy: loads torch (start-up time)
     from safetensors.torch import save  # lazy: the worker's only use
 
-    from nas.sandbox.graph import GraphError, GraphNet, graph_hash, unpack  # lazy: loads torch (start-up time)
+    from nas.sandbox.graph import GraphError, GraphNet, graph_hash, unpack, unpack_seconds  # lazy: loads torch
     from nas.train.run import train_one  # lazy: loads torch and Lightning (start-up time)
 
     r = Recipe.from_dict(recipe)
+    phase = on_phase or (lambda what, seconds: None)
     try:
+        phase(f"unpacking its {len(artifact):,} bytes for {len(seeds)} seeds", len(seeds) * unpack_seconds(len(artifact)))
         art = unpack(artifact, _MAX_ARTIFACT, ("init", "const", *(f"seed{seed}" for seed in seeds)))
         nets = {}
         for seed in seeds:
@@ -498,6 +498,7 @@ def train_artifact(artifact: bytes, images, *, graph: str, seeds: list[int], rec
                 return {"verdict": _other_graph(hashed, graph).to_dict()}
             nets[seed] = _seed_net(art, seed)
         big = max(r.batch_size, CHECK_BATCH)
+        phase(f"its dry run (a cost of {nets[seeds[0]].cost:,})", nets[seeds[0]].dry_run_seconds(big))
         # its work only: the check refused, on shapes, a training step over the trainer's memory
         work = nets[seeds[0]].dry_run(2, _NO_BUDGET, big)[1]
     except GraphError as err:
@@ -661,9 +662,10 @@ def hidden_paths(train: dict | None) -> tuple[str, ...]:
 
 def exit_status(proc: subprocess.Popen, iso) -> int | None:
     """The child's return code, negative for a signal as Popen says it, also
-    under bwrap (which exits 128+N when its child died of signal N)."""
+    under bwrap (which exits 128+N when its child died of signal N; a status past
+    128 that names no signal is the child's own, kept as it is)."""
     rc = proc.returncode
-    return 128 - rc if iso.isolated and rc is not None and rc > 128 else rc
+    return 128 - rc if iso.isolated and rc is not None and rc - 128 in SIGNALS else rc
 
 
 def _feed(pipe, data: bytes) -> None:
@@ -699,6 +701,7 @@ class ChildRun:
     verdict: object = None
     policy: object = None
     malformed: bool = False
+    problem: str | None = None  # what the first malformed line was (`protocol.ProtocolError`'s line)
     disk_full: bool = False  # wrote more than `Limits.tmp_mb` to the shared work folder (killed for it)
     output: bytes = b""
     artifact: bytes = b""
@@ -748,6 +751,8 @@ def _collect(proc: subprocess.Popen, report_fd: int, artifact_fd: int | None, de
                     *lines, report = report.split(b"\n")
                     for line in lines:
                         _take(run, line)
+    if report:  # its last line cut short
+        _refuse(run, "a last line without its newline")
     run.artifact = bytes(artifact)
     if watch is not None and _over(watch, watch_bytes):
         run.disk_full = True
@@ -786,23 +791,28 @@ def _exited(pid: int) -> bool:
 
 
 def _take(run: ChildRun, line: bytes) -> None:
+    """One line of the report pipe, read by the protocol (`protocol.CHILD`); a line it refuses, or a
+    message said more often than the child says it, makes the run's report malformed."""
     try:
-        msg = json.loads(line)
-    except (ValueError, RecursionError):  # not JSON or not UTF-8, an integer of over 4,300 digits, nesting
-        run.malformed = True
+        kind, msg = CHILD.parse(line)
+    except ProtocolError as err:
+        _refuse(run, str(err))
         return
-    if not isinstance(msg, dict) or len(msg) != 1:
-        run.malformed = True
-    elif "stage" in msg and msg["stage"] in STAGES:
+    if kind == "stage":
         run.stage = msg["stage"]
-    elif "verdict" in msg and run.verdict is None:  # the worker sends exactly one
+    elif kind == "verdict" and run.verdict is None:  # the worker sends exactly one
         run.verdict = msg["verdict"]
-    elif "policy" in msg and run.policy is None:
+    elif kind == "policy" and run.policy is None:
         run.policy = msg["policy"]
-    elif "trained" in msg and len(run.trained) < MAX_SEEDS:
+    elif kind == "trained" and len(run.trained) < MAX_SEEDS:
         run.trained.append(msg["trained"])
     else:
-        run.malformed = True
+        _refuse(run, f"a {kind} message once too often")
+
+
+def _refuse(run: ChildRun, problem: str) -> None:
+    run.malformed = True
+    run.problem = run.problem or problem
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -818,13 +828,12 @@ def conclude(run: ChildRun, limits: Limits) -> Verdict:
     """A policy report wins (the child may have swallowed the exception and
     looped on), then a complete verdict, then what the exit says."""
     rc, during = run.returncode, f" during {run.stage}"
-    if run.policy is not None:
-        policy = run.policy
-        if (isinstance(policy, dict) and set(policy) == {"error", "traceback"}
-                and isinstance(policy["error"], str) and policy["error"].startswith("policy: ")
-                and _opt_line(1000)(policy["error"]) and _opt_str(8000)(policy["traceback"])):
-            return Verdict(ok=False, stage="policy", error=policy["error"], traceback=policy["traceback"])
-        return _crash("malformed policy report from the sandbox", run)
+    if run.policy is not None:  # checked again (`protocol.POLICY`): a ChildRun may come from elsewhere
+        try:
+            policy = POLICY.check(run.policy)
+        except ProtocolError:
+            return _crash("malformed policy report from the sandbox", run)
+        return Verdict(ok=False, stage="policy", error=policy["error"], traceback=policy["traceback"])
     if run.disk_full:
         return Verdict(ok=False, stage="limits",
                        error=f"limits: wrote more than {limits.tmp_mb} MB to its work folder{during}")
@@ -842,10 +851,8 @@ def conclude(run: ChildRun, limits: Limits) -> Verdict:
     if rc == -signal.SIGKILL:  # not ours (that is timed_out): the CPU hard limit or the OOM killer
         return Verdict(ok=False, stage="limits", error=f"limits: killed by SIGKILL{during} (CPU or memory)")
     if run.malformed:
-        return _crash(f"malformed report from the sandbox{during}", run)
-    how = ("ended without an exit status" if rc is None else f"killed by {signal.Signals(-rc).name}" if rc < 0
-           else f"exited with status {rc}")
-    return _crash(f"sandbox {how}{during} without a verdict", run)
+        return _crash(f"malformed report from the sandbox{during}" + (f": {run.problem}" if run.problem else ""), run)
+    return _crash(f"sandbox {exit_words(rc)}{during} without a verdict", run)
 
 
 def _crash(what: str, run: ChildRun) -> Verdict:

@@ -40,7 +40,9 @@ from torch.overrides import TorchFunctionMode, resolve_name
 
 from nas.measure import count_flops, count_params
 from nas.sandbox.limits import Limits, apply_rlimits, install_policy, out_of_memory
+from nas.sandbox.protocol import MAX_ERROR, MAX_TRACEBACK
 from nas.sandbox.verify import Verdict
+from nas.terminal import clipped, printable
 
 _ALLOC = re.compile(r"tried to allocate (\d+) bytes")
 # Freed on the first failure, so a model that filled the address space still
@@ -57,7 +59,8 @@ class Stop(Exception):
 
 
 class Reporter:
-    """The child's side of the report pipe: one JSON object per line."""
+    """The child's side of the report pipe: one JSON object per line, each a message of the
+    protocol the parent reads them by (`nas.sandbox.protocol.CHILD`)."""
 
     def __init__(self, fd: int):
         self.fd = fd
@@ -73,9 +76,12 @@ class Reporter:
         self.send(stage=stage)
 
     def deny(self, error: str, tb: str | None) -> NoReturn:
+        """Report a forbidden action and leave. `error` may quote the model (a path it opened): escaped
+        and cut, as a verdict's text is, to the protocol's bounds."""
         if tb is None:  # not called from the model's own code: say when instead
             error += f" during {self.stage}"
-        self.send(policy={"error": error, "traceback": tb})
+        shown = None if tb is None else clipped(printable(tb, lines=True), MAX_TRACEBACK, tail=True)
+        self.send(policy={"error": clipped(printable(error), MAX_ERROR), "traceback": shown})
         exit_now()
 
 

@@ -172,7 +172,7 @@ class SearchSpec:
 
     # --- factories --------------------------------------------------------
     def build_space(self) -> SearchSpace:
-        return SPACES.create(self.space.name, self.space.params)
+        return build_space(self.space, self.evaluator)
 
     def build_strategy(self, space: SearchSpace) -> Strategy:
         if self.in_flight > 1 and not STRATEGIES.get(self.strategy.name).asynchronous:
@@ -227,6 +227,17 @@ _READY: dict[str, Search] = {}
 
 def _identity(spec: SearchSpec) -> str:
     return json.dumps(spec.to_dict(), sort_keys=True, default=str)
+
+
+def build_space(space: Component, evaluator: Component) -> SearchSpace:
+    """The configured space; a setting left null takes the value `evaluator`'s configuration fixes
+    (`Evaluator.space_settings`: a released supernet's width), else the space's own meaning of null."""
+    params = dict(space.params)
+    unset = [k for k, v in params.items() if v is None]
+    if unset:
+        fixed = EVALUATORS.get(evaluator.name).space_settings(space.name, evaluator.params)
+        params.update({k: fixed[k] for k in unset if k in fixed})
+    return SPACES.create(space.name, params)
 
 
 def build_evaluator(component: Component, space: SearchSpace) -> Evaluator:

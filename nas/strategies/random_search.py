@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nas.core.space import SearchSpace
-from nas.core.trial import Candidate, Trial
+from nas.core.trial import Candidate, SearchExhausted, Trial
 from nas.strategies.base import STRATEGIES, Deduplicating, Strategy
 
 
@@ -28,8 +28,14 @@ class RandomSearch(Deduplicating, Strategy):
                         break
                     raise self._none_fresh("random", self.max_attempts)
                 self.seen.add(arch)
-            else:
-                arch = self.space.sample(self.rng)
+            else:  # repeats allowed, never a candidate over the constraint
+                arch = next((a for a in (self.space.sample(self.rng) for _ in range(self.max_attempts))
+                             if self.feasible(a)), None)
+                if arch is None:
+                    if out:
+                        break
+                    raise SearchExhausted(f"random: none of {self.max_attempts} sampled architectures meets the "
+                                          "constraint; loosen constraint.flops/constraint.params")
             out.append(Candidate(arch, {"origin": "random"}))
         return out
 

@@ -8,7 +8,7 @@ from collections import deque
 from typing import Any
 
 from nas.core.space import SearchSpace
-from nas.core.trial import Candidate, Trial
+from nas.core.trial import Candidate, SearchExhausted, Trial
 from nas.errors import ConfigError, RunDirError
 from nas.strategies.base import STRATEGIES, Deduplicating, Strategy
 
@@ -60,19 +60,26 @@ class RegularizedEvolution(Deduplicating, Strategy):
         idx = self.rng.integers(len(self.population), size=self.sample_size)  # with replacement, as in Real et al.
         enc, parent_key, _ = max((self.population[int(i)] for i in idx), key=lambda m: m[2])
         parent = self.space.decode(enc)
-        arch = self._fresh(lambda: self.space.mutate(parent, self.rng), self.max_attempts) \
-            if self.unique else self.space.mutate(parent, self.rng)
+        arch = self._draw(lambda: self.space.mutate(parent, self.rng), self.max_attempts)
         if arch is None:  # neighbourhood exhausted: restart from a fresh random point
             return Candidate(self._unique(lambda: self.space.sample(self.rng)), {"origin": "random"})
         return Candidate(arch, {"origin": "mutation", "parent": parent_key})
 
     def _unique(self, make):
-        if not self.unique:
-            return make()
-        arch = self._fresh(make, self.max_attempts * 10)
+        arch = self._draw(make, self.max_attempts * 10)
         if arch is None:
+            if not self.unique:
+                raise SearchExhausted(f"rea: none of {self.max_attempts * 10} sampled architectures meets the "
+                                      "constraint; loosen constraint.flops/constraint.params")
             raise self._none_fresh("rea", self.max_attempts * 10)
         return arch
+
+    def _draw(self, make, attempts: int):
+        """The first `make()` that meets the constraint (and is unseen, with `unique`); None if none
+        does: `unique: false` allows repeats, never a candidate over the constraint."""
+        if self.unique:
+            return self._fresh(make, attempts)
+        return next((arch for arch in (make() for _ in range(attempts)) if self.feasible(arch)), None)
 
     def tell(self, trials: list[Trial]) -> None:
         for t in trials:

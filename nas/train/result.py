@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
-
-from nas.terminal import printable
 
 
 @dataclass
@@ -30,41 +28,14 @@ class TrainResult:
         return asdict(self)
 
     @classmethod
-    def from_untrusted(cls, data: object, max_epochs: int) -> "TrainResult":
-        """Rebuild from a sandboxed child's JSON, checking every field, since
-        the child ran untrusted code while training. Raises ValueError."""
-        names = {f.name for f in fields(cls)}
-        if not isinstance(data, dict) or set(data) != names:
-            raise ValueError("training report has the wrong fields")
-
-        def num(v: object) -> bool:
-            return type(v) in (int, float)
-
-        def count(v: object) -> bool:
-            return type(v) is int and v >= 0
-
-        def percent(v: Any) -> bool:
-            """Measured when training finished; None (not 0) when it was terminated."""
-            return v is None if data["terminated"] is not None else num(v) and 0 <= v <= 100
-
-        checks = {
-            "valid_accuracy": percent, "test_accuracy": percent,
-            "loss_curve": lambda v: type(v) is list and len(v) <= max_epochs and all(num(x) for x in v),
-            "epochs": lambda v: count(v) and v <= max_epochs,
-            "terminated": lambda v: v is None or (isinstance(v, str) and len(v) <= 500),
-            "wall_seconds": lambda v: num(v) and v >= 0, "device_seconds": lambda v: num(v) and v >= 0,
-            "params": count, "flops": count,
-            "device": lambda v: isinstance(v, str) and len(v) <= 32,
-            "world_size": lambda v: type(v) is int and 1 <= v <= 1024,
-            "cuda_graphs": lambda v: isinstance(v, str) and len(v) <= 300,
-            "compile_seconds": lambda v: num(v) and v >= 0, "eval_seconds": lambda v: num(v) and v >= 0,
-        }
-        bad = [k for k, check in checks.items() if not check(data[k])]
-        if bad:
-            raise ValueError(f"training report field(s) {', '.join(bad)} malformed")
-        out = cls(**data)
-        out.loss_curve = [float(x) if math.isfinite(x) else float("nan") for x in out.loss_curve]
-        # shown on the console and in reports: no terminal escapes or second lines from the child
-        out.terminated = None if out.terminated is None else printable(out.terminated)
-        out.device, out.cuda_graphs = printable(out.device), printable(out.cuda_graphs)
+    def from_untrusted(cls, report: dict[str, Any], max_epochs: int) -> "TrainResult":
+        """Rebuild from a sandboxed child's (or the training worker's) training report, as the
+        sandbox's protocol checked it (`nas.sandbox.protocol.TRAINED`: every field's type and range,
+        its text escaped), since the child ran untrusted code while training: of at most
+        `max_epochs` epochs (the recipe's), a non-finite loss as NaN. Raises ValueError."""
+        sizes = {"loss_curve": len(report["loss_curve"]), "epochs": report["epochs"]}
+        if over := [k for k, n in sizes.items() if n > max_epochs]:
+            raise ValueError(f"training report field(s) {', '.join(over)} malformed")
+        out = cls(**report)
+        out.loss_curve = [x if math.isfinite(x) else float("nan") for x in out.loss_curve]
         return out

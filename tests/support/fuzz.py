@@ -1,7 +1,7 @@
 """Hostile inputs for the trusted side's parsers, as hypothesis strategies, and the property each
 must hold (`tests/test_fuzz_boundary.py` runs them bounded, `benchmarks/fuzz.py` for minutes).
 
-Three targets, each fed what a sandbox child could send back:
+The targets, each fed what a sandbox child (or the trusted worker) could send back:
 - `unpack`: ZIPs built here field by field (`Entry`, `build`) from a few small honest artifacts,
   then mutated: entries added, duplicated, renamed, dropped; directory counts, sizes and offsets,
   flags, methods (STORED, DEFLATED), extra fields, comments and declared sizes changed; the graph
@@ -15,6 +15,8 @@ Three targets, each fed what a sandbox child could send back:
   malformed); the verdict it keeps goes on to `Verdict.from_child`.
 - `Verdict.from_child`: any JSON value, and near-valid reports with one field wrong; a verdict it
   keeps has no control characters in its one-line fields and is ok only at stage `done`.
+- `protocol`: every message of every channel of `nas.sandbox.protocol`, field by field
+  (`support.protocol_fuzz`): `ProtocolError` in one line, or fields within their declared bounds.
 
 The property (`check`): the call returns, or raises exactly the target's refusal (`GraphError`;
 `ValueError` for a report) with a one-line message, within `SECONDS` and `RSS_MB` of new peak
@@ -43,8 +45,10 @@ from hypothesis import strategies as st
 from torch import nn
 
 from nas.sandbox.graph import GRAPH_FILE, MAX_JSON_DEPTH, Artifact, GraphError, GraphNet, export_graph, pack, unpack
+from nas.sandbox.protocol import ProtocolError
 from nas.sandbox.verify import STAGES, Verdict
 from nas.terminal import printable
+from support import protocol_fuzz
 
 SECONDS = 5.0  # per example: hypothesis's deadline in the tests, an alarm (`Hang`) at 4x that
 RSS_MB = 256  # growth of the process's peak resident memory one example may cause
@@ -738,11 +742,12 @@ TARGETS: dict[str, tuple[Callable[[], st.SearchStrategy[Any]], Callable[[Any], A
     "graphnet": (graph_cases, run_graph, GraphError),
     "verdict": (reports, run_report, ValueError),
     "report_line": (report_lines, run_report_line, ValueError),
+    "protocol": (protocol_fuzz.lines, protocol_fuzz.run_line, ProtocolError),
 }
 
 
 def summary(target: str, example: Any) -> str:
-    if target in ("verdict", "report_line"):
+    if target in ("verdict", "report_line", "protocol"):
         text = repr(example)
         return text if len(text) <= 300 else text[:300] + "..."
     return example.summary if target == "unpack" else example.summary()

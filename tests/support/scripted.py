@@ -14,6 +14,7 @@ answers normally or injects a fault:
 ``"garbage"``  200 with body ``<html>not json`` and content-type text/html
 ``"badjson"``  200 with body ``{"choices": [`` and content-type application/json
 ``"disconnect"`` close the socket without sending any response
+``"4xx"``/``"5xx"`` any other HTTP error status (e.g. ``"403"``, ``"503"``), JSON error body
 =============  ==============================================================
 
 A request with ``"stream": true`` gets server-sent events, one word per chunk
@@ -43,6 +44,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 FAULTS = (None, "500", "429", "slow", "truncated", "garbage", "badjson", "disconnect")
+# Every HTTP error status a step may answer with (the client's retry set is tested status by status).
+STATUSES = tuple(str(code) for code in range(400, 600))
 SLOW_DEFAULT_S = 2.0
 
 
@@ -55,8 +58,8 @@ class Step:
     delay_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.fault not in FAULTS:
-            raise ValueError(f"unknown fault {self.fault!r}; expected one of {FAULTS[1:]}")
+        if self.fault not in FAULTS and self.fault not in STATUSES:
+            raise ValueError(f"unknown fault {self.fault!r}; expected one of {FAULTS[1:]} or an HTTP status 400-599")
 
 
 Script = list[Step | str] | Callable[[dict], Step | str]
@@ -207,6 +210,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(429, _error_body("scripted fault: rate limit exceeded",
                                              "rate_limit_error", "rate_limit_exceeded"),
                             headers={"retry-after": "0"})
+            return
+        if fault in STATUSES:
+            self._send_json(int(fault), _error_body(f"scripted fault: HTTP {fault}", "scripted_error"))
             return
         if fault == "garbage":
             self._send_raw(200, b"<html>not json", "text/html")

@@ -13,13 +13,18 @@ count: each was a try) and is shallower than `max_depth` (the root has depth 0).
 
 Policies for `select()`:
 
-* ``"dfs"`` (NADER: depth first, prioritising high-performing nodes). The tree
-  keeps a cursor on the current path. A node is *live* when it has room or one
-  of its improving children (evaluated, score strictly above its parent's) is
-  live. From the cursor: descend into the best live improving child (highest
-  score, then lowest id) and repeat; if there is none, select the cursor's
-  node when it has room; otherwise backtrack to its parent and repeat. At a
-  root that is not live the tree is exhausted (`None`).
+* ``"dfs"`` (NADER: depth first along improving nodes, breadth first when that
+  path runs dry). The tree keeps a cursor on the current path. A node is *live*
+  when it has room or one of its improving children (evaluated, score strictly
+  above its parent's) is live. From the cursor: descend into the best live
+  improving child (highest score, then lowest id) and repeat; if there is none,
+  select the cursor's node when it has room; otherwise backtrack to its parent
+  and repeat. At a root that is not live the depth-first path has run dry: the
+  shallowest evaluated node with room is selected (as ``"bfs"``) and the cursor
+  moves there, so an improving child of it is followed depth first again. The
+  tree is exhausted (`None`) only when no evaluated node has room: a search
+  gets as many designs as it asks for unless `max_children`/`max_depth` (or
+  failures everywhere) end it.
 * ``"bfs"``: the shallowest node with room; ties by higher score, then lower id.
 * ``"best"``: best first, the highest-scoring node with room; ties by lower id.
 
@@ -172,13 +177,18 @@ class ModificationTree:
         if self._nodes[0].status != "evaluated":
             return None
         if self.policy == "dfs":
-            return self._select_dfs()
-        open_ = [n for n in self._nodes if self._has_room(n)]
-        if not open_:
-            return None
+            node = self._select_dfs()
+            if node is None and (node := self._select_bfs()) is not None:
+                self._cursor = node.id  # the path runs dry: go on breadth first, then deep again from there
+            return node
         if self.policy == "bfs":
-            return min(open_, key=lambda n: (n.depth, -_scored(n), n.id))
-        return min(open_, key=lambda n: (-_scored(n), n.id))
+            return self._select_bfs()
+        open_ = [n for n in self._nodes if self._has_room(n)]
+        return min(open_, key=lambda n: (-_scored(n), n.id)) if open_ else None
+
+    def _select_bfs(self) -> Node | None:
+        open_ = [n for n in self._nodes if self._has_room(n)]
+        return min(open_, key=lambda n: (n.depth, -_scored(n), n.id)) if open_ else None
 
     def _has_room(self, node: Node) -> bool:
         return (node.status == "evaluated" and len(node.children) < self.max_children

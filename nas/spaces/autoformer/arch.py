@@ -14,6 +14,9 @@ from nas.core.arch import Architecture
 from nas.errors import EncodingError
 
 FIELDS: tuple[str, ...] = ("depth", "embed_dim", "heads", "mlp_ratio")
+# The network variants (`nas.spaces.autoformer.network` says what each does), here so the space checks them without torch.
+POOLS: tuple[str, ...] = ("cls", "mean")
+QKV_LAYOUTS: tuple[str, ...] = ("heads", "interleaved")
 
 
 def mlp_hidden(ratio: float, embed_dim: int) -> int:

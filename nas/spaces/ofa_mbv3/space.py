@@ -38,13 +38,18 @@ class OFAMbv3Space(CategoricalSpace[OFAMbv3Arch]):
 
     def __init__(self, resolutions: Sequence[int] = (160, 176, 192, 208, 224), depths: Sequence[int] = (2, 3, 4),
                  kernel_sizes: Sequence[int] = (3, 5, 7), expand_ratios: Sequence[int] = (3, 4, 6),
-                 width_mult: float = 1.0, num_classes: int = 1000) -> None:
+                 width_mult: float | None = None, num_classes: int = 1000) -> None:
+        """`width_mult` None: 1.0, or under evaluator=supernet the checkpoint's (`nas.search.spec.build_space`)."""
         self.resolutions = _choice_set("resolutions", resolutions)
         self.depths = _choice_set("depths", depths)
         self.kernel_sizes = _choice_set("kernel_sizes", kernel_sizes)
         self.expand_ratios = _choice_set("expand_ratios", expand_ratios)
         if any(k % 2 == 0 for k in self.kernel_sizes):  # OFA crops smaller kernels from the centre of the largest
             raise ConfigError(f"space 'ofa_mbv3': kernel_sizes must be odd, got {list(self.kernel_sizes)}")
+        if width_mult is None:
+            width_mult = 1.0
+        if isinstance(width_mult, bool) or not isinstance(width_mult, (int, float)):  # the registry checks no optional
+            raise ConfigError(f"space 'ofa_mbv3': parameter 'width_mult' must be float, got {width_mult!r}")
         if width_mult <= 0 or num_classes < 1:
             raise ConfigError(f"space 'ofa_mbv3': width_mult and num_classes must be positive, "
                               f"got {width_mult} and {num_classes}")
