@@ -227,7 +227,7 @@ def test_poisoned_supernet_record_is_refused_and_the_supernet_trained_again(pref
         path = Path(out_dir) / "supernet.pt"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"weights")
-        return TrainedSupernet(path, hashlib.sha256(b"weights").hexdigest(), 50.0, 10.0, 1, 0.1)
+        return TrainedSupernet(path, hashlib.sha256(b"weights").hexdigest(), 50.0, 10.0, 1, 0.1, 0.1)
 
     monkeypatch.setattr(supernets.train, "train_supernet", fake_train)
     overrides = ["space=nb201", "data=digits", "supernet.epochs=1", f"out={prefect_home / 'sn'}"]

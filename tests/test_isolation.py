@@ -33,7 +33,7 @@ s.settimeout(2)
 out["connect"] = s.connect_ex(("127.0.0.1", int(sys.argv[1])))
 libc = ctypes.CDLL(None, use_errno=True)
 out["ptrace"] = (libc.syscall(101, 16, 1, 0, 0), ctypes.get_errno())
-out["tmp_writable"] = bool(open("/tmp/x", "w").write("x"))
+out["tmp_writable"] = bool(open("/tmp/nasflow-probe.txt", "w").write("x"))
 print(json.dumps(out))
 """
 

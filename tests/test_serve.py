@@ -366,7 +366,7 @@ def test_supernet_flow_is_cached_while_its_checkpoint_exists(prefect_home, monke
         path = Path(out_dir) / "supernet.pt"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"weights")
-        return TrainedSupernet(path, hashlib.sha256(b"weights").hexdigest(), 50.0, 10.0, 1, 0.1)
+        return TrainedSupernet(path, hashlib.sha256(b"weights").hexdigest(), 50.0, 10.0, 1, 0.1, 0.1)
 
     monkeypatch.setattr(supernets.train, "train_supernet", fake_train)
     out = prefect_home / "sn"

@@ -28,7 +28,7 @@ def supernet() -> NB201Supernet:
 
 
 def test_registered_for_the_nb201_space(supernet):
-    assert SUPERNETS.get("nb201") is NB201Supernet and supernet.default_sampling == "uniform"
+    assert SUPERNETS.get("nb201") is NB201Supernet and supernet.default_sampling == "fair"
     assert supernet.largest().ops == ("nor_conv_3x3",) * 6 and supernet.smallest().ops == ("skip_connect",) * 6
     assert supernet.input_size(supernet.largest()) is None
     assert supernet.config() == {"num_classes": 7, "in_channels": 3}

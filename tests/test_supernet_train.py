@@ -42,7 +42,7 @@ def test_checkpoint_and_its_hash_are_written(trained):
     meta = json.loads(trained.path.with_suffix(".json").read_text())
     assert meta["sha256"] == trained.sha256 == hashlib.sha256(trained.path.read_bytes()).hexdigest()
     assert meta["space"] == "nb201" and meta["space_params"] == {"channels": 4, "cells_per_stage": 1}
-    assert meta["data"] == DIGITS and meta["train"]["sampling"] == "uniform" and meta["train"]["epochs"] == 1
+    assert meta["data"] == DIGITS and meta["train"]["sampling"] == "fair" and meta["train"]["epochs"] == 1
     assert 0 <= meta["val_accuracy_largest"] <= 100 and 0 <= meta["val_accuracy_smallest"] <= 100
     ckpt = torch.load(trained.path, weights_only=True)
     assert ckpt["supernet"] == {"num_classes": 10, "in_channels": 3} and "net.stem.0.weight" in ckpt["state_dict"]

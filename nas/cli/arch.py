@@ -114,7 +114,6 @@ def _validate_one(path: Path, text: str, parent: str | None, args: argparse.Name
     if path.suffix == ".py":
         # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
         from nas.core.trial import SELF_REPORTED
-        from nas.terminal import printable
 
         verdict = _verify(args, path, text, parent)
         if verdict.ok:
