@@ -352,7 +352,7 @@ def standalone(space: Any, arch: Any, cfg: Config, steps: int) -> dict[str, Any]
     from nas.data.module import random_crop, random_flip
     from nas.data.normalise import Normaliser, to_unit
     from nas.data.sources import load_data
-    from nas.train.optim import sgd
+    from nas.train.optim import decay_groups, sgd_cosine
     from nas.train.recipe import SgdCosine
     from supernets.scoring import resize, score
 
@@ -360,17 +360,11 @@ def standalone(space: Any, arch: Any, cfg: Config, steps: int) -> dict[str, Any]
     data = load_data(DATA["name"]).rgb()
     size = space.input_size(arch)
     net = space.build(arch, data.num_classes, 3, size or data.shape[1])
-    params = list(net.parameters())
-    groups = [{"params": [p for p in params if p.ndim > 1]}, {"params": [p for p in params if p.ndim <= 1],
-                                                              "weight_decay": 0.0}]
-    recipe = SgdCosine(lr=0.05)
-    opt = sgd(recipe, groups)
+    opt, schedule = sgd_cosine(SgdCosine(lr=0.05), decay_groups(net.parameters()), steps)
     normalise, gen = Normaliser(data.mean, data.std), torch.Generator().manual_seed(cfg.seed)
     train = data.train.subset(cfg.train_subset)
     start, net = cpu_now(), net.train()
-    for step in range(steps):
-        for group in opt.param_groups:
-            group["lr"] = recipe.lr * 0.5 * (1 + math.cos(math.pi * step / steps))
+    for _ in range(steps):
         idx = torch.randint(len(train), (cfg.standalone_batch,), generator=gen)
         x = to_unit(train.images[idx])
         x = random_crop(x, data.pad, gen)
@@ -378,6 +372,7 @@ def standalone(space: Any, arch: Any, cfg: Config, steps: int) -> dict[str, Any]
         opt.zero_grad()
         F.cross_entropy(net(resize(normalise(x), size)), train.labels[idx]).backward()
         opt.step()
+        schedule.step()
     valid, _ = score(net, feeder(), size, 0, cfg_val_subset(cfg))
     return {"accuracy": round(valid, 3), "cpu_seconds": round(cpu_now() - start, 1)}
 

@@ -63,7 +63,7 @@ from nas.io import atomic_write_bytes, atomic_write_json
 from nas.spaces import SPACES
 from nas.status import status
 from nas.train.fit import _quiet
-from nas.train.optim import sgd
+from nas.train.optim import decay_groups, sgd
 from supernets.base import SUPERNETS, Supernet
 from supernets.scoring import Feeder, resize, score
 from supernets.settings import SupernetSettings
@@ -220,9 +220,7 @@ class SupernetModule(pl.LightningModule):
     def configure_optimizers(self):
         """No weight decay on BatchNorm/LayerNorm weights and biases (as OFA); the learning rate is
         set per step by `training_step` (a cosine over `progress`)."""
-        decay = [p for p in self.supernet.parameters() if p.ndim > 1]
-        rest = [p for p in self.supernet.parameters() if p.ndim <= 1]
-        return sgd(self.settings, [{"params": decay}, {"params": rest, "weight_decay": 0.0}])
+        return sgd(self.settings, decay_groups(self.supernet.parameters()))
 
 
 @dataclass(frozen=True)

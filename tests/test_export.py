@@ -522,6 +522,20 @@ def test_export_report_naming_a_graph_file_that_is_no_regular_file_is_one_line(t
         _read_report(tmp_path / "report.json", exported=True, compared=False)
 
 
+@pytest.mark.parametrize("raw, why", [
+    (b'{"input_shape": [1, 3, 8, 8], "input_shape": [1, 3, 8, 8], "state_keys": []}', "a key twice in one object"),
+    (b'{"input_shape": [1, 3, 8, 99999999999999999999999], "state_keys": []}', "past int64"),
+    (b'{"input_shape": [1, 3, 8, 8], "state_keys": ["\xff"]}', "not UTF-8"),
+], ids=["duplicate key", "past int64", "not utf-8"])
+def test_export_report_is_parsed_as_strictly_as_every_child_message(tmp_path, raw, why):
+    from nas.export import ExportError
+    from nas.export.untrusted import _read_report
+
+    (tmp_path / "report.json").write_bytes(raw)
+    with pytest.raises(ExportError, match=rf"malformed export report \(ProtocolError: [^)]*{why}"):
+        _read_report(tmp_path / "report.json", exported=False, compared=False)
+
+
 def test_model_source_that_fills_its_work_folder_is_stopped_in_one_line(tmp_path):
     """The export child writes its files to a host folder (its /tmp is a capped tmpfs, this is not):
     nasflow watches the folder and stops the child past `tmp_mb`, so many files cannot fill the disk."""

@@ -25,7 +25,8 @@ from nas.spaces.autoformer.space import AutoFormerSpace
 from supernets.base import SUPERNETS, Supernet
 from supernets.checkpoints import load_checkpoint
 from supernets.released import convert
-from support.released import MAX_DISTANCE, image_folder, official_shapes, official_tensors, save_release
+from support.imagefolder import write_folder
+from support.released import MAX_DISTANCE, official_shapes, official_tensors, save_release
 
 # The released subnets (experiments/subnet/AutoFormer-T.yaml, -S.yaml RETRAIN): their published
 # parameter counts are 5.8M and 22.9M.
@@ -224,7 +225,7 @@ def test_the_supernet_evaluator_scores_with_a_released_file(tmp_path):
     is small) scores a subnet at its own cost, with the weights that compute AutoFormer's output."""
     tensors = official_tensors("autoformer_t", seed=3, classes=10)
     path = save_release(tmp_path / "supernet-tiny.pth", tensors)
-    root = image_folder(tmp_path / "imagenet", classes=10, size=8)
+    root = write_folder(tmp_path / "imagenet", 10, train=1, val=1, size=(8, 8))
     ev = EVALUATORS.create("supernet", {"checkpoint": str(path), "data": {"name": "imagenet", "root": str(root)},
                                         "recal_batches": 0, "val_subset": 4, "batch_size": 4, "device": "cpu"},
                            space=space("autoformer_t", num_classes=10))

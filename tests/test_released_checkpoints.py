@@ -19,7 +19,8 @@ from nas.search.spec import Component, SearchSpec
 from nas.spaces.nb201.space import NB201Space
 from nas.spaces.ofa_mbv3.space import OFAMbv3Space
 from nas.spaces.spos.space import SPOSSpace
-from support.released import image_folder, official_spos, write_ofa_zoo, write_spos
+from support.imagefolder import write_folder
+from support.released import official_spos, write_ofa_zoo, write_spos
 
 ROOT = Path(__file__).resolve().parents[1]
 OFA_CONF = {k: v for k, v in yaml.safe_load((ROOT / "conf/space/ofa_mbv3.yaml").read_text()).items() if k != "name"}
@@ -166,7 +167,7 @@ def test_cli_search_with_a_released_file_of_another_width_scores_nothing(files, 
 def test_cli_search_scores_subnets_with_a_zoo_file_as_written(files, tmp_path, nas_env):
     """docs/released-supernets.md's command, at a tiny budget: the width from the file (w1.2), a
     1,000-class ImageFolder of one image a class and split, two validation images per subnet."""
-    folder = image_folder(tmp_path / "imagenet", classes=1000)
+    folder = write_folder(tmp_path / "imagenet", 1000, train=1, val=1, size=(20, 20))
     run = tmp_path / "run"
     r = run_nas(["search", "space=ofa_mbv3", "strategy=random", "evaluator=supernet",
                  f"evaluator.checkpoint={files['w1.2']}", "data=imagenet", f"data.root={folder}",

@@ -14,7 +14,8 @@ import yaml
 
 from nas.search.spec import Component, SearchSpec
 from nas.spaces.ofa_mbv3.space import OFAMbv3Space
-from support.released import ZOO, image_folder, ofa_zoo_net, write_ofa_zoo
+from support.imagefolder import write_folder
+from support.released import ZOO, ofa_zoo_net, write_ofa_zoo
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = yaml.safe_load((ROOT / "conf" / "space" / "ofa_mbv3.yaml").read_text())  # width_mult: null
@@ -29,7 +30,7 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> dict[float, Path]:
 
 @pytest.fixture(scope="module")
 def imagenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return image_folder(tmp_path_factory.mktemp("imagenet"), classes=1000)  # the zoo's classifier: 1000 classes
+    return write_folder(tmp_path_factory.mktemp("imagenet"), 1000, train=1, val=1, size=(20, 20))  # the zoo's classifier: 1000 classes
 
 
 def spec(checkpoint: Path, imagenet: Path, **space: object) -> SearchSpec:

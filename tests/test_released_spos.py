@@ -15,7 +15,8 @@ import yaml
 from nas.evaluators import EVALUATORS
 from nas.spaces import SPACES
 from nas.spaces.spos.space import SPOSSpace
-from support.released import image_folder, official_spos, write_spos
+from support.imagefolder import write_folder
+from support.released import official_spos, write_spos
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = {k: v for k, v in yaml.safe_load((ROOT / "conf" / "space" / "spos.yaml").read_text()).items() if k != "name"}
@@ -33,7 +34,7 @@ def checkpoint(official, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def imagenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return image_folder(tmp_path_factory.mktemp("imagenet"), classes=1000)
+    return write_folder(tmp_path_factory.mktemp("imagenet"), 1000, train=1, val=1, size=(20, 20))
 
 
 def evaluator(path: Path, imagenet: Path, space: SPOSSpace):
@@ -87,7 +88,7 @@ def test_a_small_file_sets_nothing_the_space_does_not_say_and_an_affine_copy_loa
     classes); a copy retrained with affine BatchNorms keeps its weights."""
     sizes = {"channels": (8, 16, 32, 64, 128, 256), "n_class": 10}
     small = SPOSSpace(stage_channels=(16, 32, 64, 128), stem_channels=8, last_channels=256, num_classes=10)
-    folder = image_folder(tmp_path / "imagenet", classes=10)
+    folder = write_folder(tmp_path / "imagenet", 10, train=1, val=1, size=(20, 20))
     for affine in (False, True):
         net = official_spos(seed=5, affine=affine, **sizes)
         path = write_spos(tmp_path / f"affine-{affine}.pth.tar", net)

@@ -26,8 +26,11 @@ MODELS = Path(__file__).parent / "data" / "models"
 PARENT = (MODELS / "cnn_parent.py").read_text()
 FORWARD = "        x = self.stage2(self.stage1(self.stem(x)))\n"
 RETURN = "return self.fc(torch.flatten(self.pool(x), 1))"
-FAST = Limits(wall_s=30, cpu_s=10, memory_mb=512)
-LOOP = Limits(wall_s=30, cpu_s=1, memory_mb=512)  # infinite loops hit the CPU cap quickly
+# Roomy wall clocks: 30 cases run 4 at a time, each a child and a trusted worker importing torch, beside
+# another test worker, and a loaded 2-core CI machine took over 30 s for one. Nothing here is meant to hit
+# them but "sleep"; the loops hit their 1 s CPU cap.
+FAST = Limits(wall_s=180, cpu_s=30, memory_mb=512)
+LOOP = Limits(wall_s=180, cpu_s=1, memory_mb=512)
 SECRET = "sk-must-not-leak"
 
 
@@ -289,7 +292,7 @@ class Network(nn.Module):
 def test_products_hidden_from_the_flops_count_are_refused() -> None:
     """fvcore counts no element-wise products or sums: spelled that way, 1.6M multiply-accumulates
     per image would count as ~1e3 FLOPs and pass any budget."""
-    roomy = Limits(wall_s=30, cpu_s=10, memory_mb=4096)  # its broadcast product at batch 256 trains in ~3.3 GB
+    roomy = Limits(wall_s=180, cpu_s=30, memory_mb=4096)  # its broadcast product at batch 256 trains in ~3.3 GB
     v = verify_model_source(HIDDEN_FLOPS, limits=roomy)
     assert (v.ok, v.stage) == (False, "graph"), v.error
     assert re.search(r"operations per image \(at batch \d+\) outside convolutions and matrix products, more than", v.error)

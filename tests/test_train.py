@@ -299,3 +299,13 @@ def test_block_width_rounds_to_the_width_multiple_and_enters_the_fingerprint():
     assert TrainEvaluator(NB201Space(), {"name": "digits"}, recipe, width_multiple=1).fingerprint() == cells.fingerprint()
     with pytest.raises(ConfigError, match=r"evaluator.width_multiple must be an integer >= 1, got 0"):
         TrainEvaluator(NB201Space(), {"name": "digits"}, recipe, width_multiple=0)
+
+
+def test_decay_groups_spare_only_norm_weights_and_biases_from_weight_decay():
+    from nas.train.optim import decay_groups
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Linear(4, 2))
+    decayed, spared = decay_groups(net.parameters())
+    assert sorted(tuple(p.shape) for p in decayed["params"]) == [(2, 4), (4, 3, 3, 3)]
+    assert sorted(tuple(p.shape) for p in spared["params"]) == [(2,), (4,), (4,), (4,)]
+    assert "weight_decay" not in decayed and spared["weight_decay"] == 0.0

@@ -12,7 +12,6 @@ that exports as a graph trains in a limited trusted worker (`_from_graph`,
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import tempfile
@@ -29,6 +28,7 @@ from nas.export import ExportError
 from nas.export.built import Built, note_retraining
 from nas.export.graph import one_line
 from nas.sandbox.limits import Limits
+from nas.sandbox.protocol import decode
 from nas.sandbox.verify import Verdict, check_syntax, conclude, export_model_graph, run_child, train_graphs
 from nas.train.result import TrainResult
 
@@ -223,7 +223,7 @@ def _read_report(path: Path, exported: bool, compared: bool) -> dict[str, Any]:
                 raise ValueError(f"{name} is a link")
         if path.stat().st_size > REPORT_MAX:
             raise ValueError("too large")
-        report = json.loads(path.read_text(encoding="utf-8"))
+        report = decode(path.read_bytes())  # strict, as every message from a child (a ProtocolError is a ValueError)
         shape = report["input_shape"]
         if not (isinstance(shape, list) and 2 <= len(shape) <= 5 and all(type(n) is int and n > 0 for n in shape)):
             raise ValueError("input_shape")

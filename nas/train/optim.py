@@ -18,6 +18,14 @@ def sgd(s: SgdCosine, params: Iterable[Any], lr: float | torch.Tensor | None = N
                            nesterov=s.nesterov and s.momentum > 0, weight_decay=s.weight_decay, fused=fused)
 
 
+def decay_groups(params: Iterable[torch.nn.Parameter]) -> list[dict[str, Any]]:
+    """Parameter groups with no weight decay on norm weights and biases (as OFA): the tensors of
+    one dimension or none."""
+    params = list(params)
+    return [{"params": [p for p in params if p.ndim > 1]},
+            {"params": [p for p in params if p.ndim <= 1], "weight_decay": 0.0}]
+
+
 def sgd_cosine(s: SgdCosine, params: Iterable[Any], total_steps: int, fused: bool | None = None,
                ) -> tuple[torch.optim.SGD, torch.optim.lr_scheduler.CosineAnnealingLR]:
     """The optimiser and its schedule, to 0 after `total_steps` calls of `step()` (at least one)."""

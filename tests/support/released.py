@@ -132,22 +132,6 @@ def write_spos(path: Path, net: OfficialSPOS) -> Path:
     return path
 
 
-def image_folder(root: Path, classes: int, per_class: int = 1, size: int = 20) -> Path:
-    """A tiny ImageFolder tree (train/ and val/, `classes` class folders of random PNGs) for an
-    evaluator whose classifier has `classes` outputs."""
-    import numpy as np
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    for split in ("train", "val"):
-        for c in range(classes):
-            folder = root / split / f"n{c:08d}"
-            folder.mkdir(parents=True)
-            for i in range(per_class):
-                Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(folder / f"{i}.png")
-    return root
-
-
 # --- AutoFormer, in the release's names (microsoft/Cream AutoFormer/) ------------------------------
 
 # SUPERNET: (embed_dim, num_heads, depth, mlp_ratio) the released supernets were built at.
