@@ -91,7 +91,7 @@ def main() -> None:
     from support.scripted import ScriptedServer
 
     console = Console(stderr=True)
-    n_speed, n_work, n_overhead = (2, 3, 20) if args.quick else (8, len(IDEAS), 200)
+    n_speed, n_work, n_overhead = (1, 2, 20) if args.quick else (8, len(IDEAS), 200)
     ideas = (IDEAS * 4)[:n_work]
     result: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                 "platform": platform.platform()}, "quick": args.quick}

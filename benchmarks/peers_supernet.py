@@ -96,6 +96,10 @@ def main() -> None:
     ap.add_argument("--train-subset", type=int, default=3000, help="supernet.train_subset (Fashion-MNIST images)")
     ap.add_argument("--val-subset", type=int, default=500, help="evaluator.val_subset: images scoring each subnet")
     ap.add_argument("--recal-batches", type=int, default=2, help="evaluator.recal_batches: BN recalibration")
+    ap.add_argument("--supernet-val-subset", type=int, default=500,
+                    help="supernet.val_subset: images of the trained supernet's largest/smallest check")
+    ap.add_argument("--supernet-recal-batches", type=int,
+                    help="supernet.recal_batches before that check (default: conf/supernet/default.yaml's)")
     ap.add_argument("--cache", type=Path, default=ROOT / "runs" / "bench_peers_supernet",
                     help="where trained supernets are kept, one folder per training settings")
     ap.add_argument("--out", type=Path, help="default: benchmarks/results/peers_supernet.json "
@@ -103,14 +107,17 @@ def main() -> None:
     args = ap.parse_args()
     stem = "peers_supernet" if args.space == SPACES[0] else f"peers_supernet_{args.space}"
     args.out = args.out or ROOT / "benchmarks" / "results" / f"{stem}.json"
-    for name in ("seeds", "min_seeds", "trials", "epochs", "train_subset", "val_subset"):
+    for name in ("seeds", "min_seeds", "trials", "epochs", "train_subset", "val_subset", "supernet_val_subset"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     start = time.perf_counter()
     default = space_default(args.space)
     labels = list(dict.fromkeys([default, *COMPARED]))
     # the sampling named: a supernet cached under a space's former default (spos: uniform) is not reused
-    settings = {"epochs": args.epochs, "train_subset": args.train_subset, "val_subset": 500, "sampling": "sandwich"}
+    settings = {"epochs": args.epochs, "train_subset": args.train_subset, "val_subset": args.supernet_val_subset,
+                "sampling": "sandwich"}
+    if args.supernet_recal_batches is not None:  # named only when given: the default run's cache key is as before
+        settings["recal_batches"] = args.supernet_recal_batches
     checkpoint, train_seconds = train(args.space, settings, args.cache)
     meta = read_json(checkpoint.with_suffix(".json"))
     space = space_component(args.space)

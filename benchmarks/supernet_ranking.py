@@ -97,6 +97,8 @@ class Config:
     train_subset: int | None = None  # supernet training images (None: all 50,000)
     seed: int = 0
     bootstrap: int = 2000
+    supernet_val_subset: int = 500  # images of the trained supernet's largest/smallest check (its metadata)
+    pool: int = 4000  # random subnets whose FLOPs quantile bins the subnets are drawn from
 
 
 SPACE_VARIANTS = {
@@ -116,11 +118,11 @@ FULL = Config(
     # OFA's subnets cost ~4x SPOS's per step on this CPU (many small depthwise and SE layers): half the steps
     standalone_steps={"ofa_mbv3_small": 25, "spos_small": 50, "autoformer_small": 50}, batch_size=64)
 TINY = Config(
-    nb201_cpu_seconds=4.0, nb201_cells=6, nb201_final=Variant("fair, tiny", {"sampling": "fair"}, 1, 64),
-    nb201_variants=(Variant("uniform, tiny", {"sampling": "uniform", "cpu_seconds": 2.0}, 1, 64),),
-    variant_cells=4, space_cpu_seconds=3.0,
+    nb201_cpu_seconds=1.5, nb201_cells=6, nb201_final=Variant("fair, tiny", {"sampling": "fair"}, 1, 64),
+    nb201_variants=(Variant("uniform, tiny", {"sampling": "uniform", "cpu_seconds": 1.0}, 1, 64),),
+    variant_cells=4, space_cpu_seconds=1.5,
     space_variants={s: v[:1] for s, v in SPACE_VARIANTS.items()}, subnets=4, standalone_steps=dict.fromkeys(SPACES, 2),
-    standalone_batch=16, batch_size=32, train_subset=256, bootstrap=50)
+    standalone_batch=16, batch_size=32, train_subset=256, bootstrap=50, supernet_val_subset=64, pool=40)
 TINY = replace(TINY, space_variants={s: tuple(replace(v, recal_batches=1, val_subset=64) for v in vs)
                                      for s, vs in TINY.space_variants.items()})
 
@@ -199,7 +201,7 @@ def base_settings(cfg: Config) -> dict[str, Any]:
     settings = yaml.safe_load((ROOT / "conf" / "supernet" / "default.yaml").read_text())
     settings.pop("out"), settings.pop("params")
     return {**settings, "epochs": 1000, "batch_size": cfg.batch_size, "train_subset": cfg.train_subset,
-            "val_subset": 500, "accelerator": "cpu"}
+            "val_subset": cfg.supernet_val_subset, "accelerator": "cpu"}
 
 
 def trained_supernet(work: Path, space: dict[str, Any], settings: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -387,7 +389,7 @@ def space_part(work: Path, cfg: Config, name: str, split: Split = Split()) -> di
 
     params = space_config(name)
     space = SPACE_REGISTRY.create(params["name"], {k: v for k, v in params.items() if k != "name"})
-    archs = pick_subnets(space, cfg.subnets, cfg.seed)
+    archs = pick_subnets(space, cfg.subnets, cfg.seed, cfg.pool)
     flops = [flops_of(space, a) for a in archs]
     path = work / "standalone" / f"{name}_{stable_hash(params, cfg.standalone_steps[name], cfg.standalone_batch, cfg.seed, cfg.train_subset, cfg_val_subset(cfg))[:12]}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)

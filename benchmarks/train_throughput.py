@@ -851,9 +851,9 @@ def main() -> None:
         print(gpu_markdown(result["gpu"], result["machine"]))
         print(f"wrote {out} (+ .md)")
         return
-    cpu_batch = 32 if quick else 128  # a rate per image: quick only checks the section runs
+    cpu_batch = 8 if quick else 128  # a rate per image: quick only checks the section runs
     result["cpu"] = [step_rate(3, 32, "cpu", cpu_batch, steps), step_rate(1, 28, "cpu", cpu_batch, steps)]
-    cpu_data = synthetic(512 if quick else 4096, (3, 32, 32))
+    cpu_data = synthetic(256 if quick else 4096, (3, 32, 32))
     result["engines_cpu"] = engines(cpu_data, "cpu", depth=1, width=8 if quick else 16, batch=128,
                                     concurrent=2, compile_=False)
     if torch.cuda.is_available():
@@ -869,9 +869,9 @@ def main() -> None:
         # the static-shape step (padded, masked last batch) that graphs capture, run eagerly on CPU, vs eager
         # quick: two seeds still exercise the spread and the noise bound
         result["parity_cpu"] = parity(fashion_mnist(str(fashion)), 1 if quick else 3,
-                                      NB201_SEEDS[:2] if quick else NB201_SEEDS, 512 if quick else 10_000,
+                                      NB201_SEEDS[:2] if quick else NB201_SEEDS, 256 if quick else 10_000,
                                       base={"kind": "fast", "accelerator": "cpu"}, depth=1, width=16,
-                                      eval_subset=512 if quick else 5000)
+                                      eval_subset=256 if quick else 5000)
     else:
         result["parity_cpu"] = {"skipped": f"{fashion} missing"}
     result["packing_cpu"] = packing("cpu", 512 if quick else 2048, 1, 128, depth=1, width=8, ns=(1, 2))

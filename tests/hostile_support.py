@@ -30,7 +30,7 @@ PLACEHOLDERS = ("__CANARY_DIR__", "__CANARY_PORT__", "__CANARY_SOCK__", "__NASFL
                 "__RUN_DIR__", "__HOME__", "__MARKER__")
 # The accuracy training forges claim (they claim 1 param and 1 FLOP too): never a trusted result.
 FORGED_ACCURACY = 99.8765
-_HEADER = re.compile(r"#\s*(attack|kind|cli|expect|wall_s):\s*(.+)")
+_HEADER = re.compile(r"#\s*(attack|kind|cli|expect|wall_s|cpu_s):\s*(.+)")
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,9 @@ class Hostile:
     """One hostile template and what its header says about it. `cli`: which
     command runs it (train for training forges and resource abuse, which gets
     tight sandbox limits there); `expect`: `invalid` = the CLI must reject it,
-    `limits` = reject it as a limits failure, `any` = only containment counts; `wall_s`: the
-    sandbox's wall-clock limit for a `train` case, if not the suite's."""
+    `limits` = reject it as a limits failure, `any` = only containment counts; `wall_s` and
+    `cpu_s`: the sandbox's wall-clock and CPU-time limits for a `train` case, if not the suite's
+    (a case that only waits for a limit to hit needs no more than the clean model's work)."""
 
     path: Path
     attack: str
@@ -47,6 +48,7 @@ class Hostile:
     cli: str = "validate"
     expect: str = "any"
     wall_s: int | None = None
+    cpu_s: int | None = None
 
     @property
     def stem(self) -> str:
@@ -62,8 +64,8 @@ class Hostile:
         missing = {"attack", "kind"} - set(fields)
         if missing:
             raise ValueError(f"{path.name}: header lacks {', '.join(sorted(missing))}")
-        wall_s = int(fields.pop("wall_s")) if "wall_s" in fields else None
-        return cls(path=path, wall_s=wall_s, **fields)
+        limits = {name: int(fields.pop(name)) for name in ("wall_s", "cpu_s") if name in fields}
+        return cls(path=path, **limits, **fields)
 
     def render(self, subs: dict[str, str]) -> str:
         text = self.path.read_text(encoding="utf-8")

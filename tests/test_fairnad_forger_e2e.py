@@ -143,7 +143,8 @@ def test_forger_written_by_the_llm_is_refused_never_best_never_exported_and_no_r
     designer = Designer()
     with ScriptedServer(designer) as srv:
         out = nas(tmp_path, "search", "space=source", f"space.base={base}", "strategy=fairnad", "evaluator=train",
-                  "data=digits", "recipe.epochs=1", "strategy.init=2", "strategy.max_debug=0",
+                  "data=digits", "recipe.epochs=1", "recipe.train_subset=256",
+                  "recipe.valid_subset=128", "recipe.test_subset=128", "strategy.init=2", "strategy.max_debug=0",
                   "strategy.stages.fair=false", "strategy.stages.pareto=false", "strategy.iterative_parents=2",
                   "strategy.iterative_steps=1", "+strategy.sandbox.wall_s=240", "budget.trials=5", "runner=local",
                   "progress=false",

@@ -100,6 +100,8 @@ def _first_op(graph: dict, op: str) -> None:
     (lambda g: _first_op(g, "os.system"), "not allowed"),
     (lambda g: g["train"]["nodes"][0]["args"].__setitem__(0, {"ref": 10**6}), "before it is defined"),
     (lambda g: g["train"]["nodes"][0]["args"].__setitem__(0, {"pickle": "x"}), "not allowed"),
+    (lambda g: g["train"]["nodes"][0]["args"].__setitem__(0, {"dtype": [1]}), "not allowed"),  # unhashable tag value
+    (lambda g: g["train"]["nodes"][0]["args"].__setitem__(0, {"memory_format": {"a": 1}}), "not allowed"),
     (lambda g: g.__setitem__("format", 99), "unknown graph format"),
     (lambda g: g["train"].__setitem__("outputs", []), "exactly one tensor"),
     (lambda g: g.__setitem__("input_shape", [3, 10**6, 1]), "input shape"),

@@ -75,8 +75,11 @@ GROUPS = {kind: cases for kind, cases in GROUPS.items() if cases}
 REPORT = os.environ.get("NASFLOW_HOSTILE_REPORT")
 # Training runs get tight sandbox limits, so resource abuse ends in seconds, not an hour.
 TRAIN_WALL_S = 45  # a case's `# wall_s:` header may lower it (a model that only sleeps needs no more than 15)
-TRAIN_ARGS = ["data=digits", "recipe=quick", "recipe.epochs=1", "evaluator.sandbox.cpu_s=10",
-              "evaluator.sandbox.memory_mb=1024"]
+# A case's `# cpu_s:` header may lower it: a model that only spins needs no more than the clean model's
+# check and export (~1.5 CPU s after the sandbox's imports), with 3x to spare: 5. The fork bomb keeps 10
+# (its 256 forks cost ~1.5 CPU s more, which a lower cap could cut short).
+TRAIN_CPU_S = 10
+TRAIN_ARGS = ["data=digits", "recipe=quick", "recipe.epochs=1", "evaluator.sandbox.memory_mb=1024"]
 VALIDATE_WALL_S = 60  # nas.sandbox.Limits' default, which `nas arch validate` uses
 SLACK_S = 40  # CLI start-up, the sandbox's start-up, a loaded machine
 MAX_OUTPUT = 1 << 20
@@ -212,24 +215,25 @@ def scene(tmp_path: Path):
     world.clean()
 
 
-def start(scene: Scene, models: list[Path], cli: str, wall_s: int = TRAIN_WALL_S) -> subprocess.Popen:
+def start(scene: Scene, models: list[Path], cli: str, wall_s: int = TRAIN_WALL_S,
+          cpu_s: int = TRAIN_CPU_S) -> subprocess.Popen:
     if cli == "validate":
         args = [NAS, "arch", "validate", *map(str, models)]
     else:
         args = [NAS, "train", str(models[0]), *TRAIN_ARGS, f"evaluator.sandbox.wall_s={wall_s}",
-                "--out", str(scene.run_dir / "result.json")]
+                f"evaluator.sandbox.cpu_s={cpu_s}", "--out", str(scene.run_dir / "result.json")]
     proc = subprocess.Popen(args, cwd=scene.run_dir, env=scene.env(), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     scene.pgid = proc.pid
     return proc
 
 
-def run_cli(scene: Scene, models: list[Path], cli: str,
-            wall_s: int = TRAIN_WALL_S) -> tuple[Outcome, list[float]]:
+def run_cli(scene: Scene, models: list[Path], cli: str, wall_s: int = TRAIN_WALL_S,
+            cpu_s: int = TRAIN_CPU_S) -> tuple[Outcome, list[float]]:
     """The CLI's outcome, and when (seconds after its start) each line of its stdout came;
-    `wall_s`: the sandbox's wall-clock limit for `train`."""
+    `wall_s`, `cpu_s`: the sandbox's wall-clock and CPU-time limits for `train`."""
     began = time.monotonic()
-    proc = start(scene, models, cli, wall_s)
+    proc = start(scene, models, cli, wall_s, cpu_s)
     limit = len(models) * ((VALIDATE_WALL_S if cli == "validate" else wall_s) + SLACK_S) + SLACK_S
     stdout: list[bytes] = []
     stamps: list[float] = []
@@ -420,6 +424,7 @@ def test_hostile_files_are_well_formed() -> None:
     for case in CASES:
         text = case.path.read_text(encoding="utf-8")
         assert case.kind in KINDS and case.cli in CLIS and case.expect in EXPECTS, case.stem
+        assert case.cli == "train" or (case.wall_s, case.cpu_s) == (None, None), f"{case.stem}: limits for train only"
         assert "class Network(nn.Module):" in text and BASE_LINES in text, f"{case.stem}: not the shared network"
         unknown = set(re.findall(r"__[A-Z][A-Z_]*__", text)) - set(PLACEHOLDERS) - {"__PLACEHOLDERS__"}
         assert not unknown, f"{case.stem}: unknown placeholders {unknown}"
@@ -432,6 +437,11 @@ CLEAN = ("import torch\nfrom torch import nn\n\n\nclass Network(nn.Module):\n"
          "\n    def forward(self, x: torch.Tensor) -> torch.Tensor:\n        return self.fc(self.features(x))\n")
 
 
+# The clean model trains under the lowest CPU limit a case's header sets, so a sandbox that fails every
+# model at that limit cannot pass the cases that must end in a limits failure.
+CONTROL_CPU_S = min([TRAIN_CPU_S, *(c.cpu_s for c in TRAINED if c.cpu_s)])
+
+
 @pytest.mark.parametrize("cli", CLIS)
 def test_clean_model_passes_in_the_same_scene(cli: str, scene: Scene, canary: Canary) -> None:
     """The control: the shared network without an attack is accepted and measured honestly, so a
@@ -439,7 +449,7 @@ def test_clean_model_passes_in_the_same_scene(cli: str, scene: Scene, canary: Ca
     model = scene.models / "clean.py"
     model.write_text(CLEAN)
     before, first = scene.watched(), canary.count()
-    out, _ = run_cli(scene, [model], cli)
+    out, _ = run_cli(scene, [model], cli, cpu_s=CONTROL_CPU_S)
     assert out.returncode == 0, describe(out)
     case = Hostile(path=model, attack="none", kind="forge", cli=cli)
     problems = cli_problems(scene, out) + verdict_problems(case, out)
@@ -479,7 +489,7 @@ def test_hostile_trained_model_is_contained(case: Hostile, scene: Scene, canary:
     model = scene.models / case.path.name
     model.write_text(case.render(scene.subs(canary.port, canary.sock)))
     before, first = scene.watched(), canary.count()
-    out, _ = run_cli(scene, [model], case.cli, case.wall_s or TRAIN_WALL_S)
+    out, _ = run_cli(scene, [model], case.cli, case.wall_s or TRAIN_WALL_S, case.cpu_s or TRAIN_CPU_S)
     problems = cli_problems(scene, out) + verdict_problems(case, out)
     problems += containment(scene, [model], before, canary.since(first))
     report(f"train-{case.stem}", {case.stem: (problems, out.seconds)}, out.peak_rss_mb)

@@ -617,8 +617,11 @@ def test_constrained_modifier_reply_always_parses(tmp_path, monkeypatch):
     parent = BlockSet.from_text(RESIDUAL, "parent")
     # conf/llm/local.yaml's modifier settings but greedy (temperature 0): the same reply on
     # every run, so a failure is reproducible; the grammar's size bound (parent + 16 nodes,
-    # at most 4 edges into each) keeps even a looping reply inside max_tokens.
-    cfg = {"backend": "local", "cache": False, "local": {"n_ctx": 4096, "n_threads": None,
+    # at most 4 edges into each) keeps even a looping reply inside max_tokens. One thread: the
+    # server shares the cores with the other test workers, and an oversubscribed llama.cpp stalls
+    # at its thread barriers (~0.6 s a token on a loaded 2-core machine, against ~0.05 s with one
+    # thread); one thread also makes the greedy reply the same on every machine.
+    cfg = {"backend": "local", "cache": False, "local": {"n_ctx": 4096, "n_threads": 1,
                                                           "startup_timeout_s": 180},
            "roles": {"modifier": {"temperature": 0.0, "max_tokens": 768}}}
     client = LLMClient(cfg)

@@ -56,7 +56,8 @@ def search(tmp_path: Path, run: Path, store_dir: Path, *llm: str) -> subprocess.
     env = {**os.environ, "NASFLOW_HOME": str(tmp_path / "home"), "NASFLOW_NO_KEY": ""}
     return subprocess.run(
         [sys.executable, "-m", "nas.cli.main", "search", "space=nader", "strategy=nader", "evaluator=train",
-         "data=digits", "recipe.epochs=1", "evaluator.cells_per_stage=1", "budget.trials=4", "runner=local",
+         "data=digits", "recipe.epochs=1", "recipe.train_subset=256", "recipe.valid_subset=128",
+         "recipe.test_subset=128", "evaluator.cells_per_stage=1", "budget.trials=4", "runner=local",
          "progress=false", *llm, f"knowledge.path={store_dir}", f"hydra.run.dir={run}"],
         capture_output=True, text=True, env=env, timeout=600)
 

@@ -66,14 +66,16 @@ def test_only_refuses_a_missing_json_in_one_line(tmp_path):
 @pytest.mark.skipif(not FASHION.is_dir(), reason="needs Fashion-MNIST under /usr/share/datasets")
 def test_peers_supernet_trains_once_then_compares_the_default_with_each_method(tmp_path):
     args = ["--seeds", "1", "--trials", "2", "--epochs", "1", "--train-subset", "256", "--val-subset", "32",
-            "--recal-batches", "1", "--cache", str(tmp_path / "sn"), "--out", str(tmp_path / "p.json")]
+            "--recal-batches", "1", "--supernet-val-subset", "64", "--supernet-recal-batches", "1",
+            "--cache", str(tmp_path / "sn"), "--out", str(tmp_path / "p.json")]
     bench("peers_supernet.py", *args)
     result = json.loads((tmp_path / "p.json").read_text())
     assert result["default_strategy"] == "evolution" and result["seeds"] == 1 and result["budgets"] == [2]
     assert set(result["methods"]) == {"evolution", "bananas", "optuna_tpe"}
     assert set(result["tests"]) == {"evolution (default) vs bananas", "evolution (default) vs optuna_tpe"}
     assert result["tests"]["evolution (default) vs optuna_tpe"]["seeds_paired"] == 1
-    assert result["supernet"]["settings"] == {"epochs": 1, "train_subset": 256, "val_subset": 500, "sampling": "sandwich"}
+    assert result["supernet"]["settings"] == {"epochs": 1, "train_subset": 256, "val_subset": 64, "sampling": "sandwich",
+                                              "recal_batches": 1}
     assert result["supernet"]["reused"] is False and result["supernet"]["sha256"]
     for row in result["methods"].values():
         assert row["seeds"] == [0] and 0 <= row["best_at"]["2"]["mean"] <= 100 and len(row["curves"]) == 1
@@ -87,7 +89,8 @@ def test_peers_supernet_trains_once_then_compares_the_default_with_each_method(t
 @pytest.mark.skipif(not FASHION.is_dir(), reason="needs Fashion-MNIST under /usr/share/datasets")
 def test_peers_supernet_runs_on_spos_small_with_its_own_supernet(tmp_path):
     bench("peers_supernet.py", "--space", "spos_small", "--seeds", "1", "--trials", "2", "--epochs", "1",
-          "--train-subset", "128", "--val-subset", "32", "--recal-batches", "1", "--cache", str(tmp_path / "sn"),
+          "--train-subset", "128", "--val-subset", "32", "--recal-batches", "1", "--supernet-val-subset", "64",
+          "--supernet-recal-batches", "1", "--cache", str(tmp_path / "sn"),
           "--out", str(tmp_path / "p.json"))
     result = json.loads((tmp_path / "p.json").read_text())
     assert result["space"] == "spos_small" and result["supernet"]["command"].startswith(

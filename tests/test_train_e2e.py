@@ -67,8 +67,8 @@ class Network(nn.Module):
     def forward(self, x):
         return self.body(x)
 '''
-TRAIN = ["data=digits", "recipe.epochs=2", "recipe.patience_epochs=3", "evaluator.cells_per_stage=1",
-         "evaluator.channels=4"]
+TRAIN = ["data=digits", "recipe.epochs=2", "recipe.patience_epochs=3", "recipe.train_subset=256",
+         "recipe.valid_subset=128", "recipe.test_subset=128", "evaluator.cells_per_stage=1", "evaluator.channels=4"]
 
 
 @pytest.mark.parametrize("kind", ["source", "block", "cell"])

@@ -377,7 +377,7 @@ class _Program:
             if tag == "device" and v == "input":
                 return _DEVICE
             table = {"dtype": _DTYPES, "layout": _LAYOUTS, "memory_format": _FORMATS}.get(tag)
-            if table is None or v not in table:
+            if table is None or type(v) is not str or v not in table:  # a list or dict is no key (unhashable)
                 raise GraphError(f"graph argument {printable(str(tag))[:40]}={str(v)[:40]!r} not allowed")
             return table[v]
         if value is None or isinstance(value, (bool, int, float, str)):

@@ -2,6 +2,7 @@
 # kind: dos
 # cli: train
 # expect: limits
+# cpu_s: 5
 # A template: tests/test_hostile.py substitutes the __PLACEHOLDERS__ and runs it through the nas CLI.
 
 import os
