@@ -101,22 +101,28 @@ class Config:
     pool: int = 4000  # random subnets whose FLOPs quantile bins the subnets are drawn from
 
 
+# Scoring the spaces' subnets: 8 recalibration batches (512 images) and 2,000 validation images, for the
+# inherited scores and the stand-alone runs alike; at 500 images one subnet's accuracy has a standard error
+# of ~2 points, as wide as the whole spread of 20 subnets' scores, so the ranks were mostly sampling noise.
+SPACE_SCORING = {"recal_batches": 8, "val_subset": 2000}
 SPACE_VARIANTS = {
-    "ofa_mbv3_small": (Variant("sandwich (default)", {"sampling": "sandwich"}),),
-    "spos_small": (Variant("droppath (default)", {"sampling": "droppath"}),
-                   Variant("uniform (SPOS)", {"sampling": "uniform"})),
-    "autoformer_small": (Variant("uniform (default)", {"sampling": "uniform"}),),
+    "ofa_mbv3_small": (Variant("sandwich (default)", {"sampling": "sandwich"}, **SPACE_SCORING),),
+    "spos_small": (Variant("droppath (default)", {"sampling": "droppath"}, **SPACE_SCORING),),
+    "autoformer_small": (Variant("uniform (default)", {"sampling": "uniform"}, **SPACE_SCORING),),
 }
 # Budgets in CPU-seconds of one thread (OMP_NUM_THREADS=1). The NB201 headline (all 1,000 cells) and
 # its variants (the first 200) share the budget, so rows differ only by how training samples.
 NB201_CPU = 1500.0
 FULL = Config(
     nb201_cpu_seconds=NB201_CPU, nb201_cells=1000,
-    nb201_final=Variant(f"droppath, {NB201_CPU:.0f} CPU-s", {"sampling": "droppath"}, recal_batches=2, val_subset=256),
-    nb201_variants=(Variant(f"fair, {NB201_CPU:.0f} CPU-s", {"sampling": "fair"}, 2, 256),),
+    # 1,024 validation images (256 left 0.4-point steps, so most cells tied) and 4 recalibration batches
+    nb201_final=Variant(f"droppath, {NB201_CPU:.0f} CPU-s", {"sampling": "droppath"}, recal_batches=4, val_subset=1024),
+    nb201_variants=(Variant(f"fair, {NB201_CPU:.0f} CPU-s", {"sampling": "fair"}, 4, 1024),),
     variant_cells=200, space_cpu_seconds=900.0, space_variants=SPACE_VARIANTS, subnets=20,
-    # OFA's subnets cost ~4x SPOS's per step on this CPU (many small depthwise and SE layers): half the steps
-    standalone_steps={"ofa_mbv3_small": 25, "spos_small": 50, "autoformer_small": 50}, batch_size=64)
+    # Stand-alone runs long enough to leave chance: at 25-50 steps OFA's subnets stayed at 9 % and
+    # AutoFormer's at 25-32 %, a truth with nothing to rank. OFA's subnets cost ~2x AutoFormer's per step
+    # on this CPU and SPOS's ~3x; OFA gets fewer steps (past 75 % by 200).
+    standalone_steps={"ofa_mbv3_small": 200, "spos_small": 300, "autoformer_small": 300}, batch_size=64)
 TINY = Config(
     nb201_cpu_seconds=1.5, nb201_cells=6, nb201_final=Variant("fair, tiny", {"sampling": "fair"}, 1, 64),
     nb201_variants=(Variant("uniform, tiny", {"sampling": "uniform", "cpu_seconds": 1.0}, 1, 64),),
@@ -250,12 +256,13 @@ def feeder(batch_size: int = SCORE_BATCH) -> Any:
 
 
 def inherited_scores(checkpoint: str, archs: list[Any], variant: Variant, path: Path,
-                     split: Split = Split()) -> tuple[list[float], float]:
-    """Validation accuracy of each subnet with the supernet's weights after BN recalibration
-    (`supernets.scoring.score`), appended to `path` per subnet (resumable); and the CPU seconds spent."""
+                     split: Split = Split()) -> tuple[list[float], list[float | None], float]:
+    """Validation accuracy and mean cross-entropy of each subnet with the supernet's weights after BN
+    recalibration, appended to `path` per subnet (resumable); and the CPU seconds spent. A line written
+    before losses were kept has none (None)."""
     from rich.progress import track
 
-    from supernets.scoring import score
+    from supernets.scoring import accuracy_and_loss, has_batchnorm, recalibrate_bn
 
     path.parent.mkdir(parents=True, exist_ok=True)
     done = {r["key"]: r["accuracy"] for r in read_jsonl(path, repair=True)} if path.exists() else {}
@@ -265,18 +272,21 @@ def inherited_scores(checkpoint: str, archs: list[Any], variant: Variant, path: 
         net, feed = load_supernet(checkpoint), feeder()
         for arch in track(todo, description=f"scoring {len(todo)} subnets ({path.parent.name})"):
             began = cpu_now()
-            sub = net.extract(arch)
-            valid, _ = score(sub, feed, net.input_size(arch), variant.recal_batches, variant.val_subset)
+            sub, size = net.extract(arch), net.input_size(arch)
+            if variant.recal_batches and has_batchnorm(sub):
+                recalibrate_bn(sub, feed.recal(size, variant.recal_batches))
+            valid, loss = accuracy_and_loss(sub, feed.valid(size, variant.val_subset))
             done[arch.key()] = round(valid, 3)
             append_jsonl(path, [{"key": arch.key(), "arch": arch.encode(), "accuracy": round(valid, 3),
-                                 "cpu_seconds": round(cpu_now() - began, 3)}])
+                                 "loss": round(loss, 5), "cpu_seconds": round(cpu_now() - began, 3)}])
     lines = {r["key"]: r for r in read_jsonl(path)}  # with other shards' lines
     if any(a.key() not in lines for a in archs):
         raise Incomplete(path.name)
     # the CPU of every share when each line has it (else this process's: one shard's loading not counted)
     per_line = [lines[a.key()].get("cpu_seconds") for a in archs]
     cpu = float(sum(c for c in per_line if c is not None)) if None not in per_line else cpu_now() - start
-    return [lines[a.key()]["accuracy"] for a in archs], round(cpu, 1)
+    return ([lines[a.key()]["accuracy"] for a in archs], [lines[a.key()].get("loss") for a in archs],
+            round(cpu, 1))
 
 
 # --- NB201 --------------------------------------------------------------------------------------
@@ -307,14 +317,19 @@ def nb201_row(work: Path, cfg: Config, variant: Variant, n_cells: int, budget: f
     meta = trained_supernet(work, NB201_SPACE, settings, cfg.seed)
     cells, truth, vote, params = nb201_cells(n_cells)
     scoring = stable_hash(meta["sha256"], variant.recal_batches, variant.val_subset)[:12]
-    scores, cpu = inherited_scores(meta["checkpoint"], cells, variant, work / "scores" / f"nb201_{scoring}.jsonl",
-                                   split)
+    scores, losses, cpu = inherited_scores(meta["checkpoint"], cells, variant,
+                                           work / "scores" / f"nb201_{scoring}.jsonl", split)
     combined = mean_rank({"supernet": scores, "vote": vote})
+    by_loss = {}
+    if None not in losses:  # the same subnets ranked by their validation loss (lower is better)
+        fit = [-float(x) for x in losses if x is not None]
+        by_loss = {"supernet_loss": correlations(fit, truth),
+                   "combined_loss": correlations(mean_rank({"supernet": fit, "vote": vote}), truth)}
     return {"variant": variant.name, "settings": {k: settings[k] for k in ("sampling", "cpu_seconds", "lr",
                                                                              "batch_size", "train_subset")},
             "recal_batches": variant.recal_batches, "val_subset": variant.val_subset, "cells": n_cells,
             "supernet": correlations(scores, truth), "combined": correlations(combined, truth),
-            "vote": correlations(vote, truth), "params": correlations(params, truth),
+            "vote": correlations(vote, truth), "params": correlations(params, truth), **by_loss,
             "training": {k: meta[k] for k in ("steps", "train_cpu_seconds", "wall_seconds", "load",
                                               "val_accuracy_largest", "val_accuracy_smallest")},
             "scoring_cpu_seconds": cpu, "scores": scores}
@@ -375,13 +390,16 @@ def standalone(space: Any, arch: Any, cfg: Config, steps: int) -> dict[str, Any]
         F.cross_entropy(net(resize(normalise(x), size)), train.labels[idx]).backward()
         opt.step()
         schedule.step()
-    valid, _ = score(net, feeder(), size, 0, cfg_val_subset(cfg))
+    recal, val = cfg_scoring(cfg)
+    valid, _ = score(net, feeder(), size, recal, val)
     return {"accuracy": round(valid, 3), "cpu_seconds": round(cpu_now() - start, 1)}
 
 
-def cfg_val_subset(cfg: Config) -> int:
-    """The validation images stand-alone runs are scored on: the spaces' variants' (all the same)."""
-    return next(iter(cfg.space_variants.values()))[0].val_subset
+def cfg_scoring(cfg: Config) -> tuple[int, int]:
+    """The BN recalibration batches and validation images stand-alone runs are scored with: the spaces'
+    variants' (all the same), so a stand-alone and an inherited score differ only by the weights."""
+    head = next(iter(cfg.space_variants.values()))[0]
+    return head.recal_batches, head.val_subset
 
 
 def space_part(work: Path, cfg: Config, name: str, split: Split = Split()) -> dict[str, Any]:
@@ -391,7 +409,7 @@ def space_part(work: Path, cfg: Config, name: str, split: Split = Split()) -> di
     space = SPACE_REGISTRY.create(params["name"], {k: v for k, v in params.items() if k != "name"})
     archs = pick_subnets(space, cfg.subnets, cfg.seed, cfg.pool)
     flops = [flops_of(space, a) for a in archs]
-    path = work / "standalone" / f"{name}_{stable_hash(params, cfg.standalone_steps[name], cfg.standalone_batch, cfg.seed, cfg.train_subset, cfg_val_subset(cfg))[:12]}.jsonl"
+    path = work / "standalone" / f"{name}_{stable_hash(params, cfg.standalone_steps[name], cfg.standalone_batch, cfg.seed, cfg.train_subset, cfg_scoring(cfg))[:12]}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     done = {r["key"]: r for r in read_jsonl(path, repair=True)} if path.exists() else {}
     from rich.progress import track
@@ -409,7 +427,8 @@ def space_part(work: Path, cfg: Config, name: str, split: Split = Split()) -> di
         settings = {**base_settings(cfg), "cpu_seconds": cfg.space_cpu_seconds, **variant.settings}
         meta = trained_supernet(work, params, settings, cfg.seed)
         scoring = stable_hash(meta["sha256"], variant.recal_batches, variant.val_subset)[:12]
-        scores, cpu = inherited_scores(meta["checkpoint"], archs, variant, work / "scores" / f"{name}_{scoring}.jsonl")
+        scores, _, cpu = inherited_scores(meta["checkpoint"], archs, variant,
+                                          work / "scores" / f"{name}_{scoring}.jsonl")
         rows.append({"variant": variant.name, "sampling": settings["sampling"], "recal_batches": variant.recal_batches,
                      "val_subset": variant.val_subset,
                      "training": {k: meta[k] for k in ("steps", "train_cpu_seconds", "wall_seconds", "load",
@@ -429,6 +448,7 @@ def space_part(work: Path, cfg: Config, name: str, split: Split = Split()) -> di
             "standalone_recipe": {"steps": cfg.standalone_steps[name], "batch_size": cfg.standalone_batch, "lr": 0.05,
                                   "schedule": "cosine to 0", "momentum": 0.9, "nesterov": True,
                                   "weight_decay": 5e-4, "augment": "flip (where labels allow) + pad-2 crop",
+                                  "scored": dict(zip(("recal_batches", "val_subset"), cfg_scoring(cfg))),
                                   "cpu_seconds": [done[a.key()]["cpu_seconds"] for a in archs]},
             "supernet_cpu_seconds": cfg.space_cpu_seconds, "variants": rows}
 
@@ -481,6 +501,9 @@ def report(work: Path, cfg: Config, out: Path, tiny: bool) -> dict[str, Any]:
         "nb201": {
             "supernet": nb["supernet"], "vote": nb["vote"], "params": nb["params"],
             "combined": {**nb["combined"], "how": "mean of the supernet's and the vote's ranks per cell"},
+            **({"supernet_loss": {**nb["supernet_loss"], "how": "the same subnets ranked by validation loss"},
+                "combined_loss": {**nb["combined_loss"], "how": "mean of the loss ranking's and the vote's ranks"}}
+               if "supernet_loss" in nb else {}),
             "cells": nb["cells"], "truth": "analog-nasbench NB201 CIFAR-10 baseline_accuracy (the table evaluator's)",
             "supernet_network": f"NB201 skeleton C={NB201_SPACE['channels']}, {NB201_SPACE['cells_per_stage']} cell "
                                 "per stage (the table's: 5), trained and scored on Fashion-MNIST at 28 px",
@@ -502,6 +525,12 @@ def report(work: Path, cfg: Config, out: Path, tiny: bool) -> dict[str, Any]:
     payload["nb201"]["goals"] = {"supernet_above_params": rho["supernet"] > rho["params"],
                                  "combined_above_vote": rho["combined"] > rho["vote"],
                                  "supernet_above_vote": rho["supernet"] > rho["vote"]}
+    if "supernet_loss" in nb:  # the goals again with the loss ranking (the headline stays accuracy, as the papers)
+        loss_rho = {k: nb[k]["spearman"] if nb[k]["spearman"] is not None else -1.0
+                    for k in ("supernet_loss", "combined_loss")}
+        payload["nb201"]["goals_by_loss"] = {"supernet_above_params": loss_rho["supernet_loss"] > rho["params"],
+                                             "combined_above_vote": loss_rho["combined_loss"] > rho["vote"],
+                                             "supernet_above_vote": loss_rho["supernet_loss"] > rho["vote"]}
     atomic_write_json(out, payload)
     atomic_write_text(out.with_suffix(".md"), markdown(payload))
     plot(payload, parts, out.with_suffix(".png"))
@@ -530,7 +559,9 @@ def markdown(p: dict[str, Any]) -> str:
              f"NB201, {nb['cells']} cells of benchmarks/proxies.py against {nb['truth']}; supernet: "
              f"{nb['supernet_network']}, {nb['budget']['train_cpu_seconds']:.0f} CPU-s of training.", "",
              "| scorer | Spearman | Kendall |", "|---|---|---|"]
-    for name in ("supernet", "combined", "vote", "params"):
+    for name in ("supernet", "combined", "supernet_loss", "combined_loss", "vote", "params"):
+        if name not in nb:
+            continue
         lines.append(f"| {name} | {f3(nb[name]['spearman'])} | {f3(nb[name]['kendall'])} |")
     lines += ["", "NB201 variants (each trained within its CPU budget; scored on the first cells of the sample):", "",
               "| variant | cells | train CPU-s | steps | recal | val | supernet ρ | headline on these cells ρ | "

@@ -241,6 +241,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_supernet_nb201.py": (),
     "test_supernet_ranking.py": (),
     "test_supernet_ranking.py::test_tiny_run_writes_every_key_the_issue_asks_for": ("slow",),
+    "test_supernet_scoring.py": (),
     "test_supernet_train.py": (),
     "test_supernet_train.py::test_cli_trains_a_supernet_then_searches_with_it": ("cli",),
     "test_plugins.py": ("cli", "slow"),

@@ -52,8 +52,9 @@ def test_tiny_run_writes_every_key_the_issue_asks_for(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
     nb = report["nb201"]
-    for scorer in ("supernet", "combined", "vote", "params"):
+    for scorer in ("supernet", "combined", "supernet_loss", "combined_loss", "vote", "params"):
         assert set(nb[scorer]) >= {"spearman", "kendall"}
+    assert set(nb["goals_by_loss"]) == set(nb["goals"])
     assert nb["cells"] == bench.TINY.nb201_cells and nb["training"]["train_cpu_seconds"] > 0
     assert [v["variant"] for v in nb["variants"]][-1] == bench.TINY.nb201_final.name
     for name in bench.SPACES:
