@@ -81,6 +81,13 @@ class Limits:
     tmp_mb: int = 1024
 
     def __post_init__(self) -> None:
+        # the rlimits take whole numbers: a float (memory_mb=0.5) would pass `> 0` here and raise a
+        # TypeError inside every child, turning each candidate into a crash verdict
+        for name in ("wall_s", "cpu_s", "memory_mb", "file_mb", "tmp_mb", "nprocs"):
+            value, whole = getattr(self, name), name != "wall_s"
+            if type(value) not in ((int,) if whole else (int, float)):
+                kind = "a whole number" if whole else "a number"
+                raise ConfigError(f"Limits.{name} must be {kind}, got {value!r}")
         for name in ("wall_s", "cpu_s", "memory_mb", "file_mb", "tmp_mb"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"Limits.{name} must be > 0, got {getattr(self, name)!r}")
