@@ -196,6 +196,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_runners.py::test_dask_search_matches_the_other_runners_and_fills_the_cache": ("cli", "llm", "prefect"),
     "test_sandbox.py": ("sandbox",),
     "test_sandbox_mutants.py": (),
+    "test_sandbox_fast.py": ("sandbox",),
     "test_screening.py": (),
     "test_screening.py::test_works_with_an_llm_strategy_asking_n_times_factor": ("llm",),
     "test_search_loop.py": (),
