@@ -96,7 +96,7 @@ def cases(outside: Path) -> dict:
         "env": in_forward("import os\nraise RuntimeError(os.environ.get('OPENAI_API_KEY', 'no key'))"),
     }
     runs = {name: (src, LOOP if name.endswith("_loop") else FAST, None) for name, src in plain.items()}
-    runs["sleep"] = (in_forward("import time\ntime.sleep(60)"), Limits(wall_s=8, cpu_s=5), None)
+    runs["sleep"] = (in_forward("import time\ntime.sleep(120)"), Limits(wall_s=8, cpu_s=5), None)
     runs["vs_kernel5"] = (KERNEL5, FAST, TINY)
     runs["vs_broken_parent"] = (TINY, FAST, TINY.replace("class Network", "class Net"))
     return runs
@@ -180,6 +180,8 @@ def test_each_limit_is_applied(verdicts: dict[str, Verdict], name: str, error: s
     v = verdicts[name]
     assert (v.ok, v.stage) == (False, "limits"), v.error
     assert v.error.startswith(error), v.error
+    if name == "sleep":  # stopped at its 8 s (and the start-up before), not at some later clock
+        assert v.wall_s < 40, v.wall_s
 
 
 def test_a_swallowed_policy_error_still_ends_the_child(verdicts: dict[str, Verdict]) -> None:
