@@ -71,6 +71,13 @@ def tiny_hash(source: str = TINY) -> str:
     return graph_hash(GraphNet(art), art.graph)
 
 
+HOSTILE = Path(__file__).parent / "hostile"
+# tests/hostile/ files whose defence is the parent's own check of what the child sent, and the four
+# test_terminal_safe.py runs through `nas arch validate` on a non-UTF-8 terminal.
+FORGES = ["forge_isfinite", "forge_carried_select_table", "forge_count_params"]
+TERMINAL = ["proto_surrogate_exception", "proto_surrogate_export_error", "spoof_bidi_exception",
+            "spoof_zero_width_verdict"]
+HOSTILE_CASES = FORGES + TERMINAL
 KERNEL5 = TINY.replace("nn.Conv2d(3, 4, 3, padding=1)", "nn.Conv2d(3, 4, 5, padding=2)")
 
 
@@ -99,6 +106,8 @@ def cases(outside: Path) -> dict:
     runs["sleep"] = (in_forward("import time\ntime.sleep(120)"), Limits(wall_s=8, cpu_s=5), None)
     runs["vs_kernel5"] = (KERNEL5, FAST, TINY)
     runs["vs_broken_parent"] = (TINY, FAST, TINY.replace("class Network", "class Net"))
+    for name in HOSTILE_CASES:  # templates without placeholders (but in their comments): run as they are
+        runs[f"hostile_{name}"] = ((HOSTILE / f"{name}.py").read_text(encoding="utf-8"), FAST, None)
     return runs
 
 
@@ -306,3 +315,46 @@ def test_each_forbidden_call_is_refused_naming_itself_and_its_line(tmp_path: Pat
     assert len(out) == len(CALLS), out
     for i, (name, said) in enumerate(zip(CALLS, out)):
         assert said.startswith(POLICY_ERRORS[name].format(line=3 + 3 * i)), (name, said)
+
+
+def _base_network() -> torch.nn.Module:
+    from hostile_support import BaseNetwork
+
+    return BaseNetwork()
+
+
+def test_what_a_child_forges_the_parent_checks_again(verdicts: dict[str, Verdict]) -> None:
+    """Twin of test_hostile.py::test_hostile_models_are_contained (kind forge: forge_isfinite,
+    forge_count_params) and test_fairnad_forger_e2e.py (forge_carried_select_table, refused only by the
+    parent's parse of the graph): checks the child's code was patched to pass are the parent's own."""
+    nan = verdicts["hostile_forge_isfinite"]
+    assert (nan.ok, nan.stage, nan.error) == (False, "output_shape", "output_shape: output contains NaN or Inf values")
+    table = verdicts["hostile_forge_carried_select_table"]
+    assert (table.ok, table.stage) == (False, "graph") and "\n" not in table.error, table.error
+    counted = verdicts["hostile_forge_count_params"]
+    assert counted.ok and not counted.self_reported, counted.error
+    assert (counted.params, counted.flops) == (count_params(_base_network()), count_flops(_base_network(), (1, 3, 8, 8)))
+
+
+def test_the_validate_line_of_a_hostile_message_is_one_plain_line(verdicts: dict[str, Verdict], monkeypatch,
+                                                                  capsys, tmp_path: Path) -> None:
+    """Twin of test_terminal_safe.py::test_the_cli_prints_one_plain_line_per_hostile_file_on_any_terminal:
+    the real child's messages (lone surrogates, bidi overrides, zero-width, tag and private-use
+    characters) make one escaped line per file, in order, that an ASCII or latin-1 terminal prints."""
+    from argparse import Namespace
+
+    from nas.cli import arch
+
+    for name in TERMINAL:  # escaped as the parent reads them, before the CLI escapes its line again
+        v = verdicts[f"hostile_{name}"]
+        assert all(text is None or text.isprintable() for text in (v.error, v.export_error)), v
+    paths = [tmp_path / f"{name}.py" for name in TERMINAL]
+    by_path = {path: verdicts[f"hostile_{path.stem}"] for path in paths}
+    monkeypatch.setattr(arch, "_verify", lambda args, path, text, parent: by_path[path])
+    statuses = [arch._validate_one(path, "", None, Namespace()) for path in paths]
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert statuses == [1, 0, 1, 1] and [line.split(": ", 1)[0] for line in lines] == list(map(str, paths)), out
+    assert all(line.isprintable() for line in lines) and out.encode("ascii")  # ASCII, so latin-1 too
+    assert "\\ud800" in lines[0] and "\\u202e" in lines[2] and "\\u200b" in lines[3], out
+    assert ": valid model (" in lines[1] and "\\udcff\\ud800" in lines[1], out
