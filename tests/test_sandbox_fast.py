@@ -9,6 +9,7 @@ it mirrors."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -358,3 +359,47 @@ def test_the_validate_line_of_a_hostile_message_is_one_plain_line(verdicts: dict
     assert all(line.isprintable() for line in lines) and out.encode("ascii")  # ASCII, so latin-1 too
     assert "\\ud800" in lines[0] and "\\u202e" in lines[2] and "\\u200b" in lines[3], out
     assert ": valid model (" in lines[1] and "\\udcff\\ud800" in lines[1], out
+
+
+HIDDEN = '''
+import torch
+from torch import nn
+
+
+class Network(nn.Module):
+    """A 192x512 and a 512x10 matrix product spelled as broadcast multiply-and-sum."""
+
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(192, 512) * 0.02)
+        self.w2 = nn.Parameter(torch.randn(512, num_classes) * 0.02)
+        self.bn = nn.BatchNorm1d(512)
+
+    def forward(self, x):
+        h = torch.relu(self.bn((x.flatten(1)[:, :, None] * self.w1[None]).sum(1)))
+        return (h[:, :, None] * self.w2[None]).sum(1)
+'''
+
+
+def _check_here(source: str) -> dict:
+    """The trusted worker's check (`measure`) of `source`'s network exported here (our own source)."""
+    namespace: dict = {}
+    exec(compile(source, "hidden.py", "exec"), namespace)
+    net = namespace["Network"](num_classes=10)
+    graph = export_graph(net, torch.randn(SHAPE))
+    data = pack(graph, {"init": dict(net.state_dict()), "const": graph.pop("constants")})
+    return verify.measure(data, num_classes=10, input_shape=list(SHAPE), memory_mb=1024, with_parent=False,
+                          batch=256, seeds=[], on_work=lambda units: None)
+
+
+def test_products_hidden_from_the_flops_count_are_refused_fast() -> None:
+    """Twin of test_sandbox.py::test_products_hidden_from_the_flops_count_are_refused, in this process
+    on an 8x8 input: ~200k element-wise operations per image that fvcore does not count are refused;
+    the same products as matrix products pass."""
+    refused = _check_here(HIDDEN)
+    assert (refused["ok"], refused["stage"]) == (False, "graph"), refused["error"]
+    assert re.search(r"operations per image \(at batch 256\) outside convolutions and matrix products, more than",
+                     refused["error"]), refused["error"]
+    honest = _check_here(HIDDEN.replace("(x.flatten(1)[:, :, None] * self.w1[None]).sum(1)", "x.flatten(1) @ self.w1")
+                         .replace("(h[:, :, None] * self.w2[None]).sum(1)", "h @ self.w2"))
+    assert honest["ok"], honest["error"]
