@@ -113,6 +113,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_executor_close.py": (),
     "test_export.py": (),
     "test_export.py::test_a_path_that_is_no_run_fails_before_torch_loads": ("cli",),
+    "test_export_fast.py": (),
     "test_export.py::test_model_source_is_built_and_exported_only_in_the_sandbox": ("sandbox",),
     "test_export.py::test_model_source_that_breaks_the_policy_fails_in_one_line": ("sandbox",),
     "test_export.py::test_model_source_is_retrained_as_its_exported_graph_in_the_trusted_worker": ("sandbox",),

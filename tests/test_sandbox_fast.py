@@ -23,6 +23,7 @@ from nas.measure import count_flops, count_params
 from nas.sandbox import Limits, Verdict, verify
 from nas.sandbox.graph import GraphNet, export_graph, graph_hash, pack, unpack
 from nas.sandbox.verify import train_model_source, verify_model_source
+from nas.spaces.nader.network import network_source
 
 SHAPE = (2, 3, 8, 8)
 TINY = '''import torch
@@ -82,6 +83,14 @@ HOSTILE_CASES = FORGES + TERMINAL
 KERNEL5 = TINY.replace("nn.Conv2d(3, 4, 3, padding=1)", "nn.Conv2d(3, 4, 5, padding=2)")
 
 
+def compiled_plan():
+    """A NADER block file compiled at width 16 for one block a stage at 8x8 (tests/test_dag_compile.py's at 32)."""
+    from nas.spaces.nader.dag.macro import BlockSet, Skeleton, plan
+
+    blocks = BlockSet.from_text((Path(__file__).parent / "data" / "blocks" / "shuffle_se.txt").read_text())
+    return plan(blocks, Skeleton.nb201(n=1, input_size=8), 16)
+
+
 def cases(outside: Path) -> dict:
     """name -> (source, limits, parent source)."""
     plain = {
@@ -107,6 +116,7 @@ def cases(outside: Path) -> dict:
     runs["sleep"] = (in_forward("import time\ntime.sleep(120)"), Limits(wall_s=8, cpu_s=5), None)
     runs["vs_kernel5"] = (KERNEL5, FAST, TINY)
     runs["vs_broken_parent"] = (TINY, FAST, TINY.replace("class Network", "class Net"))
+    runs["compiled"] = (network_source(compiled_plan()), FAST, None)
     for name in HOSTILE_CASES:  # templates without placeholders (but in their comments): run as they are
         runs[f"hostile_{name}"] = ((HOSTILE / f"{name}.py").read_text(encoding="utf-8"), FAST, None)
     return runs
@@ -403,3 +413,11 @@ def test_products_hidden_from_the_flops_count_are_refused_fast() -> None:
     honest = _check_here(HIDDEN.replace("(x.flatten(1)[:, :, None] * self.w1[None]).sum(1)", "x.flatten(1) @ self.w1")
                          .replace("(h[:, :, None] * self.w2[None]).sum(1)", "h @ self.w2"))
     assert honest["ok"], honest["error"]
+
+
+def test_a_compiled_block_file_passes_the_sandbox_at_its_planned_size(verdicts: dict[str, Verdict]) -> None:
+    """Twin of test_dag_compile.py::test_exported_source_passes_the_sandbox: the source a block file
+    compiles to is a valid model file, measured (on the trusted side) at the size its plan says."""
+    v, p = verdicts["compiled"], compiled_plan()
+    assert v.ok, v.error
+    assert (v.params, v.flops, v.output_shape) == (p.params, p.flops, [2, 10])
