@@ -225,3 +225,31 @@ def test_ideas_are_one_record_only_with_the_same_text(a, b, same):
     assert (Idea(a).id == Idea(b).id) is same
     assert Idea(a, source="x").id == Idea(a, source="y").id  # where it was read says nothing of what it is
 
+
+
+# --- the sandbox's limits: each at, below and just above its bound ----------------------------------
+
+@pytest.mark.parametrize("field", ["wall_s", "cpu_s", "memory_mb", "file_mb", "tmp_mb"])
+@pytest.mark.parametrize("value, taken", [(-1, False), (0, False), (float("nan"), False), (1, True)])
+def test_each_sandbox_limit_must_be_positive(field, value, taken):
+    """A limit of zero, below it or NaN (which no comparison passes) is refused in one line naming it."""
+    from nas.errors import ConfigError
+    from nas.sandbox.limits import Limits
+
+    if taken:
+        assert getattr(Limits(**{field: value}), field) == value
+    else:
+        with pytest.raises(ConfigError, match=rf"^Limits\.{field} must be > 0, got "):
+            Limits(**{field: value})
+
+
+@pytest.mark.parametrize("value, taken", [(-1, False), (0, True), (1, True)])
+def test_the_process_headroom_may_be_zero_but_not_below(value, taken):
+    from nas.errors import ConfigError
+    from nas.sandbox.limits import Limits
+
+    if taken:
+        assert Limits(nprocs=value).nprocs == value
+    else:
+        with pytest.raises(ConfigError, match=r"^Limits\.nprocs must be >= 0, got -1$"):
+            Limits(nprocs=value)

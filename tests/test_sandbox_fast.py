@@ -76,7 +76,8 @@ def tiny_hash(source: str = TINY) -> str:
 HOSTILE = Path(__file__).parent / "hostile"
 # tests/hostile/ files whose defence is the parent's own check of what the child sent, and the four
 # test_terminal_safe.py runs through `nas arch validate` on a non-UTF-8 terminal.
-FORGES = ["forge_isfinite", "forge_carried_select_table", "forge_count_params"]
+FORGES = ["forge_isfinite", "forge_carried_select_table", "forge_count_params", "forge_report_request_fd",
+          "forge_tensor_numel"]
 TERMINAL = ["proto_surrogate_exception", "proto_surrogate_export_error", "spoof_bidi_exception",
             "spoof_zero_width_verdict"]
 HOSTILE_CASES = FORGES + TERMINAL
@@ -99,6 +100,7 @@ def cases(outside: Path) -> dict:
         "import_loop": at_import("while True:\n    pass"),
         "empty_huge": at_import("torch.empty(10**12)"),
         "alloc_600mb": in_forward("big = torch.ones(15 * 10**7)"),  # fine without the 512 MB cap
+        "list_grow": at_import("junk = []\nwhile True:\n    junk.append(bytearray(10**8))"),
         "file_size": in_forward("open('big.bin', 'wb').write(b'x' * (32 << 20))"),
         "swallowed_loop": at_import("import os\ntry:\n    os.system('true')\nexcept Exception:\n    pass\n"
                                     "while True:\n    pass"),
@@ -195,6 +197,7 @@ def test_a_parent_that_fails_to_build_fast(verdicts: dict[str, Verdict]) -> None
                    f"model.py:{AT_IMPORT}"),
     ("alloc_600mb", f"limits: out of memory (memory_mb=512): tried to allocate 600000000 bytes at "
                     f"model.py:{AT_FORWARD}"),
+    ("list_grow", f"limits: out of memory (memory_mb=512) at model.py:{AT_IMPORT + 2}"),
     ("file_size", f"limits: file size limit 16 MB exceeded at model.py:{AT_FORWARD}"),
 ])
 def test_each_limit_is_applied(verdicts: dict[str, Verdict], name: str, error: str) -> None:
@@ -336,7 +339,7 @@ def _base_network() -> torch.nn.Module:
 
 def test_what_a_child_forges_the_parent_checks_again(verdicts: dict[str, Verdict]) -> None:
     """Twin of test_hostile.py::test_hostile_models_are_contained (kind forge: forge_isfinite,
-    forge_count_params) and test_fairnad_forger_e2e.py (forge_carried_select_table, refused only by the
+    forge_count_params, forge_report_request_fd, forge_tensor_numel) and test_fairnad_forger_e2e.py (forge_carried_select_table, refused only by the
     parent's parse of the graph): checks the child's code was patched to pass are the parent's own."""
     nan = verdicts["hostile_forge_isfinite"]
     assert (nan.ok, nan.stage, nan.error) == (False, "output_shape", "output_shape: output contains NaN or Inf values")
@@ -345,6 +348,11 @@ def test_what_a_child_forges_the_parent_checks_again(verdicts: dict[str, Verdict
     counted = verdicts["hostile_forge_count_params"]
     assert counted.ok and not counted.self_reported, counted.error
     assert (counted.params, counted.flops) == (count_params(_base_network()), count_flops(_base_network(), (1, 3, 8, 8)))
+    forged = verdicts["hostile_forge_report_request_fd"]  # a verdict of 1 param, 1 FLOP written to the report fd
+    assert (forged.ok, forged.stage) == (False, "crash") and "malformed report" in forged.error, forged.error
+    numel = verdicts["hostile_forge_tensor_numel"]  # counts 1 a tensor, and so cannot be exported as a graph
+    assert not numel.ok or numel.params == count_params(_base_network()) or (
+        numel.self_reported and numel.export_error), numel  # a number of the model's own is marked so
 
 
 def test_the_validate_line_of_a_hostile_message_is_one_plain_line(verdicts: dict[str, Verdict], monkeypatch,
