@@ -97,3 +97,35 @@ def test_a_model_that_cannot_be_exported_retrains_in_the_sandbox_marked_self_rep
     assert weights["valid_accuracy"] == 99.8765 and "self-reported" in weights["note"]  # the forgery, marked
     assert any(line.startswith("retraining in the sandbox: 1 epochs on digits") for line in said)
     assert any(line.startswith("retrained: ") and line.endswith(SELF_REPORTED) for line in said), said
+
+
+def test_code_compiled_from_a_block_file_is_checked_in_the_sandbox_never_here(monkeypatch, tmp_path) -> None:
+    """Twin of test_export.py::test_block_file_exports_compiled_source_checked_in_the_sandbox (its
+    `source_check.method` starts with "sandbox"): the PyTorch code a block file (an LLM's design)
+    compiles to is checked only by a sandboxed child; our own generated code (NB201's) in this process."""
+    from nas.export import trusted
+    from nas.export.built import Built
+    from nas.spaces.nader.space import BlockSpace
+    from nas.spaces.nb201.space import NB201Space
+
+    calls: list[str] = []
+
+    def sandboxed(tmp, source, num_classes, x, **kw):
+        calls.append("sandbox")
+        return Verdict(ok=True, stage="done"), [], {"reference": CHECK}
+
+    def imported(path):
+        calls.append("imported here")
+        raise AssertionError("imported in this process")
+
+    monkeypatch.setattr(trusted, "run_sandboxed", sandboxed)
+    monkeypatch.setattr(trusted, "_import_file", imported)
+    net = torch.nn.Linear(4, 10)
+    torch.save(net.state_dict(), tmp_path / "model.pt")
+    spec = SimpleNamespace(evaluator=SimpleNamespace(params={}))
+    built = Built(None, (1, 4), "class Network: ...", "nader", {}, 10)
+    check = trusted.source_check(built, net, torch.randn(1, 4), tmp_path, spec, BlockSpace())
+    assert calls == ["sandbox"] and check["method"].startswith("sandbox") and check["passed"]
+    calls.clear()
+    trusted.source_check(built, net, torch.randn(1, 4), tmp_path, spec, NB201Space())
+    assert calls == ["imported here"]  # ours: checked in this process (the stand-in refuses, as a failed check)
