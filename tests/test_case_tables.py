@@ -41,10 +41,26 @@ def api_key(monkeypatch):
     monkeypatch.setenv("NASFLOW_TEST_KEY", "sk-test-case-tables")
 
 
+# Beside the listed statuses, the edges of the rule (`nas/llm/client.py`: below 500 final but 408, 409
+# and 429): the neighbours of its exceptions, the last 4xx, and the 5xx no list above names.
+EDGE_RETRIED = (501, 505, 507, 599)
+EDGE_FINAL = (405, 407, 410, 428, 430, 499)
+
+
 @pytest.mark.parametrize("status", RETRIED + FINAL)
 def test_each_http_status_is_retried_or_final(status, tmp_path):
     """Always failing: a retried status is asked max_retries + 1 times, then one LLMError saying it
     gave up; a final status is asked once, with no wait, and the error names the status."""
+    retried_or_final(status, status in RETRIED, tmp_path)
+
+
+@pytest.mark.parametrize("status", EDGE_RETRIED + EDGE_FINAL)
+def test_each_status_at_the_edges_of_the_retry_set_is_retried_or_final(status, tmp_path):
+    """Every 5xx is retried, not only the common ones; the 4xx next to 408, 409 and 429 are final."""
+    retried_or_final(status, status in EDGE_RETRIED, tmp_path)
+
+
+def retried_or_final(status: int, retried: bool, tmp_path) -> None:
     sleeps: list[float] = []
     with ScriptedServer([Step(fault=str(status))] * (MAX_RETRIES + 1)) as srv:
         client = client_for(srv, tmp_path, sleeps)
@@ -52,7 +68,7 @@ def test_each_http_status_is_retried_or_final(status, tmp_path):
             client.complete("proposer", "x")
         asked = len(srv.requests)
     usage = client.usage.to_dict()["roles"]["proposer"]
-    if status in RETRIED:
+    if retried:
         assert asked == MAX_RETRIES + 1 and len(sleeps) == MAX_RETRIES
         assert f"gave up after {MAX_RETRIES + 1} tries" in str(info.value)
         assert usage["retries"] == MAX_RETRIES
@@ -209,3 +225,31 @@ def test_ideas_are_one_record_only_with_the_same_text(a, b, same):
     assert (Idea(a).id == Idea(b).id) is same
     assert Idea(a, source="x").id == Idea(a, source="y").id  # where it was read says nothing of what it is
 
+
+
+# --- the sandbox's limits: each at, below and just above its bound ----------------------------------
+
+@pytest.mark.parametrize("field", ["wall_s", "cpu_s", "memory_mb", "file_mb", "tmp_mb"])
+@pytest.mark.parametrize("value, taken", [(-1, False), (0, False), (float("nan"), False), (1, True)])
+def test_each_sandbox_limit_must_be_positive(field, value, taken):
+    """A limit of zero, below it or NaN (which no comparison passes) is refused in one line naming it."""
+    from nas.errors import ConfigError
+    from nas.sandbox.limits import Limits
+
+    if taken:
+        assert getattr(Limits(**{field: value}), field) == value
+    else:
+        with pytest.raises(ConfigError, match=rf"^Limits\.{field} must be > 0, got "):
+            Limits(**{field: value})
+
+
+@pytest.mark.parametrize("value, taken", [(-1, False), (0, True), (1, True)])
+def test_the_process_headroom_may_be_zero_but_not_below(value, taken):
+    from nas.errors import ConfigError
+    from nas.sandbox.limits import Limits
+
+    if taken:
+        assert Limits(nprocs=value).nprocs == value
+    else:
+        with pytest.raises(ConfigError, match=r"^Limits\.nprocs must be >= 0, got -1$"):
+            Limits(nprocs=value)
