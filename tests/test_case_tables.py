@@ -238,9 +238,32 @@ def test_each_sandbox_limit_must_be_positive(field, value, taken):
 
     if taken:
         assert getattr(Limits(**{field: value}), field) == value
-    else:
-        with pytest.raises(ConfigError, match=rf"^Limits\.{field} must be > 0, got "):
+    else:  # NaN in a whole-number field is refused as not whole, in wall_s as not > 0
+        with pytest.raises(ConfigError, match=rf"^Limits\.{field} must be (> 0|a whole number), got "):
             Limits(**{field: value})
+
+
+@pytest.mark.parametrize("field", ["cpu_s", "memory_mb", "file_mb", "tmp_mb", "nprocs"])
+@pytest.mark.parametrize("value", [0.5, 512.0, "512", True, None])
+def test_each_rlimit_must_be_a_whole_number(field, value):
+    """The rlimits take whole numbers: a float that passed `> 0` raised a TypeError inside every child."""
+    from nas.errors import ConfigError
+    from nas.sandbox.limits import Limits
+
+    with pytest.raises(ConfigError, match=rf"^Limits\.{field} must be a whole number, got "):
+        Limits(**{field: value})
+
+
+@pytest.mark.parametrize("value, taken", [(2.5, True), (7, True), ("60", False), (True, False)])
+def test_the_wall_clock_may_be_fractional_but_must_be_a_number(value, taken):
+    from nas.errors import ConfigError
+    from nas.sandbox.limits import Limits
+
+    if taken:
+        assert Limits(wall_s=value).wall_s == value
+    else:
+        with pytest.raises(ConfigError, match=r"^Limits\.wall_s must be a number, got "):
+            Limits(wall_s=value)
 
 
 @pytest.mark.parametrize("value, taken", [(-1, False), (0, True), (1, True)])
