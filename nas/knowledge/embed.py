@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from nas.errors import MissingDependencyError
+from nas.errors import ConfigError, MissingDependencyError
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2
 BACKENDS = ("auto", "numpy", "sentence-transformers")
+BACKEND_ENV = "NASFLOW_EMBEDDER"  # the bundled model's backend when none is given (default numpy)
 
 
 def _bundled_model_dir() -> Path:
@@ -40,8 +41,9 @@ def _bundled_model_dir() -> Path:
 class Embedder:
     """Texts -> L2-normalised float32 vectors, so a dot product is the cosine.
 
-    `backend`: "numpy" (the bundled model's default) or "sentence-transformers"
-    (a given folder's default); both give the bundled model's vectors to ~1e-6."""
+    `backend`: "numpy" (the bundled model's default; `NASFLOW_EMBEDDER=sentence-transformers`
+    picks the other) or "sentence-transformers" (a given folder's); both give the bundled
+    model's vectors to ~1e-6."""
 
     def __init__(self, model_path: str | Path | None = None, device: str = "cpu",
                  batch_size: int = 64, backend: str = "auto") -> None:
@@ -50,8 +52,11 @@ class Embedder:
         self.model_path = Path(model_path) if model_path is not None else None
         self.device = device
         self.batch_size = batch_size
-        self.backend = backend if backend != "auto" else (
-            "numpy" if model_path is None else "sentence-transformers")
+        if backend == "auto":
+            backend = (os.environ.get(BACKEND_ENV) or "numpy") if model_path is None else "sentence-transformers"
+            if backend not in BACKENDS[1:]:
+                raise ConfigError(f"{BACKEND_ENV}={backend!r}: use one of {', '.join(BACKENDS[1:])}")
+        self.backend = backend
         self._model: MiniLM | SentenceTransformer | None = None
         self._load_lock = threading.Lock()
 
