@@ -57,6 +57,7 @@ from nas.knowledge.tagger import EmbeddingTagger, LLMTagger  # noqa: E402
 from nas.knowledge.tree import AttributeTree  # noqa: E402
 
 QUICK_N = 500
+QUICK_QUERY_PATH_N = 100  # ideas of a quick full run's query path (`--quick --query-path`: QUICK_N)
 CHUNK = 256
 ROUNDS = 10
 QUERIES = [
@@ -231,7 +232,7 @@ def llm_tagging(ideas: list[Idea], tree: AttributeTree, fallback: EmbeddingTagge
                          for t, i in list(zip(tags, ideas))[:5]]}
 
 
-def run(ideas: list[Idea], tmp: Path, progress: Progress, llm_sample: int) -> dict[str, Any]:
+def run(ideas: list[Idea], tmp: Path, progress: Progress, llm_sample: int, quick: bool) -> dict[str, Any]:
     n = len(ideas)
     embedder = Embedder()
     start = time.perf_counter()
@@ -272,7 +273,9 @@ def run(ideas: list[Idea], tmp: Path, progress: Progress, llm_sample: int) -> di
         "search_k": 5,
         "filter": {"main": main, "selectivity": round(selectivity, 4)},
         "tagging": tagging,
-        "query_path": query_path(ideas, tmp, progress),
+        # sentence-transformers embeds slowly on a loaded machine: a quick run's query path is smaller
+        "query_path": query_path(ideas[:QUICK_QUERY_PATH_N] if quick else ideas, tmp, progress,
+                                 2 if quick else CLI_LATER),
     }
 
 
@@ -319,9 +322,10 @@ def agreement(ideas: list[Idea], progress: Progress) -> tuple[dict[str, Any], np
     return out, new_i
 
 
-def cli_latency(ideas: list[Idea], vectors: np.ndarray, tmp: Path, progress: Progress) -> dict[str, Any]:
+def cli_latency(ideas: list[Idea], vectors: np.ndarray, tmp: Path, progress: Progress,
+                later: int = CLI_LATER) -> dict[str, Any]:
     """`nas knowledge search "..." -k 5 --json` as a subprocess on a store of the ideas, per path:
-    the first run and CLI_LATER later ones (the paths alternate, each round starting with the other)."""
+    the first run and `later` later ones (the paths alternate, each round starting with the other)."""
     home = tmp / "cli-home"
     qdrant = home / "knowledge" / "qdrant"
     KnowledgeStore(path=qdrant, embedder=Embedder(backend="numpy")).add_ideas(ideas, vectors=vectors)
@@ -331,8 +335,8 @@ def cli_latency(ideas: list[Idea], vectors: np.ndarray, tmp: Path, progress: Pro
     loads: list[float] = []
     outputs: dict[str, list[list[str]]] = {b: [] for b in BACKEND_NAMES}
     scores: dict[str, list[list[float]]] = {b: [] for b in BACKEND_NAMES}
-    task = progress.add_task("nas knowledge search (CLI)", total=2 * (1 + CLI_LATER))
-    for r in range(1 + CLI_LATER):
+    task = progress.add_task("nas knowledge search (CLI)", total=2 * (1 + later))
+    for r in range(1 + later):
         query = QUERIES[r % len(QUERIES)]
         order = list(BACKEND_NAMES) if r % 2 == 0 else list(BACKEND_NAMES)[::-1]
         for backend in order:
@@ -367,13 +371,13 @@ def cli_latency(ideas: list[Idea], vectors: np.ndarray, tmp: Path, progress: Pro
     return out
 
 
-def query_path(ideas: list[Idea], tmp: Path, progress: Progress) -> dict[str, Any]:
+def query_path(ideas: list[Idea], tmp: Path, progress: Progress, later: int = CLI_LATER) -> dict[str, Any]:
     measures, vectors = agreement(ideas, progress)
     return {"measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "what": "the bundled all-MiniLM-L6-v2 on sentence-transformers (torch, the old path; "
                     f"{BACKEND_ENV}=sentence-transformers) and on the numpy encoder (the default): model load, "
                     "embedding, top-5 agreement over the ideas, and nas knowledge search end to end",
-            **measures, "cli": cli_latency(ideas, vectors, tmp, progress)}
+            **measures, "cli": cli_latency(ideas, vectors, tmp, progress, later)}
 
 
 def machine() -> dict[str, Any]:
@@ -419,7 +423,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="nas-knowledge-bench-") as tmp, \
             Progress(console=console, transient=True) as progress:
         sample = args.llm_sample if args.llm_sample is not None else (4 if args.quick else 40)
-        results = run(ideas, Path(tmp), progress, sample)
+        results = run(ideas, Path(tmp), progress, sample, args.quick)
     atomic_write_json(args.out, {"benchmark": "knowledge", "quick": args.quick, "n_ideas": len(ideas),
                                  "ideas_file": args.ideas, "machine": machine(),
                                  **results})

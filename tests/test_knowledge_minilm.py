@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nas.errors import MissingDependencyError
+from nas.errors import ConfigError, MissingDependencyError
 from nas.knowledge import embed as embed_mod
 from nas.knowledge.embed import DEFAULT_DIM, Embedder, _bundled_model_dir
 from nas.knowledge.minilm import MiniLM, erf, gelu
@@ -139,3 +139,22 @@ def test_a_broken_bundled_folder_is_one_missing_dependency_line(tmp_path: Path, 
     with pytest.raises(MissingDependencyError, match=r"^[^\n]+$") as err:
         Embedder().encode(["channel attention"])
     assert message in str(err.value) and str(tmp_path) in str(err.value)
+
+
+@pytest.mark.parametrize("value, backend", [(None, "numpy"), ("", "numpy"), ("numpy", "numpy"),
+                                            ("sentence-transformers", "sentence-transformers")])
+def test_the_bundled_models_backend_comes_from_nasflow_embedder(monkeypatch, value, backend) -> None:
+    if value is None:
+        monkeypatch.delenv("NASFLOW_EMBEDDER", raising=False)
+    else:
+        monkeypatch.setenv("NASFLOW_EMBEDDER", value)
+    assert Embedder().backend == backend
+    assert Embedder(Path("some/folder")).backend == "sentence-transformers"  # a given folder: not the variable's
+
+
+def test_an_unknown_nasflow_embedder_is_one_config_line(monkeypatch) -> None:
+    monkeypatch.setenv("NASFLOW_EMBEDDER", "onnx")
+    with pytest.raises(ConfigError, match=r"^NASFLOW_EMBEDDER='onnx': use one of numpy, sentence-transformers$"):
+        Embedder()
+    with pytest.raises(ValueError, match="not one of"):
+        Embedder(backend="onnx")
