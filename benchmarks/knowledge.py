@@ -9,18 +9,29 @@ Tagging: every idea by the embedding tagger (ideas/s, and the resulting
 distribution over main categories, FairNAD's "mostly attention" point), and a
 sample by the local model (SmolLM2 through llama.cpp, grammar-constrained to
 the tree's leaves): ideas/s and agreement with the embedding tagger.
-Writes benchmarks/results/knowledge.json.
+The query path (`query_path`): the bundled model on sentence-transformers
+(torch, the old path) and on the numpy encoder (the default): model load,
+embedding throughput, retrieval agreement over the ideas (top-5 ids of 25
+queries from each embedder's own vectors: overlap@5, identical lists, max
+vector and score differences), and `nas knowledge search` end to end as a CLI
+subprocess on a store of the ideas (the first query and later ones, the two
+paths interleaved, `--json` outputs compared).
+Writes benchmarks/results/knowledge.json; `--query-path` measures only the
+query path and merges it into the existing JSON, keeping its other keys.
 
-    python benchmarks/knowledge.py [--quick] [--ideas PATH] [--out PATH] [--llm-sample N]
+    python benchmarks/knowledge.py [--quick] [--query-path] [--ideas PATH] [--out PATH] [--llm-sample N]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib.metadata
 import json
 import os
 import platform
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from nas.io import atomic_write_json  # noqa: E402
-from nas.knowledge.embed import Embedder  # noqa: E402
+from nas.knowledge.embed import BACKEND_ENV, Embedder, _bundled_model_dir  # noqa: E402
 from nas.knowledge.idea import Idea  # noqa: E402
 from nas.knowledge.stats import mentions_attention  # noqa: E402
 from nas.knowledge.store import KnowledgeStore, close_client, open_client  # noqa: E402
@@ -46,6 +57,7 @@ from nas.knowledge.tagger import EmbeddingTagger, LLMTagger  # noqa: E402
 from nas.knowledge.tree import AttributeTree  # noqa: E402
 
 QUICK_N = 500
+QUICK_QUERY_PATH_N = 100  # ideas of a quick full run's query path (`--quick --query-path`: QUICK_N)
 CHUNK = 256
 ROUNDS = 10
 QUERIES = [
@@ -70,6 +82,16 @@ QUERIES = [
     "low-rank factorisation to cut parameters",
     "gating mechanisms that control information flow",
 ]
+# the query path's agreement also covers what a user may type: a bare term, a long paste, other scripts
+EXTRA_QUERIES = [
+    "channel attention",
+    "SE",
+    "Ünïcödé: réseaux de neurones à attention — 注意力机制",
+    "how do I make a small network both faster and more accurate on CIFAR-10 without more parameters? " * 12,
+    "",
+]
+CLI_LATER = 5  # later `nas knowledge search` runs per path, after the first
+BACKEND_NAMES = {"sentence-transformers": "sentence_transformers", "numpy": "numpy"}
 
 
 def load_ideas(path: Path, limit: int | None) -> list[Idea]:
@@ -210,7 +232,7 @@ def llm_tagging(ideas: list[Idea], tree: AttributeTree, fallback: EmbeddingTagge
                          for t, i in list(zip(tags, ideas))[:5]]}
 
 
-def run(ideas: list[Idea], tmp: Path, progress: Progress, llm_sample: int) -> dict[str, Any]:
+def run(ideas: list[Idea], tmp: Path, progress: Progress, llm_sample: int, quick: bool) -> dict[str, Any]:
     n = len(ideas)
     embedder = Embedder()
     start = time.perf_counter()
@@ -251,7 +273,111 @@ def run(ideas: list[Idea], tmp: Path, progress: Progress, llm_sample: int) -> di
         "search_k": 5,
         "filter": {"main": main, "selectivity": round(selectivity, 4)},
         "tagging": tagging,
+        # sentence-transformers embeds slowly on a loaded machine: a quick run's query path is smaller
+        "query_path": query_path(ideas[:QUICK_QUERY_PATH_N] if quick else ideas, tmp, progress,
+                                 2 if quick else CLI_LATER),
     }
+
+
+def top5(idea_vecs: np.ndarray, query_vecs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per query, the indices of the 5 nearest ideas (cosine: the vectors are unit) and their scores."""
+    scores = query_vecs @ idea_vecs.T
+    idx = np.argsort(-scores, axis=1, kind="stable")[:, :5]
+    return idx, np.take_along_axis(scores, idx, axis=1)
+
+
+def agreement(ideas: list[Idea], progress: Progress) -> tuple[dict[str, Any], np.ndarray]:
+    """Both embedders over the ideas and the queries: load, throughput, and whether they retrieve alike.
+    Returns the measures and the numpy encoder's idea vectors (for the CLI store)."""
+    texts = [i.vector_text() for i in ideas]  # what add_ideas embeds
+    queries = QUERIES + EXTRA_QUERIES
+    out: dict[str, Any] = {}
+    vecs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for backend in BACKEND_NAMES:
+        embedder = (Embedder(_bundled_model_dir(), backend=backend) if backend != "numpy"
+                    else Embedder(backend="numpy"))
+        start = time.perf_counter()
+        embedder.encode(["warm up"])
+        load_s = time.perf_counter() - start
+        idea_vecs, seconds = embed_all(embedder, texts, progress)
+        query_vecs = embedder.encode(queries)
+        single = latency(lambda q, e=embedder: e.encode([q]), QUERIES)
+        vecs[backend] = idea_vecs, query_vecs
+        out[BACKEND_NAMES[backend]] = {"model_load_seconds": round(load_s, 3), "embedding": rate(len(texts), seconds),
+                                       "one_query_encode": single}
+    (old_i, old_q), (new_i, new_q) = vecs["sentence-transformers"], vecs["numpy"]
+    old_top, old_s = top5(old_i, old_q)
+    new_top, new_s = top5(new_i, new_q)
+    overlap = [len(set(a) & set(b)) / 5 for a, b in zip(old_top.tolist(), new_top.tolist())]
+    identical = [a == b for a, b in zip(old_top.tolist(), new_top.tolist())]
+    out["agreement"] = {
+        "queries": len(queries), "ideas": len(texts),
+        "overlap_at_5_mean": round(float(np.mean(overlap)), 4), "overlap_at_5_min": round(float(min(overlap)), 4),
+        "identical_top5_lists": int(sum(identical)),
+        "max_abs_vector_diff_ideas": float(np.abs(old_i - new_i).max()),
+        "max_abs_vector_diff_queries": float(np.abs(old_q - new_q).max()),
+        "max_abs_top5_score_diff": float(np.abs(old_s - new_s).max()),
+        "differing_queries": [q[:80] for q, same in zip(queries, identical) if not same],
+    }
+    return out, new_i
+
+
+def cli_latency(ideas: list[Idea], vectors: np.ndarray, tmp: Path, progress: Progress,
+                later: int = CLI_LATER) -> dict[str, Any]:
+    """`nas knowledge search "..." -k 5 --json` as a subprocess on a store of the ideas, per path:
+    the first run and `later` later ones (the paths alternate, each round starting with the other)."""
+    home = tmp / "cli-home"
+    qdrant = home / "knowledge" / "qdrant"
+    KnowledgeStore(path=qdrant, embedder=Embedder(backend="numpy")).add_ideas(ideas, vectors=vectors)
+    close_client(qdrant)
+    runs: dict[str, list[float]] = {b: [] for b in BACKEND_NAMES}
+    cpu: dict[str, list[float]] = {b: [] for b in BACKEND_NAMES}  # user + system: less at the mercy of the load
+    loads: list[float] = []
+    outputs: dict[str, list[list[str]]] = {b: [] for b in BACKEND_NAMES}
+    scores: dict[str, list[list[float]]] = {b: [] for b in BACKEND_NAMES}
+    task = progress.add_task("nas knowledge search (CLI)", total=2 * (1 + later))
+    for r in range(1 + later):
+        query = QUERIES[r % len(QUERIES)]
+        order = list(BACKEND_NAMES) if r % 2 == 0 else list(BACKEND_NAMES)[::-1]
+        for backend in order:
+            env = {**os.environ, "NASFLOW_HOME": str(home), BACKEND_ENV: backend, "PYTHONPATH": str(ROOT)}
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "nas.cli.main", "knowledge", "search", query, "-k", "5",
+                                   "--json"], capture_output=True, text=True, env=env, timeout=600)
+            runs[backend].append(time.perf_counter() - start)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu[backend].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+            if proc.returncode != 0:
+                raise RuntimeError(f"nas knowledge search ({backend}) failed: {proc.stderr[-2000:]}")
+            hits = json.loads(proc.stdout)
+            outputs[backend].append([h["id"] for h in hits])
+            scores[backend].append([h["score"] for h in hits])
+            loads.append(os.getloadavg()[0])
+            progress.advance(task)
+    out: dict[str, Any] = {}
+    for backend, times in runs.items():
+        later = np.asarray(times[1:])
+        out[BACKEND_NAMES[backend]] = {
+            "first_s": round(times[0], 3), "later_median_s": round(float(np.median(later)), 3),
+            "later_max_s": round(float(later.max()), 3), "runs_s": [round(t, 3) for t in times],
+            "later_median_cpu_s": round(float(np.median(cpu[backend][1:])), 3),
+            "cpu_s": [round(t, 3) for t in cpu[backend]]}
+    out["same_hits"] = outputs["numpy"] == outputs["sentence-transformers"]
+    out["max_abs_score_diff"] = float(np.abs(np.asarray(scores["numpy"]) - np.asarray(scores["sentence-transformers"])).max())
+    out["store_ideas"] = len(ideas)
+    out["load_avg_1m"] = {"min": round(min(loads), 2), "max": round(max(loads), 2)}
+    out["command"] = 'nas knowledge search "<query>" -k 5 --json'
+    return out
+
+
+def query_path(ideas: list[Idea], tmp: Path, progress: Progress, later: int = CLI_LATER) -> dict[str, Any]:
+    measures, vectors = agreement(ideas, progress)
+    return {"measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "what": "the bundled all-MiniLM-L6-v2 on sentence-transformers (torch, the old path; "
+                    f"{BACKEND_ENV}=sentence-transformers) and on the numpy encoder (the default): model load, "
+                    "embedding, top-5 agreement over the ideas, and nas knowledge search end to end",
+            **measures, "cli": cli_latency(ideas, vectors, tmp, progress, later)}
 
 
 def machine() -> dict[str, Any]:
@@ -269,6 +395,8 @@ def main() -> None:
                     default=ROOT.parent / "shared" / "data" / "nader" / "inspirations.json")
     ap.add_argument("--quick", action="store_true", help=f"use the first {QUICK_N} ideas")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "knowledge.json")
+    ap.add_argument("--query-path", action="store_true",
+                    help="measure only the query path and merge it into the existing --out JSON")
     ap.add_argument("--llm-sample", type=int, default=None,
                     help="ideas tagged by the local model (default 40; 4 with --quick; 0 skips)")
     args = ap.parse_args()
@@ -281,10 +409,21 @@ def main() -> None:
         print(f"{args.ideas}: not a list of {{id, paper_id, inspiration}} ({err!r})", file=sys.stderr)
         sys.exit(2)
     console = Console(stderr=True)
+    if args.query_path:
+        with tempfile.TemporaryDirectory(prefix="nas-knowledge-bench-") as tmp, \
+                Progress(console=console, transient=True) as progress:
+            measured = query_path(ideas, Path(tmp), progress)
+        previous = json.loads(args.out.read_text(encoding="utf-8")) if args.out.is_file() else {}
+        if previous and previous.get("n_ideas") != len(ideas):
+            measured["n_ideas"] = len(ideas)  # not the rest of the file's
+        atomic_write_json(args.out, {**previous, "query_path": measured})
+        print_query_path(measured)
+        print(f"wrote {args.out} (query_path; the other keys kept)")
+        return
     with tempfile.TemporaryDirectory(prefix="nas-knowledge-bench-") as tmp, \
             Progress(console=console, transient=True) as progress:
         sample = args.llm_sample if args.llm_sample is not None else (4 if args.quick else 40)
-        results = run(ideas, Path(tmp), progress, sample)
+        results = run(ideas, Path(tmp), progress, sample, args.quick)
     atomic_write_json(args.out, {"benchmark": "knowledge", "quick": args.quick, "n_ideas": len(ideas),
                                  "ideas_file": args.ideas, "machine": machine(),
                                  **results})
@@ -307,7 +446,33 @@ def main() -> None:
     top = list(tagging["embedding"]["main_share"].items())[:3]
     table.add_row("largest main categories", ", ".join(f"{m} {100 * v:.0f}%" for m, v in top))
     Console().print(table)
+    print_query_path(results["query_path"])
     print(f"wrote {args.out}")
+
+
+def print_query_path(q: dict[str, Any]) -> None:
+    table = Table(title="query path: sentence-transformers (old) vs the numpy encoder (new)")
+    table.add_column("measure")
+    for name in ("sentence-transformers", "numpy"):
+        table.add_column(name, justify="right")
+    old, new = q["sentence_transformers"], q["numpy"]
+    table.add_row("model load", f"{old['model_load_seconds']:.2f} s", f"{new['model_load_seconds']:.2f} s")
+    table.add_row("embed", f"{old['embedding']['ideas_per_s']:,.0f} ideas/s", f"{new['embedding']['ideas_per_s']:,.0f} ideas/s")
+    table.add_row("encode one query p50", f"{old['one_query_encode']['p50_ms']:.1f} ms",
+                  f"{new['one_query_encode']['p50_ms']:.1f} ms")
+    cli_old, cli_new = q["cli"]["sentence_transformers"], q["cli"]["numpy"]
+    table.add_row("nas knowledge search, first", f"{cli_old['first_s']:.2f} s", f"{cli_new['first_s']:.2f} s")
+    table.add_row("nas knowledge search, later: CPU seconds (median)", f"{cli_old['later_median_cpu_s']:.2f} s",
+                  f"{cli_new['later_median_cpu_s']:.2f} s")
+    table.add_row("nas knowledge search, later (median / max)",
+                  f"{cli_old['later_median_s']:.2f} / {cli_old['later_max_s']:.2f} s",
+                  f"{cli_new['later_median_s']:.2f} / {cli_new['later_max_s']:.2f} s")
+    a = q["agreement"]
+    Console().print(table)
+    print(f"agreement over {a['queries']} queries x {a['ideas']} ideas: overlap@5 mean {a['overlap_at_5_mean']:.3f} "
+          f"(min {a['overlap_at_5_min']:.2f}), identical top-5 lists {a['identical_top5_lists']}/{a['queries']}, "
+          f"max vector diff {max(a['max_abs_vector_diff_ideas'], a['max_abs_vector_diff_queries']):.2e}; "
+          f"CLI hits identical: {q['cli']['same_hits']}")
 
 
 if __name__ == "__main__":

@@ -85,6 +85,9 @@ def test_knowledge_quick(tmp_path):
     assert result["n_ideas"] == 500 and result["store_vectors_given"]["added"] > 450
     assert result["search"]["end_to_end"]["p95_ms"] > 0
     assert result["tagging"]["local_llm"]["ideas_per_s"] > 0
+    query = result["query_path"]  # the numpy encoder against sentence-transformers
+    assert query["agreement"]["overlap_at_5_min"] >= 0.8 and query["agreement"]["max_abs_vector_diff_ideas"] < 1e-5
+    assert query["cli"]["numpy"]["later_median_s"] > 0 and len(query["cli"]["sentence_transformers"]["runs_s"]) == 3
 
 
 @pytest.mark.slow

@@ -131,6 +131,7 @@ NOT_KEYS: dict[str, str] = {
     "nas/knowledge/store.py:using": "open Qdrant clients by location: handles, not results",
     "nas/knowledge/store.py:_close_later": "idle timers of open clients",
     "nas/knowledge/store.py:_blas": "the BLAS thread controller, one per process",
+    "nas/knowledge/minilm.py:_blas": "the BLAS thread controller, one per process",
     "nas/knowledge/embed.py:default_embedder": "the bundled embedding model, loaded once per process",
     "nas/knowledge/tree.py:_builtin": "the shipped attribute tree, parsed once per process",
     "nas/llm/local.py:_settings_key": "the running llama.cpp server by all its settings: a process, not a result",

@@ -129,7 +129,7 @@ def _search(args, settings: dict[str, Any]) -> None:
     # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
     from nas.status import status
 
-    with status("searching the idea store (the embedding model loads first)"):  # ~10 s on 2 busy cores
+    with status("searching the idea store (the embedding model loads first)"):  # ~3 s on 2 busy cores
         store = kcfg.open_store()
         hits = store.search(args.query, k=args.k, main=args.main, sub=args.sub, granularity=args.granularity,
                             target=args.target, source=args.source)
