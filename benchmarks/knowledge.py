@@ -115,7 +115,9 @@ def latency(fn: Callable[[Any], object], args: Sequence[Any]) -> dict[str, float
 
 
 def rate(n: int, seconds: float) -> dict[str, float]:
-    return {"seconds": round(seconds, 3), "ideas_per_s": round(n / seconds, 1)}
+    """Three significant digits: a slow rate (the local LLM tags ~0.03 ideas/s on a loaded machine) must not
+    round to 0."""
+    return {"seconds": round(seconds, 3), "ideas_per_s": float(f"{n / seconds:.3g}")}
 
 
 def timed_chunks(label: str, n: int, progress: Progress, step: Callable[[int, int], object]) -> float:
