@@ -121,7 +121,7 @@ class NB201Space(CategoricalSpace[NB201Cell]):
               options: Mapping[str, Any] | None = None) -> "nn.Module":
         channels, cells = self._sizes(options)
         return nb201_network.NB201Network(arch.ops, channels=channels, cells_per_stage=cells, num_classes=num_classes,
-                            in_channels=in_channels)
+                                          in_channels=in_channels)
 
     def source(self, arch: NB201Cell, num_classes: int, in_channels: int = 3, input_size: int = 32,
                options: Mapping[str, Any] | None = None) -> str:
