@@ -10,7 +10,7 @@ from nas.spaces.nb201.arch import EDGES, OPS
 from nas.spaces.nb201.measured_costs import MEASURED, PerOp
 
 # torch: only when a cost is first measured (the stored cost models need none)
-measure = LazyImport("nas.measure")
+counters = LazyImport("nas.measure")
 nb201_network = LazyImport("nas.spaces.nb201.network")
 
 
@@ -31,7 +31,7 @@ def measure_model(channels: int, cells_per_stage: int, num_classes: int,
     def measure(ops: tuple[str, ...]) -> tuple[int, int]:
         net = nb201_network.NB201Network(ops, channels=channels, cells_per_stage=cells_per_stage,
                                          num_classes=num_classes)
-        return measure.count_params(net), measure.count_flops(net, (1, 3, resolution, resolution))
+        return counters.count_params(net), counters.count_flops(net, (1, 3, resolution, resolution))
 
     base = measure(("none",) * len(EDGES))
     per_op = {}
