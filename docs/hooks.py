@@ -173,6 +173,9 @@ def _imports(folder: Path) -> set[str]:
                     found.add(".".join([*base, node.module] if node.module else base))
                 elif node.module:
                     found.add(node.module)
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "LazyImport"
+                  and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                found.add(node.args[0].value)  # a declared lazy import (nas/lazy.py) is an import all the same
     return found
 
 

@@ -12,6 +12,8 @@ from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
 
+from flows.knowledge import ingest_flow
+from flows.search import run_name
 from nas.config import check_config, check_job, checked_job
 from nas.execute import execute
 from nas.knowledge.config import KnowledgeConfig
@@ -25,8 +27,6 @@ def overrides_run_name() -> str:
     """The flow run's name, `<strategy>-<space>-s<seed>`, from its parameters as the run begins
     (the flow's `flow_run_name`), so a run has that one name from its start; overrides that do not
     compose keep the flow's name (the run then fails with the command line's one-line error)."""
-    from flows.search import run_name  # lazy: loads numpy (start-up time)
-
     job = [o for o in list(flow_run.parameters.get("overrides") or []) if not str(o).startswith(RUN_DIR)]
     try:
         return run_name(check_job(job)[0])
@@ -40,8 +40,6 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     writes to `hydra.run.dir=DIR` when given (resuming a run there), else to a new
     ROOT/<strategy>-<space>-s<seed>[-N], and the flow run takes that directory's name
     (a run that fails before writing to a dir it made removes it again)."""
-    from flows.search import run_name  # lazy: loads numpy (start-up time)
-
     overrides = list(overrides or [])
     dirs = [o[len(RUN_DIR):] for o in overrides if o.startswith(RUN_DIR)]
     job = [o for o in overrides if not o.startswith(RUN_DIR)]
@@ -87,8 +85,6 @@ def _rename_flow_run(name: str) -> None:
 def ingest_overrides_flow(paths: list[str] | None = None, overrides: list[str] | None = None,
                           out: str | None = None) -> dict[str, Any]:
     """`nas knowledge ingest PATHS [overrides] --prefect`; no paths reads the built-in corpus."""
-    from flows.knowledge import ingest_flow  # lazy: loads numpy (start-up time)
-
     cfg = check_config(list(overrides or []))
     settings = {"llm": cfg["llm"], "knowledge": cfg["knowledge"]}
     LLMConfig.from_dict(settings["llm"])  # bad settings fail before any paper is read

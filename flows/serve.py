@@ -23,6 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from prefect import Flow
+from prefect.client.schemas.schedules import CronSchedule
+from prefect.exceptions import ParameterTypeError, SignatureMismatchError
+from prefect.runner import Runner
+from prefect.schedules import Cron
+from prefect.types.entrypoint import EntrypointType
+
 from nas.errors import ConfigError
 
 # The checkout's prefect.yaml, beside the `flows` package (absent in an installed wheel).
@@ -75,8 +85,6 @@ def default_file() -> Path:
 
 def load(path: str | Path | None = None, overrides: list[str] | None = None) -> list[Entry]:
     """The deployments of a prefect.yaml (default: `default_file()`), overrides applied, checked."""
-    import yaml  # lazy: loads yaml (start-up time)
-
     path = Path(path) if path is not None else default_file()
     where = str(path)
     if not path.is_file():
@@ -113,10 +121,6 @@ def load(path: str | Path | None = None, overrides: list[str] | None = None) -> 
 def _apply(bodies: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """`NAME.KEY=VALUE` overrides (values parsed as Hydra's are); `NAME.cron=EXPR` is shorthand
     for one UTC cron schedule."""
-    import yaml  # lazy: loads yaml (start-up time)
-    from omegaconf import OmegaConf  # lazy: loads omegaconf (start-up time)
-    from omegaconf.errors import OmegaConfBaseException  # lazy: loads omegaconf (start-up time)
-
     if not overrides:
         return bodies
     try:
@@ -208,8 +212,6 @@ def _schedules(here: str, raw: Any) -> tuple[Schedule, ...]:
 
 
 def load_flow(entry: Entry):
-    from prefect import Flow  # lazy: loads prefect (start-up time)
-
     try:
         obj = getattr(importlib.import_module(entry.module), entry.function)
     except (ImportError, AttributeError) as err:
@@ -221,11 +223,6 @@ def load_flow(entry: Entry):
 
 def build(entry: Entry):
     """The RunnerDeployment, after checking its parameters and schedules."""
-    from prefect.client.schemas.schedules import CronSchedule  # lazy: loads prefect (start-up time)
-    from prefect.exceptions import ParameterTypeError, SignatureMismatchError  # lazy: loads prefect (start-up time)
-    from prefect.schedules import Cron  # lazy: loads prefect (start-up time)
-    from prefect.types.entrypoint import EntrypointType  # lazy: loads prefect (start-up time)
-
     flow = load_flow(entry)
     try:
         flow.validate_parameters(entry.parameters)
@@ -264,8 +261,6 @@ def describe(entries: list[Entry], limit: int | None) -> list[str]:
 
 def serve(deployments: list[Any], limit: int | None) -> None:
     """Serve built deployments until stopped; returns once the runner has stopped."""
-    from prefect.runner import Runner  # lazy: loads prefect (start-up time)
-
     runner = Runner(name="nas-serve", limit=limit, pause_on_shutdown=True)
     for deployment in deployments:
         runner.add_deployment(deployment)

@@ -18,8 +18,14 @@ from typing import Any
 from flows.local_server import LOG, STATE, USERS, healthy
 from nas.errors import ConfigError, NasError
 from nas.home import home
+from nas.lazy import LazyImport
 from nas.status import status
 from tasks.env import check_prefect_database
+
+# Prefect (seconds) and httpx load when a server is asked for: after configure_prefect_env, never for `nas --help`
+httpx = LazyImport("httpx")
+settings = LazyImport("prefect.settings")
+prefect_server = LazyImport("prefect.server.api.server")
 
 START_SERVER = ("start a server with `prefect server start --host 127.0.0.1` and "
                 "`export PREFECT_API_URL=http://127.0.0.1:4200/api`")
@@ -28,10 +34,7 @@ START_SERVER = ("start a server with `prefect server start --host 127.0.0.1` and
 def check_server() -> str:
     """The API URL, once its health endpoint answers; a dead server would otherwise
     surface as retries and a traceback."""
-    import httpx  # lazy: loads httpx (start-up time)
-    from prefect.settings import PREFECT_API_URL  # lazy: loads prefect (start-up time)
-
-    url = PREFECT_API_URL.value()
+    url = settings.PREFECT_API_URL.value()
     if not url:
         raise NasError(f"PREFECT_API_URL is not set; {START_SERVER}")
     try:
@@ -44,8 +47,6 @@ def check_server() -> str:
 def ui_warning(url: str) -> str | None:
     """A line when the server's UI calls another API address than `url` (a server started with
     --port but no PREFECT_UI_API_URL: its UI calls port 4200 and shows nothing)."""
-    import httpx  # lazy: loads httpx (start-up time)
-
     try:
         ui_api = httpx.get(f"{url.rstrip('/').removesuffix('/api')}/ui-settings", timeout=5).json().get("api_url")
     except (httpx.HTTPError, ValueError, AttributeError):
@@ -60,13 +61,10 @@ def start_temporary_server(show: bool) -> Any | None:
     """Prefect's temporary API server for this process (Prefect starts the same one, once, on
     its first API call), started here so that its ten-odd silent seconds show a status line;
     None when PREFECT_API_URL names a server."""
-    from prefect.settings import PREFECT_API_URL  # lazy: loads prefect (start-up time)
-
-    if PREFECT_API_URL.value():
+    if settings.PREFECT_API_URL.value():
         return None
-    from prefect.server.api.server import SubprocessASGIServer  # lazy: loads prefect (start-up time)
 
-    server = SubprocessASGIServer()  # one per process: the flow's API calls find it running
+    server = prefect_server.SubprocessASGIServer()  # one per process: the flow's API calls find it running
     if not server.running:
 
         check_prefect_database()  # a damaged one would cost minutes and end in "Timed out ..."
@@ -190,10 +188,8 @@ def ui_address(api_url: str) -> str:
 
 def configured_ui() -> str | None:
     """The UI of the server that PREFECT_API_URL names (environment or profile); None when it is unset."""
-    from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL  # lazy: loads prefect (start-up time)
-
-    api = PREFECT_API_URL.value()
-    return (PREFECT_UI_URL.value() or ui_address(api)) if api else None
+    api = settings.PREFECT_API_URL.value()
+    return (settings.PREFECT_UI_URL.value() or ui_address(api)) if api else None
 
 
 def running_local_server() -> dict[str, Any] | None:
@@ -209,13 +205,11 @@ def prefect_api(show: bool, temporary: bool = True) -> Iterator[str | None]:
     it is not idle while the block runs), else Prefect's temporary server for this process (its
     URL), or None without `temporary` (`nas serve`, whose runs are started from outside, needs a
     server they can reach: it then asks for PREFECT_API_URL)."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings  # lazy: loads prefect (start-up time)
-
-    if PREFECT_API_URL.value():
+    if settings.PREFECT_API_URL.value():
         yield None
         return
     if server_mode() == "local":
-        with local_server(show) as url, temporary_settings(updates={PREFECT_API_URL: url}):
+        with local_server(show) as url, settings.temporary_settings(updates={settings.PREFECT_API_URL: url}):
             saved = os.environ.get("PREFECT_API_URL")
             os.environ["PREFECT_API_URL"] = url  # worker processes (runner=processes, dask, ray) too
             try:

@@ -13,6 +13,7 @@ from prefect.cache_policies import INPUTS, NO_CACHE
 
 from nas.config import check_config, data_source
 from nas.errors import ConfigError
+from nas.lazy import LazyImport
 from supernets.settings import SupernetSettings
 from tasks.records import (
     SERIALIZER,
@@ -21,6 +22,10 @@ from tasks.records import (
     is_number,
     read_record,
 )
+
+# torch: loaded by the tasks that train (a flow module loads without it)
+sources = LazyImport("nas.data.sources")
+supernet_training = LazyImport("supernets.train")
 
 # The shape of `train_supernet_task`'s result: a cached record is used only if it has it.
 TRAINED_FIELDS = {"path": lambda v: isinstance(v, str), "sha256": lambda v: isinstance(v, str),
@@ -31,9 +36,7 @@ TRAINED_FIELDS = {"path": lambda v: isinstance(v, str), "sha256": lambda v: isin
 @task(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1)
 def fingerprint_data(data: dict[str, Any]) -> str:
     """sha256 of the images and labels: a dataset changed in place retrains."""
-    from nas.data.sources import load_data  # lazy: loads torch (start-up time)
-
-    image = load_data(**data)  # cached per process: the training task reuses it
+    image = sources.load_data(**data)  # cached per process: the training task reuses it
     digest = hashlib.sha256(f"{image.name}:{image.num_classes}".encode())
     for split in (image.train, image.valid, image.test):
         for tensor in (split.images, split.labels):
@@ -45,10 +48,8 @@ def fingerprint_data(data: dict[str, Any]) -> str:
       retry_delay_seconds=5, task_run_name="train-supernet-{space[name]}-{data[name]}")
 def train_supernet_task(space: dict[str, Any], params: dict[str, Any], data: dict[str, Any],
                         settings: dict[str, Any], seed: int, out: str, data_fingerprint: str) -> dict[str, Any]:
-    from supernets.train import SupernetSettings, train_supernet  # lazy: loads torch (start-up time)
-
-    result = train_supernet(space, params, data, SupernetSettings.from_dict(settings), seed, Path(out),
-                            progress=False)
+    result = supernet_training.train_supernet(space, params, data, SupernetSettings.from_dict(settings), seed,
+                                              Path(out), progress=False)
     return {"path": str(result.path), "sha256": result.sha256,
             "val_accuracy_largest": result.val_accuracy_largest,
             "val_accuracy_smallest": result.val_accuracy_smallest,

@@ -8,10 +8,26 @@ import inspect
 import logging
 from dataclasses import dataclass
 from functools import cache
+from importlib import resources
 from typing import TYPE_CHECKING, Any
+
+import yaml
+from hydra import compose as hydra_compose
+from hydra import initialize_config_module
+from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, OverrideParseException
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from nas.core.registry import Registry, plugins
 from nas.errors import ConfigError, NasError
+from nas.lazy import LazyImport
+
+# numpy and every registry: a job's spec is built after its config is composed
+search_spec = LazyImport("nas.search.spec")
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
@@ -41,8 +57,6 @@ def searchpath() -> list[str]:
 
 
 def _files(package: str) -> Traversable:
-    from importlib import resources  # lazy: ~7 ms of imports that `nas --help` need not pay
-
     return resources.files(package)
 
 
@@ -79,11 +93,6 @@ def compose_config(overrides: list[str]) -> dict[str, Any]:
 
 def compose(overrides: list[str], hydra: bool = False) -> Any:
     """Hydra's composition of `conf/config.yaml` + overrides, its errors in one line (ConfigError)."""
-    from hydra import compose as hydra_compose  # lazy: loads hydra (start-up time)
-    from hydra import initialize_config_module  # lazy: loads hydra (start-up time)
-    from hydra.errors import HydraException  # lazy: loads hydra (start-up time)
-    from omegaconf.errors import OmegaConfBaseException  # lazy: loads omegaconf (start-up time)
-
     try:
         with initialize_config_module("conf", version_base="1.3"):
             return hydra_compose("config", overrides=[*searchpath(), *overrides], return_hydra_config=hydra)
@@ -116,8 +125,6 @@ def job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
     parsed = parse_overrides(overrides)
     if not multirun:
         return [overrides]
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper  # lazy: loads hydra (start-up time)
-    from hydra.errors import HydraException  # lazy: loads hydra (start-up time)
 
     fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
     params = compose(fixed, hydra=True).hydra.sweeper.params or {}
@@ -130,9 +137,6 @@ def job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
 
 
 def parse_overrides(overrides: list[str]) -> list[Any]:
-    from hydra.core.override_parser.overrides_parser import OverridesParser  # lazy: loads hydra (start-up time)
-    from hydra.errors import OverrideParseException  # lazy: loads hydra (start-up time)
-
     parser = OverridesParser.create()
     out = []
     for line in overrides:
@@ -172,13 +176,11 @@ def check_job(overrides: list[str]) -> tuple[SearchSpec, bool]:
 
 def checked_job(overrides: list[str]) -> tuple[SearchSpec, bool, Checked]:
     """`check_job`, and the config it composed (for the run, which then composes none)."""
-    from nas.search.spec import SearchSpec  # lazy: loads numpy (start-up time)
-
     checked = _checked(overrides)
     progress = checked.container.get("progress", True)
     if not isinstance(progress, bool):
         raise ConfigError(f"progress must be true or false, got {progress!r}")
-    spec = SearchSpec.from_config(checked.container)
+    spec = search_spec.SearchSpec.from_config(checked.container)
     spec.check_pairing(checked.space)
     return spec, progress, checked
 
@@ -209,11 +211,6 @@ def _set_values(base: Any, parsed: list[Any], values: list[Any]) -> Any:
     """`base` with the key overrides applied as Hydra's compose applies them after the defaults
     list (hydra 1.3: ConfigLoaderImpl._load_configuration_impl), and its record of the task's
     overrides; tests/test_config_compose_once.py checks it against Hydra's own compose."""
-    # lazy: loads hydra (start-up time)
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
-    from hydra.errors import HydraException  # lazy: loads hydra (start-up time)
-    from omegaconf.errors import OmegaConfBaseException  # lazy: loads omegaconf (start-up time)
-
     try:
         ConfigLoaderImpl._apply_overrides_to_config(values, base)
     except (HydraException, OmegaConfBaseException) as err:
@@ -228,10 +225,6 @@ def _set_values(base: Any, parsed: list[Any], values: list[Any]) -> Any:
 
 def _one_run(parsed: list[Any]) -> None:
     """A sweep (`seed=1,2`) without -m is Hydra's one-line refusal, before any key is checked."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl  # lazy: loads hydra (start-up time)
-    from hydra.errors import HydraException  # lazy: loads hydra (start-up time)
-    from hydra.types import RunMode  # lazy: loads hydra (start-up time)
-
     try:
         ConfigLoaderImpl.validate_sweep_overrides_legal(parsed, run_mode=RunMode.RUN, from_shell=False)
     except HydraException as err:
@@ -240,15 +233,10 @@ def _one_run(parsed: list[Any]) -> None:
 
 def _without_hydra(cfg: Any) -> Any:
     """The config as `compose(..., hydra=False)` returns it: its interpolations cannot reach `hydra`."""
-    from omegaconf import OmegaConf  # lazy: loads omegaconf (start-up time)
-
     return OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
 
 
 def _resolve(cfg: Any) -> dict[str, Any]:
-    from omegaconf import OmegaConf  # lazy: loads omegaconf (start-up time)
-    from omegaconf.errors import OmegaConfBaseException  # lazy: loads omegaconf (start-up time)
-
     try:
         return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
     except OmegaConfBaseException as err:  # an interpolation that cannot resolve
@@ -274,8 +262,6 @@ def check_key(override: Any, base: Any) -> None:
     """`key=v` must name a key the config has; `+key=v` one it does not have (a typo
     added with `+` would otherwise be ignored). Unknown keys of a space, strategy or
     evaluator are left to its registry, which knows its class's parameters."""
-    from omegaconf import DictConfig  # lazy: loads omegaconf (start-up time)
-
     key = override.key_or_group
     value = override.get_value_element_as_str() if override.value() is not None else "null"
     parts = key.split(".")
@@ -310,9 +296,9 @@ def _add_hint(base: Any, parts: list[str]) -> str:
     """A parameter of the chosen class that its YAML file does not list is added with `+`."""
     if parts[0] not in COMPONENTS or len(parts) != 2:
         return ""
-    from nas.search.spec import EVALUATORS, SPACES, STRATEGIES  # lazy: loads numpy (start-up time)
 
-    registries: dict[str, Registry[Any]] = {"space": SPACES, "strategy": STRATEGIES, "evaluator": EVALUATORS}
+    registries: dict[str, Registry[Any]] = {"space": search_spec.SPACES, "strategy": search_spec.STRATEGIES,
+                                            "evaluator": search_spec.EVALUATORS}
     registry = registries[parts[0]]
     try:
         accepted = inspect.signature(registry.get(str(base[parts[0]].name)).__init__).parameters
@@ -324,8 +310,6 @@ def _add_hint(base: Any, parts: list[str]) -> str:
 @cache
 def default_groups() -> frozenset[str]:
     """The groups `conf/config.yaml` chooses (and `space_defaults`' strategy and evaluator)."""
-    import yaml  # lazy: loads yaml (start-up time)
-
     entries = yaml.safe_load((_files("conf") / "config.yaml").read_text())["defaults"]
     return frozenset({"strategy", "evaluator", *(k for e in entries if isinstance(e, dict) for k in e)})
 

@@ -6,11 +6,15 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from nas.sandbox.graph import GraphNet, carried_parameters
+# What a module of these classes holds besides its parameters, counted as parameters: nas.sandbox.graph
+# registers GraphNet's when it is imported (as it must be for a GraphNet to exist), so this module
+# imports nothing of the sandbox's.
+EXTRA_PARAMETERS: dict[type[nn.Module], Callable[[nn.Module], int]] = {}
 
 
 def count_params(module: nn.Module) -> int:
@@ -18,10 +22,11 @@ def count_params(module: nn.Module) -> int:
     it carries besides them, in bits (`GraphNet.carried`: buffers and constants by their bytes, what
     the graphs' nodes spell, tensor shapes), past the first `FREE_BITS`, one parameter per 32 bits
     (`carried_parameters`): a model could otherwise hold a frozen network there, unseen by a
-    parameter budget."""
+    parameter budget (`EXTRA_PARAMETERS`)."""
     params = sum(p.numel() for p in module.parameters())
-    if isinstance(module, GraphNet):
-        params += carried_parameters(sum(module.carried().values()))
+    for cls, extra in EXTRA_PARAMETERS.items():
+        if isinstance(module, cls):
+            params += extra(module)
     return params
 
 

@@ -26,7 +26,18 @@ from nas.core.trial import EvalResult
 from nas.errors import ConfigError, MissingDependencyError
 from nas.evaluators.base import EVALUATORS, Evaluator
 from nas.io import read_json
+from nas.lazy import LazyImport
 from nas.spaces import SPACES
+from supernets.released import convert
+
+# torch: loaded when a supernet is scored (listing the evaluator's spaces needs none)
+checkpoints = LazyImport("supernets.checkpoints")
+scoring = LazyImport("supernets.scoring")
+supernet_base = LazyImport("supernets.base")
+imagenet_data = LazyImport("nas.data.imagenet")
+paper_transforms = LazyImport("nas.data.paper_transforms")
+data_sources = LazyImport("nas.data.sources")
+measure = LazyImport("nas.measure")
 
 if TYPE_CHECKING:
     from torch import nn
@@ -53,9 +64,6 @@ class SupernetEvaluator(Evaluator):
     def __init__(self, space: SearchSpace, checkpoint: str | None = None, data: dict[str, Any] | None = None,
                  recal_batches: int = 20, batch_size: int = 128, val_subset: int | None = None,
                  device: str = "auto") -> None:
-        from supernets.checkpoints import load_checkpoint  # lazy: loads torch (start-up time)
-        from supernets.scoring import pick_device  # lazy: loads torch (start-up time)
-
         super().__init__(space)
         where = "evaluator 'supernet'"
         if not checkpoint:
@@ -66,11 +74,11 @@ class SupernetEvaluator(Evaluator):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ConfigError(f"{where}: {name} must be an integer >= {low}, got {value!r}")
         self.path = Path(checkpoint).expanduser().resolve()
-        self.sha256, self.checkpoint = load_checkpoint(self.path, space.name)
+        self.sha256, self.checkpoint = checkpoints.load_checkpoint(self.path, space.name)
         self._check_space()
         self.data_cfg = self._data_cfg(data)
         self.recal_batches, self.batch_size, self.val_subset = recal_batches, batch_size, val_subset
-        self.device = pick_device(device)
+        self.device = scoring.pick_device(device)
         self._fingerprint = stable_hash("supernet", self.sha256, self._scored_data(), recal_batches, batch_size,
                                         val_subset)
         self._lock = threading.Lock()  # Prefect runs tasks in threads; extraction may switch the active subnet
@@ -85,9 +93,8 @@ class SupernetEvaluator(Evaluator):
         evaluator then says so)."""
         if not params.get("checkpoint"):
             return {}
-        from supernets.checkpoints import load_checkpoint  # lazy: loads torch (start-up time)
 
-        _, ckpt = load_checkpoint(Path(params["checkpoint"]).expanduser().resolve(), space)
+        _, ckpt = checkpoints.load_checkpoint(Path(params["checkpoint"]).expanduser().resolve(), space)
         return dict(ckpt["space_params"]) if ckpt["space"] == space else {}
 
     def _check_space(self) -> None:
@@ -96,10 +103,7 @@ class SupernetEvaluator(Evaluator):
         nothing is scored with a file that is not the run's supernet and `_load` reads both kinds alike."""
         ckpt = self.checkpoint
         if "format" in ckpt:
-            from supernets.base import SUPERNETS  # lazy: loads torch (start-up time)
-            from supernets.released import convert
-
-            net = SUPERNETS.create(self.space.name, dict(ckpt["supernet"]), space=self.space)
+            net = supernet_base.SUPERNETS.create(self.space.name, dict(ckpt["supernet"]), space=self.space)
             ckpt["state_dict"] = convert(ckpt["format"], ckpt["state_dict"], net, self.space.params(), str(self.path))
             return
         trained = SPACES.create(ckpt["space"], dict(ckpt["space_params"])) if ckpt["space"] in SPACES.names() else None
@@ -112,12 +116,8 @@ class SupernetEvaluator(Evaluator):
         """The data to score on: the checkpoint's (a released supernet's is ImageNet), which `data`
         may only name again, with its settings. ImageNet's folder is listed here (`_folder`), so a
         malformed one, or one whose classes are not the classifier's, stops before anything is scored."""
-        from nas.data.imagenet import FOLDER_KEYS, FolderSettings, scan  # lazy: loads torch (start-up time)
-        from nas.data.paper_transforms import SPACE_TRANSFORMS, TRANSFORMS  # lazy: loads torch (start-up time)
-        from nas.data.sources import SOURCES  # lazy: loads torch (start-up time)
-
         trained = dict(self.checkpoint.get("data") or {"name": "imagenet"})
-        known = [*SOURCES, "imagenet"]
+        known = [*data_sources.SOURCES, "imagenet"]
         if data is None and trained["name"] != "imagenet":
             return trained
         data = trained if data is None else data
@@ -126,24 +126,24 @@ class SupernetEvaluator(Evaluator):
             raise ConfigError(f"data: unknown dataset '{got}' (valid: {', '.join(known)})")
         imagenet = data["name"] == "imagenet"
         if not imagenet:  # conf/evaluator/supernet.yaml passes ImageNet's own keys, unset, with every dataset
-            data = {k: v for k, v in data.items() if v is not None or k not in FOLDER_KEYS}
-        check_keys("data", data, ["name", "root", "split_file", *(FOLDER_KEYS if imagenet else ())])
+            data = {k: v for k, v in data.items() if v is not None or k not in imagenet_data.FOLDER_KEYS}
+        check_keys("data", data, ["name", "root", "split_file", *(imagenet_data.FOLDER_KEYS if imagenet else ())])
         if data["name"] != trained["name"]:
             raise ConfigError(f"supernet checkpoint {self.path} was trained on {trained['name']}, the run's data "
                               f"is {data['name']} (pass data={trained['name']})")
         if not imagenet:
             return dict(data)
-        self._folder_settings = FolderSettings.from_config(data, self.space.name)
+        self._folder_settings = imagenet_data.FolderSettings.from_config(data, self.space.name)
         if "format" in self.checkpoint:  # a released network takes its paper's pixels (SPOS's: BGR 0-255)
             def pixels(transform: str) -> str:
-                return "bgr_255" if TRANSFORMS[transform].bgr_255 else "rgb_normalised"
+                return "bgr_255" if paper_transforms.TRANSFORMS[transform].bgr_255 else "rgb_normalised"
 
             chosen = self._folder_settings.transform
-            fed, takes = pixels(chosen), pixels(SPACE_TRANSFORMS.get(self.space.name, chosen))
+            fed, takes = pixels(chosen), pixels(paper_transforms.SPACE_TRANSFORMS.get(self.space.name, chosen))
             if fed != takes:
                 raise ConfigError(f"data.transform={chosen} feeds {fed} pixels, the network of {self.path} "
                                   f"takes {takes}")
-        self._folder = scan(self._folder_settings.root)
+        self._folder = imagenet_data.scan(self._folder_settings.root)
         classifier = self.checkpoint["supernet"].get("num_classes")
         if classifier is not None and self._folder.num_classes != classifier:
             raise ConfigError(f"imagenet: {self._folder.root} has {self._folder.num_classes} class folders, the "
@@ -158,23 +158,19 @@ class SupernetEvaluator(Evaluator):
         return {**self._folder_settings.scored(), "listing": self._folder.identity()}
 
     def _make_feeder(self) -> Feeder | FolderFeeder:
-        from nas.data.sources import load_data  # lazy: loads torch (start-up time)
-        from supernets.scoring import Feeder, FolderFeeder  # lazy: loads torch (start-up time)
-
         if self._folder is not None and self._folder_settings is not None:
-            return FolderFeeder(self._folder, self._folder_settings, self.batch_size, self.device)
-        return Feeder(load_data(**self.data_cfg).rgb(), self.batch_size, self.device)
+            return scoring.FolderFeeder(self._folder, self._folder_settings, self.batch_size, self.device)
+        return scoring.Feeder(data_sources.load_data(**self.data_cfg).rgb(), self.batch_size, self.device)
 
     def fingerprint(self) -> str:
         return self._fingerprint
 
     def _load(self) -> tuple[nn.Module, Feeder | FolderFeeder]:
         """The supernet and the data, once per evaluator."""
-        from supernets.base import SUPERNETS  # lazy: loads torch (start-up time)
-
         with self._lock:
             if self._supernet is None:
-                net = SUPERNETS.create(self.space.name, dict(self.checkpoint["supernet"]), space=self.space)
+                net = supernet_base.SUPERNETS.create(self.space.name, dict(self.checkpoint["supernet"]),
+                                                     space=self.space)
                 net.load_state_dict(self.checkpoint["state_dict"])
                 self._feeder = self._make_feeder()
                 self._supernet = net.eval()
@@ -201,10 +197,8 @@ class SupernetEvaluator(Evaluator):
 
     def rescore(self, net: nn.Module, arch: Architecture) -> tuple[float, float]:
         """(valid, test) accuracy of `net` (from `weights`) after BN recalibration, as `evaluate` scores it."""
-        from supernets.scoring import score  # lazy: loads torch (start-up time)
-
         supernet, feeder = self._load()
-        return score(net, feeder, supernet.input_size(arch), self.recal_batches, self.val_subset)
+        return scoring.score(net, feeder, supernet.input_size(arch), self.recal_batches, self.val_subset)
 
     def input_shape(self, arch: Architecture) -> tuple[int, ...]:
         """(1, channels, H, W) the subnet takes: its own resolution (OFA's elastic r), else the data's."""
@@ -217,8 +211,6 @@ class SupernetEvaluator(Evaluator):
         return self._load()[0].config()
 
     def evaluate(self, arch: Architecture, seed: int | None = None) -> EvalResult:
-        from nas.measure import count_flops, count_params  # lazy: loads torch (start-up time)
-
         key = (self._fingerprint, arch.key())
         if key in SCORES:
             return copy.deepcopy(SCORES[key])
@@ -229,7 +221,7 @@ class SupernetEvaluator(Evaluator):
         # A space that fixes the input size prices its subnets itself (a cached table: no fvcore trace per subnet).
         cost = self.space.cost(arch) if supernet.input_size(arch) else None
         if cost is None:
-            cost = Cost(count_params(sub), count_flops(sub.cpu(), self.input_shape(arch)))
+            cost = Cost(measure.count_params(sub), measure.count_flops(sub.cpu(), self.input_shape(arch)))
         result = EvalResult(accuracy=round(valid, 4), metrics={"valid_accuracy": round(valid, 4),
                                                                 "test_accuracy": round(test, 4)},
                             params=cost.params, flops=cost.flops,

@@ -17,6 +17,11 @@ from typing import Any
 
 from nas.errors import InputError
 from nas.home import home
+from nas.lazy import LazyImport
+
+# read when a database is checked; importing Prefect before configure_prefect_env would fix its settings
+prefect_settings = LazyImport("prefect.settings")
+sqlalchemy_engine = LazyImport("sqlalchemy.engine")
 
 
 def configure_prefect_env() -> None:
@@ -72,12 +77,9 @@ def check_prefect_database() -> None:
     """On a damaged SQLite file Prefect's ephemeral server fails its start until the startup
     timeout (minutes), then says only "Timed out while attempting to connect": check the file
     first. Nothing to check with a server of the user's (PREFECT_API_URL) or another database."""
-    from prefect.settings import get_current_settings  # lazy: loads prefect (start-up time)
-    from sqlalchemy.engine import make_url  # lazy: loads sqlalchemy (start-up time)
-
-    settings = get_current_settings()
+    settings = prefect_settings.get_current_settings()
     url = settings.server.database.connection_url
-    url = make_url(url.get_secret_value() if url is not None else "")
+    url = sqlalchemy_engine.make_url(url.get_secret_value() if url is not None else "")
     if settings.api.url or not url.drivername.startswith("sqlite") or not url.database \
             or ":memory:" in str(url) or "mode=memory" in str(url):
         return

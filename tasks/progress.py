@@ -9,7 +9,12 @@ import sys
 import time
 from uuid import UUID
 
+from nas.lazy import LazyImport
 from nas.train.progress import REPORTERS, EpochProgress
+
+# Prefect, for a run inside a flow only (a plain run never loads it)
+prefect_context = LazyImport("prefect.context")
+artifacts = LazyImport("prefect.artifacts")
 
 log = logging.getLogger(__name__)
 
@@ -41,24 +46,23 @@ class PrefectProgress:
         """In a Prefect task or flow run? (Prefect not imported means not in one, cheaply.)"""
         if "prefect" not in sys.modules:
             return False
-        from prefect.context import FlowRunContext, TaskRunContext  # lazy: loads prefect (start-up time)
 
-        return TaskRunContext.get() is not None or FlowRunContext.get() is not None
+        context = prefect_context
+        return context.TaskRunContext.get() is not None or context.FlowRunContext.get() is not None
 
     def __call__(self, p: EpochProgress) -> None:
         final = p.terminated is not None or p.epoch >= p.epochs
         now = time.monotonic()
         if self.broken or (p.label in self.ids and not final and now - self.last[p.label] < self.min_interval):
             return
-        # lazy: loads prefect (start-up time)
-        from prefect.artifacts import create_progress_artifact, update_progress_artifact
 
         progress, text = round(100.0 * p.epoch / p.epochs, 2), f"{p.label}: {p.summary()}"
         try:
             if p.label in self.ids:
-                update_progress_artifact(self.ids[p.label], progress, description=text)
+                artifacts.update_progress_artifact(self.ids[p.label], progress, description=text)
             else:
-                self.ids[p.label] = create_progress_artifact(progress, key=artifact_key(p.label), description=text)
+                self.ids[p.label] = artifacts.create_progress_artifact(progress, key=artifact_key(p.label),
+                                                                       description=text)
         except Exception as exc:  # noqa: BLE001 - a progress report must never fail the training
             self.broken = True
             log.warning("training progress artifacts disabled: %s: %s", type(exc).__name__, exc)

@@ -9,11 +9,26 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
+from nas.core.arch import stable_hash
+from nas.core.constraint import Constraint
+from nas.core.trial import SELF_REPORTED
 from nas.errors import EncodingError, NasError
+from nas.io import read_input_text
+from nas.lazy import LazyImport
+from nas.sandbox import verify_model_source
+from nas.spaces.nader.arch import BlockArch
+from nas.spaces.nader.dag.draw import draw_blocks
+from nas.spaces.nader.dag.macro import NOMINAL_WIDTHS, BlockSet, Skeleton, plan, search_width, section_errors
+from nas.spaces.nader.dag.parse import parse_block_file
 from nas.terminal import printable
+
+# torch: only `arch show` of a block file builds the network (validate, draw and `--help` stay torch-free)
+measure = LazyImport("nas.measure")
+network = LazyImport("nas.spaces.nader.network")
 
 SKELETONS = ("nb201", "imagenet")
 DESCRIPTIONS = {
@@ -51,18 +66,12 @@ def _parser(command: str) -> argparse.ArgumentParser:
 
 
 def _skeleton(args: argparse.Namespace):
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.spaces.nader.dag.macro import Skeleton
-
     if args.skeleton == "imagenet":
         return Skeleton.imagenet_style(input_size=args.input_size, num_classes=args.num_classes)
     return Skeleton.nb201(n=args.depth, input_size=args.input_size, num_classes=args.num_classes)
 
 
 def _budget(args: argparse.Namespace):
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.core.constraint import Constraint
-
     for flag, value in (("--max-params", args.max_params), ("--max-flops", args.max_flops)):
         if value is not None and value < 0:
             raise NasError(f"{flag} must be a positive number, got {value:g}")
@@ -72,17 +81,11 @@ def _budget(args: argparse.Namespace):
 
 
 def _read(path: Path) -> str:
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.io import read_input_text
-
     return read_input_text(path)
 
 
 def block_errors(text: str, source: str, args: argparse.Namespace) -> list[str]:
     """Every problem of a block file, one line each (first per section, then the budget)."""
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.spaces.nader.dag.macro import NOMINAL_WIDTHS, BlockSet, plan, search_width, section_errors
-
     try:
         blocks = BlockSet.from_text(text, source)
     except EncodingError as exc:
@@ -112,9 +115,6 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _validate_one(path: Path, text: str, parent: str | None, args: argparse.Namespace) -> int:
     if path.suffix == ".py":
-        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-        from nas.core.trial import SELF_REPORTED
-
         verdict = _verify(args, path, text, parent)
         if verdict.ok:
             how = (f"; {SELF_REPORTED}: the model could not be exported as a graph ({verdict.export_error})"
@@ -134,27 +134,18 @@ def _validate_one(path: Path, text: str, parent: str | None, args: argparse.Name
 
 
 def _verify(args: argparse.Namespace, path: Path, text: str, parent: str | None):
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.sandbox import verify_model_source
-
     size = args.input_size
     return verify_model_source(text, num_classes=args.num_classes, input_shape=(2, 3, size, size),
                                parent_source=parent, filename=path.name)
 
 
 def show_block(text: str, source: str, args: argparse.Namespace) -> dict[str, Any]:
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.measure import count_flops, count_params
-    from nas.spaces.nader.arch import BlockArch
-    from nas.spaces.nader.dag.macro import search_width
-    from nas.spaces.nader.network import build_network, network_source
-
     arch = BlockArch.from_text(text, source)
     skeleton = _skeleton(args)
     budget = _budget(args)
     width = args.width or search_width(arch.blocks, skeleton, budget).width
     p = arch.plan(skeleton, width=width)
-    net = build_network(p)
+    net = network.build_network(p)
     size = skeleton.input_size
     return {
         "file": source,
@@ -166,16 +157,13 @@ def show_block(text: str, source: str, args: argparse.Namespace) -> dict[str, An
         "budget": {"params": budget.params, "flops": budget.flops},
         "width": width,
         "widths": p.widths,
-        "params": count_params(net),
-        "flops": count_flops(net, (1, skeleton.in_channels, size, size)),
-        "source": network_source(p),
+        "params": measure.count_params(net),
+        "flops": measure.count_flops(net, (1, skeleton.in_channels, size, size)),
+        "source": network.network_source(p),
     }
 
 
 def show_model(text: str, args: argparse.Namespace) -> dict[str, Any]:
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.core.arch import stable_hash
-
     verdict = _verify(args, args.file, text, None)
     if not verdict.ok:
         raise NasError(f"{args.file}: {verdict.error}")
@@ -207,9 +195,6 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _draw(args: argparse.Namespace) -> int:
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.spaces.nader.dag.parse import parse_block_file
-
     if args.file.suffix == ".py":
         raise NasError(f"{args.file}: drawing needs a block file, not model source")
     text = _read(args.file)
@@ -218,8 +203,6 @@ def _draw(args: argparse.Namespace) -> int:
         print(printable(line))
     if errors:
         return 1
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.spaces.nader.dag.draw import draw_blocks
 
     out = draw_blocks(parse_block_file(text, str(args.file)).sections, args.out, title=args.file.name)
     print(f"wrote {out}")
@@ -229,9 +212,6 @@ def _draw(args: argparse.Namespace) -> int:
 def main(argv: list[str]) -> None:
     commands = {"validate": _validate, "show": _show, "draw": _draw}
     if argv and argv[0] in ("-h", "--help"):
-        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-        import textwrap
-
         print("usage: nas arch validate FILE... | {show,draw} FILE [options]   "
               "(nas arch COMMAND --help for options)\n")
         for name, text in DESCRIPTIONS.items():

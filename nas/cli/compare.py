@@ -7,14 +7,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from nas.cli.main import fail
+from nas.compare import BANDS, compare, render_report
 from nas.errors import NasError
 
 
 def main(argv: list[str]) -> None:
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.cli.main import fail
-    from nas.compare import BANDS, compare, render_report
-
     parser = argparse.ArgumentParser(prog="nas compare", description="Aggregate search runs into a statistics report.")
     parser.add_argument("dirs", nargs="+", type=Path, help="run or multirun directories")
     parser.add_argument("--at", nargs="+", type=int, default=None,

@@ -12,15 +12,17 @@ import argparse
 import sys
 from pathlib import Path
 
+from nas.cli.main import fail
+from nas.core.trial import SELF_REPORTED
 from nas.errors import NasError
 from nas.export import run_summary
+from nas.lazy import LazyImport
 from nas.terminal import printable
+
+exporting = LazyImport("nas.export.run")  # torch: loaded once the run directory is read (a wrong path is said at once)
 
 
 def main(argv: list[str]) -> None:
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.cli.main import fail
-
     parser = argparse.ArgumentParser(
         prog="nas export", description="Export a run's best (or a chosen) trial: PyTorch source, state dict, "
                                        "ONNX (TorchScript when ONNX fails) and export.json.")
@@ -36,15 +38,13 @@ def main(argv: list[str]) -> None:
         run_summary(args.run_dir.resolve())
     except NasError as err:
         fail(str(err))
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.export.run import export_run
 
     def say(line: str) -> None:  # progress lines quote the model's own errors (untrusted text)
         print(printable(line), file=sys.stderr, flush=True)
 
     try:
-        manifest = export_run(args.run_dir, args.out, args.trial, train=not args.no_train, force=args.force,
-                              say=say)
+        manifest = exporting.export_run(args.run_dir, args.out, args.trial, train=not args.no_train,
+                                        force=args.force, say=say)
     except NasError as err:
         fail(str(err))
     graph = manifest["graph"]
@@ -59,8 +59,6 @@ def main(argv: list[str]) -> None:
         kind = f"{graph['file']} ({batch}{check['method']}: {diff}, {'ok' if check['passed'] else 'MISMATCH'})"
         if graph["format"] == "torchscript":
             kind += f"; ONNX failed: {printable(graph['onnx_error'])}"
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.core.trial import SELF_REPORTED
 
     searched = f" {SELF_REPORTED}" if (manifest.get("metrics") or {}).get("self_reported") else ""
     retrained = f", {SELF_REPORTED}" if manifest["weights"].get("self_reported") else ""

@@ -8,6 +8,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from hydra._internal.callbacks import Callbacks
+from hydra._internal.hydra import Hydra
+from hydra._internal.utils import create_automatic_config_search_path, run_and_report
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.utils import configure_log, run_job
+from hydra.types import HydraContext, RunMode
+
 CONFIG_NAME = "config"
 TASK_NAME = "search"  # what `@hydra.main` names the job from nas/cli/search.py's task function
 
@@ -20,14 +27,6 @@ def plain_run(config: Any) -> bool:
 
 def run_composed(config: Any, task: Callable[[Any], None]) -> None:
     """`task` on `config` (with its `hydra` node; `plain_run`), as `Hydra.run` calls it after its compose."""
-    # lazy: loads hydra (start-up time)
-    from hydra._internal.callbacks import Callbacks
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import create_automatic_config_search_path, run_and_report
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.utils import configure_log, run_job
-    from hydra.types import HydraContext, RunMode
-
     # as Hydra's main: hydra.mode=RUN among the overrides it records when no config chose a mode
     config.hydra.mode = RunMode.RUN
     config.hydra.overrides.hydra.append("hydra.mode=RUN")

@@ -19,8 +19,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from flows.server import prefect_api
+from nas.cli.main import check_group_overrides, fail
+from nas.config import check_config
 from nas.errors import ConfigError, InputError, NasError, OutputPathError
+from nas.home import home
+from nas.knowledge.config import KnowledgeConfig
+from nas.knowledge.ingest import run_ingest
+from nas.knowledge.reader import IngestReport
+from nas.knowledge.stats import idea_stats, plot_stats, render_stats
+from nas.knowledge.tree_build import build_tree
+from nas.lazy import LazyImport
+from nas.llm import LLMClient, LLMConfig
+from nas.status import status
 from nas.terminal import printable
+from tasks.env import configure_prefect_env
+
+# Prefect: only `ingest --prefect` runs the flow, after configure_prefect_env
+knowledge_flows = LazyImport("flows.knowledge")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,10 +67,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> None:
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.cli.main import check_group_overrides, fail
-    from nas.config import check_config
-
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         raise SystemExit(0 if argv else 2)
@@ -64,10 +76,6 @@ def main(argv: list[str]) -> None:
     try:
         cfg = check_config(overrides)
         settings = {"llm": cfg["llm"], "knowledge": cfg["knowledge"]}
-        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-        from nas.knowledge.config import KnowledgeConfig
-        from nas.llm import LLMConfig
-
         LLMConfig.from_dict(settings["llm"])  # bad settings fail before any work, whatever the command
         KnowledgeConfig.from_dict(settings["knowledge"])
         {"ingest": _ingest, "search": _search, "tree": _tree, "stats": _stats}[args.command](args, settings)
@@ -79,23 +87,13 @@ def main(argv: list[str]) -> None:
 
 
 def _ingest(args, settings: dict[str, Any]) -> None:
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.knowledge.ingest import run_ingest
-    from nas.knowledge.reader import IngestReport
-
     if args.prefect:
-        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-        from tasks.env import configure_prefect_env
-
         configure_prefect_env()  # before flows import Prefect: its home under NASFLOW_HOME
-        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-        from flows.knowledge import ingest_flow
-        from flows.server import prefect_api
-        from nas.status import status
 
         # PREFECT_API_URL's server, else the shared local one, else (temporary) Prefect's for this process
         with prefect_api(show=True), status("ingesting as a Prefect flow (a task per file)"):  # no bar of its own
-            summary = ingest_flow(settings, [str(p) for p in args.paths], str(args.out) if args.out else None)
+            summary = knowledge_flows.ingest_flow(settings, [str(p) for p in args.paths],
+                                                  str(args.out) if args.out else None)
         out = Path(summary["record"])
     else:
         tty = sys.stderr.isatty()
@@ -116,9 +114,6 @@ def _ingest(args, settings: dict[str, Any]) -> None:
 
 
 def _search(args, settings: dict[str, Any]) -> None:
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.knowledge.config import KnowledgeConfig
-
     if args.k <= 0:
         raise ConfigError(f"-k must be > 0, got {args.k}")
     kcfg = KnowledgeConfig.from_dict(settings["knowledge"])
@@ -126,8 +121,6 @@ def _search(args, settings: dict[str, Any]) -> None:
         tree = kcfg.load_tree()
         if args.main not in tree.mains():
             raise ConfigError(f"unknown main category '{args.main}' (valid: {', '.join(tree.mains())})")
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.status import status
 
     with status("searching the idea store (the embedding model loads first)"):  # ~3 s on 2 busy cores
         store = kcfg.open_store()
@@ -146,16 +139,8 @@ def _search(args, settings: dict[str, Any]) -> None:
 
 
 def _tree(args, settings: dict[str, Any]) -> None:
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.knowledge.config import KnowledgeConfig
-
     kcfg = KnowledgeConfig.from_dict(settings["knowledge"])
     if args.build:
-        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-        from nas.home import home
-        from nas.knowledge.tree_build import build_tree
-        from nas.llm import LLMClient, LLMConfig
-
         out = args.out or home() / "knowledge" / "attribute_tree.json"
         client = LLMClient(LLMConfig.from_dict(settings["llm"]), run_dir=out.parent / (out.stem + "-record"))
         tree, report = build_tree(client, progress=sys.stderr.isatty())
@@ -177,10 +162,6 @@ def _tree(args, settings: dict[str, Any]) -> None:
 
 
 def _stats(args, settings: dict[str, Any]) -> None:
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.knowledge.config import KnowledgeConfig
-    from nas.knowledge.stats import idea_stats, plot_stats, render_stats
-
     kcfg = KnowledgeConfig.from_dict(settings["knowledge"])
     store = kcfg.open_store()
     stats = idea_stats(store, kcfg.load_tree())

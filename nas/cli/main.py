@@ -21,8 +21,12 @@ import os
 import sys
 
 from nas.errors import ConfigError
-from nas.secrets import install_log_scrubbing
-from nas.terminal import safe_streams
+from nas.lazy import LazyImport
+from nas.secrets import install_log_scrubbing, scrub
+from nas.terminal import printable, safe_streams
+
+# the config registries, only for a command with overrides: `nas --help` stays light
+config = LazyImport("nas.config")
 
 # One module per command, imported on use: `nas` starts fast.
 COMMANDS = {"search": "nas.cli.search", "compare": "nas.cli.compare", "arch": "nas.cli.arch",
@@ -31,20 +35,14 @@ COMMANDS = {"search": "nas.cli.search", "compare": "nas.cli.compare", "arch": "n
 
 
 def fail(message: str) -> None:
-    # lazy: only an error needs them (`nas --help` stays light)
-    from nas.secrets import scrub
-    from nas.terminal import printable
-
     print(f"nas: error: {printable(scrub(message), lines=True)}", file=sys.stderr)  # no escape from a model's text
     raise SystemExit(2)
 
 
 def check_group_overrides(args: list[str]) -> None:
     """An unknown group option stops a command in one line, before anything runs."""
-    from nas.config import validate_group_overrides  # lazy: the config's registries; `nas --help` needs none
-
     try:
-        validate_group_overrides(args)
+        config.validate_group_overrides(args)
     except ConfigError as err:
         fail(str(err))
 

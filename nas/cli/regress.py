@@ -14,14 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nas.cli.main import fail
 from nas.errors import NasError
+from nas.regression.probes import SUITES, run_suite
 
 
 def main(argv: list[str]) -> None:
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.cli.main import fail
-    from nas.regression.probes import SUITES, run_suite
-
     parser = argparse.ArgumentParser(prog="nas regress", description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="nightly", help=f"suite to run ({', '.join(SUITES)}; default nightly)")
     parser.add_argument("--baseline", type=Path, default=None,

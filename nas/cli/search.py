@@ -11,18 +11,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
 from nas.cli.hydra_job import plain_run, run_composed
+from nas.cli.main import check_group_overrides, fail
 from nas.config import Checked, check_build, checked_job, job_overrides, searchpath
+from nas.core.trial import read_history
 from nas.errors import NasError
-from nas.io import check_output
+from nas.execute import execute
+from nas.io import atomic_write_text, check_output
+from nas.search.loop import check_budget
+from nas.search.rundir import RunDir
+from nas.search.spec import Search, SearchSpec
+from nas.status import status
+from nas.terminal import printable
+from tasks.env import configure_prefect_env, quiet_termination
 
 MULTIRUN = ("-m", "--multirun")
 
 
 def main(argv: list[str]) -> None:
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.cli.main import check_group_overrides, fail
-
     check_group_overrides(argv)
     flags = [a for a in argv if a.startswith("-")]
     existing: set[Path] = set()  # given run dirs that are there before Hydra makes its own: never removed
@@ -50,8 +60,6 @@ def main(argv: list[str]) -> None:
         else:
             _hydra_entry(existing)
     finally:
-        from nas.search.spec import Search  # loaded by the checks already
-
         Search.forget()  # what the checks built for a job that never started
 
 
@@ -61,9 +69,6 @@ def check_jobs(jobs: list[list[str]]) -> Checked:
     2-5 s (torch's imports), so they show progress. Counted steps, so that off a terminal a
     component's error (raised after the imports) is still the only line. Returns the first
     job's composed config: a single job runs on it."""
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.status import status
-
     if len(jobs) == 1:
         spec, progress, checked = checked_job(jobs[0])
         with status(f"checking space={spec.space.name}, strategy={spec.strategy.name} and "
@@ -86,9 +91,6 @@ def check_jobs(jobs: list[list[str]]) -> Checked:
 def _detach_logs_in(run_dir: Path) -> None:
     """Close the log files Hydra set up in a run dir that was removed (its `search.log`, opened
     on the first line): whatever this process logs next would fail to create it."""
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    import logging
-
     loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
                                       if isinstance(lg, logging.Logger))]
     for logger in loggers:
@@ -100,10 +102,6 @@ def _detach_logs_in(run_dir: Path) -> None:
 
 def _hydra_entry(existing: set[Path]) -> None:
     """Hydra's main: a sweep (-m), Hydra's own flags (--cfg, --help), a `hydra.verbose` run."""
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    import hydra
-    from omegaconf import DictConfig
-
     @hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
     def search(cfg: DictConfig) -> None:
         search_job(cfg, existing)
@@ -115,17 +113,6 @@ def search_job(cfg: Any, existing: set[Path]) -> None:
     """One job, under Hydra's run (its run dir and logging set up). `existing`: run dirs that were
     there before this command (a user's own, an earlier run's): a failed start leaves them where
     they were; it removes only a dir it made."""
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
-
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.cli.main import fail
-    from nas.execute import execute
-    from nas.search.rundir import RunDir
-    from nas.search.spec import SearchSpec
-    from tasks.env import configure_prefect_env, quiet_termination
-
     configure_prefect_env()  # before a runner imports Prefect: its home and cache under NASFLOW_HOME
 
     run_dir: Path | None = None  # Ctrl-C may come before it is known
@@ -160,9 +147,6 @@ def search_job(cfg: Any, existing: set[Path]) -> None:
 def check_run_dir(run: Any, spec: Any) -> None:
     """The run-dir refusals, each one line, before Prefect starts (whose flow would log a traceback
     first) and before `.hydra/` is rewritten; the loop says the run dir when it starts."""
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.search.loop import check_budget
-
     resume = run.prepare(spec.identity_fields(), spec.batch_lines)
     check_budget(run.path, resume.history if resume else [], spec.trials)
 
@@ -193,9 +177,6 @@ def terminate_once(signum: int, frame: Any) -> None:
 
 def interrupted(run_dir: Path | None, terminated: bool = False) -> None:
     """One line on what was saved, then exit as a shell reports the signal (130 Ctrl-C, 143 SIGTERM)."""
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.search.rundir import RunDir
-
     what, status = ("terminated", 143) if terminated else ("interrupted", 130)
     # removed (RunDir.discard_unstarted), or a given dir kept: either way no search state was written
     if run_dir is None or not RunDir(run_dir).state_path.exists():
@@ -208,8 +189,6 @@ def interrupted(run_dir: Path | None, terminated: bool = False) -> None:
 
 
 def print_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    from nas.terminal import printable  # a small module, imported where it is used
-
     print(f"run dir: {run_dir}")
     if summary.get("ui"):  # the flow run in the UI of the server it reported to (its port may not be 4200)
         print(f"UI: {summary['ui']}")
@@ -236,9 +215,6 @@ def print_summary(run_dir: Path, summary: dict[str, Any]) -> None:
 
 def llm_line(run_dir: Path, summary: dict[str, Any]) -> str:
     """What the LLM did in a design search: designs proposed, valid, trained, better than the root."""
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.core.trial import read_history
-
     design, history = summary.get("design") or {}, read_history(run_dir / "history.jsonl")
     root = next((r for r in history if (r.strategy or {}).get("stage") == "root"), None)
     designed = [r for r in history if r is not root]
@@ -271,13 +247,6 @@ def beat_parent(tree: Any) -> int | None:
 
 def save_hydra_files(folder: Path, cfg: Any) -> None:
     """What Hydra writes to `.hydra/` (its own writing is off: `hydra.output_subdir: null`)."""
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
-
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.io import atomic_write_text
-
     hydra_cfg = HydraConfig.get()
     atomic_write_text(folder / "config.yaml", OmegaConf.to_yaml(cfg))
     atomic_write_text(folder / "hydra.yaml", OmegaConf.to_yaml(OmegaConf.create({"hydra": hydra_cfg})))

@@ -26,7 +26,14 @@ import os
 import sys
 from contextlib import ExitStack
 
+from flows.server import check_server, prefect_api, ui_warning
+from nas.cli.main import fail
 from nas.errors import NasError
+from nas.lazy import LazyImport
+from tasks.env import configure_prefect_env
+
+# Prefect: imported after configure_prefect_env has set its home
+serving = LazyImport("flows.serve")
 
 
 def _limit(text: str) -> int | None:
@@ -55,27 +62,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> None:
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.cli.main import fail
-
     args = _parser().parse_args(argv)
     # A served flow's logs are what the UI shows of it; the CLI's default of WARNING hides them.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from tasks.env import configure_prefect_env
 
     configure_prefect_env()  # before flows import Prefect: its home under NASFLOW_HOME
     with ExitStack() as held:
         try:
-            # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-            from flows.serve import build, describe, load, serve
-            from flows.server import check_server, prefect_api, ui_warning
-
-            entries = load(args.file, args.overrides)
+            entries = serving.load(args.file, args.overrides)
             if args.list:
-                print("\n".join(describe(entries, args.limit)))
+                print("\n".join(serving.describe(entries, args.limit)))
                 return
-            deployments = [build(entry) for entry in entries]
+            deployments = [serving.build(entry) for entry in entries]
             # PREFECT_API_URL's server, else the shared local one (held, so never idle, until serve returns)
             held.enter_context(prefect_api(show=True, temporary=False))
             url = check_server()
@@ -88,5 +86,5 @@ def main(argv: list[str]) -> None:
         for entry, deployment in zip(entries, deployments, strict=True):
             schedule = ", ".join(map(str, entry.schedules)) or "on demand"
             print(f"  {deployment.flow_name}/{entry.name}  [{schedule}]", flush=True)
-        serve(deployments, args.limit)
+        serving.serve(deployments, args.limit)
     print("nas serve: stopped", flush=True)

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nas.cli.main import check_group_overrides, fail
+from nas.config import check_config, data_source
 from nas.errors import NasError
+from nas.lazy import LazyImport
+from nas.status import status
+from supernets.settings import SupernetSettings
+
+supernet_training = LazyImport("supernets.train")  # torch and Lightning (~10 s): after the config is checked
 
 USAGE = "usage: nas train-supernet space=NAME [data=...] [supernet.KEY=...] [seed=N] [out=DIR]"
 
 
 def main(argv: list[str]) -> None:
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.cli.main import check_group_overrides, fail
-    from nas.config import check_config, data_source
-    from supernets.settings import SupernetSettings
-
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__.strip() + "\n\n" + USAGE)
         raise SystemExit(0)
@@ -35,12 +37,8 @@ def main(argv: list[str]) -> None:
         group.pop("out", None)
         params = group.pop("params", None) or {}
         settings = SupernetSettings.from_dict(group)
-        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-        from nas.status import status
-
         with status("loading torch and Lightning", show=progress):  # ~10 s on a CPU, Lightning's torchmetrics most
-            # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-            from supernets.train import train_supernet
+            train_supernet = supernet_training.train_supernet  # the import happens here
 
         result = train_supernet(cfg["space"], params, data_source(cfg["data"]), settings, int(cfg["seed"]), out,
                                 progress=progress)

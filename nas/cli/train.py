@@ -12,11 +12,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nas.cli.main import check_group_overrides, fail
+from nas.config import check_config
 from nas.core.arch import Architecture
 from nas.core.trial import SELF_REPORTED
 from nas.errors import ConfigError, EncodingError, InputError, MissingDependencyError, NasError
+from nas.evaluators import EVALUATORS
 from nas.io import atomic_write_json, check_output, read_input_text
+from nas.spaces import SPACES
 from nas.terminal import printable
+from nas.train.progress import EpochDisplay
 
 if TYPE_CHECKING:
     from nas.core.space import SearchSpace
@@ -28,9 +33,6 @@ def load_arch(spec: str) -> tuple[SearchSpace, Architecture]:
     """ARCH and the trainable space that reads it, asked of the spaces (`SearchSpace.file_suffix`):
     a file by its suffix, anything else as an architecture string of a space whose architectures
     are strings."""
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.spaces import SPACES
-
     trainable = [cls for cls in map(SPACES.get, SPACES.names()) if cls.trainable]
     files = {cls.file_suffix: cls.name for cls in trainable if cls.file_suffix}
     strings = [cls.name for cls in trainable if not cls.file_suffix]
@@ -58,9 +60,6 @@ def load_arch(spec: str) -> tuple[SearchSpace, Architecture]:
 
 def compose(overrides: list[str]) -> tuple[dict, int]:
     """The `evaluator=train` config with `data`, `recipe` and `engine` resolved into it, and the seed."""
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.config import check_config
-
     cfg = check_config(["evaluator=train", *overrides])
     if type(cfg["seed"]) is not int or cfg["seed"] < 0:  # as a search's (SearchSpec)
         raise ConfigError(f"seed must be an integer >= 0, got {cfg['seed']!r}")
@@ -68,9 +67,6 @@ def compose(overrides: list[str]) -> tuple[dict, int]:
 
 
 def main(argv: list[str]) -> None:
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.cli.main import check_group_overrides, fail
-
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip() + "\n\n" + USAGE)
         raise SystemExit(0 if argv else 2)
@@ -90,13 +86,7 @@ def main(argv: list[str]) -> None:
         space, arch = load_arch(argv[0])
         params, seed = compose(rest)
         params.pop("name", None)
-        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-        from nas.evaluators import EVALUATORS
-
         evaluator = EVALUATORS.create("train", params, space=space)  # builds the network
-        # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-        from nas.train.progress import EpochDisplay
-
         # a model .py trains in the sandbox, which reports no epochs: the title alone then
         with EpochDisplay(f"training {argv[0][:60]} ({arch.space}, key {arch.key()})") as display:
             evaluator.on_epoch = display  # type: ignore[attr-defined]  # "train" is a TrainEvaluator

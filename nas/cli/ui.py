@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import argparse
 
+import flows.server as server
+from nas.cli.main import fail
+from nas.errors import NasError
+from tasks.env import configure_prefect_env
+
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(
@@ -14,13 +19,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--no-start", action="store_true",
                         help="only say whether the local server runs (exit 1 when it does not)")
     args = parser.parse_args(argv)
-    # lazy: loaded when this subcommand runs (`nas --help` and the other subcommands skip it)
-    from nas.cli.main import fail
-    from nas.errors import NasError
-    from tasks.env import configure_prefect_env
 
     configure_prefect_env()  # Prefect's home (its profile, the server's state) under NASFLOW_HOME
-    import flows.server as server  # lazy: loaded when this subcommand runs
 
     try:
         ui = server.configured_ui()

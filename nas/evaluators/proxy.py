@@ -29,8 +29,15 @@ from nas.errors import ConfigError, RunDirError
 from nas.evaluators.base import EVALUATORS, Evaluator
 from nas.home import home
 from nas.io import atomic_write_json, read_json
+from nas.lazy import LazyImport
 from nas.status import status
 from nas.train.build import build_model
+
+# torch (and scipy, the data loaders) load with the evaluator, not with its module
+data_sources = LazyImport("nas.data.sources")
+nas_proxies = LazyImport("nas.proxies")
+proxy_batch = LazyImport("nas.proxies.batch")
+measure = LazyImport("nas.measure")
 
 
 @EVALUATORS.register("proxy")
@@ -42,25 +49,22 @@ class ProxyEvaluator(Evaluator):
     def __init__(self, space: SearchSpace, data: dict[str, Any], proxies: list[str] | None = None,
                  batch_size: int = 64, reference: int = 32, seed: int = 0, **sizing: Any) -> None:
         """`sizing`: the networks' settings, as evaluator=train's (NB201's `channels`, `cells_per_stage`)."""
-        from nas.data.sources import SOURCES, load_data  # lazy: loads torch (start-up time)
-        from nas.proxies import PROXIES, VOTE  # lazy: loads torch, scipy (start-up time)
-
         super().__init__(space)
-        if not isinstance(data, dict) or data.get("name") not in SOURCES:
+        if not isinstance(data, dict) or data.get("name") not in data_sources.SOURCES:
             got = data.get("name") if isinstance(data, dict) else data
-            raise ConfigError(f"data: unknown dataset '{got}' (valid: {', '.join(SOURCES)})")
+            raise ConfigError(f"data: unknown dataset '{got}' (valid: {', '.join(data_sources.SOURCES)})")
         self.data_cfg = dict(data)
         check_keys("data", self.data_cfg, ["name", "root", "split_file"])
-        self.proxies = list(VOTE if proxies is None else proxies)
+        self.proxies = list(nas_proxies.VOTE if proxies is None else proxies)
         if not self.proxies or not all(isinstance(p, str) for p in self.proxies):
             raise ConfigError(f"evaluator.proxies must be a non-empty list of proxy names, got {proxies!r}")
         for name in self.proxies:
-            PROXIES.get(name)  # an unknown name: one line listing the valid ones
+            nas_proxies.PROXIES.get(name)  # an unknown name: one line listing the valid ones
         check_count("evaluator.batch_size", batch_size)
         check_count("evaluator.reference", reference)
         self.batch_size, self.reference, self.seed = batch_size, reference, seed
         self.build = type(space).sizing_options(sizing, "evaluator 'proxy'", ProxyEvaluator)
-        self.data = load_data(**self.data_cfg)  # a missing dataset fails here, before any trial
+        self.data = data_sources.load_data(**self.data_cfg)  # a missing dataset fails here, before any trial
         if batch_size > len(self.data.train):
             raise ConfigError(f"evaluator.batch_size={batch_size} is more than the {len(self.data.train)} "
                               f"training images of {self.data.name}")
@@ -73,16 +77,12 @@ class ProxyEvaluator(Evaluator):
     @cached_property
     def batch(self) -> Any:
         """The one minibatch every candidate and the reference are scored on."""
-        from nas.proxies.batch import data_batch  # lazy: loads torch, scipy (start-up time)
-
-        return data_batch(self.data, self.batch_size, self.seed)
+        return proxy_batch.data_batch(self.data, self.batch_size, self.seed)
 
     def _scores(self, arch: Architecture) -> tuple[dict[str, float], Any]:
         """The proxies' scores and the network they scored."""
-        from nas.proxies import score_network  # lazy: loads torch, scipy (start-up time)
-
         net = build_model(self.space, arch, self.batch.shape, self.batch.num_classes, self.build, self.seed)
-        return score_network(net, self.batch, self.proxies, self.seed), net
+        return nas_proxies.score_network(net, self.batch, self.proxies, self.seed), net
 
     def prepare(self, show: bool) -> None:
         self.reference_scores(show)
@@ -116,8 +116,6 @@ class ProxyEvaluator(Evaluator):
         return self._reference
 
     def evaluate(self, arch: Architecture, seed: int | None = None) -> EvalResult:
-        from nas.measure import count_flops, count_params  # lazy: loads torch (start-up time)
-
         start = time.perf_counter()
         reference = self.reference_scores()  # the first candidate pays for it
         scores, net = self._scores(arch)
@@ -125,5 +123,6 @@ class ProxyEvaluator(Evaluator):
                   for n, ref in reference.items()]
         percentile = round(100.0 * float(np.mean(shares)), 4)
         metrics = {f"proxy_{n}": s for n, s in scores.items()} | {"vote_percentile": percentile}
-        return EvalResult(accuracy=percentile, metrics=metrics, params=count_params(net),
-                          flops=count_flops(net, (1, *self.batch.shape)), cost_seconds=time.perf_counter() - start)
+        return EvalResult(accuracy=percentile, metrics=metrics, params=measure.count_params(net),
+                          flops=measure.count_flops(net, (1, *self.batch.shape)),
+                          cost_seconds=time.perf_counter() - start)

@@ -29,6 +29,7 @@ from nas.core.space import SearchSpace
 from nas.core.trial import EvalResult
 from nas.errors import ConfigError, EvaluationError, NasError
 from nas.evaluators.base import EVALUATORS, Evaluator
+from nas.lazy import LazyImport
 from nas.sandbox.isolation import isolation
 from nas.sandbox.limits import Limits
 from nas.sandbox.verify import ProxyRequest, train_model_source
@@ -39,10 +40,18 @@ from nas.train.recipe import Recipe
 from nas.train.result import TrainResult
 from nas.train.worker import train_in_subprocess
 
+# torch (and scipy, the data loaders) load with the evaluator, not with its module
+data_sources = LazyImport("nas.data.sources")
+nas_proxies = LazyImport("nas.proxies")
+proxy_batch = LazyImport("nas.proxies.batch")
+training_run = LazyImport("nas.train.run")
+
 if TYPE_CHECKING:  # torch and the data loaders load with the evaluator, not with its module:
     import torch  # a config error found before the evaluator is built need not pay for them
 
     from nas.spaces.source.arch import SourceArch  # the one untrusted space's architectures
+else:
+    torch = LazyImport("torch")
 
 # A training run needs far more than a verification: the defaults allow an
 # hour of wall time on all cores and 8 GB on top of the data.
@@ -72,9 +81,6 @@ class TrainEvaluator(Evaluator):
         """`sizing`: the networks' settings, each space's own (`SearchSpace.sizing`: NB201's
         `channels`, a block file's `skeleton` and `budget`...). `proxies`: the zero-cost proxies
         recorded per candidate (None: the vote's synflow, jacob_cov, snip; []: none)."""
-        from nas.data.sources import SOURCES, load_data  # lazy: loads torch (start-up time)
-        from nas.proxies import PROXIES, VOTE  # lazy: loads torch, scipy (start-up time)
-
         super().__init__(space)
         # May numbers a model reported from inside the sandbox be a run's best (nas.core.trial.TrialRecord.counts_for_best)?
         # Not in the fingerprint: it changes no result.
@@ -82,9 +88,9 @@ class TrainEvaluator(Evaluator):
         # Who hears of each trained epoch (`nas train`'s display); inside a Prefect run each
         # training also gets a progress artifact. Not in the fingerprint: it changes no result.
         self.on_epoch: OnEpoch | None = None
-        if not isinstance(data, dict) or data.get("name") not in SOURCES:
+        if not isinstance(data, dict) or data.get("name") not in data_sources.SOURCES:
             got = data.get("name") if isinstance(data, dict) else data
-            raise ConfigError(f"data: unknown dataset '{got}' (valid: {', '.join(SOURCES)})")
+            raise ConfigError(f"data: unknown dataset '{got}' (valid: {', '.join(data_sources.SOURCES)})")
         if not isinstance(recipe, dict):
             raise ConfigError(f"recipe must be a mapping of recipe settings, got {recipe!r}")
         self.data_cfg = dict(data)
@@ -98,13 +104,13 @@ class TrainEvaluator(Evaluator):
         self.uses_seed = self.seeds is None  # with fixed seeds, the run's seed changes nothing
         check_keys("evaluator.sandbox", sandbox or {}, list(SANDBOX_DEFAULTS))
         self.limits = Limits(**{**SANDBOX_DEFAULTS, **(sandbox or {})})
-        self.proxies = list(VOTE if proxies is None else proxies)
+        self.proxies = list(nas_proxies.VOTE if proxies is None else proxies)
         if not all(isinstance(p, str) for p in self.proxies):
             raise ConfigError(f"evaluator.proxies must be a list of proxy names, got {proxies!r}")
         for name in self.proxies:
-            PROXIES.get(name)  # an unknown name: one line listing the valid ones
+            nas_proxies.PROXIES.get(name)  # an unknown name: one line listing the valid ones
         # Not in the fingerprint: the proxies are extra metrics, they change no result.
-        self.data = load_data(**self.data_cfg)  # a missing dataset fails here, before any trial
+        self.data = data_sources.load_data(**self.data_cfg)  # a missing dataset fails here, before any trial
         if not space.trusted:
 
             isolation()  # no OS isolation and no opt-out: one line now, before any trial
@@ -154,22 +160,17 @@ class TrainEvaluator(Evaluator):
         """The proxies of `arch`'s untrained network (built here: a trusted space's) on `PROXY_BATCH`
         training images drawn with `seed`; {} when none are asked for or the network does not build
         (training then records why)."""
-        from nas.proxies import score_network  # lazy: loads torch, scipy (start-up time)
-        from nas.proxies.batch import data_batch  # lazy: loads torch, scipy (start-up time)
-
         if not self.proxies:
             return {}
         try:
             net = build_model(self.space, arch, self.data.shape, self.data.num_classes, self.build, seed)
         except NasError:
             return {}
-        batch = data_batch(self.data, min(PROXY_BATCH, len(self.data.train)), seed)
-        return score_network(net, batch, self.proxies, seed)
+        batch = proxy_batch.data_batch(self.data, min(PROXY_BATCH, len(self.data.train)), seed)
+        return nas_proxies.score_network(net, batch, self.proxies, seed)
 
     def _train_trusted(self, archs: list[Architecture], todo: list[int], seed: int,
                        runs: list[list[TrainResult] | str]) -> None:
-        from nas.train.run import train_many  # lazy: loads torch (start-up time)
-
         todo = [i for i in todo if not isinstance(runs[i], str)]
         if self.engine.devices > 1:
 
@@ -189,8 +190,8 @@ class TrainEvaluator(Evaluator):
             except NasError as err:
                 runs[i] = str(err)
         labels = [f"{archs[i].space} {archs[i].key()}" + (f" seed {seed}" if self.seeds else "") for i in built]
-        results = train_many(list(built.values()), self.data, self.recipe, seed, self.engine,
-                             combine(self.on_epoch, prefect_progress()), labels)
+        results = training_run.train_many(list(built.values()), self.data, self.recipe, seed, self.engine,
+                                          combine(self.on_epoch, prefect_progress()), labels)
         for i, result in zip(built, results):
             runs[i].append(result)  # type: ignore[union-attr]
 
@@ -198,8 +199,6 @@ class TrainEvaluator(Evaluator):
                       proxies: dict[str, float]) -> tuple[list[TrainResult] | str, bool]:
         """(results or the error, whether the sandbox trained it and reported the numbers itself);
         `proxies` gets the exported graph's proxy scores, which the training worker computes."""
-        import torch  # lazy: loads torch (start-up time)
-
         def heard(scores: dict[str, float] | str) -> None:
             if isinstance(scores, str):  # an exported op a proxy cannot run (float64, say): no proxies
                 log.warning("%s %s: no proxy scores (%s)", arch.space, arch.key(), scores)

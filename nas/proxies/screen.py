@@ -8,6 +8,7 @@ from functools import cached_property
 from typing import Any
 
 from nas.core.arch import Architecture
+from nas.core.scorer import SCORERS, Scorer
 from nas.core.space import SearchSpace
 from nas.core.trial import TrialRecord
 from nas.data.sources import SOURCES, load_data
@@ -15,7 +16,6 @@ from nas.errors import ConfigError
 from nas.proxies.base import Batch
 from nas.proxies.batch import data_batch, random_batch
 from nas.proxies.vote import vote_scores
-from nas.search.screen import SCORERS, Scorer
 
 
 @SCORERS.register("proxy")

@@ -15,10 +15,16 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from nas.config import check_config
 from nas.core.trial import best_so_far, read_history
 from nas.errors import ConfigError, EvaluationError, MissingDependencyError
+from nas.evaluators.table import TableEvaluator
 from nas.execute import execute
+from nas.lazy import LazyImport
 from nas.llm.local import PROMPT_CACHE_MB, LocalServer, check_server_deps, model_path, stop_shared
 from nas.regression.judge import (
     HIGHER,
@@ -31,6 +37,14 @@ from nas.regression.judge import (
     metric_dict,
     plan,
 )
+from nas.search.loop import LocalExecutor, SearchLoop
+from nas.search.spec import Component, SearchSpec
+from nas.spaces.nb201.arch import NB201Cell
+from nas.spaces.nb201.space import NB201Space
+
+# torch, qdrant: loaded by the probes that use them
+torch = LazyImport("torch")
+knowledge_store = LazyImport("nas.knowledge.store")
 
 
 class ProbeSkipped(Exception):
@@ -50,9 +64,6 @@ FORWARD_CELL = "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|skip_connect~0
 def table_probe(workdir: Path, overrides: Sequence[str], strategies: Sequence[str], seeds: int,
                 trials: int, at: Sequence[int]) -> dict[str, Metric]:
     """Best table accuracy at N trials, mean over fixed seeds: deterministic, so the tolerance is tight."""
-    from nas.search.loop import LocalExecutor, SearchLoop  # lazy: loads numpy (start-up time)
-    from nas.search.spec import Component, SearchSpec  # lazy: loads numpy (start-up time)
-
     metrics: dict[str, Metric] = {}
     seconds, done = 0.0, 0
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
@@ -89,11 +100,6 @@ def _at(curve: list[float | None], n: int, label: str) -> float:
 def throughput_probe(workdir: Path, overrides: Sequence[str], lookups: int,
                      forward_repeats: int) -> dict[str, Metric]:
     """Table evaluations/s and, if asked, the forward time of a fixed NB201 network (batch 16, 32×32)."""
-    import numpy as np  # lazy: loads numpy (start-up time)
-
-    from nas.evaluators.table import TableEvaluator  # lazy: loads numpy (start-up time)
-    from nas.spaces.nb201.space import NB201Space  # lazy: loads numpy (start-up time)
-
     space = NB201Space()
     evaluator = TableEvaluator(space)
     rng = np.random.default_rng(0)
@@ -105,10 +111,6 @@ def throughput_probe(workdir: Path, overrides: Sequence[str], lookups: int,
     metrics = {"table_evals_per_s": Metric(round(lookups / (time.perf_counter() - start), 1), HIGHER,
                                            {"rel": 0.5}, timing=True, unit="evals/s")}
     if forward_repeats:
-        import torch  # lazy: loads torch (start-up time)
-
-        from nas.spaces.nb201.arch import NB201Cell  # lazy: loads numpy (start-up time)
-
         net = space.build(NB201Cell.from_string(FORWARD_CELL), num_classes=10).eval()
         x = torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(0))
         times = []
@@ -163,8 +165,6 @@ def design_probe(workdir: Path, overrides: Sequence[str], trials: int, lif_tries
     """A tiny open-ended design run (the default job: NADER, the configured LLM, digits, evaluator=quick):
     the root block trains and the LLM path proposes, with few Modifier retries to bound the LLM time;
     an LLM's output varies, so tolerances are loose."""
-    from nas.search.spec import SearchSpec  # lazy: loads numpy (start-up time)
-
     run_dir = workdir / "design-run"
     shutil.rmtree(run_dir, ignore_errors=True)  # a retried probe measures afresh, never resumes
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
@@ -187,10 +187,7 @@ def design_probe(workdir: Path, overrides: Sequence[str], trials: int, lif_tries
             raise ProbeSkipped(str(err)) from None
         finally:
             stop_shared()
-            # lazy: loads numpy, qdrant_client, threadpoolctl (start-up time)
-            from nas.knowledge.store import close_client
-
-            close_client(path=Path(tmp) / "qdrant")
+            knowledge_store.close_client(path=Path(tmp) / "qdrant")
         wall = time.perf_counter() - start
     history = read_history(run_dir / "history.jsonl")
     design = summary.get("design") or {}
@@ -270,15 +267,6 @@ class _progress:
 
     def __enter__(self) -> "_progress":
         if self.enabled:
-            from rich.console import Console  # lazy: loads rich (start-up time)
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )  # lazy: loads rich (start-up time)
-
             self.bar = Progress(TextColumn("[bold]regression[/] {task.description}"), BarColumn(),
                                 MofNCompleteColumn(), TimeElapsedColumn(), console=Console(file=sys.stderr))
             self.bar.__enter__()

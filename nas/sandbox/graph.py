@@ -43,6 +43,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
+from nas.measure import EXTRA_PARAMETERS
 from nas.sandbox.aten_ops import MAX_PIECES, WorkCounter, allowed, pieces, zero_filled
 from nas.terminal import printable
 
@@ -907,6 +908,9 @@ class GraphNet(nn.Module):
         layers = [str([list(p.shape) for p in m._parameters.values()]) for m in self.modules() if m._parameters]
         return layers, self.programs["eval"].ops
 
+
+# count_params counts what a GraphNet carries besides its parameters (past FREE_BITS, per 32 bits)
+EXTRA_PARAMETERS[GraphNet] = lambda net: carried_parameters(sum(net.carried().values()))
 
 def _fan_in(weight: torch.Tensor) -> int:
     """Inputs per output of a convolution's or linear layer's weight, as PyTorch's default init counts them."""

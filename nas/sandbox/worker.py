@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode, resolve_name
 
+import nas.sandbox.graph  # noqa: F401 - loaded before the policy is installed (`_export` binds its names late)
 from nas.measure import count_flops, count_params
 from nas.sandbox.limits import Limits, apply_rlimits, install_policy, out_of_memory
 from nas.sandbox.protocol import MAX_ERROR, MAX_TRACEBACK

@@ -18,14 +18,13 @@ only when a config names it.
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from nas.core.arch import Architecture
-from nas.core.registry import Registry
+from nas.core.scorer import SCORERS, Scorer  # here for their users (the base lives below nas.proxies)
 from nas.core.space import CategoricalSpace, SearchSpace
 from nas.core.trial import Candidate, EvalResult, SearchExhausted, Trial, TrialRecord, evaluated
 from nas.errors import ConfigError
@@ -77,23 +76,6 @@ class ScreenSettings:
     def label(self) -> str:
         """How `nas compare` tells a screened run's strategy apart: '+screen(x4,predictor)'."""
         return f"+screen(x{self.factor},{self.scorer})" if self.active else ""
-
-
-class Scorer(ABC):
-    """Higher is better. `score` sees the run's history so far (learned scorers fit on it)
-    and a seed fixed by the run's seed and the history's length."""
-
-    name: ClassVar[str]
-
-    def __init__(self, space: SearchSpace) -> None:
-        self.space = space
-
-    @abstractmethod
-    def score(self, archs: list[Architecture], history: list[TrialRecord], seed: int) -> list[float]:
-        """One finite score per architecture, in their order."""
-
-
-SCORERS: Registry[Scorer] = Registry("scorer", "nasflow.scorers")
 
 
 @SCORERS.register("predictor")

@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from nas.core.arch import Architecture
-from nas.core.space import SearchSpace
+from nas.core.space import SPACES, SearchSpace
 from nas.errors import EvaluationError
 from nas.io import atomic_write_json
-from nas.spaces import SPACES
 from nas.train.build import build_model
 from nas.train.engine import Engine
 from nas.train.recipe import Recipe

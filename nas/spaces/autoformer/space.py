@@ -11,7 +11,11 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from nas.core.space import SPACES, CategoricalSpace, Cost, Decision
 from nas.errors import ConfigError, EncodingError
+from nas.lazy import LazyImport
 from nas.spaces.autoformer.arch import POOLS, QKV_LAYOUTS, AutoFormerArch, mlp_hidden
+
+# torch: the network module loads when a network is built, not with the space (the core stays torch-free)
+autoformer_network = LazyImport("nas.spaces.autoformer.network")
 
 if TYPE_CHECKING:
     from torch import nn
@@ -111,9 +115,8 @@ class AutoFormerSpace(CategoricalSpace[AutoFormerArch]):
 
     def build(self, arch: AutoFormerArch, num_classes: int, in_channels: int = 3, input_size: int = 32,
               options: Mapping[str, Any] | None = None) -> "nn.Module":
-        from nas.spaces.autoformer.network import ViT  # lazy: loads torch (start-up time)
-
-        return ViT(self.validate(arch), num_classes=num_classes, in_channels=in_channels, **self.network_settings())
+        return autoformer_network.ViT(self.validate(arch), num_classes=num_classes, in_channels=in_channels,
+                                      **self.network_settings())
 
     def network_settings(self) -> dict[str, Any]:
         """What `ViT` takes from the space (besides the architecture, classes and channels)."""

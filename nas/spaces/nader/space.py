@@ -12,8 +12,12 @@ from nas.core.constraint import Constraint
 from nas.core.registry import check_count, check_keys
 from nas.core.space import SPACES, OpenEndedSpace
 from nas.errors import ConfigError
+from nas.lazy import LazyImport
 from nas.spaces.nader.arch import BlockArch
 from nas.spaces.nader.dag.macro import WIDTH_MULTIPLE, Plan, Skeleton, search_width
+
+# torch: the network module loads when a network is built, not with the space (the core stays torch-free)
+nader_network = LazyImport("nas.spaces.nader.network")
 
 if TYPE_CHECKING:
     from torch import nn
@@ -77,12 +81,8 @@ class BlockSpace(OpenEndedSpace[BlockArch]):
 
     def build(self, arch: BlockArch, num_classes: int, in_channels: int = 3, input_size: int = 32,
               options: Mapping[str, Any] | None = None) -> "nn.Module":
-        from nas.spaces.nader.network import build_network  # lazy: loads torch (start-up time)
-
-        return build_network(self.plan(arch, num_classes, in_channels, input_size, options))
+        return nader_network.build_network(self.plan(arch, num_classes, in_channels, input_size, options))
 
     def source(self, arch: BlockArch, num_classes: int, in_channels: int = 3, input_size: int = 32,
                options: Mapping[str, Any] | None = None) -> str:
-        from nas.spaces.nader.network import network_source  # lazy: loads torch (start-up time)
-
-        return network_source(self.plan(arch, num_classes, in_channels, input_size, options))
+        return nader_network.network_source(self.plan(arch, num_classes, in_channels, input_size, options))

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from nas.lazy import LazyImport
 from nas.spaces.nb201.arch import EDGES, OPS
 from nas.spaces.nb201.measured_costs import MEASURED, PerOp
+
+# torch: only when a cost is first measured (the stored cost models need none)
+counters = LazyImport("nas.measure")
+nb201_network = LazyImport("nas.spaces.nb201.network")
 
 
 @lru_cache(maxsize=8)
@@ -23,12 +28,10 @@ def cost_model(channels: int, cells_per_stage: int, num_classes: int,
 def measure_model(channels: int, cells_per_stage: int, num_classes: int,
                   resolution: int) -> tuple[PerOp, tuple[int, int]]:
     """`cost_model`, measured: 1 + |OPS| networks built and counted (torch, fvcore)."""
-    from nas.measure import count_flops, count_params  # torch: only when a cost is first asked for
-    from nas.spaces.nb201.network import NB201Network  # lazy: loads torch (start-up time)
-
     def measure(ops: tuple[str, ...]) -> tuple[int, int]:
-        net = NB201Network(ops, channels=channels, cells_per_stage=cells_per_stage, num_classes=num_classes)
-        return count_params(net), count_flops(net, (1, 3, resolution, resolution))
+        net = nb201_network.NB201Network(ops, channels=channels, cells_per_stage=cells_per_stage,
+                                         num_classes=num_classes)
+        return counters.count_params(net), counters.count_flops(net, (1, 3, resolution, resolution))
 
     base = measure(("none",) * len(EDGES))
     per_op = {}

@@ -11,10 +11,14 @@ import numpy as np
 
 from nas.core.registry import check_count
 from nas.core.space import SPACES, CategoricalSpace, Cost, Decision
+from nas.lazy import LazyImport
 from nas.spaces.nb201.arch import EDGES, OPS, NB201Cell
 from nas.spaces.nb201.cost import cell_cost, cost_model
 from nas.spaces.nb201.source import network_source
 from nas.spaces.nb201.table import NB201Table
+
+# torch: the network module loads when a network is built, not with the space (the core stays torch-free)
+nb201_network = LazyImport("nas.spaces.nb201.network")
 
 if TYPE_CHECKING:
     from torch import nn
@@ -115,11 +119,9 @@ class NB201Space(CategoricalSpace[NB201Cell]):
 
     def build(self, arch: NB201Cell, num_classes: int, in_channels: int = 3, input_size: int = 32,
               options: Mapping[str, Any] | None = None) -> "nn.Module":
-        from nas.spaces.nb201.network import NB201Network  # lazy: loads torch (start-up time)
-
         channels, cells = self._sizes(options)
-        return NB201Network(arch.ops, channels=channels, cells_per_stage=cells, num_classes=num_classes,
-                            in_channels=in_channels)
+        return nb201_network.NB201Network(arch.ops, channels=channels, cells_per_stage=cells, num_classes=num_classes,
+                                          in_channels=in_channels)
 
     def source(self, arch: NB201Cell, num_classes: int, in_channels: int = 3, input_size: int = 32,
                options: Mapping[str, Any] | None = None) -> str:

@@ -9,7 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from nas.core.space import SPACES, CategoricalSpace, Cost, Decision
 from nas.errors import ConfigError, EncodingError
+from nas.lazy import LazyImport
 from nas.spaces.ofa_mbv3.arch import NUM_STAGES, OFAMbv3Arch
+
+# torch: the network module loads when a network is built, not with the space (the core stays torch-free)
+ofa_network = LazyImport("nas.spaces.ofa_mbv3.network")
 
 if TYPE_CHECKING:
     from torch import nn
@@ -87,9 +91,7 @@ class OFAMbv3Space(CategoricalSpace[OFAMbv3Arch]):
     def build(self, arch: OFAMbv3Arch, num_classes: int, in_channels: int = 3, input_size: int = 32,
               options: Mapping[str, Any] | None = None) -> "nn.Module":
         """OFA generates a subnet only from its elastic network: the subnet of a fresh supernet."""
-        from nas.spaces.ofa_mbv3.network import elastic_network, subnet  # lazy: loads torch (start-up time)
-
-        return subnet(elastic_network(self, num_classes, in_channels), self, arch)
+        return ofa_network.subnet(ofa_network.elastic_network(self, num_classes, in_channels), self, arch)
 
     def decode(self, encoding: Any) -> OFAMbv3Arch:
         return self.validate(OFAMbv3Arch.decode(encoding, self.num_blocks))
@@ -119,9 +121,7 @@ class OFAMbv3Space(CategoricalSpace[OFAMbv3Arch]):
         (see `nas.spaces.ofa_mbv3.network.SubnetCost`: per-block measurements, cached)."""
         with self._lock:
             if self._cost is None:
-                from nas.spaces.ofa_mbv3.network import SubnetCost  # lazy: loads torch (start-up time)
-
-                self._cost = SubnetCost(self)
+                self._cost = ofa_network.SubnetCost(self)
             return self._cost(arch)
 
     def describe(self) -> str:

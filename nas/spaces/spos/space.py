@@ -9,7 +9,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from nas.core.space import SPACES, CategoricalSpace, Cost, Decision
 from nas.errors import ConfigError, EncodingError
+from nas.lazy import LazyImport
 from nas.spaces.spos.arch import CHOICE_NAMES, SPOSArch
+
+# torch: the network module loads when a network is built, not with the space (the core stays torch-free)
+spos_network = LazyImport("nas.spaces.spos.network")
 
 if TYPE_CHECKING:
     from torch import nn
@@ -99,9 +103,7 @@ class SPOSSpace(CategoricalSpace[SPOSArch]):
 
     def build(self, arch: SPOSArch, num_classes: int, in_channels: int = 3, input_size: int = 32,
               options: Mapping[str, Any] | None = None) -> "nn.Module":
-        from nas.spaces.spos.network import subnet  # lazy: loads torch (start-up time)
-
-        return subnet(self, arch, num_classes, in_channels)
+        return spos_network.subnet(self, arch, num_classes, in_channels)
 
     def decode(self, encoding: Any) -> SPOSArch:
         return SPOSArch.decode(encoding, self.num_blocks())
@@ -160,6 +162,4 @@ def _ints(name: str, values: Any) -> tuple[int, ...]:
 def cost_table(config: tuple[Any, ...]) -> tuple[Cost, tuple[tuple[Cost, ...], ...]]:
     """(stem + head cost, cost of each choice in each block): measured once per skeleton on a
     random-init supernet, since no unit's cost depends on the other blocks' choices."""
-    from nas.spaces.spos.network import measure_costs  # lazy: loads torch (start-up time)
-
-    return measure_costs(SPOSSpace(*config))
+    return spos_network.measure_costs(SPOSSpace(*config))
