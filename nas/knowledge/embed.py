@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from nas.errors import ConfigError, MissingDependencyError
+from nas.knowledge.minilm import MiniLM, unsupported  # numpy only: the weights are read when it is built
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
-
-    from nas.knowledge.minilm import MiniLM
 
 DEFAULT_DIM = 384  # all-MiniLM-L6-v2
 BACKENDS = ("auto", "numpy", "sentence-transformers")
@@ -74,8 +73,6 @@ class Embedder:
         if not (path / "modules.json").exists() and not (path / "config.json").exists():
             raise MissingDependencyError(f"{path}: no sentence-transformers model here; {hint}")
         if self.backend == "numpy":
-            from nas.knowledge.minilm import MiniLM, unsupported  # lazy: ~90 MB of weights, read when first needed
-
             why = unsupported(path)
             if why is not None:
                 other = (f"{hint}, or {BACKEND_ENV}=sentence-transformers" if self.model_path is None

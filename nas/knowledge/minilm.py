@@ -20,6 +20,13 @@ from typing import Any
 import numpy as np
 
 from nas.errors import MissingDependencyError
+from nas.lazy import LazyImport
+
+# all three come with sentence-transformers' dependencies (threadpoolctl with scikit-learn's, as the
+# store's); a missing one is refused in one line when the encoder is built
+safetensors_numpy = LazyImport("safetensors.numpy")
+threadpoolctl = LazyImport("threadpoolctl")
+tokenizers = LazyImport("tokenizers")
 
 WEIGHTS = "model.safetensors"
 TOKENIZER = "tokenizer.json"
@@ -30,9 +37,7 @@ ONE_THREAD_TOKENS = 4096
 
 @functools.cache
 def _blas():
-    from threadpoolctl import ThreadpoolController  # lazy: scikit-learn's dependency, as the store's
-
-    return ThreadpoolController()
+    return threadpoolctl.ThreadpoolController()
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -107,9 +112,7 @@ class MiniLM:
         if why is not None:
             raise MissingDependencyError(f"{path}: not a model the numpy encoder runs ({why})")
         try:
-            # lazy: both come with sentence-transformers' dependencies; refused in one line when missing
-            from safetensors.numpy import load_file
-            from tokenizers import Tokenizer
+            load_file, Tokenizer = safetensors_numpy.load_file, tokenizers.Tokenizer
         except ImportError as err:
             raise MissingDependencyError(f"the numpy encoder needs {err.name}: pip install {err.name}") from None
         self.path = path
