@@ -474,7 +474,7 @@ def run_part(part: str, work: Path, cfg: Config, split: Split = Split()) -> None
               flush=True)
         return
     record.update(part_cpu_seconds=round(cpu_now() - cpu, 1), part_wall_seconds=round(time.perf_counter() - start, 1),
-                  part_load=load.summary())
+                  part_load=load.summary(), git_commit=git_commit())  # parts of one report may be measured apart
     atomic_write_json(work / f"{part}.json", record)
     print(f"{part}: done in {record['part_wall_seconds']:.0f} s wall, {record['part_cpu_seconds']:.0f} CPU-s",
           flush=True)
@@ -512,7 +512,11 @@ def report(work: Path, cfg: Config, out: Path, tiny: bool) -> dict[str, Any]:
                        "val_subset": cfg.nb201_final.val_subset, "batch_size": cfg.batch_size},
             "training": nb["training"], "scoring_cpu_seconds": nb["scoring_cpu_seconds"],
             "variants": variants},
-        **{name: {k: v for k, v in parts[name].items() if k != "part_load"} for name in SPACES if name in parts},
+        **{name: {k: v for k, v in parts[name].items() if k != "part_load"} | {"flops_baseline": {
+            **correlations(parts[name]["flops"], parts[name]["standalone"]), "kendall_ci": kendall_ci(
+                parts[name]["flops"], parts[name]["standalone"], cfg.bootstrap, cfg.seed),
+            "how": "the subnets ranked by FLOPs alone: the free signal the supernet must beat"}}
+           for name in SPACES if name in parts},
         "cpu_seconds": cpu_totals(parts),
         "wall_seconds": round(time.time() - float((work / "started").read_text()), 1)
         if (work / "started").is_file() else None,
@@ -574,14 +578,15 @@ def markdown(p: dict[str, Any]) -> str:
                      f"{f3(v['vote']['spearman'])} | {f3(v['params']['spearman'])} |")
     lines += ["", "Other spaces: Kendall tau of inherited-weight scores against stand-alone short training "
               "(bootstrap 95 % CI over subnets):", "",
-              "| space | variant | subnets | supernet CPU-s | stand-alone steps | Kendall | 95 % CI | Spearman |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| space | variant | subnets | supernet CPU-s | stand-alone steps | scored on | Kendall | 95 % CI | Spearman "
+              "| FLOPs' Kendall | commit |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in [n for n in SPACES if n in p]:
         s = p[name]
         for v in s["variants"]:
             lines.append(f"| {name} | {v['variant']} | {s['subnets']} | {v['training']['train_cpu_seconds']:.0f} | "
-                         f"{s['standalone_recipe']['steps']} | {f3(v['kendall'])} | "
-                         f"[{f3(v['kendall_ci'][0])}, {f3(v['kendall_ci'][1])}] | {f3(v['spearman'])} |")
+                         f"{s['standalone_recipe']['steps']} | {v['val_subset']} images | {f3(v['kendall'])} | "
+                         f"[{f3(v['kendall_ci'][0])}, {f3(v['kendall_ci'][1])}] | {f3(v['spearman'])} | "
+                         f"{f3(s['flops_baseline']['kendall'])} | {s.get('git_commit', p['git_commit'])[:7]} |")
     wall = "n/a" if p["wall_seconds"] is None else f"{p['wall_seconds']:.0f}"
     if p["parts_missing"]:
         lines += ["", f"Not measured in this run (cut short): {', '.join(p['parts_missing'])}."]

@@ -10,8 +10,8 @@ the head learns nothing from them; a fixed path, or one mixing a single block, l
 training defaults to path dropout (`supernet.sampling=droppath`, Bender et al. 2018): early steps
 run the mean of every unit of each block, which all learn together, and the share of units kept
 falls until single paths take over for the rest of training (`supernet.warmup`).
-benchmarks/supernet_ranking.py measures it (spos_small's variants) against SPOS's
-`supernet.sampling=uniform`, which is still available."""
+benchmarks/supernet_ranking.py measures how its scores rank subnets against stand-alone training;
+SPOS's `supernet.sampling=uniform` is still available."""
 
 from __future__ import annotations
 

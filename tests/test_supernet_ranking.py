@@ -61,6 +61,7 @@ def test_tiny_run_writes_every_key_the_issue_asks_for(tmp_path):
         row = report[name]
         assert len(row["kendall_ci"]) == 2 and row["subnets"] == bench.TINY.subnets == len(row["standalone"])
         assert len(row["variants"]) == len(bench.TINY.space_variants[name])
+        assert len(row["flops_baseline"]["kendall_ci"]) == 2 and "kendall" in row["flops_baseline"]
     assert report["tiny"] and report["cpu_seconds"]["total"] > 0 and report["load"]["nb201"]["cores"]
     assert out.with_suffix(".md").read_text().startswith("# Supernet ranking")
     assert out.with_suffix(".png").stat().st_size > 0
