@@ -229,50 +229,38 @@ def test_ideas_are_one_record_only_with_the_same_text(a, b, same):
 
 # --- the sandbox's limits: each at, below and just above its bound ----------------------------------
 
-@pytest.mark.parametrize("field", ["wall_s", "cpu_s", "memory_mb", "file_mb", "tmp_mb"])
-@pytest.mark.parametrize("value, taken", [(-1, False), (0, False), (float("nan"), False), (1, True)])
-def test_each_sandbox_limit_must_be_positive(field, value, taken):
-    """A limit of zero, below it or NaN (which no comparison passes) is refused in one line naming it."""
+def limit_case(field: str, value: object, taken: bool, refusal: str) -> None:
+    """`Limits(field=value)` keeps the value when `taken`, else is refused in one line matching `refusal`."""
     from nas.errors import ConfigError
     from nas.sandbox.limits import Limits
 
     if taken:
         assert getattr(Limits(**{field: value}), field) == value
-    else:  # NaN in a whole-number field is refused as not whole, in wall_s as not > 0
-        with pytest.raises(ConfigError, match=rf"^Limits\.{field} must be (> 0|a whole number), got "):
+    else:
+        with pytest.raises(ConfigError, match=refusal):
             Limits(**{field: value})
+
+
+@pytest.mark.parametrize("field", ["wall_s", "cpu_s", "memory_mb", "file_mb", "tmp_mb"])
+@pytest.mark.parametrize("value, taken", [(-1, False), (0, False), (float("nan"), False), (1, True)])
+def test_each_sandbox_limit_must_be_positive(field, value, taken):
+    """A limit of zero, below it or NaN (which no comparison passes) is refused in one line naming it;
+    NaN in a whole-number field is refused as not whole, in wall_s as not > 0."""
+    limit_case(field, value, taken, rf"^Limits\.{field} must be (> 0|a whole number), got ")
 
 
 @pytest.mark.parametrize("field", ["cpu_s", "memory_mb", "file_mb", "tmp_mb", "nprocs"])
 @pytest.mark.parametrize("value", [0.5, 512.0, "512", True, None])
 def test_each_rlimit_must_be_a_whole_number(field, value):
     """The rlimits take whole numbers: a float that passed `> 0` raised a TypeError inside every child."""
-    from nas.errors import ConfigError
-    from nas.sandbox.limits import Limits
-
-    with pytest.raises(ConfigError, match=rf"^Limits\.{field} must be a whole number, got "):
-        Limits(**{field: value})
+    limit_case(field, value, False, rf"^Limits\.{field} must be a whole number, got ")
 
 
 @pytest.mark.parametrize("value, taken", [(2.5, True), (7, True), ("60", False), (True, False)])
 def test_the_wall_clock_may_be_fractional_but_must_be_a_number(value, taken):
-    from nas.errors import ConfigError
-    from nas.sandbox.limits import Limits
-
-    if taken:
-        assert Limits(wall_s=value).wall_s == value
-    else:
-        with pytest.raises(ConfigError, match=r"^Limits\.wall_s must be a number, got "):
-            Limits(wall_s=value)
+    limit_case("wall_s", value, taken, r"^Limits\.wall_s must be a number, got ")
 
 
 @pytest.mark.parametrize("value, taken", [(-1, False), (0, True), (1, True)])
 def test_the_process_headroom_may_be_zero_but_not_below(value, taken):
-    from nas.errors import ConfigError
-    from nas.sandbox.limits import Limits
-
-    if taken:
-        assert Limits(nprocs=value).nprocs == value
-    else:
-        with pytest.raises(ConfigError, match=r"^Limits\.nprocs must be >= 0, got -1$"):
-            Limits(nprocs=value)
+    limit_case("nprocs", value, taken, r"^Limits\.nprocs must be >= 0, got -1$")

@@ -21,6 +21,7 @@ from nas.errors import ConfigError
 from nas.measure import count_flops, count_params
 from nas.sandbox import Limits, Verdict, verify_model_source
 from nas.sandbox.verify import child_env
+from support.sources import hidden_products, matrix_products
 
 MODELS = Path(__file__).parent / "data" / "models"
 PARENT = (MODELS / "cnn_parent.py").read_text()
@@ -268,24 +269,6 @@ def test_bad_arguments_fail_fast() -> None:
         verify_model_source(PARENT, input_shape=(1, 3, 32, 32))
 
 
-HIDDEN_FLOPS = '''
-import torch
-from torch import nn
-
-
-class Network(nn.Module):
-    """A 3072x512 and a 512x10 matrix product spelled as broadcast multiply-and-sum."""
-
-    def __init__(self, num_classes=10):
-        super().__init__()
-        self.w1 = nn.Parameter(torch.randn(3072, 512) * 0.02)
-        self.w2 = nn.Parameter(torch.randn(512, num_classes) * 0.02)
-        self.bn = nn.BatchNorm1d(512)
-
-    def forward(self, x):
-        h = torch.relu(self.bn((x.flatten(1)[:, :, None] * self.w1[None]).sum(1)))
-        return (h[:, :, None] * self.w2[None]).sum(1)
-'''
 
 
 @pytest.mark.slow
@@ -293,9 +276,7 @@ def test_products_hidden_from_the_flops_count_are_refused() -> None:
     """fvcore counts no element-wise products or sums: spelled that way, 1.6M multiply-accumulates
     per image would count as ~1e3 FLOPs and pass any budget."""
     roomy = Limits(wall_s=180, cpu_s=30, memory_mb=4096)  # its broadcast product at batch 256 trains in ~3.3 GB
-    v = verify_model_source(HIDDEN_FLOPS, limits=roomy)
+    v = verify_model_source(hidden_products(3072), limits=roomy)
     assert (v.ok, v.stage) == (False, "graph"), v.error
     assert re.search(r"operations per image \(at batch \d+\) outside convolutions and matrix products, more than", v.error)
-    assert verify_model_source(HIDDEN_FLOPS.replace("(x.flatten(1)[:, :, None] * self.w1[None]).sum(1)",
-                                                    "x.flatten(1) @ self.w1").replace(
-        "(h[:, :, None] * self.w2[None]).sum(1)", "h @ self.w2"), limits=roomy).ok
+    assert verify_model_source(matrix_products(3072), limits=roomy).ok

@@ -24,6 +24,7 @@ from nas.sandbox import Limits, Verdict, verify
 from nas.sandbox.graph import GraphNet, export_graph, graph_hash, pack, unpack
 from nas.sandbox.verify import train_model_source, verify_model_source
 from nas.spaces.nader.network import network_source
+from support.sources import hidden_products, matrix_products
 
 SHAPE = (2, 3, 8, 8)
 TINY = '''import torch
@@ -379,24 +380,6 @@ def test_the_validate_line_of_a_hostile_message_is_one_plain_line(verdicts: dict
     assert ": valid model (" in lines[1] and "\\udcff\\ud800" in lines[1], out
 
 
-HIDDEN = '''
-import torch
-from torch import nn
-
-
-class Network(nn.Module):
-    """A 192x512 and a 512x10 matrix product spelled as broadcast multiply-and-sum."""
-
-    def __init__(self, num_classes=10):
-        super().__init__()
-        self.w1 = nn.Parameter(torch.randn(192, 512) * 0.02)
-        self.w2 = nn.Parameter(torch.randn(512, num_classes) * 0.02)
-        self.bn = nn.BatchNorm1d(512)
-
-    def forward(self, x):
-        h = torch.relu(self.bn((x.flatten(1)[:, :, None] * self.w1[None]).sum(1)))
-        return (h[:, :, None] * self.w2[None]).sum(1)
-'''
 
 
 def _check_here(source: str) -> dict:
@@ -414,12 +397,11 @@ def test_products_hidden_from_the_flops_count_are_refused_fast() -> None:
     """Twin of test_sandbox.py::test_products_hidden_from_the_flops_count_are_refused, in this process
     on an 8x8 input: ~200k element-wise operations per image that fvcore does not count are refused;
     the same products as matrix products pass."""
-    refused = _check_here(HIDDEN)
+    refused = _check_here(hidden_products(192))
     assert (refused["ok"], refused["stage"]) == (False, "graph"), refused["error"]
     assert re.search(r"operations per image \(at batch 256\) outside convolutions and matrix products, more than",
                      refused["error"]), refused["error"]
-    honest = _check_here(HIDDEN.replace("(x.flatten(1)[:, :, None] * self.w1[None]).sum(1)", "x.flatten(1) @ self.w1")
-                         .replace("(h[:, :, None] * self.w2[None]).sum(1)", "h @ self.w2"))
+    honest = _check_here(matrix_products(192))
     assert honest["ok"], honest["error"]
 
 
