@@ -86,11 +86,9 @@ class Limits:
         for name in ("wall_s", "cpu_s", "memory_mb", "file_mb", "tmp_mb", "nprocs"):
             value, whole = getattr(self, name), name != "wall_s"
             if type(value) not in ((int,) if whole else (int, float)):
-                kind = "a whole number" if whole else "a number"
-                raise ConfigError(f"Limits.{name} must be {kind}, got {value!r}")
-        for name in ("wall_s", "cpu_s", "memory_mb", "file_mb", "tmp_mb"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"Limits.{name} must be > 0, got {getattr(self, name)!r}")
+                raise ConfigError(f"Limits.{name} must be {'a whole number' if whole else 'a number'}, got {value!r}")
+            if name != "nprocs" and not value > 0:
+                raise ConfigError(f"Limits.{name} must be > 0, got {value!r}")
         if self.nprocs < 0:
             raise ConfigError(f"Limits.nprocs must be >= 0, got {self.nprocs!r}")
 
