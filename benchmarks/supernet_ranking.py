@@ -525,7 +525,8 @@ def report(work: Path, cfg: Config, out: Path, tiny: bool) -> dict[str, Any]:
         "cpu_seconds": cpu_totals(parts),
         "wall_seconds": round(time.time() - float((work / "started").read_text()), 1)
         if (work / "started").is_file() else None,
-        "wall_note": "from the first part's start to this report, parts running side by side on the shared cores",
+        "wall_note": "from the first part's start in this work dir to this report, parts running side by side on "
+                     "the shared cores; a part measured in an earlier run (its git_commit) has its own part_wall_seconds",
         "load": {p: part["part_load"] for p, part in parts.items()}, "parts_missing": missing,
         "command": " ".join(["python benchmarks/supernet_ranking.py", *sys.argv[1:]]),
     }
@@ -540,10 +541,21 @@ def report(work: Path, cfg: Config, out: Path, tiny: bool) -> dict[str, Any]:
         payload["nb201"]["goals_by_loss"] = {"supernet_above_params": loss_rho["supernet_loss"] > rho["params"],
                                              "combined_above_vote": loss_rho["combined_loss"] > rho["vote"],
                                              "supernet_above_vote": loss_rho["supernet_loss"] > rho["vote"]}
+    for name in SPACES:
+        if name in payload:
+            payload[name]["goals"] = space_goals(payload[name])
     atomic_write_json(out, payload)
     atomic_write_text(out.with_suffix(".md"), markdown(payload))
     plot(payload, parts, out.with_suffix(".png"))
     return payload
+
+
+def space_goals(space: dict[str, Any]) -> dict[str, bool]:
+    """The issue's goal for SPOS (the CI's low end above 0), asked of every space, and whether the supernet
+    ranks better than FLOPs alone (the free signal); an undefined tau (constant scores) meets neither."""
+    low, tau, flops_tau = space["kendall_ci"][0], space["kendall"], space["flops_baseline"]["kendall"]
+    return {"kendall_low_above_zero": low is not None and low > 0,
+            "above_flops": tau is not None and flops_tau is not None and tau > flops_tau}
 
 
 def cpu_totals(parts: dict[str, Any]) -> dict[str, float]:
@@ -592,6 +604,9 @@ def markdown(p: dict[str, Any]) -> str:
                          f"{s['standalone_recipe']['steps']} | {v['val_subset']} images | {f3(v['kendall'])} | "
                          f"[{f3(v['kendall_ci'][0])}, {f3(v['kendall_ci'][1])}] | {f3(v['spearman'])} | "
                          f"{f3(s['flops_baseline']['kendall'])} | {s.get('git_commit', p['git_commit'])[:7]} |")
+    goals = [f"{n}: CI low end above 0 {'yes' if p[n]['goals']['kendall_low_above_zero'] else 'no'}, "
+             f"above FLOPs {'yes' if p[n]['goals']['above_flops'] else 'no'}" for n in SPACES if n in p]
+    lines += ["", "Goals: " + "; ".join(goals) + "."] if goals else []
     wall = "n/a" if p["wall_seconds"] is None else f"{p['wall_seconds']:.0f}"
     if p["parts_missing"]:
         lines += ["", f"Not measured in this run (cut short): {', '.join(p['parts_missing'])}."]

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -44,6 +45,19 @@ def test_the_bootstrap_ci_brackets_the_kendall_tau_and_narrows_with_agreement():
     assert bench.correlations([1.0] * 5, [1, 2, 3, 4, 5]) == {"spearman": None, "kendall": None}
 
 
+@pytest.mark.parametrize(("low", "tau", "flops_tau", "goals"), [
+    (0.01, 0.3, 0.2, (True, True)),
+    (0.0, 0.3, 0.3, (False, False)),  # at the boundary: a low end of 0 is not above it, a tie is not better
+    (-0.2, 0.1, -0.1, (False, True)),
+    (None, None, 0.1, (False, False)),  # constant scores: no tau
+    (0.1, 0.4, None, (True, False)),
+])
+def test_space_goals_at_their_boundaries(low, tau, flops_tau, goals):
+    space = {"kendall_ci": [low, 0.9], "kendall": tau, "flops_baseline": {"kendall": flops_tau}}
+    assert tuple(bench.space_goals(space).values()) == goals
+    assert list(bench.space_goals(space)) == ["kendall_low_above_zero", "above_flops"]
+
+
 def test_tiny_run_writes_every_key_the_issue_asks_for(tmp_path):
     out = tmp_path / "ranking.json"
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "supernet_ranking.py"), "--tiny",
@@ -62,6 +76,7 @@ def test_tiny_run_writes_every_key_the_issue_asks_for(tmp_path):
         assert len(row["kendall_ci"]) == 2 and row["subnets"] == bench.TINY.subnets == len(row["standalone"])
         assert len(row["variants"]) == len(bench.TINY.space_variants[name])
         assert len(row["flops_baseline"]["kendall_ci"]) == 2 and "kendall" in row["flops_baseline"]
+        assert set(row["goals"]) == {"kendall_low_above_zero", "above_flops"}
     assert report["tiny"] and report["cpu_seconds"]["total"] > 0 and report["load"]["nb201"]["cores"]
     assert out.with_suffix(".md").read_text().startswith("# Supernet ranking")
     assert out.with_suffix(".png").stat().st_size > 0
