@@ -15,10 +15,11 @@ from prefect.runtime import flow_run
 from flows.knowledge import ingest_flow
 from flows.search import run_name
 from nas.config import check_config, check_job, checked_job
-from nas.execute import execute
+from nas.execute import run_session
 from nas.knowledge.config import KnowledgeConfig
 from nas.llm import LLMConfig
 from nas.search.rundir import RunDir
+from nas.search.session import Session
 
 RUN_DIR = "hydra.run.dir="
 
@@ -48,11 +49,11 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     run_dir = Path(dirs[-1]).resolve() if dirs else new_run_dir(Path(root).resolve(), run_name(spec))
     made = not dirs or not run_dir.exists()  # a given dir that is not there yet is this run's too
     run = RunDir(run_dir)
-    with run.lock():  # taken again by `execute`; held here to remove the dir a failed start made
+    with run.lock():  # once for the whole search (its `Session`), so a failed start can remove the dir it made
         try:
             if run_dir.name != run_name(spec) and not dirs:  # ROOT/NAME-2: the run's name says which dir
                 _rename_flow_run(run_dir.name)
-            summary = execute(spec, run_dir, cfg.get("runner") or {}, progress=False)
+            summary = run_session(Session.read(spec.build(), run), cfg.get("runner") or {}, progress=False)
         except BaseException:
             if made:
                 run.discard_unstarted()

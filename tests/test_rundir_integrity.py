@@ -114,13 +114,19 @@ def test_second_search_fails_at_once_naming_the_holder_and_changes_nothing(tmp_p
     assert summary["resumed_trials"] == 6 and summary["trials"] == 12
 
 
-def test_lock_is_reentrant_in_a_process_and_released_after(tmp_path):
+def test_a_second_lock_in_the_same_process_is_refused_and_the_first_released_after(tmp_path):
+    """A search takes its run dir's lock once (its `Session`); a second search in this process
+    trying the same dir is refused as another process's would be, saying the holder is this one."""
     run = RunDir(tmp_path / "run")
     with run.lock():
-        with RunDir(tmp_path / "run").lock():  # the CLI holds it, and the loop inside the flow takes it again
-            assert run.lock_path.read_text() == f"{os.getpid()}\n"
-        assert try_lock(run.path).returncode != 0  # still held after the inner block
-    assert run.lock_path.read_text() == ""
+        assert run.held and run.lock_path.read_text() == f"{os.getpid()}\n"
+        with pytest.raises(RunDirError) as info:
+            with RunDir(tmp_path / "run").lock():
+                pass
+        assert str(info.value) == (f"{run.path} is in use by another search (pid {os.getpid()}, this process); "
+                                   f"wait for it or {NEW_DIR}")
+        assert run.held and try_lock(run.path).returncode != 0  # still held after the refusal
+    assert not run.held and run.lock_path.read_text() == ""
     out = try_lock(run.path)
     assert out.returncode == 0 and out.stdout == "locked\n", out.stderr
 
