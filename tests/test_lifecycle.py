@@ -12,11 +12,12 @@ import pytest
 
 from conftest import ROOT
 
-# Counts every build of a part (and every space made by any path), each lock a run dir takes and
-# each read of its state, then runs the real CLI, or (argv `deployment ROOT OVERRIDES...`) the
+# Counts every build of a part (and every space made by any path), each composition of the config,
+# each lock a run dir takes and each read of its state, then runs the real CLI, or (argv `deployment ROOT OVERRIDES...`) the
 # deployments' flow as a worker runs it.
 COUNT = """
 import collections, json, sys
+import nas.config
 from nas.search import spec
 from nas.search.rundir import RunDir
 from nas.spaces import SPACES
@@ -32,6 +33,7 @@ def counted(owner, name, label):
 for name in ("build_space", "build_strategy", "build_evaluator"):
     counted(spec.SearchSpec, name, name)
 counted(SPACES, "create", "spaces created")
+counted(nas.config, "_checked", "configs composed")
 counted(RunDir, "_acquire", "locks taken")
 counted(RunDir, "prepare", "states read")
 try:
@@ -54,7 +56,8 @@ SEARCH = ["space=nb201", "evaluator=table", "strategy=rea", "budget.trials=4"]
 @pytest.mark.parametrize("how", ["runner=local", "runner=prefect", "deployment"])
 def test_a_search_builds_each_part_once_and_opens_its_run_dir_once(tmp_path, nas_env, how):
     """`nas search` on either runner, and a deployment's run (`nas-search-overrides` on the default
-    runner: the search flow as its body): one build of each part, one lock, one read of the state."""
+    runner: the search flow as its body): one build of each part, one composition of the config
+    (a deployment's run names itself from it first), one lock, one read of the state."""
     run_dir = tmp_path / "runs" / "rea-nb201-s0"
     argv = (["deployment", str(tmp_path / "runs"), *SEARCH] if how == "deployment" else
             ["search", *SEARCH, how, "progress=false", f"hydra.run.dir={run_dir}"])
@@ -63,5 +66,5 @@ def test_a_search_builds_each_part_once_and_opens_its_run_dir_once(tmp_path, nas
     assert done.returncode == 0, done.stderr[-3000:]
     counts = json.loads(done.stderr.rpartition("COUNTS ")[2])
     assert counts == {"build_space": 1, "build_strategy": 1, "build_evaluator": 1, "spaces created": 1,
-                      "locks taken": 1, "states read": 1}
+                      "configs composed": 1, "locks taken": 1, "states read": 1}
     assert len((run_dir / "history.jsonl").read_text().splitlines()) == 4
