@@ -54,10 +54,7 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     overrides = list(overrides or [])
     dirs = [o[len(RUN_DIR):] for o in overrides if o.startswith(RUN_DIR)]
     job = [o for o in overrides if not o.startswith(RUN_DIR)]
-    composed = _COMPOSED.get()
-    _COMPOSED.set(None)  # taken: a later run composes its own
-    # the flow shows no progress of its own
-    spec, _, checked = composed[1] if composed is not None and composed[0] == job else checked_job(job)
+    spec, _, checked = _composed(job)  # the flow shows no progress of its own
     cfg = checked.container
     run_dir = Path(dirs[-1]).resolve() if dirs else new_run_dir(Path(root).resolve(), run_name(spec))
     made = not dirs or not run_dir.exists()  # a given dir that is not there yet is this run's too
@@ -72,6 +69,14 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
                 run.discard_unstarted()
             raise
     return {"run_dir": str(run_dir), **summary}
+
+
+def _composed(job: list[str]) -> tuple[SearchSpec, bool, Checked]:
+    """What `overrides_run_name` composed for this run (taken: a later run composes its own), else
+    composed here. Not in the flow's body, which must pickle (flows/search.py, `_session`)."""
+    composed = _COMPOSED.get()
+    _COMPOSED.set(None)
+    return composed[1] if composed is not None and composed[0] == job else checked_job(job)
 
 
 def new_run_dir(root: Path, name: str) -> Path:

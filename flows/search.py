@@ -5,6 +5,8 @@ nested one: the runs list then shows one run per search, holding its task runs a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -34,11 +36,21 @@ _HANDED: ContextVar[Session | None] = ContextVar("nas_search_session", default=N
 def search_flow(spec: dict[str, Any], run_dir: str, retries: int = 1,
                 progress: bool = True, runner: str = "prefect",
                 runner_settings: dict[str, Any] | None = None) -> dict[str, Any]:
-    handed, wanted = _HANDED.get(), SearchSpec.from_dict(spec)
-    if handed is not None and handed.run.path == Path(run_dir) and handed.search.spec == wanted:
-        return _search(handed, retries, progress, runner, runner_settings)
-    with Session.open(wanted.build(), Path(run_dir)) as session:
+    with _session(SearchSpec.from_dict(spec), Path(run_dir)) as session:
         return _search(session, retries, progress, runner, runner_settings)
+
+
+@contextmanager
+def _session(spec: SearchSpec, run_dir: Path) -> Iterator[Session]:
+    """The session handed over for this call, else one opened here. Not in the flow's body: a
+    Dask or Ray task runner pickles the flow (its function by value, with the globals it names)
+    for each task it sends, and a ContextVar does not pickle."""
+    handed = _HANDED.get()
+    if handed is not None and handed.run.path == run_dir and handed.search.spec == spec:
+        yield handed
+        return
+    with Session.open(spec.build(), run_dir) as session:
+        yield session
 
 
 def _search(session: Session, retries: int, progress: bool, runner: str,
