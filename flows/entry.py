@@ -5,6 +5,7 @@ line's are (nas/config.py): a search's unknown group option or key fails its run
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +15,21 @@ from prefect.runtime import flow_run
 
 from flows.knowledge import ingest_flow
 from flows.search import run_name
-from nas.config import check_config, check_job, checked_job
-from nas.execute import execute
+from nas.config import Checked, check_config, checked_job
+from nas.execute import run_session
 from nas.knowledge.config import KnowledgeConfig
 from nas.llm import LLMConfig
 from nas.search.rundir import RunDir
+from nas.search.session import Session
+from nas.search.spec import SearchSpec
 
 RUN_DIR = "hydra.run.dir="
+
+# The job `overrides_run_name` composed as the run began (its overrides, what `checked_job` made of
+# them), taken by the run's body: Prefect calls both in the flow run's context, one after the
+# other, so a deployment's run composes its config once, as `nas search` does.
+_COMPOSED: ContextVar[tuple[list[str], tuple[SearchSpec, bool, Checked]] | None] = ContextVar(
+    "nas_composed_job", default=None)
 
 
 def overrides_run_name() -> str:
@@ -29,9 +38,11 @@ def overrides_run_name() -> str:
     compose keep the flow's name (the run then fails with the command line's one-line error)."""
     job = [o for o in list(flow_run.parameters.get("overrides") or []) if not str(o).startswith(RUN_DIR)]
     try:
-        return run_name(check_job(job)[0])
+        composed = checked_job(job)
     except Exception:  # noqa: BLE001 - the body says why, in its one line
         return "nas-search"
+    _COMPOSED.set((job, composed))
+    return run_name(composed[0])
 
 
 @flow(name="nas-search-overrides", persist_result=False, flow_run_name=overrides_run_name)
@@ -43,21 +54,29 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     overrides = list(overrides or [])
     dirs = [o[len(RUN_DIR):] for o in overrides if o.startswith(RUN_DIR)]
     job = [o for o in overrides if not o.startswith(RUN_DIR)]
-    spec, _, checked = checked_job(job)  # the flow shows no progress of its own
+    spec, _, checked = _composed(job)  # the flow shows no progress of its own
     cfg = checked.container
     run_dir = Path(dirs[-1]).resolve() if dirs else new_run_dir(Path(root).resolve(), run_name(spec))
     made = not dirs or not run_dir.exists()  # a given dir that is not there yet is this run's too
     run = RunDir(run_dir)
-    with run.lock():  # taken again by `execute`; held here to remove the dir a failed start made
+    with run.lock():  # once for the whole search (its `Session`), so a failed start can remove the dir it made
         try:
             if run_dir.name != run_name(spec) and not dirs:  # ROOT/NAME-2: the run's name says which dir
                 _rename_flow_run(run_dir.name)
-            summary = execute(spec, run_dir, cfg.get("runner") or {}, progress=False)
+            summary = run_session(Session.read(spec.build(), run), cfg.get("runner") or {}, progress=False)
         except BaseException:
             if made:
                 run.discard_unstarted()
             raise
     return {"run_dir": str(run_dir), **summary}
+
+
+def _composed(job: list[str]) -> tuple[SearchSpec, bool, Checked]:
+    """What `overrides_run_name` composed for this run (taken: a later run composes its own), else
+    composed here. Not in the flow's body, which must pickle (flows/search.py, `_session`)."""
+    composed = _COMPOSED.get()
+    _COMPOSED.set(None)
+    return composed[1] if composed is not None and composed[0] == job else checked_job(job)
 
 
 def new_run_dir(root: Path, name: str) -> Path:

@@ -5,6 +5,9 @@ nested one: the runs list then shows one run per search, holding its task runs a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -19,29 +22,53 @@ from flows.runners import build_task_runner, shared_api
 from nas.execute import RUNNERS, SearchRunner
 from nas.report import RunReport
 from nas.search.loop import SearchLoop, trusts_self_reported
-from nas.search.spec import Search, SearchSpec
+from nas.search.session import Session
+from nas.search.spec import SearchSpec
 from tasks.llm import prefect_calls
+
+# The session a `FlowRunner` hands to the flow it calls in this process, set for that one call:
+# the flow's parameters are data (a flow run's must serialise), its held run dir and built parts
+# are not. A flow run without one (a library call, a run elsewhere) opens its own.
+_HANDED: ContextVar[Session | None] = ContextVar("nas_search_session", default=None)
 
 
 @flow(name="nas-search", persist_result=False, validate_parameters=False)
 def search_flow(spec: dict[str, Any], run_dir: str, retries: int = 1,
                 progress: bool = True, runner: str = "prefect",
                 runner_settings: dict[str, Any] | None = None) -> dict[str, Any]:
-    built = Search.of(SearchSpec.from_dict(spec))  # the caller's parts when it runs in this process
-    search, evaluator = built.spec, built.evaluator
+    with _session(SearchSpec.from_dict(spec), Path(run_dir)) as session:
+        return _search(session, retries, progress, runner, runner_settings)
+
+
+@contextmanager
+def _session(spec: SearchSpec, run_dir: Path) -> Iterator[Session]:
+    """The session handed over for this call, else one opened here. Not in the flow's body: a
+    Dask or Ray task runner pickles the flow (its function by value, with the globals it names)
+    for each task it sends, and a ContextVar does not pickle."""
+    handed = _HANDED.get()
+    if handed is not None and handed.run.path == run_dir and handed.search.spec == spec:
+        yield handed
+        return
+    with Session.open(spec.build(), run_dir) as session:
+        yield session
+
+
+def _search(session: Session, retries: int, progress: bool, runner: str,
+            runner_settings: dict[str, Any] | None) -> dict[str, Any]:
+    """The flow's body, on its session."""
+    search, evaluator, run_dir = session.search.spec, session.search.evaluator, session.run.path
     executor = open_executor(runner_settings or {"name": runner}, search, evaluator, retries)
     artifacts = SearchArtifacts(run_name(search), search.trials, trusts_self_reported(search))
     artifacts.start()
-    loop = SearchLoop(search, Path(run_dir), executor, progress=progress, runner=runner,
-                      llm_calls=prefect_calls, on_batch=artifacts.on_batch,
-                      evaluator_fingerprint=evaluator.fingerprint(), search=built)
+    loop = SearchLoop.of(session, executor, progress=progress, runner=runner, llm_calls=prefect_calls,
+                         on_batch=artifacts.on_batch, evaluator_fingerprint=evaluator.fingerprint())
     try:
         summary = loop.run_search()
     finally:  # stopped by an interrupt or an error: what still runs is cancelled (resume re-queues it)
         executor.close()
-    report = RunReport(Path(run_dir), summary)  # plotted in a child process, alongside the artifacts
+    report = RunReport(run_dir, summary)  # plotted in a child process, alongside the artifacts
     try:
-        artifacts.finish(Path(run_dir), summary)
+        artifacts.finish(run_dir, summary)
     finally:
         report.wait()
     ui = url_for("flow-run", obj_id=flow_run.get_id())  # None on Prefect's temporary server: it has no UI
@@ -53,31 +80,34 @@ def run_name(spec: SearchSpec) -> str:
     return f"{spec.strategy.name}-{spec.space.name}-s{spec.seed}"
 
 
-def run_search_flow(spec: SearchSpec | Search, run_dir: Path, *, progress: bool, retries: int = 1,
-                    workers: int = 4, runner: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_search_flow(spec: SearchSpec, run_dir: Path, *, progress: bool, retries: int = 1, workers: int = 4,
+                    runner: dict[str, Any] | None = None, session: Session | None = None) -> dict[str, Any]:
     """`runner` (the config group's dict) picks the task runner: threads, processes,
-    Dask or Ray; without one, a thread pool of `workers`. A built `Search` is handed to the flow."""
-    if isinstance(spec, Search):
-        spec.ready()
-        spec = spec.spec
+    Dask or Ray; without one, a thread pool of `workers`. `session`: the caller's opened search
+    (`spec` in `run_dir`, held and read), which the flow runs instead of opening its own."""
     runner = runner or {"name": "prefect", "workers": workers}
     args = (spec.to_dict(), str(run_dir), retries, progress, runner.get("name", "prefect"), dict(runner))
-    with shared_api(runner, show=progress):
-        context = FlowRunContext.get()
-        if context is None or TaskRunContext.get() is not None:  # a task's search stays its own flow run
-            return search_flow.with_options(task_runner=build_task_runner(runner), flow_run_name=run_name(spec))(*args)
-        # in a flow run already: its body, with this search's task runner, so the tasks are that run's
-        with build_task_runner(runner) as task_runner, context.model_copy(update={"task_runner": task_runner}):
-            return search_flow.fn(*args)
+    handed = _HANDED.set(session)
+    try:
+        with shared_api(runner, show=progress):
+            context = FlowRunContext.get()
+            if context is None or TaskRunContext.get() is not None:  # a task's search stays its own flow run
+                return search_flow.with_options(task_runner=build_task_runner(runner),
+                                                flow_run_name=run_name(spec))(*args)
+            # in a flow run already: its body, with this search's task runner, so the tasks are that run's
+            with build_task_runner(runner) as task_runner, context.model_copy(update={"task_runner": task_runner}):
+                return search_flow.fn(*args)
+    finally:
+        _HANDED.reset(handed)
 
 
 class FlowRunner(SearchRunner):
     """The search as the `nas-search` flow, its evaluations tasks of the configured task
-    runner (flows/runners.py); the flow takes over the built search (`Search.of`)."""
+    runner (flows/runners.py); the flow runs the session it is handed."""
 
-    def run(self, search: Search, run_dir: Path, progress: bool) -> dict[str, Any]:
-        return run_search_flow(search, run_dir, runner=self.settings, retries=int(self.settings.get("retries", 1)),
-                               progress=progress)
+    def run(self, session: Session, progress: bool) -> dict[str, Any]:
+        return run_search_flow(session.search.spec, session.run.path, runner=self.settings,
+                               retries=int(self.settings.get("retries", 1)), progress=progress, session=session)
 
 
 @RUNNERS.register("prefect")

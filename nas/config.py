@@ -32,7 +32,7 @@ search_spec = LazyImport("nas.search.spec")
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
-    from nas.search.spec import SearchSpec
+    from nas.search.spec import Search, SearchSpec
 
 GROUPS = ("space", "strategy", "evaluator", "runner", "data", "recipe", "engine", "llm", "knowledge")
 COMPONENTS = ("space", "strategy", "evaluator")  # nodes whose keys are a registered class's parameters
@@ -243,17 +243,16 @@ def _resolve(cfg: Any) -> dict[str, Any]:
         raise ConfigError(one_line(err)) from None
 
 
-def check_build(spec: SearchSpec, keep: bool = False) -> None:
-    """The rest of what `execute` checks before it starts, without writing anything. `keep`: the
-    job runs next in this process, which then uses what was built (`Search.of`) and hears its
+def check_build(spec: SearchSpec, keep: bool = False) -> Search:
+    """The rest of what `execute` checks before it starts, without writing anything; returns the
+    built parts. `keep`: the job runs next in this process, on these parts, so it hears their
     warnings now; otherwise (a sweep's jobs, checked once per distinct job) they are left unsaid."""
 
     if keep:
-        spec.build().ready()
-        return
+        return spec.build()
     logging.disable(logging.WARNING)
     try:
-        spec.build()
+        return spec.build()
     finally:
         logging.disable(logging.NOTSET)
 

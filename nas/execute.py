@@ -1,5 +1,5 @@
-"""Running one composed search: the checks, the run dir's preparation, then the loop,
-in this process (runner=local) or as a Prefect flow (prefect, processes, dask, ray).
+"""Running one search's `Session` (its run dir held and read, its parts built): the loop in this
+process (runner=local) or as a Prefect flow (prefect, processes, dask, ray).
 The flow runners are found through `RUNNERS`' entry points, by name, so the library
 never imports Prefect and `nas search runner=local` never loads it."""
 
@@ -13,11 +13,11 @@ from nas.core.registry import Registry
 from nas.errors import ConfigError
 from nas.pool import WorkerPool
 from nas.report import write_run_report
-from nas.search.rundir import RunDir
 from nas.status import status
 
 if TYPE_CHECKING:
-    from nas.search.spec import Search, SearchSpec
+    from nas.search.session import Session
+    from nas.search.spec import SearchSpec
 
 
 class SearchRunner:
@@ -26,7 +26,7 @@ class SearchRunner:
     def __init__(self, settings: dict[str, Any]) -> None:
         self.settings = settings
 
-    def run(self, search: Search, run_dir: Path, progress: bool) -> dict[str, Any]:
+    def run(self, session: Session, progress: bool) -> dict[str, Any]:
         raise NotImplementedError
 
 
@@ -40,50 +40,53 @@ class LocalRunner(SearchRunner):
 
     KEYS = ("name", "workers", "per_gpu", "max_attempts")
 
-    def run(self, search: Search, run_dir: Path, progress: bool) -> dict[str, Any]:
+    def run(self, session: Session, progress: bool) -> dict[str, Any]:
         from nas.search.loop import LocalExecutor, SearchLoop  # lazy: loads numpy (start-up time)
 
-        spec, evaluator = search.spec, search.evaluator
+        spec, evaluator = session.search.spec, session.search.evaluator
         unknown = sorted(set(self.settings) - set(self.KEYS))
         if unknown:
             raise ConfigError(f"unknown key 'runner.{unknown[0]}' (valid keys of runner=local: "
                               f"{', '.join(self.KEYS[1:])})")
+
+        def loop(executor: Any) -> SearchLoop:
+            return SearchLoop.of(session, executor, progress=progress, runner="local",
+                                 evaluator_fingerprint=evaluator.fingerprint())
+
         if spec.in_flight > 1 or self.settings.get("workers") not in (None, 1):  # a bad value: assign_slots says
 
             # each worker imports and builds the evaluator before the first trial: seconds each, in parallel
             with status("starting the worker pool", show=progress):
                 pool = WorkerPool.from_settings(spec.to_dict(), self.settings, spec.in_flight)
             try:
-                summary = SearchLoop(spec, run_dir, pool, progress=progress, runner="local",
-                                     evaluator_fingerprint=evaluator.fingerprint(), search=search).run_search()
+                summary = loop(pool).run_search()
             except BaseException:  # Ctrl-C or an error: what is running is evaluated again on resume
                 pool.close(grace=0.0)
                 raise
             pool.close()
         else:
             executor = LocalExecutor(evaluator, spec.seed if evaluator.uses_seed else None)
-            summary = SearchLoop(spec, run_dir, executor, progress=progress, runner="local",
-                                 evaluator_fingerprint=evaluator.fingerprint(), search=search).run_search()
-        write_run_report(run_dir, summary)  # the loop returns the summary; its caller writes the report
+            summary = loop(executor).run_search()
+        write_run_report(session.run.path, summary)  # the loop returns the summary; its caller writes the report
         return summary
 
 
 def execute(spec: SearchSpec, run_dir: Path, runner: dict[str, Any], progress: bool) -> dict[str, Any]:
-    """Run one search with the configured runner; returns the loop's summary. Its parts are the
-    ones the command's checks built (`Search.of`), else built here."""
-    from nas.search.spec import Search  # lazy: loads numpy (start-up time)
+    """Run one search with the configured runner, for a caller that holds nothing yet (a probe, a
+    test): its parts built, its run dir locked and read here; returns the loop's summary."""
+    from nas.search.session import Session  # lazy: loads numpy (start-up time)
 
+    spec.check_pairing()
+    search = spec.build()
+    with Session.open(search, run_dir) as session:
+        return run_session(session, runner, progress)
+
+
+def run_session(session: Session, runner: dict[str, Any], progress: bool) -> dict[str, Any]:
+    """Run an opened session with the configured runner (whoever opened it holds its lock
+    throughout, the flow's run included: it runs in this process); returns the loop's summary."""
     # One INFO line per Prefect API call (httpx) or LLM call (httpx2, the openai SDK's), and model loading.
     for noisy in ("httpx", "httpx2", "sentence_transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-
-    try:
-        spec.check_pairing()
-        search = Search.of(spec)
-        run = RunDir(run_dir)
-        with run.lock():  # held by this process (the flow runs in it) until the search ends
-            run.prepare(spec.identity_fields(), spec.batch_lines)  # a bad run dir fails before Prefect
-            search.evaluator.prepare(progress)  # its one-off work says what it is, before the bar
-            return RUNNERS.get(runner.get("name", "prefect"))(runner).run(search, run_dir, progress)
-    finally:
-        Search.forget(spec)
+    session.search.evaluator.prepare(progress)  # its one-off work says what it is, before the bar
+    return RUNNERS.get(runner.get("name", "prefect"))(runner).run(session, progress)

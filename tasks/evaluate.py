@@ -12,8 +12,9 @@ import logging
 import queue
 import sys
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from functools import lru_cache
 from typing import Any
 
@@ -41,15 +42,21 @@ RESULT_FIELDS = {"accuracy": _number_or_none, "params": _number_or_none, "flops"
                  "curve": lambda v: isinstance(v, list) and all(map(is_number, v))}
 
 
-# The running search's own evaluator (one slot), for the tasks in its process (runner=prefect's
-# threads): the flow built it already. Task runs in other processes build theirs (`_evaluator`).
-_SHARED: dict[tuple[str, str], Evaluator] = {}
+# The submitting search's own evaluator ((space, evaluator) configs as JSON, evaluator), set around
+# each submission: a task run in this process (runner=prefect's threads, which copy the submitting
+# context) uses it, as built by the flow already; one elsewhere builds its own (`_built`).
+_OWN: ContextVar[tuple[str, str, Evaluator] | None] = ContextVar("nas_search_evaluator", default=None)
+
+
+def _evaluator(space_json: str, evaluator_json: str) -> Evaluator:
+    own = _OWN.get()
+    if own is not None and own[:2] == (space_json, evaluator_json):
+        return own[2]
+    return _built(space_json, evaluator_json)
 
 
 @lru_cache(maxsize=16)
-def _evaluator(space_json: str, evaluator_json: str) -> Evaluator:
-    if (space_json, evaluator_json) in _SHARED:
-        return _SHARED[space_json, evaluator_json]
+def _built(space_json: str, evaluator_json: str) -> Evaluator:
     space_c, eval_c = Component(**json.loads(space_json)), Component(**json.loads(evaluator_json))
     return build_evaluator(eval_c, build_space(space_c, eval_c))
 
@@ -77,8 +84,7 @@ class PrefectExecutor:
         self.space = {"name": spec.space.name, "params": dict(spec.space.params)}
         self.evaluator = {"name": spec.evaluator.name, "params": dict(spec.evaluator.params)}
         self.fingerprint = evaluator.fingerprint()
-        _SHARED.clear()  # an earlier search's evaluator is not kept alive by this slot
-        _SHARED[json.dumps(self.space, sort_keys=True), json.dumps(self.evaluator, sort_keys=True)] = evaluator
+        self.own = (json.dumps(self.space, sort_keys=True), json.dumps(self.evaluator, sort_keys=True), evaluator)
         self.seed = spec.seed if evaluator.uses_seed else None
         self.refresh = evaluate_task.with_options(retries=retries, refresh_cache=True)
         self.task = evaluate_task.with_options(retries=retries) if cached else self.refresh
@@ -103,11 +109,20 @@ class PrefectExecutor:
             raise ValueError(f"ticket {ticket} is already running")
         inputs = self.inputs(candidate)
         task = self.task if check_cache_entry(inputs) else self.refresh
-        with self.placement():
+        with self.placement(), self.sharing():
             future = task.submit(**inputs)
         self._running[ticket] = (future, time.perf_counter())
         done = self._done  # a late callback after `close` goes to the queue it was registered with
         future.add_done_callback(lambda _: done.put(ticket))
+
+    @contextmanager
+    def sharing(self) -> Iterator[None]:
+        """This search's evaluator for the task runs submitted in the block (`_evaluator`)."""
+        token = _OWN.set(self.own)
+        try:
+            yield
+        finally:
+            _OWN.reset(token)
 
     def next_done(self) -> tuple[int, Outcome]:
         if not self._running:

@@ -157,7 +157,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_knowledge_store.py": (),
     "test_knowledge_tree.py": (),
     "test_lifecycle.py": ("cli",),
-    "test_lifecycle.py::test_a_search_builds_each_part_once": ("cli", "prefect"),
+    "test_lifecycle.py::test_a_search_builds_each_part_once_and_opens_its_run_dir_once": ("cli", "prefect"),
     "test_llm_client.py": ("llm",),
     "test_llm_terminal.py": ("llm",),
     "test_llm_local.py": ("llm",),

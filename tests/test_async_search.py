@@ -25,6 +25,7 @@ from nas.execute import LocalRunner
 from nas.pool import WorkerPool
 from nas.search.loop import LocalExecutor, SearchLoop
 from nas.search.rundir import RunDir
+from nas.search.session import Session
 from nas.search.slots import Slot, assign_slots, visible_gpus
 from nas.search.spec import Component, Search, SearchSpec
 from nas.spaces.nb201.space import NB201Space
@@ -139,8 +140,10 @@ def test_in_flight_is_refused_for_batch_strategies_batch_sizes_and_batch_executo
     with pytest.raises(ConfigError, match=r"^budget.in_flight=4 .*use budget.batch_size=1"):
         SearchSpec(space=Component("nb201"), strategy=Component("rea"), evaluator=Component("table"),
                    in_flight=4, batch_size=2)
-    with pytest.raises(ConfigError, match=r"unknown key 'runner.worker' \(valid keys of runner=local: workers"):
-        LocalRunner({"name": "local", "worker": 2}).run(Search(spec_of(), None, None, None), Path("unused"),  # type: ignore[arg-type]
+    run = RunDir(tmp_path / "runner")
+    with pytest.raises(ConfigError, match=r"unknown key 'runner.worker' \(valid keys of runner=local: workers"), \
+            run.lock():
+        LocalRunner({"name": "local", "worker": 2}).run(Session(Search(spec_of(), None, None, None), run, None),  # type: ignore[arg-type]
                                                         False)
     with pytest.raises(ConfigError, match=r"^budget.in_flight=4: runner=local evaluates in batches only"):
         SearchLoop(spec_of(), tmp_path, LocalExecutor(clock_evaluator, None), progress=False).run_search()

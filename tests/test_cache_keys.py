@@ -70,8 +70,7 @@ KEYS: dict[str, tuple[str, ...]] = {
     "tasks/evaluate.py:evaluate_task": ("test_evaluation_task_key_follows_each_input",
                                         "test_evaluation_cache_is_read_only_when_cached"),
     "tasks/evaluate.py:cache_key": ("test_evaluation_task_key_follows_each_input",),
-    "tasks/evaluate.py:_evaluator": ("test_evaluation_task_builds_one_evaluator_per_config",),
-    "tasks/evaluate.py:PrefectExecutor.__init__": ("test_evaluation_task_builds_one_evaluator_per_config",),
+    "tasks/evaluate.py:_built": ("test_evaluation_task_builds_one_evaluator_per_config",),
     # supernet training: the checkpoint's hash and the flow's cache
     "supernets/train.py:train_supernet": ("test_supernet_checkpoint_sha256_is_of_the_file_written",),
     "flows/supernet.py:train_supernet_task": ("test_supernet_flow_key_follows_each_input",),
@@ -100,7 +99,6 @@ KEYS: dict[str, tuple[str, ...]] = {
     "nas/search/spec.py:SearchSpec.identity": ("test_search_identity_follows_each_field_but_the_budget",),
     "nas/search/rundir.py:RunDir.prepare": ("test_resume_accepts_result_neutral_changes_only",),
     "nas/search/rundir.py:RunDir.save_state": ("test_resume_accepts_result_neutral_changes_only",),
-    "nas/search/spec.py:Search.ready": ("test_a_ready_search_is_taken_only_by_its_own_spec",),
     "nas/core/arch.py:stable_hash": ("test_stable_hash_is_of_every_part",),
     "nas/core/arch.py:Architecture.key": ("test_architecture_key_holds_the_space_and_the_canonical_form",
                                           "tests/test_space_contract.py::test_keys_are_stable_across_processes"),
@@ -138,7 +136,6 @@ NOT_KEYS: dict[str, str] = {
     "nas/llm/local.py:shared_server": "the running llama.cpp server by all its settings: a process, not a result",
     "nas/llm/prompts.py:load_prompt": "a prompt by name, parsed once (its text's hash is in the template id)",
     "nas/llm/prompts.py:packaged_prompts": "the packaged prompt files, listed once",
-    "nas/search/rundir.py:RunDir.lock": "locks held by this process, by run dir",
     "nas/spaces/nader/dag/ops.py:register.deco": "the operator registry",
     "nas/spaces/nader/dag/expr.py:parse_expr": "a pure function of its one argument, memoised",
     "nas/spaces/nader/dag/macro.py:search_width.anchor": "a pure function of its argument within one call",
@@ -621,14 +618,17 @@ def test_evaluation_cache_is_read_only_when_cached():
 
 
 def test_evaluation_task_builds_one_evaluator_per_config():
-    """Task runs in another process build their evaluator from the configs: two configs never share one."""
+    """A task run submitted by the search uses its evaluator; task runs in another process build
+    theirs from the configs: two configs never share one."""
     from tasks import evaluate
 
     executor = executor_of(SPEC)
     space, table = json.dumps(executor.space, sort_keys=True), json.dumps(executor.evaluator, sort_keys=True)
-    assert evaluate._evaluator(space, table) is evaluate._SHARED[space, table]
-    other = json.dumps({"name": "table", "params": {"metric": "qat_accuracy"}}, sort_keys=True)
-    assert evaluate._evaluator(space, other).metric == "qat_accuracy"
+    with executor.sharing():
+        assert evaluate._evaluator(space, table) is executor.own[2]
+        other = json.dumps({"name": "table", "params": {"metric": "qat_accuracy"}}, sort_keys=True)
+        assert evaluate._evaluator(space, other).metric == "qat_accuracy"
+    assert evaluate._evaluator(space, table) is not executor.own[2]  # outside a submission: built from the config
 
 
 def test_evaluation_cache_is_prefect_s_and_cached_false_never_reads_it(prefect_home):
@@ -646,6 +646,43 @@ def test_evaluation_cache_is_prefect_s_and_cached_false_never_reads_it(prefect_h
 
     assert twice(True) == [False, True]
     assert twice(False) == [False, False]
+
+
+def test_task_runs_in_the_flow_s_threads_use_the_search_s_own_evaluator(prefect_home, monkeypatch):
+    """The evaluator reaches Prefect's task-run threads through the submitting context (a
+    ContextVar the thread pool copies), not a module dict: no task run builds one of its own."""
+    import threading
+
+    from prefect import flow
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    from nas.core.trial import Candidate
+    from tasks import evaluate
+
+    def built(*configs: str):
+        raise AssertionError("a task run built its own evaluator")
+
+    monkeypatch.setattr(evaluate, "_built", built)
+    rng = np.random.default_rng(1)
+    cands = [Candidate(SPEC.build_space().sample(rng)) for _ in range(3)]
+    used: list[tuple[Any, str]] = []
+    real = evaluate.evaluate_safely
+
+    def seen(ev, arch, seed):
+        used.append((ev, threading.current_thread().name))
+        return real(ev, arch, seed)
+
+    monkeypatch.setattr(evaluate, "evaluate_safely", seen)
+
+    @flow(persist_result=False, task_runner=ThreadPoolTaskRunner(max_workers=3))
+    def search() -> list[Any]:
+        executor = executor_of(SPEC, cached=False)
+        return [executor.own[2], executor.evaluate(cands)]
+
+    own, outcomes = search()
+    assert [result.error for result, _, _ in outcomes] == [None] * 3
+    assert len(used) == 3 and all(ev is own for ev, _ in used)
+    assert all(name != threading.main_thread().name for _, name in used)  # the pool's threads
 
 
 # --- supernet training's flow cache --------------------------------------------------------------------
@@ -876,19 +913,6 @@ def test_resume_accepts_result_neutral_changes_only(change, tmp_path):
     else:
         with pytest.raises(RunDirError, match="holds a different search"):
             run.prepare(other.identity_fields(), 1)
-
-
-def test_a_ready_search_is_taken_only_by_its_own_spec():
-    from nas.search.spec import Search
-
-    space = SPEC.build_space()
-    ready = Search(SPEC, space, SPEC.build_strategy(space), SPEC.build_evaluator(space))
-    ready.ready()
-    try:
-        other = dataclasses.replace(SPEC, seed=1)
-        assert Search.of(other) is not ready and Search.of(SPEC) is ready
-    finally:
-        Search.forget()
 
 
 class _Cell(Architecture):

@@ -28,7 +28,8 @@ from nas.export.selection import load_trial
 from nas.report import write_run_report
 from nas.search.loop import LocalExecutor, SearchLoop, summarise, trusts_self_reported
 from nas.search.rundir import RunDir
-from nas.search.spec import Component, SearchSpec
+from nas.search.session import Session
+from nas.search.spec import Component, Search, SearchSpec
 from nas.spaces.nb201.space import NB201Space
 
 NEW_DIR = "use a new hydra.run.dir"
@@ -114,15 +115,35 @@ def test_second_search_fails_at_once_naming_the_holder_and_changes_nothing(tmp_p
     assert summary["resumed_trials"] == 6 and summary["trials"] == 12
 
 
-def test_lock_is_reentrant_in_a_process_and_released_after(tmp_path):
+def test_a_second_lock_in_the_same_process_is_refused_and_the_first_released_after(tmp_path):
+    """A search takes its run dir's lock once (its `Session`); a second search in this process
+    trying the same dir is refused as another process's would be, saying the holder is this one."""
     run = RunDir(tmp_path / "run")
     with run.lock():
-        with RunDir(tmp_path / "run").lock():  # the CLI holds it, and the loop inside the flow takes it again
-            assert run.lock_path.read_text() == f"{os.getpid()}\n"
-        assert try_lock(run.path).returncode != 0  # still held after the inner block
-    assert run.lock_path.read_text() == ""
+        assert run.held and run.lock_path.read_text() == f"{os.getpid()}\n"
+        with pytest.raises(RunDirError) as info:
+            with RunDir(tmp_path / "run").lock():
+                pass
+        assert str(info.value) == (f"{run.path} is in use by another search (pid {os.getpid()}, this process); "
+                                   f"wait for it or {NEW_DIR}")
+        assert run.held and try_lock(run.path).returncode != 0  # still held after the refusal
+    assert not run.held and run.lock_path.read_text() == ""
     out = try_lock(run.path)
     assert out.returncode == 0 and out.stdout == "locked\n", out.stderr
+
+
+def test_a_session_holds_its_run_dir_and_reads_it_once(tmp_path, evaluator):
+    """A search's `Session` is made holding the lock; opening a second one on the dir is refused."""
+    search = Search(make_spec(), evaluator.space, make_spec().build_strategy(evaluator.space), evaluator)
+    with pytest.raises(RuntimeError, match="needs .*'s lock held"):
+        Session(search, RunDir(tmp_path / "run"), None)
+    with Session.open(search, tmp_path / "run") as session:
+        assert session.run.held and session.resume is None
+        with pytest.raises(RunDirError, match=r"in use by another search \(pid \d+, this process\)"):
+            with Session.open(search, tmp_path / "run"):
+                pass
+        summary = SearchLoop.of(session, LocalExecutor(evaluator, None), progress=False).run_search()
+    assert not session.run.held and summary["trials"] == 10
 
 
 def test_second_process_is_refused_with_one_line(tmp_path):

@@ -66,6 +66,18 @@ def test_missing_prefect_dask_says_how_to_install_it(monkeypatch):
         build_task_runner({"name": "dask"})
 
 
+def test_the_search_flows_pickle_as_dask_and_ray_send_them():
+    """Each task a Dask or Ray runner sends carries the flow run's context, the flow included, its
+    function pickled by value with the globals it names: a session's hand-off must not be one."""
+    import cloudpickle
+
+    from flows.entry import search_overrides_flow
+    from flows.search import search_flow
+
+    for flow in (search_flow, search_overrides_flow):
+        assert cloudpickle.loads(cloudpickle.dumps(flow)).name == flow.name
+
+
 # -- a real search on a local Dask cluster ---------------------------------------------------------
 
 def navigator_and_generator(request: dict) -> str:

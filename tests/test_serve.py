@@ -217,7 +217,8 @@ def test_deployment_run_checks_overrides_as_nas_search_does(prefect_home, tmp_pa
 
 @pytest.mark.slow
 def test_a_failed_deployment_run_removes_its_run_dir_only_while_empty(prefect_home, tmp_path, monkeypatch):
-    """A run that fails in `execute` leaves no empty ROOT/<name> behind, and never removes one with files."""
+    """A run that fails building its parts or in `run_session` leaves no empty ROOT/<name> behind, and
+    never removes one with files."""
     import flows.entry as entry
     from nas.errors import NasError
 
@@ -227,12 +228,13 @@ def test_a_failed_deployment_run_removes_its_run_dir_only_while_empty(prefect_ho
     with pytest.raises(NasError, match=str(missing)):
         entry.search_overrides_flow(job, root=str(runs))
     assert list(runs.iterdir()) == []
+    job = ["space=nb201", "strategy=random", "runner=local"]  # one that builds: what fails below is the run
 
-    def fails_after_mkdir(spec, run_dir, runner, progress):
-        run_dir.mkdir(parents=True, exist_ok=True)
+    def fails_at_start(session, runner, progress):
+        assert session.run.path.is_dir()  # made by its lock
         raise NasError("failed at start")
 
-    monkeypatch.setattr(entry, "execute", fails_after_mkdir)
+    monkeypatch.setattr(entry, "run_session", fails_at_start)
     given, kept = tmp_path / "given", tmp_path / "kept"  # hydra.run.dir=: removed only if this run made it
     kept.mkdir()
     for run_dir in (given, kept):
@@ -240,11 +242,11 @@ def test_a_failed_deployment_run_removes_its_run_dir_only_while_empty(prefect_ho
             entry.search_overrides_flow([*job, f"hydra.run.dir={run_dir}"], root=str(runs))
     assert not given.exists() and kept.is_dir()
 
-    def fails_after_writing(spec, run_dir, runner, progress):
-        (run_dir / "search.log").write_text("started\n")
+    def fails_after_writing(session, runner, progress):
+        (session.run.path / "search.log").write_text("started\n")
         raise NasError("failed mid-run")
 
-    monkeypatch.setattr(entry, "execute", fails_after_writing)
+    monkeypatch.setattr(entry, "run_session", fails_after_writing)
     with pytest.raises(NasError, match="failed mid-run"):
         entry.search_overrides_flow(job, root=str(runs))
     assert sorted(p.relative_to(runs).as_posix() for p in runs.rglob("*")) == [

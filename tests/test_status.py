@@ -32,7 +32,7 @@ def test_a_step_run_without_progress_says_nothing(capsys):
 
 def test_a_sweeps_job_checks_show_progress_and_a_bad_first_job_still_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(search_cli, "search_job", lambda cfg, existing: None)  # the checks alone, no run
+    monkeypatch.setattr(search_cli, "search_job", lambda cfg, existing, built: None)  # the checks alone, no run
     monkeypatch.setattr(nas.status, "PLAIN_AFTER_S", 0.0)
     search_cli.main(["-m", "space=nb201", "seed=0,1"])
     assert "checking 2 jobs ...\n" in capsys.readouterr().err
@@ -48,7 +48,7 @@ def test_a_sweeps_job_checks_show_progress_and_a_bad_first_job_still_one_line(mo
 def test_one_jobs_build_says_what_it_checks_only_with_progress(monkeypatch, tmp_path, capsys):
     """A single job's build (2-5 s of torch imports) was silent; a component's error after it is still one line."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(search_cli, "search_job", lambda cfg, existing: None)  # the checks alone, no run
+    monkeypatch.setattr(search_cli, "search_job", lambda cfg, existing, built: None)  # the checks alone, no run
     monkeypatch.setattr(nas.status, "PLAIN_AFTER_S", 0.0)  # off a terminal it says so once the build has run
     search_cli.main(["space=nb201"])
     assert capsys.readouterr().err == "checking space=nb201, strategy=bananas and evaluator=table ...\n"
@@ -93,6 +93,8 @@ def test_a_local_worker_pool_says_it_is_starting(monkeypatch, tmp_path, capsys):
     """runner=local with budget.in_flight > 1: the workers' start was 20 s without a line."""
     from nas.execute import LocalRunner
     from nas.pool import WorkerPool
+    from nas.search.rundir import RunDir
+    from nas.search.session import Session
     from nas.search.spec import Component, Search, SearchSpec
 
     class Started(Exception):
@@ -104,6 +106,8 @@ def test_a_local_worker_pool_says_it_is_starting(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(WorkerPool, "from_settings", start)
     spec = SearchSpec(space=Component("nb201"), strategy=Component("random"), evaluator=Component("table"),
                       trials=2, in_flight=2)
-    with pytest.raises(Started):
-        LocalRunner({"name": "local"}).run(Search(spec, None, None, None), tmp_path, progress=True)  # type: ignore[arg-type]
+    run = RunDir(tmp_path)
+    with pytest.raises(Started), run.lock():
+        LocalRunner({"name": "local"}).run(Session(Search(spec, None, None, None), run, None),  # type: ignore[arg-type]
+                                           progress=True)
     assert capsys.readouterr().err == "starting the worker pool ...\n"

@@ -1,7 +1,8 @@
 """`nas search`: every job's config is composed and checked before Hydra runs, so a
 rejected command leaves no run dir and says why in one line; each job then takes its
-run dir's lock before anything is written there (`.hydra/`, `search.log`), and a job that
-fails before its search writes anything removes them again."""
+run dir's lock before anything is written there (`.hydra/`, `search.log`), once for the
+whole search (its `Session`), and a job that fails before its search writes anything
+removes them again."""
 
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ from nas.cli.main import check_group_overrides, fail
 from nas.config import Checked, check_build, checked_job, job_overrides, searchpath
 from nas.core.trial import read_history
 from nas.errors import NasError
-from nas.execute import execute
+from nas.execute import run_session
 from nas.io import atomic_write_text, check_output
 from nas.search.loop import check_budget
-from nas.search.rundir import RunDir
+from nas.search.rundir import Resume, RunDir
+from nas.search.session import Session
 from nas.search.spec import Search, SearchSpec
 from nas.status import status
 from nas.terminal import printable
@@ -47,35 +49,32 @@ def main(argv: list[str]) -> None:
                 fail(str(err))
             if key.lstrip("+") == "hydra.run.dir" and Path(value).is_dir():
                 existing.add(Path(value).resolve())
-    checked = None
+    checked, built = None, None
     if not set(flags) - set(MULTIRUN):  # --help, --cfg job, ...: Hydra's own, nothing is written
         try:
-            checked = check_jobs(job_overrides([a for a in argv if a not in MULTIRUN], bool(flags)))
+            checked, built = check_jobs(job_overrides([a for a in argv if a not in MULTIRUN], bool(flags)))
         except NasError as err:
             fail(str(err))
     sys.argv = ["nas search", *searchpath(), *argv]
-    try:
-        if not flags and checked is not None and plain_run(checked.config):
-            run_composed(checked.config, lambda cfg: search_job(cfg, existing))  # composes nothing again
-        else:
-            _hydra_entry(existing)
-    finally:
-        Search.forget()  # what the checks built for a job that never started
+    if not flags and checked is not None and plain_run(checked.config):
+        run_composed(checked.config, lambda cfg: search_job(cfg, existing, built))  # composes nothing again
+    else:
+        _hydra_entry(existing, built)
 
 
-def check_jobs(jobs: list[list[str]]) -> Checked:
+def check_jobs(jobs: list[list[str]]) -> tuple[Checked, Search | None]:
     """Every job's config, then its components once per distinct job but seed (the slow part: an
     evaluator may load a table); a sweep's checks take about a second a job, and one job's build
     2-5 s (torch's imports), so they show progress. Counted steps, so that off a terminal a
     component's error (raised after the imports) is still the only line. Returns the first
-    job's composed config: a single job runs on it."""
+    job's composed config, and a single job's built parts: it runs on both."""
     if len(jobs) == 1:
         spec, progress, checked = checked_job(jobs[0])
         with status(f"checking space={spec.space.name}, strategy={spec.strategy.name} and "
                     f"evaluator={spec.evaluator.name}", total=1, show=progress) as advance:
-            check_build(spec, keep=True)
+            built = check_build(spec, keep=True)
             advance()
-        return checked
+        return checked, built
     first, progress, checked = checked_job(jobs[0])  # its `progress` decides for the sweep (rarely swept)
     with status(f"checking {len(jobs)} jobs", total=len(jobs), show=progress) as advance:
         specs = [first]
@@ -85,7 +84,7 @@ def check_jobs(jobs: list[list[str]]) -> Checked:
             advance()
         for spec in {repr({**spec.to_dict(), "seed": 0}): spec for spec in specs}.values():
             check_build(spec)
-    return checked
+    return checked, None
 
 
 def _detach_logs_in(run_dir: Path) -> None:
@@ -100,19 +99,20 @@ def _detach_logs_in(run_dir: Path) -> None:
                 handler.close()
 
 
-def _hydra_entry(existing: set[Path]) -> None:
+def _hydra_entry(existing: set[Path], built: Search | None) -> None:
     """Hydra's main: a sweep (-m), Hydra's own flags (--cfg, --help), a `hydra.verbose` run."""
     @hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
     def search(cfg: DictConfig) -> None:
-        search_job(cfg, existing)
+        search_job(cfg, existing, built)
 
     search()
 
 
-def search_job(cfg: Any, existing: set[Path]) -> None:
+def search_job(cfg: Any, existing: set[Path], built: Search | None) -> None:
     """One job, under Hydra's run (its run dir and logging set up). `existing`: run dirs that were
     there before this command (a user's own, an earlier run's): a failed start leaves them where
-    they were; it removes only a dir it made."""
+    they were; it removes only a dir it made. `built`: the parts the checks built for a single
+    job (a sweep's jobs build their own)."""
     configure_prefect_env()  # before a runner imports Prefect: its home and cache under NASFLOW_HOME
 
     run_dir: Path | None = None  # Ctrl-C may come before it is known
@@ -125,12 +125,13 @@ def search_job(cfg: Any, existing: set[Path]) -> None:
         signal.signal(signal.SIGTERM, terminate_once)
         quiet_termination()
         logging.getLogger("prefect.flow_runs").addFilter(said_in_one_line)
-        with run.lock():  # before anything is written: another search may own the dir
+        with run.lock():  # before anything is written: another search may own the dir; until it ends
             try:
-                check_run_dir(run, spec)
+                resume = check_run_dir(run, spec)
                 save_hydra_files(run_dir / ".hydra", cfg)
-                summary = execute(spec, run_dir, container.get("runner") or {},
-                                  bool(container.get("progress", True)))
+                search = built if built is not None and built.spec == spec else spec.build()
+                summary = run_session(Session(search, run, resume), container.get("runner") or {},
+                                      bool(container.get("progress", True)))
             except BaseException:  # a start that failed (Prefect's, a runner setting's) leaves no dir
                 if run_dir not in existing:
                     run.discard_unstarted()
@@ -144,11 +145,13 @@ def search_job(cfg: Any, existing: set[Path]) -> None:
         interrupted(run_dir, isinstance(stop, Terminated))
 
 
-def check_run_dir(run: Any, spec: Any) -> None:
-    """The run-dir refusals, each one line, before Prefect starts (whose flow would log a traceback
-    first) and before `.hydra/` is rewritten; the loop says the run dir when it starts."""
+def check_run_dir(run: RunDir, spec: SearchSpec) -> Resume | None:
+    """The run dir's one read and its refusals, each one line, before Prefect starts (whose flow
+    would log a traceback first) and before `.hydra/` is rewritten; the loop says the run dir when
+    it starts, from what this read."""
     resume = run.prepare(spec.identity_fields(), spec.batch_lines)
     check_budget(run.path, resume.history if resume else [], spec.trials)
+    return resume
 
 
 def said_in_one_line(record: logging.LogRecord) -> bool:

@@ -26,7 +26,8 @@ from nas.errors import ConfigError, EncodingError, RunDirError
 from nas.evaluators.base import Evaluator, evaluate_safely
 from nas.search.rundir import Resume, RunDir
 from nas.search.screen import Screen
-from nas.search.spec import Search, SearchSpec
+from nas.search.session import Session
+from nas.search.spec import SearchSpec
 from nas.strategies.base import random_only_note
 
 log = logging.getLogger(__name__)
@@ -87,16 +88,19 @@ class SearchLoop:
     def __init__(self, spec: SearchSpec, run_dir: Path, executor: Executor, *,
                  progress: bool = True, runner: str = "local", llm_calls=None,
                  on_batch: Callable[[list[TrialRecord]], None] | None = None,
-                 evaluator_fingerprint: str | None = None, search: Search | None = None) -> None:
+                 evaluator_fingerprint: str | None = None, session: Session | None = None) -> None:
         self.spec = spec
         self.evaluator_fingerprint = evaluator_fingerprint  # in summary.json: which table/data/recipe scored
-        self.run = RunDir(run_dir)
+        self.session = session
+        self.run = session.run if session is not None else RunDir(run_dir)
         self.executor = executor
         self.progress = progress
         self.runner = runner
         self.llm_calls = llm_calls  # how LLM strategies' calls run (Prefect tasks under the flow)
         self.on_batch = on_batch  # sees the history after each batch is saved (the flow's progress artifact)
-        # `search`: the parts built for this run (execute, the flow); a library caller may leave it out
+        # `session`: the run dir held and read, and the parts built (execute, the flow); a library
+        # caller may leave it out, and the loop then builds and opens them itself
+        search = session.search if session is not None else None
         self.space = search.space if search is not None else spec.build_space()
         self.strategy = search.strategy if search is not None else spec.build_strategy(self.space)
         self.history: list[TrialRecord] = []
@@ -104,17 +108,23 @@ class SearchLoop:
         self.screen = Screen(spec.screen, self.space, spec.seed)
         self.trust = trusts_self_reported(spec)  # what strategies learn from, as what counts for best
 
+    @classmethod
+    def of(cls, session: Session, executor: Executor, **options: Any) -> SearchLoop:
+        """The loop of an opened session (`options`: `__init__`'s keywords)."""
+        return cls(session.search.spec, session.run.path, executor, session=session, **options)
+
     def run_search(self) -> dict[str, Any]:
         """Search and save summary.json; the caller writes the human-facing report (nas.report)."""
-        with self.run.lock():  # the whole search: nobody else appends or cuts history meanwhile
-            return self._search()
-
-    def _search(self) -> dict[str, Any]:
         if self.spec.in_flight > 1 and not isinstance(self.executor, AsyncExecutor):
             raise ConfigError(f"budget.in_flight={self.spec.in_flight}: runner={self.runner} evaluates in "
                               f"batches only; use budget.in_flight=1 with it")
+        if self.session is not None:  # its opener holds the lock until the search ends
+            return self._search(self.session.resume)
+        with self.run.lock():  # the whole search: nobody else appends or cuts history meanwhile
+            return self._search(self.run.prepare(self.spec.identity_fields(), self.spec.batch_lines))
+
+    def _search(self, resume: Resume | None) -> dict[str, Any]:
         self._fields = self.spec.identity_fields()
-        resume = self.run.prepare(self._fields, self.spec.batch_lines)
         self.history = []
         elapsed_before = 0.0
         if resume is not None:

@@ -25,7 +25,6 @@ import fcntl
 import json
 import os
 import shutil
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -44,10 +43,9 @@ LOCK_NAME = ".lock"
 UNSTARTED = {LOCK_NAME, ".hydra"}  # all a run dir holds before its search writes anything
 NEW_DIR = "use a new hydra.run.dir"
 
-# Lock files this process holds → [fd, depth]: the CLI takes the lock before it starts
-# Prefect and the loop takes it again inside the flow (same process, maybe another thread).
-_held: dict[Path, list[int]] = {}
-_held_guard = threading.Lock()
+# The descriptors of the locks this process holds, only for `_close_in_forked_child`
+# (no close-on-fork flag exists); who holds a run dir is the `RunDir` that locked it.
+_lock_fds: set[int] = set()
 
 
 @dataclass
@@ -67,26 +65,28 @@ class RunDir:
         self.state_path = self.path / "state.json"
         self.summary_path = self.path / "summary.json"
         self.lock_path = self.path / LOCK_NAME
+        self._fd: int | None = None  # the lock's descriptor while `lock()` holds it
 
     @contextmanager
     def lock(self) -> Iterator[None]:
-        """Be the only writer of this dir for the block (re-entrant within a process)."""
-        key = self.lock_path.resolve()
-        with _held_guard:
-            if key in _held:
-                _held[key][1] += 1
-            else:
-                _held[key] = [self._acquire(), 1]
+        """Be the only writer of this dir for the block. Taken once per search, by whoever opens it
+        (the CLI, a deployment's run, `execute`, the loop when called alone): a second lock, from
+        another process or this one, is refused."""
+        fd = self._acquire()
+        self._fd = fd
+        _lock_fds.add(fd)
         try:
             yield
         finally:
-            with _held_guard:
-                entry = _held[key]
-                entry[1] -= 1
-                if entry[1] == 0:
-                    del _held[key]
-                    os.ftruncate(entry[0], 0)  # the file stays (unlinking it would race a waiter)
-                    os.close(entry[0])
+            _lock_fds.discard(fd)
+            self._fd = None
+            os.ftruncate(fd, 0)  # the file stays (unlinking it would race a waiter)
+            os.close(fd)
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock now (what reading or writing the dir for a search needs)."""
+        return self._fd is not None
 
     def _acquire(self) -> int:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -96,7 +96,8 @@ class RunDir:
         except BlockingIOError:
             pid = _holder(fd)
             os.close(fd)
-            raise RunDirError(f"{self.path} is in use by another search (pid {pid}); "
+            here = ", this process" if pid == str(os.getpid()) else ""
+            raise RunDirError(f"{self.path} is in use by another search (pid {pid}{here}); "
                               f"wait for it or {NEW_DIR}") from None
         except BaseException:
             os.close(fd)
@@ -225,16 +226,14 @@ def _holder(fd: int) -> str:
         time.sleep(0.02)
 
 
-def _forget_held_locks() -> None:
-    """A forked child shares the parent's lock; it must not keep it past the parent's death."""
-    global _held_guard
-    _held_guard = threading.Lock()  # another thread may have held it at the fork
-    for fd, _ in list(_held.values()):
+def _close_in_forked_child() -> None:
+    """A forked child shares the parent's lock; it must not keep it past the parent's search."""
+    for fd in list(_lock_fds):
         os.close(fd)  # the lock lives on in the parent's descriptor
-    _held.clear()
+    _lock_fds.clear()
 
 
-os.register_at_fork(after_in_child=_forget_held_locks)
+os.register_at_fork(after_in_child=_close_in_forked_child)
 
 
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str]]:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any
@@ -196,37 +195,14 @@ class SearchSpec:
 
 @dataclass(frozen=True)
 class Search:
-    """One search's parts, built once per process: the command's checks build them, and the run
-    dir, the runner, the flow and the loop use that same space, strategy and evaluator. `ready`
-    hands a built search to the next layer down (the flow is called with the spec as data), and
-    `of` takes it there, building only when nothing was handed over (a deployment's run)."""
+    """One search's parts, built once per process: the command's checks build them, and the
+    run dir, the runner, the flow and the loop use that same space, strategy and evaluator
+    (passed down in the search's `Session`, nas/search/session.py)."""
 
     spec: SearchSpec
     space: SearchSpace
     strategy: Strategy
     evaluator: Evaluator
-
-    def ready(self) -> None:
-        _READY[_identity(self.spec)] = self
-
-    @staticmethod
-    def of(spec: SearchSpec) -> Search:
-        return _READY.pop(_identity(spec), None) or spec.build()
-
-    @staticmethod
-    def forget(spec: SearchSpec | None = None) -> None:
-        """Drop what was handed over and never taken (a start that failed before); None: everything."""
-        if spec is None:
-            _READY.clear()
-        else:
-            _READY.pop(_identity(spec), None)
-
-
-_READY: dict[str, Search] = {}
-
-
-def _identity(spec: SearchSpec) -> str:
-    return json.dumps(spec.to_dict(), sort_keys=True, default=str)
 
 
 def build_space(space: Component, evaluator: Component) -> SearchSpace:
