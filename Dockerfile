@@ -9,8 +9,8 @@
 # Model source (FairNAD, `nas arch validate model.py`) runs under bubblewrap, which needs user
 # namespaces and an unmasked /proc in the container:
 #   --security-opt seccomp=unconfined --security-opt systempaths=unconfined [--security-opt apparmor=unconfined]
-# docs/docker.md has the rest, and what benchmarks/docker_steps.py checked of this file without a
-# Docker engine (it replays these stages in chroots of a debootstrapped Debian bookworm).
+# docs/docker.md has the rest, and how benchmarks/docker_build.py builds this file with buildah (from
+# a debootstrapped Debian bookworm as PYTHON_IMAGE) and runs the image with podman.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build

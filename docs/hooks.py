@@ -385,7 +385,6 @@ BENCHMARK_GROUPS: dict[str, dict[str, str]] = {  # the nav's groups: result stem
         "scale_out": "Batch and asynchronous search on 1-8 workers",
         "cluster_recovery": "A worker killed mid-evaluation (Dask, Ray)",
         "docker_build": "The Docker image, built",
-        "docker_steps": "The Dockerfile's stages replayed in chroots",
         "trusted_worker_gpu_h200": "The trusted training worker on an H200",
     },
     "Sandbox and tests": {

@@ -183,7 +183,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_prefect_database.py::test_knowledge_ingest_as_a_flow_on_a_damaged_database_fails_at_once": ("cli",),
     "test_readme_commands.py": ("cli", "prefect"),
     "test_reproduce_page.py": (),
-    "test_docker_steps.py": (),
+    "test_docker_build.py": (),
     "test_docs.py": ("cli",),  # mkdocs build --strict runs `nas COMMAND --help` for the CLI reference
     "test_docs.py::test_readme_is_short_and_links_to_pages_that_exist": (),
     "test_regression.py": (),

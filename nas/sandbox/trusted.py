@@ -100,7 +100,8 @@ class TrustedWorker:
         self.memory_mb, self.job = memory_mb, "training" if training else "check"
         env = worker_env(threads, training=training, gpu=gpu)
         self.proc = subprocess.Popen([sys.executable, "-s", "-m", "nas.sandbox.trusted_worker", str(memory_mb),
-                                      str(threads), self.job], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      str(threads), self.job, str(os.getpid())],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=env, cwd=env["HOME"] if training else "/")
 
     def __enter__(self) -> "TrustedWorker":

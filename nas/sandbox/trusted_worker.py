@@ -29,12 +29,14 @@ from nas.sandbox.verify import Verdict, measure, train_artifact
 from nas.train.progress import EpochProgress
 
 
-def _die_with_parent() -> None:
-    """SIGKILL this worker when the `nas` process that started it dies (PR_SET_PDEATHSIG)."""
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this worker when the `nas` process that started it (pid `parent`) dies
+    (PR_SET_PDEATHSIG), and exit now if it died before that: this worker was re-parented. Not
+    `getppid() == 1`: in a container `nas` itself is often PID 1 (`docker run` without `--init`)."""
 
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() == 1:
+    if os.getppid() != parent:
         os._exit(1)
 
 
@@ -50,8 +52,8 @@ def _read(n: int) -> bytes:
     return data
 
 
-def main(memory_mb: int, threads: int, job: str) -> None:
-    _die_with_parent()
+def main(memory_mb: int, threads: int, job: str, parent: int) -> None:
+    _die_with_parent(parent)
     priority = os.getpriority(os.PRIO_PROCESS, 0)
     os.setpriority(os.PRIO_PROCESS, 0, priority + 10)  # its imports yield to the sandbox child it overlaps
     import torch  # lazy: loads torch (start-up time)
@@ -216,4 +218,4 @@ def _train(request: dict[str, Any], artifact: bytes, images: Any, threads: int) 
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
