@@ -78,6 +78,7 @@ def test_tiny_run_writes_every_key_the_issue_asks_for(tmp_path):
         assert len(row["flops_baseline"]["kendall_ci"]) == 2 and "kendall" in row["flops_baseline"]
         assert set(row["goals"]) == {"kendall_low_above_zero", "above_flops"}
         assert set(row["variants"][0]["by_loss"]) == {"spearman", "kendall", "kendall_ci"}
+        assert row["supernet_cpu_seconds"] == bench.TINY.space_cpu_seconds  # not a full variant's budget
     assert report["tiny"] and report["cpu_seconds"]["total"] > 0 and report["load"]["nb201"]["cores"]
     assert out.with_suffix(".md").read_text().startswith("# Supernet ranking")
     assert out.with_suffix(".png").stat().st_size > 0
