@@ -323,12 +323,27 @@ def test_llm_reply_key_never_holds_the_api_key(monkeypatch):
     assert reply_key() == first
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (reported, not fixed here): llm.structured decides whether the "
-                   "grammar/schema is sent, but the key holds only the grammar/schema, not the mode; adding it "
-                   "changes every key and needs replay to take the recorded mode")
-def test_llm_reply_key_follows_what_is_sent_to_constrain_the_reply():
-    grammar = {"grammar": "root ::= \"a\""}
-    assert reply_key({"structured": "grammar"}, **grammar) != reply_key({"structured": "none"}, **grammar)
+STRUCTURED_SENT = {  # (config, call) -> a grammar or schema reaches the endpoint
+    "grammar to llama.cpp": ({"structured": "grammar"}, {"grammar": 'root ::= "a"'}),
+    "schema as json_schema": ({"structured": "json_schema"}, {"schema": {"type": "object"}}),
+    "schema to llama.cpp": ({"structured": "grammar"}, {"schema": {"type": "object"}}),
+}
+
+
+@pytest.mark.parametrize("case", STRUCTURED_SENT)
+def test_llm_reply_key_follows_what_is_sent_to_constrain_the_reply(case):
+    """The same grammar or schema sent, or left out by `llm.structured=none`: two different calls."""
+    config, call = STRUCTURED_SENT[case]
+    assert reply_key(config, **call) != reply_key({"structured": "none"}, **call), case
+
+
+def test_llm_reply_key_ignores_a_mode_that_sends_nothing():
+    """No grammar or schema in the call: the mode changes nothing sent, so nothing in the key."""
+    assert reply_key({"structured": "grammar"}) == reply_key({"structured": "none"}) == \
+        reply_key({"structured": "json_schema"})
+    # json_schema mode drops a grammar (OpenAI takes none): the same as sending nothing.
+    grammar = {"grammar": 'root ::= "a"'}
+    assert reply_key({"structured": "json_schema"}, **grammar) == reply_key({"structured": "none"}, **grammar)
 
 
 def test_llm_model_file_names_the_key(tmp_path):

@@ -215,6 +215,19 @@ def test_replay_is_identical_and_offline(tmp_path):
     assert usage["replayed"] == 2 and usage["live"] == 0
 
 
+def test_replay_takes_the_recorded_structured_mode(tmp_path):
+    """A run recorded with grammars sent replays under a config whose own mode would send none."""
+    run = tmp_path / "run"
+    with ScriptedServer(["free", "grammared"]) as srv:
+        live, _ = make_client(srv, tmp_path, run_dir=run, cache=False, structured="grammar")
+        live.complete("reader", "q")                                    # the role's first call sends nothing
+        live.complete("reader", "q", grammar='root ::= "a"')
+    replay = LLMClient({"backend": "replay", "replay_from": str(run), "cache": False, "structured": "none"},
+                       run_dir=tmp_path / "run2")
+    assert replay.complete("reader", "q").text == "free"
+    assert replay.complete("reader", "q", grammar='root ::= "a"').text == "grammared"
+
+
 def test_structured_requests_follow_the_mode(tmp_path):
     schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
     with ScriptedServer(['{"a": "x"}'] * 3) as srv:

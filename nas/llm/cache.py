@@ -94,7 +94,8 @@ class ReplayBook:
             self.settings.setdefault(str(record.get("role")), {
                 "model": record.get("model"), "model_id": record.get("model_id") or record.get("model"),
                 "temperature": params.get("temperature"),
-                "max_tokens": params.get("max_tokens"), "context": record.get("context")})
+                "max_tokens": params.get("max_tokens"), "context": record.get("context"),
+                "structured_mode": record.get("structured_mode", "none")})
 
     def get(self, key: str) -> dict[str, Any] | None:
         return self.records.get(key)

@@ -127,14 +127,21 @@ class LLMClient:
             model, model_id = recorded["model"], recorded["model_id"]
             temperature = recorded["temperature"] if temperature is None else temperature
             max_tokens = recorded["max_tokens"] if max_tokens is None else max_tokens
+        # The key follows what constrains the reply: the grammar or schema and the mode that sends it
+        # (a grammar sent to llama.cpp and the same grammar left out are different calls).
+        mode = self.config.structured_mode()
+        if self.book is not None and role in self.book.settings:
+            mode = self.book.settings[role]["structured_mode"]
+        structured = mode if self._structured(grammar, schema, mode) else "none"
         params = {"temperature": settings.temperature if temperature is None else float(temperature),
                   "max_tokens": settings.max_tokens if max_tokens is None else int(max_tokens),
-                  "grammar": grammar, "schema": schema}
+                  "grammar": grammar, "schema": schema, "structured": structured}
         key = call_key(str(model_id), chat, params, template, attempt)
         context = self.book.settings[role].get("context") if self.book is not None and role in self.book.settings \
             else self.config.context_window()
         base = {"key": key, "role": role, "model": model, "model_id": model_id, "template": template,
-                "attempt": attempt, "messages": chat, "params": params, "context": context}
+                "attempt": attempt, "messages": chat, "params": params, "context": context,
+                "structured_mode": mode}
         if self.book is not None:
             hit = self.book.get(key)
             if hit is None:
@@ -261,8 +268,8 @@ class LLMClient:
             self._sdk = OpenAI(base_url=base_url, api_key=self._key, timeout=cfg.timeout_s, max_retries=0)
             return self._sdk
 
-    def _structured(self, grammar: str | None, schema: dict[str, Any] | None) -> dict[str, Any]:
-        mode = self.config.structured_mode()
+    def _structured(self, grammar: str | None, schema: dict[str, Any] | None, mode: str) -> dict[str, Any]:
+        """What is sent to constrain the reply in `mode` (llm.structured, resolved): {} for nothing."""
         if mode == "grammar" and grammar:
             return {"extra_body": {"grammar": grammar}}
         if mode == "grammar" and schema:
@@ -279,7 +286,7 @@ class LLMClient:
 
         sdk = self._endpoint()
         cfg = self.config
-        extra = self._structured(params["grammar"], params["schema"])
+        extra = self._structured(params["grammar"], params["schema"], cfg.structured_mode())
         retries = 0
         u = self.usage.roles.get(role)
         label = f"{role} call {1 + (u.calls + u.failures if u else 0)}"
