@@ -33,6 +33,7 @@ from prefect.runner import Runner
 from prefect.schedules import Cron
 from prefect.types.entrypoint import EntrypointType
 
+from nas.core.registry import check_keys
 from nas.errors import ConfigError
 
 # The checkout's prefect.yaml, beside the `flows` package (absent in an installed wheel).
@@ -97,9 +98,7 @@ def load(path: str | Path | None = None, overrides: list[str] | None = None) -> 
         raise ConfigError(f"{where}: not valid YAML ({_problem(err, lines=True)})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: must be a mapping with a 'deployments' list")
-    unknown = sorted(set(raw) - set(TOP_KEYS))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key '{unknown[0]}' (valid: {', '.join(TOP_KEYS)})")
+    check_keys(where, raw, TOP_KEYS)
     listed = raw.get("deployments")
     if not isinstance(listed, list):
         raise ConfigError(f"{where}: 'deployments' must be a list of deployments")
@@ -164,9 +163,7 @@ def _entry(name: str, body: Any) -> Entry:
     here = f"deployment '{name}'"
     if not isinstance(body, dict):
         raise ConfigError(f"{here}: must be a mapping")
-    bad = sorted(set(body) - set(ENTRY_KEYS))
-    if bad:
-        raise ConfigError(f"{here}: unknown key '{bad[0]}' (valid: {', '.join(ENTRY_KEYS)})")
+    check_keys(here, body, ENTRY_KEYS)
     entrypoint = body.get("entrypoint")
     if not isinstance(entrypoint, str) or not ENTRYPOINT.match(entrypoint):
         raise ConfigError(f"{here}: entrypoint must be 'path/to/file.py:flow_function', got {entrypoint!r}")
@@ -201,9 +198,7 @@ def _schedules(here: str, raw: Any) -> tuple[Schedule, ...]:
     for item in raw:
         if not isinstance(item, dict) or not isinstance(item.get("cron"), str):
             raise ConfigError(f"{here}: each schedule needs cron: '<expression>', got {item!r}")
-        bad = sorted(set(item) - set(SCHEDULE_KEYS))
-        if bad:
-            raise ConfigError(f"{here}: schedule: unknown key '{bad[0]}' (valid: {', '.join(SCHEDULE_KEYS)})")
+        check_keys(f"{here}: schedule", item, SCHEDULE_KEYS)
         timezone, active = item.get("timezone") or "UTC", item.get("active", True)
         if not isinstance(timezone, str) or not isinstance(active, bool):
             raise ConfigError(f"{here}: schedule: timezone must be a string and active true or false")

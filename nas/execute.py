@@ -9,8 +9,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nas.core.registry import Registry
-from nas.errors import ConfigError
+from nas.core.registry import Registry, check_keys
 from nas.pool import WorkerPool
 from nas.report import write_run_report
 from nas.status import status
@@ -44,10 +43,7 @@ class LocalRunner(SearchRunner):
         from nas.search.loop import LocalExecutor, SearchLoop  # lazy: loads numpy (start-up time)
 
         spec, evaluator = session.search.spec, session.search.evaluator
-        unknown = sorted(set(self.settings) - set(self.KEYS))
-        if unknown:
-            raise ConfigError(f"unknown key 'runner.{unknown[0]}' (valid keys of runner=local: "
-                              f"{', '.join(self.KEYS[1:])})")
+        check_keys("runner=local", self.settings, self.KEYS)
 
         def loop(executor: Any) -> SearchLoop:
             return SearchLoop.of(session, executor, progress=progress, runner="local",

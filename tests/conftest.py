@@ -276,6 +276,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_train_fast.py": (),
     "test_train_progress.py": (),
     "test_train_progress.py::test_training_in_a_flow_publishes_one_progress_artifact_per_candidate": ("prefect",),
+    "test_unknown_keys.py": (),
 }
 
 

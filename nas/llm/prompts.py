@@ -26,6 +26,7 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
+from nas.core.registry import check_keys
 from nas.errors import ConfigError
 
 _FIELD = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -53,10 +54,7 @@ class Prompt:
         missing = sorted(self.fields() - set(values))
         if missing:
             raise ConfigError(f"prompt {self.name}: no value for field '{missing[0]}'")
-        extra = sorted(set(values) - self.fields())
-        if extra:
-            raise ConfigError(f"prompt {self.name}: unknown field '{extra[0]}' "
-                              f"(fields: {', '.join(sorted(self.fields()))})")
+        check_keys(f"prompt {self.name}", values, sorted(self.fields()), what="field")
 
         def fill(text: str) -> str:
             return _FIELD.sub(lambda m: str(values[m.group(1)]), text)
