@@ -1,7 +1,8 @@
 """Running one search's `Session` (its run dir held and read, its parts built): the loop in this
-process (runner=local) or as a Prefect flow (prefect, processes, dask, ray).
-The flow runners are found through `RUNNERS`' entry points, by name, so the library
-never imports Prefect and `nas search runner=local` never loads it."""
+process (runner=local) or as a Prefect flow (prefect, processes, dask, ray). A runner is one
+choice of the `runner` config group (where a search runs; Prefect's task runners are another
+thing, flows/task_runners.py). The flow runners are found through `RUNNERS`' entry points, by
+name, so the library never imports Prefect and `nas search runner=local` never loads it."""
 
 from __future__ import annotations
 

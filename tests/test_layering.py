@@ -143,9 +143,9 @@ def test_every_package_is_read():
 
 def test_the_reader_sees_imports_inside_functions():
     """A reader that missed function-level imports would pass every rule below."""
-    assert "prefect_dask" in imports("flows.runners")  # imported inside build_task_runner()
+    assert "prefect_dask" in imports("flows.task_runners")  # imported inside build_task_runner()
     assert "nas.measure" in imports("nas.sandbox.verify")  # inside functions
-    assert "flows.serve" in imports("nas.cli.serve")  # a declared LazyImport
+    assert "flows.deployments" in imports("nas.cli.serve")  # a declared LazyImport
     assert "nas.config" in imports("nas.cli.search")  # at the top
 
 
@@ -537,7 +537,7 @@ def test_importing_flows_and_tasks_changes_no_setting():
     """Prefect's environment is set by an explicit call (`tasks.env.configure_prefect_env`) from the
     entry points that run flows, not as a side effect of an import."""
     code = ("import json, os, sys\nbefore = dict(os.environ)\nfactory = __import__('logging').getLogRecordFactory()\n"
-            "import flows, flows.search, flows.serve, tasks, tasks.evaluate, tasks.llm\n"
+            "import flows, flows.search, flows.deployments, tasks, tasks.evaluate, tasks.llm\n"
             "changed = sorted(k for k in {*before, *os.environ} if before.get(k) != os.environ.get(k))\n"
             "print(json.dumps({'changed': changed, 'factory': factory is __import__('logging').getLogRecordFactory()}))")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "NASFLOW_"))}

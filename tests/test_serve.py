@@ -94,7 +94,7 @@ def test_serve_fails_in_one_line(nas_env, tmp_path, args, env_extra, message):
                                            "on line 3)"),
 ])
 def test_a_malformed_prefect_yaml_fails_in_one_line(prefect_home, tmp_path, text, message):
-    from flows.serve import load
+    from flows.deployments import load
     from nas.errors import ConfigError
 
     path = tmp_path / "prefect.yaml"
@@ -108,7 +108,7 @@ def test_the_repo_prefect_yaml_is_what_nas_serve_serves(prefect_home):
     """One declaration: the repo's prefect.yaml, in Prefect's format, every deployment to the process pool."""
     import yaml
 
-    from flows.serve import PROJECT_FILE, build, load
+    from flows.deployments import PROJECT_FILE, build, load
 
     assert PROJECT_FILE == ROOT / "prefect.yaml"
     raw = yaml.safe_load(PROJECT_FILE.read_text())

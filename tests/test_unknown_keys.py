@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import pytest
 
-from flows.serve import load
+from flows.deployments import load
 from nas.core.constraint import Constraint
 from nas.core.registry import check_keys
 from nas.errors import ConfigError, EncodingError

@@ -1,6 +1,8 @@
-"""`nas serve`: the deployments of prefect.yaml (Prefect's own format, the one `prefect deploy
---all` reads) served on a Prefect Runner, until Ctrl-C or SIGTERM; `nas serve` parses and
-prints around it.
+"""The deployments of prefect.yaml (Prefect's own format, the one `prefect deploy --all` reads):
+read, checked, built, and served by `nas serve` in one Prefect `Runner` process (Prefect's name;
+here `host`, as "runner" is the `runner` config group) until Ctrl-C or SIGTERM; `nas serve`
+(nas/cli/serve.py) parses and prints around it. The Prefect server they report to is
+flows/prefect_server.py's.
 
 Of each deployment it reads `name`, `entrypoint` (`flows/<file>.py:<flow function>`, imported
 as the module `flows.<file>`), `parameters`, `schedules` (`cron`, `timezone`, `active`),
@@ -255,29 +257,29 @@ def describe(entries: list[Entry], limit: int | None) -> list[str]:
 
 
 def serve(deployments: list[Any], limit: int | None) -> None:
-    """Serve built deployments until stopped; returns once the runner has stopped."""
-    runner = Runner(name="nas-serve", limit=limit, pause_on_shutdown=True)
+    """Serve built deployments until stopped; returns once the host has stopped."""
+    host = Runner(name="nas-serve", limit=limit, pause_on_shutdown=True)
     for deployment in deployments:
-        runner.add_deployment(deployment)
+        host.add_deployment(deployment)
     try:
-        asyncio.run(_run(runner))
+        asyncio.run(_run(host))
     except KeyboardInterrupt:
         pass
 
 
-async def _run(runner: Any) -> None:
-    """prefect.serve's loop, but Ctrl-C and SIGTERM both take the runner's own stop path:
+async def _run(host: Any) -> None:
+    """prefect.serve's loop, but Ctrl-C and SIGTERM both take the host's own stop path:
     runs in flight are cancelled (not left Running), schedules paused; a second signal
     exits at once. (Prefect's SIGTERM handler calls the async stop without awaiting it.)"""
     loop = asyncio.get_running_loop()
     stopping: list[asyncio.Task | None] = []
 
     def stop(*_: object) -> None:
-        if stopping or not runner.started:
+        if stopping or not host.started:
             raise KeyboardInterrupt
         stopping.append(None)
-        loop.call_soon_threadsafe(lambda: stopping.append(loop.create_task(runner.astop())))
+        loop.call_soon_threadsafe(lambda: stopping.append(loop.create_task(host.astop())))
 
-    runner.handle_sigterm = stop  # Runner.start installs it for SIGTERM
+    host.handle_sigterm = stop  # Runner.start installs it for SIGTERM
     signal.signal(signal.SIGINT, stop)
-    await runner.start()
+    await host.start()
