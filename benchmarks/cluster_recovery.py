@@ -34,7 +34,7 @@ def run(engine: str, n: int, cost: float, kill: bool) -> dict[str, Any]:
     from prefect import flow
 
     from flows.placement import open_executor
-    from flows.runners import build_task_runner, shared_api
+    from flows.task_runners import build_task_runner, shared_api
     from nas.core.trial import Candidate
     from nas.search.spec import Component, SearchSpec
 

@@ -76,7 +76,7 @@ def cluster(name: str) -> Callable[[SearchSpec, int, Callable[[Any], Rows]], Row
         from prefect import flow
 
         from flows.placement import open_executor
-        from flows.runners import build_task_runner, shared_api
+        from flows.task_runners import build_task_runner, shared_api
 
         runner = {"name": name, "n_workers": workers, "threads_per_worker": 1, "num_cpus": workers,
                   "object_store_mb": 80, "max_retries": 2}

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from flows.serve import load
+from flows.deployments import load
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -12,7 +12,7 @@ from typing import Any
 from prefect.context import FlowRunContext
 from prefect.task_runners import TaskRunner
 
-from flows.runners import count_setting, positive_setting
+from flows.task_runners import count_setting, positive_setting
 from nas.evaluators.base import Evaluator
 from nas.search.spec import SearchSpec
 from tasks.evaluate import PrefectExecutor

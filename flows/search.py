@@ -18,7 +18,7 @@ from prefect.utilities.urls import url_for
 
 from flows.artifacts import SearchArtifacts
 from flows.placement import open_executor
-from flows.runners import build_task_runner, shared_api
+from flows.task_runners import build_task_runner, shared_api
 from nas.execute import RUNNERS, SearchRunner
 from nas.report import RunReport
 from nas.search.loop import SearchLoop, trusts_self_reported
@@ -103,7 +103,7 @@ def run_search_flow(spec: SearchSpec, run_dir: Path, *, progress: bool, retries:
 
 class FlowRunner(SearchRunner):
     """The search as the `nas-search` flow, its evaluations tasks of the configured task
-    runner (flows/runners.py); the flow runs the session it is handed."""
+    runner (flows/task_runners.py); the flow runs the session it is handed."""
 
     def run(self, session: Session, progress: bool) -> dict[str, Any]:
         return run_search_flow(session.search.spec, session.run.path, runner=self.settings,

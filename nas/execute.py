@@ -1,7 +1,8 @@
 """Running one search's `Session` (its run dir held and read, its parts built): the loop in this
-process (runner=local) or as a Prefect flow (prefect, processes, dask, ray).
-The flow runners are found through `RUNNERS`' entry points, by name, so the library
-never imports Prefect and `nas search runner=local` never loads it."""
+process (runner=local) or as a Prefect flow (prefect, processes, dask, ray). A runner is one
+choice of the `runner` config group (where a search runs; Prefect's task runners are another
+thing, flows/task_runners.py). The flow runners are found through `RUNNERS`' entry points, by
+name, so the library never imports Prefect and `nas search runner=local` never loads it."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nas.core.registry import Registry
-from nas.errors import ConfigError
+from nas.core.registry import Registry, check_keys
 from nas.pool import WorkerPool
 from nas.report import write_run_report
 from nas.status import status
@@ -44,10 +44,7 @@ class LocalRunner(SearchRunner):
         from nas.search.loop import LocalExecutor, SearchLoop  # lazy: loads numpy (start-up time)
 
         spec, evaluator = session.search.spec, session.search.evaluator
-        unknown = sorted(set(self.settings) - set(self.KEYS))
-        if unknown:
-            raise ConfigError(f"unknown key 'runner.{unknown[0]}' (valid keys of runner=local: "
-                              f"{', '.join(self.KEYS[1:])})")
+        check_keys("runner=local", self.settings, self.KEYS)
 
         def loop(executor: Any) -> SearchLoop:
             return SearchLoop.of(session, executor, progress=progress, runner="local",

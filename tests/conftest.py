@@ -26,7 +26,7 @@ for _key in [k for k in os.environ if k.startswith("PREFECT_") and "TIMEOUT" not
     del os.environ[_key]
 os.environ["NASFLOW_HOME"] = tempfile.mkdtemp(prefix="nasflow-tests-")
 atexit.register(shutil.rmtree, os.environ["NASFLOW_HOME"], ignore_errors=True)
-# Each test's flows use a temporary Prefect server, not the CLI's shared one (flows/server.py) that
+# Each test's flows use a temporary Prefect server, not the CLI's shared one (flows/prefect_server.py) that
 # outlives the command; tests of the shared server set it themselves
 os.environ["NASFLOW_PREFECT_SERVER"] = "temporary"
 configure_prefect_env()
@@ -81,8 +81,8 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_data_imagenet.py": (),
     "test_cli_latency_imports.py": ("cli",),
     "test_cli_latency_imports.py::test_a_table_search_imports_neither_torch_nor_matplotlib": ("cli", "prefect"),
-    "test_local_server.py": ("slow", "prefect"),
-    "test_local_server.py::test_with_4200_taken_the_address_is_said_in_one_line_and_named_by_the_search_and_nas_ui":
+    "test_shared_server.py": ("slow", "prefect"),
+    "test_shared_server.py::test_with_4200_taken_the_address_is_said_in_one_line_and_named_by_the_search_and_nas_ui":
         ("cli",),
     "test_cli_ui.py": ("cli",),
     "test_cluster_dask.py": (),
@@ -276,6 +276,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_train_fast.py": (),
     "test_train_progress.py": (),
     "test_train_progress.py::test_training_in_a_flow_publishes_one_progress_artifact_per_candidate": ("prefect",),
+    "test_unknown_keys.py": (),
 }
 
 

@@ -141,8 +141,8 @@ def test_in_flight_is_refused_for_batch_strategies_batch_sizes_and_batch_executo
         SearchSpec(space=Component("nb201"), strategy=Component("rea"), evaluator=Component("table"),
                    in_flight=4, batch_size=2)
     run = RunDir(tmp_path / "runner")
-    with pytest.raises(ConfigError, match=r"unknown key 'runner.worker' \(valid keys of runner=local: workers"), \
-            run.lock():
+    with pytest.raises(ConfigError, match=r"^runner=local: unknown key 'worker' \(valid: name, workers, per_gpu, "
+                                          r"max_attempts\)$"), run.lock():
         LocalRunner({"name": "local", "worker": 2}).run(Session(Search(spec_of(), None, None, None), run, None),  # type: ignore[arg-type]
                                                         False)
     with pytest.raises(ConfigError, match=r"^budget.in_flight=4: runner=local evaluates in batches only"):

@@ -6,7 +6,6 @@ before Prefect reads it: one warning line, the work done again, no code run."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import uuid
@@ -20,6 +19,7 @@ from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_setti
 
 from conftest import run_nas
 from nas.core.trial import EvalResult
+from support.supernet_training import fake_supernet_training
 from tasks.evaluate import RESULT_FIELDS  # (imports Prefect's task engine, which configures logging)
 from tasks.records import SERIALIZER, PlainJSONSerializer, check_fields, read_record, record_path
 
@@ -216,20 +216,9 @@ def test_poisoned_llm_call_record_is_refused_and_the_call_made_again(prefect_hom
 
 @pytest.mark.slow
 def test_poisoned_supernet_record_is_refused_and_the_supernet_trained_again(prefect_home, monkeypatch, caplog):
-    import supernets.train
     from flows.supernet import train_supernet_flow
-    from supernets.train import TrainedSupernet
 
-    trained = []
-
-    def fake_train(space, params, data, settings, seed, out_dir, progress=True):
-        trained.append(settings.epochs)
-        path = Path(out_dir) / "supernet.pt"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"weights")
-        return TrainedSupernet(path, hashlib.sha256(b"weights").hexdigest(), 50.0, 10.0, 1, 0.1, 0.1)
-
-    monkeypatch.setattr(supernets.train, "train_supernet", fake_train)
+    trained = fake_supernet_training(monkeypatch)
     overrides = ["space=nb201", "data=digits", "supernet.epochs=1", f"out={prefect_home / 'sn'}"]
     cache = record_path("x").parent
     before = set(cache.iterdir())

@@ -1,5 +1,5 @@
 """`nas ui` where no local server runs: what it says for a server PREFECT_API_URL names, for
-temporary servers (which have no UI) and with --no-start (tests/test_local_server.py starts one)."""
+temporary servers (which have no UI) and with --no-start (tests/test_shared_server.py starts one)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import pytest
 from prefect_dask import DaskTaskRunner
 
 from flows.placement import Placement, open_executor
-from flows.runners import build_task_runner, shared_api, slot_cluster
+from flows.task_runners import build_task_runner, shared_api, slot_cluster
 from nas.core.trial import read_history
 from nas.errors import ConfigError
 from nas.search.loop import AsyncExecutor, SearchLoop

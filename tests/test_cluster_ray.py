@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from flows.placement import Placement, open_executor
-from flows.runners import build_task_runner, shared_api
+from flows.task_runners import build_task_runner, shared_api
 from nas.errors import ConfigError
 from support.cluster import candidates, inside_flow, slow_spec, wait_for
 

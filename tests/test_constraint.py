@@ -20,7 +20,7 @@ NONE = NB201Cell(("none",) * 6)
 @pytest.mark.parametrize("node, message", [
     ({"flops": -1}, "constraint.flops must be a positive number or null, got -1"),
     ({"params": "many"}, "constraint.params must be a positive number or null, got 'many'"),
-    ({"latency": 3}, "constraint: unknown key(s) latency (valid: flops, params)"),
+    ({"latency": 3}, "constraint: unknown key 'latency' (valid: flops, params)"),
     ([1, 2], "constraint must be a mapping with flops/params, got [1, 2]"),
 ])
 def test_bad_constraints_are_one_line_errors(node, message):

@@ -125,7 +125,7 @@ def test_state_round_trip():
 @pytest.mark.parametrize("params, message", [
     ({"sampling": "tags"}, "strategy.sampling must be one of main, sub, idea"),
     ({"stages": {"fair": False, "pareto": False, "iterative": False}}, "every stage is switched off"),
-    ({"stages": {"crossover": True}}, "unknown stage(s) crossover"),
+    ({"stages": {"crossover": True}}, "strategy.stages: unknown stage 'crossover' (valid: "),
     ({"max_debug": -1}, "max_debug=-1"),
     ({"underused": 1.5}, "strategy.underused must be in (0, 1]"),
 ])

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from flows.runners import build_task_runner
+from flows.task_runners import build_task_runner
 from nas.cli.search import Terminated, interrupt_once, interrupted, terminate_once
 
 

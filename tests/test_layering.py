@@ -143,9 +143,9 @@ def test_every_package_is_read():
 
 def test_the_reader_sees_imports_inside_functions():
     """A reader that missed function-level imports would pass every rule below."""
-    assert "prefect_dask" in imports("flows.runners")  # imported inside build_task_runner()
+    assert "prefect_dask" in imports("flows.task_runners")  # imported inside build_task_runner()
     assert "nas.measure" in imports("nas.sandbox.verify")  # inside functions
-    assert "flows.serve" in imports("nas.cli.serve")  # a declared LazyImport
+    assert "flows.deployments" in imports("nas.cli.serve")  # a declared LazyImport
     assert "nas.config" in imports("nas.cli.search")  # at the top
 
 
@@ -398,6 +398,57 @@ def test_no_import_cycle_among_nas_packages():
         "\n".join(" -> ".join(path) for path in cycles)
 
 
+def package_levels(names: set[str]) -> list[list[str]]:
+    """`names`' packages (and loose modules) in levels, lowest first: each imports (module level or
+    inside functions) only from the levels below its own, as low as that lets it sit."""
+    graph = {p: set(edges) - {p} for p, edges in package_imports(names).items()}
+    levels: list[list[str]] = []
+    placed: set[str] = set()
+    while len(placed) < len(graph):
+        level = sorted(p for p in graph.keys() - placed if graph[p] <= placed)
+        assert level, f"no package order: a cycle among {sorted(graph.keys() - placed)}"
+        levels.append(level)
+        placed |= set(level)
+    return levels
+
+
+ORDER_DOC = ROOT / "docs" / "architecture.md"
+ORDER_BEGIN = "<!-- package-order: written by `python tests/test_layering.py --order`; do not edit -->"
+ORDER_END = "<!-- /package-order -->"
+
+
+def package_order_picture() -> str:
+    """The package order as docs/architecture.md draws it: the top level first, an arrow down for "imports
+    from the levels below"."""
+    rows = []
+    for rank, level in reversed(list(enumerate(package_levels({n for n in MODULES if within(n, "nas")})))):
+        rows += [f"{rank:>3}  {'   '.join(level)}", "      |"]
+    return "\n".join(["```text", *rows[:-1], "```"])
+
+
+def write_package_order() -> None:
+    text = ORDER_DOC.read_text()
+    head, _, rest = text.partition(ORDER_BEGIN)
+    _, _, tail = rest.partition(ORDER_END)
+    ORDER_DOC.write_text(f"{head}{ORDER_BEGIN}\n{package_order_picture()}\n{ORDER_END}{tail}")
+
+
+def test_the_package_order_picture_is_the_code_s():
+    """docs/architecture.md's picture of the package order inside nas/ is regenerated from the imports."""
+    text = ORDER_DOC.read_text()
+    assert ORDER_BEGIN in text and ORDER_END in text, f"{ORDER_DOC} lost its package-order markers"
+    drawn = text.partition(ORDER_BEGIN)[2].partition(ORDER_END)[0].strip()
+    assert drawn == package_order_picture(), (
+        "the package order changed: python tests/test_layering.py --order redraws docs/architecture.md's picture")
+
+
+def test_the_package_levels_put_each_import_below(tmp_path, monkeypatch):
+    files = {"probe.top.x": "from probe.mid.y import Y\nimport probe.low.z\n", "probe.mid.y": "def f():\n"
+             "    import probe.low.z\n", "probe.low.z": "", "probe.low.w": "", "probe.side": "import probe.low.w\n"}
+    write_probe(tmp_path, monkeypatch, files)
+    assert package_levels(set(files)) == [["probe.low"], ["probe.mid", "probe.side"], ["probe.top"]]
+
+
 def function_level_imports(name: str) -> list[tuple[int, str]]:
     """(line, source) of every import statement inside a function of `name` (methods and nested
     functions too), commented or not; those under `if TYPE_CHECKING:` never run and are not counted.
@@ -457,7 +508,10 @@ def test_function_level_imports_do_not_grow():
         print(f"{total} imports inside functions: FUNCTION_IMPORTS_MAX ({FUNCTION_IMPORTS_MAX}) can go down to {total}")
 
 
-if __name__ == "__main__":  # the count: python tests/test_layering.py
+if __name__ == "__main__" and sys.argv[1:] == ["--order"]:  # redraw docs/architecture.md's package order
+    write_package_order()
+    print(package_order_picture())
+elif __name__ == "__main__":  # the count: python tests/test_layering.py
     counts = function_import_counts()
     for name, count in counts.most_common():
         print(f"{count:4d} {name}")
@@ -483,7 +537,7 @@ def test_importing_flows_and_tasks_changes_no_setting():
     """Prefect's environment is set by an explicit call (`tasks.env.configure_prefect_env`) from the
     entry points that run flows, not as a side effect of an import."""
     code = ("import json, os, sys\nbefore = dict(os.environ)\nfactory = __import__('logging').getLogRecordFactory()\n"
-            "import flows, flows.search, flows.serve, tasks, tasks.evaluate, tasks.llm\n"
+            "import flows, flows.search, flows.deployments, tasks, tasks.evaluate, tasks.llm\n"
             "changed = sorted(k for k in {*before, *os.environ} if before.get(k) != os.environ.get(k))\n"
             "print(json.dumps({'changed': changed, 'factory': factory is __import__('logging').getLogRecordFactory()}))")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "NASFLOW_"))}

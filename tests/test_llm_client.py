@@ -13,7 +13,7 @@ import pytest
 from nas.errors import ConfigError
 from nas.llm import LLMClient, LLMConfig, LLMError, ParseError
 from nas.llm.parse import extract_code, extract_json, extract_list, extract_tagged
-from nas.llm.prompts import load_prompt, parse_prompt
+from nas.llm.prompts import load_prompt, packaged_prompts, parse_prompt
 from support.scripted import ScriptedServer, Step
 
 SECRET = "sk-test-SECRETSECRET123456"
@@ -303,6 +303,15 @@ def test_packaged_prompts_render():
         load_prompt("tagger").render(candidates="", idea="", ideas="")
     with pytest.raises(ConfigError, match="unknown prompt 'nope'"):
         load_prompt("nope")
+
+
+def test_prompts_sit_beside_the_code_that_sends_them():
+    """The knowledge agents' prompts in nas/knowledge/prompts/, each LLM method's in its folder."""
+    where = {name: path for name, (path, _) in packaged_prompts().items()}
+    knowledge = ("reader_filter", "reader_extract", "tagger", "tree_analyst")
+    assert {n: where[n] for n in knowledge} == {n: f"nas/knowledge/prompts/{n}.md" for n in knowledge}
+    methods = {n: p for n, p in where.items() if n not in knowledge}
+    assert methods and all(p == f"nas/agents/{n.split('_')[0]}/prompts/{n}.md" for n, p in methods.items()), methods
 
 
 @pytest.mark.parametrize("text,bad", [

@@ -70,6 +70,11 @@ def test_a_wheel_installed_apart_from_the_source_tree_runs_a_table_search(tmp_pa
                            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert where.returncode == 0, where.stderr[-2000:]
     assert all(Path(f).is_relative_to(purelib) for f in where.stdout.split()), where.stdout
+    prompts = subprocess.run([str(python), "-c", "from nas.llm.prompts import load_prompt, packaged_prompts; "
+                              "print(' '.join(sorted(n for n in packaged_prompts() if load_prompt(n))))"],
+                             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert prompts.returncode == 0, prompts.stderr[-2000:]
+    assert prompts.stdout.split() == sorted(p.stem for p in (ROOT / "nas").rglob("prompts/*.md"))  # all packaged
     run_dir = tmp_path / "run"
     done = subprocess.run([str(python), "-m", "nas.cli.main", "search", *TABLE, "strategy=random",
                            f"hydra.run.dir={run_dir}"], env=env, cwd=tmp_path, capture_output=True, text=True,

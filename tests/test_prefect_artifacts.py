@@ -110,7 +110,7 @@ def test_progress_follows_each_batch(served_search):
 
 @pytest.mark.slow
 def test_serve_warns_when_the_ui_calls_another_api(served_search):
-    from flows.server import ui_warning
+    from flows.prefect_server import ui_warning
 
     api, _ = served_search
     assert ui_warning(api) is None  # the server was started with PREFECT_UI_API_URL=api

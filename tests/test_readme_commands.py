@@ -88,7 +88,7 @@ SKIP: dict[str, str] = {
     "make test": "CI: .ci/run runs it",
     "nas export RUN_DIR [--out DIR]": SYNOPSIS + "nas export runs/<time>_nb201_random_s0",  # an ONNX export: ~40 s
     "nas serve": "serves until Ctrl-C; tests/test_serve.py runs it against a real Prefect server",
-    "nas ui": "starts the shared local server (the tests use temporary ones); tests/test_local_server.py runs it "
+    "nas ui": "starts the shared local server (the tests use temporary ones); tests/test_shared_server.py runs it "
               "with port 4200 taken",
     "nas regress": "the nightly suite, 5-10 min on 2 cores (the served nightly-regression flow runs it)",
     "nas regress --suite nightly --update-baseline": "minutes, and rewrites nas/regression/baselines/nightly.json",

@@ -17,7 +17,7 @@ from prefect.task_runners import ProcessPoolTaskRunner, ThreadPoolTaskRunner
 from prefect_dask import DaskTaskRunner
 
 from conftest import run_nas, seed_prefect_db
-from flows.runners import build_task_runner, local_cluster
+from flows.task_runners import build_task_runner, local_cluster
 from nas.errors import ConfigError, MissingDependencyError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -5,7 +5,6 @@ and the supernet flow's cache, which must not outlive its checkpoint."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import NAS, ROOT, run_nas, seed_prefect_db
+from support.supernet_training import fake_supernet_training
 
 PREFECT = str(Path(sys.executable).parent / "prefect")
 OVERRIDES = ["space=nb201", "strategy=random", "evaluator=table", "budget.trials=5"]
@@ -94,7 +94,7 @@ def test_serve_fails_in_one_line(nas_env, tmp_path, args, env_extra, message):
                                            "on line 3)"),
 ])
 def test_a_malformed_prefect_yaml_fails_in_one_line(prefect_home, tmp_path, text, message):
-    from flows.serve import load
+    from flows.deployments import load
     from nas.errors import ConfigError
 
     path = tmp_path / "prefect.yaml"
@@ -108,7 +108,7 @@ def test_the_repo_prefect_yaml_is_what_nas_serve_serves(prefect_home):
     """One declaration: the repo's prefect.yaml, in Prefect's format, every deployment to the process pool."""
     import yaml
 
-    from flows.serve import PROJECT_FILE, build, load
+    from flows.deployments import PROJECT_FILE, build, load
 
     assert PROJECT_FILE == ROOT / "prefect.yaml"
     raw = yaml.safe_load(PROJECT_FILE.read_text())
@@ -357,20 +357,9 @@ def test_prefect_deploy_all_to_a_process_pool_and_a_worker_runs_the_table_search
 
 @pytest.mark.slow
 def test_supernet_flow_is_cached_while_its_checkpoint_exists(prefect_home, monkeypatch):
-    import supernets.train
     from flows.supernet import train_supernet_flow
-    from supernets.train import TrainedSupernet
 
-    trained = []
-
-    def fake_train(space, params, data, settings, seed, out_dir, progress=True):
-        trained.append(settings.epochs)
-        path = Path(out_dir) / "supernet.pt"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"weights")
-        return TrainedSupernet(path, hashlib.sha256(b"weights").hexdigest(), 50.0, 10.0, 1, 0.1, 0.1)
-
-    monkeypatch.setattr(supernets.train, "train_supernet", fake_train)
+    trained = fake_supernet_training(monkeypatch)
     out = prefect_home / "sn"
     overrides = ["space=nb201", "data=digits", "supernet.epochs=1", f"out={out}"]
     first = train_supernet_flow(overrides)

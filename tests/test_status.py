@@ -63,7 +63,7 @@ def test_one_jobs_build_says_what_it_checks_only_with_progress(monkeypatch, tmp_
 def test_the_temporary_prefect_server_starts_with_a_status_line(monkeypatch, capsys):
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.server import start_temporary_server
+    from flows.prefect_server import start_temporary_server
 
     class Server:
         running, starts = False, 0

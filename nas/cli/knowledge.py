@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flows.server import prefect_api
+from flows.prefect_server import prefect_api
 from nas.cli.main import check_group_overrides, fail
 from nas.config import check_config
 from nas.errors import ConfigError, InputError, NasError, OutputPathError

@@ -50,7 +50,7 @@ def check_group_overrides(args: list[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Flows report to one local Prefect server that the first command starts and later ones reuse
-    # (flows/server.py), not to a temporary one started anew by every command (~10 s)
+    # (flows/prefect_server.py), not to a temporary one started anew by every command (~10 s)
     os.environ.setdefault("NASFLOW_PREFECT_SERVER", "local")
     install_log_scrubbing()  # every log line, search.log included, is written without secrets
     safe_streams()  # a latin-1 or ASCII terminal: letters it lacks print as escapes, never raise

@@ -26,14 +26,14 @@ import os
 import sys
 from contextlib import ExitStack
 
-from flows.server import check_server, prefect_api, ui_warning
+from flows.prefect_server import check_server, prefect_api, ui_warning
 from nas.cli.main import fail
 from nas.errors import NasError
 from nas.lazy import LazyImport
 from tasks.env import configure_prefect_env
 
 # Prefect: imported after configure_prefect_env has set its home
-serving = LazyImport("flows.serve")
+serving = LazyImport("flows.deployments")
 
 
 def _limit(text: str) -> int | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-import flows.server as server
+import flows.prefect_server as server
 from nas.cli.main import fail
 from nas.errors import NasError
 from tasks.env import configure_prefect_env

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from nas.core.registry import check_keys
 from nas.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -33,9 +34,7 @@ class Constraint:
             return cls()
         if not isinstance(node, dict):
             raise ConfigError(f"{where} must be a mapping with flops/params, got {node!r}")
-        unknown = set(node) - set(KEYS)
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} (valid: {', '.join(KEYS)})")
+        check_keys(where, node, KEYS)
         _check_values(where, node.get("flops"), node.get("params"))
         return cls(node.get("flops"), node.get("params"))
 

@@ -11,6 +11,7 @@ other strategy's torch, LLM or Prefect imports, and a layer never names a module
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable, Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
@@ -111,11 +112,18 @@ def check_count(where: str, value: Any) -> None:
         raise ConfigError(f"{where} must be an integer >= 1, got {value!r}")
 
 
-def check_keys(where: str, data: dict[str, Any], valid: list[str]) -> None:
-    """For settings mappings that are not constructor calls (recipe, engine, data)."""
-    unknown = sorted(set(data) - set(valid))
+def check_keys(where: str, data: Mapping[Any, Any], valid: Iterable[str], *, what: str = "key",
+               error: type[Exception] = ConfigError) -> None:
+    """The one unknown-key check, for mappings that are not constructor calls (recipe, engine,
+    data, runner=local, screen, a constraint, an encoding, prefect.yaml): one line naming `where`,
+    every unknown `what` and every valid one, in `valid`'s order. `error`: the exception to raise
+    (an encoding's is EncodingError)."""
+    names = list(valid)
+    unknown = sorted(str(k) for k in set(data) - set(names))
     if unknown:
-        raise ConfigError(f"{where}: unknown key '{unknown[0]}' (valid: {', '.join(valid)})")
+        keys = ", ".join(f"'{k}'" for k in unknown)
+        plural = "s" if len(unknown) > 1 else ""
+        raise error(f"{where}: unknown {what}{plural} {keys} (valid: {', '.join(names) or 'none'})")
 
 
 def _scalar_type(annotation: Any) -> type | None:

@@ -1,7 +1,7 @@
 """The sandboxed child of an untrusted export: `python -m nas.export.child WORKDIR`.
 
 Started only by `nas.export.untrusted.run_sandboxed` through `nas.sandbox.verify.run_child`;
-`nas.sandbox.worker.serve` loads the trusted code (training, exporters) first, then
+`nas.sandbox.worker.answer` loads the trusted code (training, exporters) first, then
 installs the caps and the audit policy (writes only under WORKDIR), then runs `export`:
 the untrusted import, instantiation, training or loading weights, and the files the
 parent collects (model.pt, the graph, io.pt, report.json), each checked there.
@@ -20,7 +20,7 @@ from torch import nn
 from nas.export.graph import export_graph, output_diff
 from nas.measure import count_flops, count_params
 from nas.sandbox.verify import Verdict
-from nas.sandbox.worker import Job, first_in_channels, import_file, instantiate, serve
+from nas.sandbox.worker import Job, answer, first_in_channels, import_file, instantiate
 
 # loaded before the policy, as they read many files; export_graph says why when one is missing
 PRELOAD = ("torch.onnx.utils", "onnx.reference", "onnxruntime")
@@ -84,4 +84,4 @@ def _forward_no_grad(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 if __name__ == "__main__":
-    serve(json.loads(sys.stdin.buffer.read()), Path(sys.argv[1]), sys.argv[1], export, PRELOAD)
+    answer(json.loads(sys.stdin.buffer.read()), Path(sys.argv[1]), sys.argv[1], export, PRELOAD)

@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
 
+from nas.core.registry import check_keys
 from nas.errors import ConfigError
 from nas.io import atomic_write_json
 from nas.knowledge.idea import GRANULARITIES, TARGETS, Tag
@@ -103,9 +104,7 @@ class AttributeTree:
             for k in required:
                 if k not in value:
                     fail(place, f"missing {k!r}")
-            for k in value:
-                if k not in required + optional:
-                    fail(place, f"unknown key {k!r} (valid: {_choices(list(required + optional))})")
+            check_keys(f"{where}: {place}" if place else where, value, required + optional)
             return value
 
         def text(value: Any, place: str, name: bool = False) -> str:

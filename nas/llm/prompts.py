@@ -1,6 +1,7 @@
-"""Prompt templates are files (`nas/prompts/*.md`, and each LLM method's own in
-`nas/agents/<method>/prompts/`), versioned, and part of the LLM cache key (by name, version
-and content, not by path), so editing a prompt never replays a stale reply.
+"""Prompt templates are files beside the code that sends them (the knowledge agents' in
+`nas/knowledge/prompts/`, each LLM method's in `nas/agents/<method>/prompts/`), versioned, and
+part of the LLM cache key (by name, version and content, not by path: moving a file keeps its
+key), so editing a prompt never replays a stale reply.
 
 File format: a header block, then `[system]` and `[user]` sections; fields are
 `{{name}}` (JSON examples keep their single braces)::
@@ -26,6 +27,7 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
+from nas.core.registry import check_keys
 from nas.errors import ConfigError
 
 _FIELD = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -53,10 +55,7 @@ class Prompt:
         missing = sorted(self.fields() - set(values))
         if missing:
             raise ConfigError(f"prompt {self.name}: no value for field '{missing[0]}'")
-        extra = sorted(set(values) - self.fields())
-        if extra:
-            raise ConfigError(f"prompt {self.name}: unknown field '{extra[0]}' "
-                              f"(fields: {', '.join(sorted(self.fields()))})")
+        check_keys(f"prompt {self.name}", values, sorted(self.fields()), what="field")
 
         def fill(text: str) -> str:
             return _FIELD.sub(lambda m: str(values[m.group(1)]), text)
@@ -106,9 +105,9 @@ def load_prompt(name: str) -> Prompt:
 
 @cache
 def packaged_prompts() -> dict[str, tuple[str, Traversable]]:
-    """name -> (where, file) for the shared prompts and every LLM method's."""
+    """name -> (where, file) for the knowledge agents' prompts and every LLM method's."""
     root = resources.files("nas")
-    folders = [("nas/prompts", root / "prompts")]
+    folders = [("nas/knowledge/prompts", root / "knowledge" / "prompts")]
     folders += [(f"nas/agents/{d.name}/prompts", d / "prompts") for d in sorted(
         (root / "agents").iterdir(), key=lambda d: d.name) if (d / "prompts").is_dir()]
     return {f.name[:-3]: (f"{where}/{f.name}", f) for where, folder in folders for f in folder.iterdir()

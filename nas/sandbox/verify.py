@@ -605,7 +605,7 @@ def run_child(module: str, request: dict, limits: Limits, *, args: tuple[str, ..
     (`isolation.py`; raises `IsolationUnavailable`, never a silent fallback), with the
     environment of `child_env` only, a wall clock of `limits.wall_s`, and the whole process
     group SIGKILLed before this returns. `request` reaches the child as JSON on stdin with
-    `result_fd` (and with `artifact`, `artifact_fd`) added: the pipes `worker.serve` reports
+    `result_fd` (and with `artifact`, `artifact_fd`) added: the pipes `worker.answer` reports
     on. `workdir` is a directory shared with the child and its only writable place (None: a
     private tmpfs, or without isolation a temporary directory removed here); every dataset
     is hidden (`hidden_paths`: also from the audit policy, the only cover without isolation)

@@ -12,7 +12,7 @@ measures and trains the graph, and treats this child's own numbers as
 self-reported. Ends with `os._exit` so atexit handlers and threads the model
 left behind never run.
 
-The public names (`serve`, `Job`, `Stop`, `Reporter`, `import_file`, `instantiate`,
+The public names (`answer`, `Job`, `Stop`, `Reporter`, `import_file`, `instantiate`,
 `first_in_channels`, `make_trainer`, `exit_now`) are the child API other sandboxed
 jobs build on (`nas.export.child`): the same caps, policy and reports as this job.
 """
@@ -93,12 +93,12 @@ def main() -> NoReturn:
     for name in request["files"].values():
         Path(workdir, name).write_text(request["sources"][name], encoding="utf-8")
     os.chdir(workdir)
-    serve(request, Path(workdir), tempfile.gettempdir(), _verify)  # the policy: the private tmpfs (or temp dir)
+    answer(request, Path(workdir), tempfile.gettempdir(), _verify)  # the policy: the private tmpfs (or temp dir)
 
 
 @dataclass
 class Job:
-    """One request being served in a sandboxed child (`serve`): the untrusted files
+    """One request being answered in a sandboxed child (`answer`): the untrusted files
     (path -> the name the user knows), the limits, the pipe to the parent, and the
     trainer loaded before the caps when the request trains."""
 
@@ -123,9 +123,9 @@ class Job:
             raise Stop(_failure(name, exc, self.files, self.limits)) from None
 
 
-def serve(request: dict, workdir: Path, policy_root: str, work: Callable[[Job], Verdict],
+def answer(request: dict, workdir: Path, policy_root: str, work: Callable[[Job], Verdict],
           preload: tuple[str, ...] = ()) -> NoReturn:
-    """Serve one request from `verify.run_child` and exit: trusted work first (the training
+    """Answer one request from `verify.run_child` and exit: trusted work first (the training
     code and data, the `preload` modules, which read many files), then the rlimits and the
     audit policy (writes only under `policy_root`), then `work`, the untrusted part. Sends
     `work`'s verdict (or the `Stop`'s, or out of memory) as the last report line."""
@@ -285,7 +285,7 @@ def first_in_channels(net: nn.Module) -> int | None:
 
 
 def import_file(path: Path, name: str) -> Any:
-    """Import an untrusted file as module `name` (only after `serve` installed the caps and policy)."""
+    """Import an untrusted file as module `name` (only after `answer` installed the caps and policy)."""
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from nas.core.arch import Architecture
+from nas.core.registry import check_keys
 from nas.core.scorer import SCORERS, Scorer  # here for their users (the base lives below nas.proxies)
 from nas.core.space import CategoricalSpace, SearchSpace
 from nas.core.trial import Candidate, EvalResult, SearchExhausted, Trial, TrialRecord, evaluated
@@ -65,9 +66,7 @@ class ScreenSettings:
             return cls()
         if not isinstance(node, dict):
             raise ConfigError(f"screen must be a mapping (factor, scorer, min_history, params), got {node!r}")
-        unknown = sorted(set(node) - {"factor", "scorer", "min_history", "params"})
-        if unknown:
-            raise ConfigError(f"screen: unknown key '{unknown[0]}' (valid: factor, min_history, params, scorer)")
+        check_keys("screen", node, ["factor", "min_history", "params", "scorer"])
         settings = cls(**{k: ({} if k == "params" and v is None else v) for k, v in node.items()})
         if settings.scorer not in SCORERS.names():  # stops here, before anything is built, screening on or off
             raise ConfigError(f"screen.scorer must be one of {', '.join(SCORERS.names())}, got {settings.scorer!r}")

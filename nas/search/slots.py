@@ -3,8 +3,8 @@
 One slot is one evaluation running at a time. With GPUs, each slot's worker process
 sees exactly one device through `CUDA_VISIBLE_DEVICES` (several slots may share a GPU
 when small models are packed: `per_gpu`); without GPUs, slots are CPU processes that
-see none. Torch-free on purpose: the search loop and the runners assign slots before
-any worker imports torch."""
+see none. Torch-free on purpose: runner=local's worker pool (nas/pool.py) and the Dask task
+runner (flows/task_runners.py) assign slots before any worker imports torch."""
 
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ from nas.agents.fairnad.agents import (
     off_multiple,
 )
 from nas.core.arch import SeenIndex
+from nas.core.registry import check_keys
 from nas.core.space import SearchSpace
 from nas.core.trial import Candidate, Draft, SearchExhausted, Trial, TrialRecord
 from nas.design.base import DesignStrategy, Try, verify_and_retry
@@ -115,9 +116,7 @@ class FairNADStrategy(DesignStrategy):
                  check_cache: bool = True) -> None:
         super().__init__(space, seed, llm, knowledge, budget, input_size)
         stages = {s: True for s in STAGES} | dict(stages or {})
-        unknown = sorted(set(stages) - set(STAGES))
-        if unknown:
-            raise ConfigError(f"strategy.stages: unknown stage(s) {', '.join(unknown)} (valid: {', '.join(STAGES)})")
+        check_keys("strategy.stages", stages, STAGES, what="stage")
         if sampling not in SAMPLING:
             raise ConfigError(f"strategy.sampling must be one of {', '.join(SAMPLING)}, got {sampling!r}")
         counts = {"init": init, "fair_parents": fair_parents, "pareto_parents": pareto_parents,

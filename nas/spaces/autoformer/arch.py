@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from nas.core.arch import Architecture
+from nas.core.registry import check_keys
 from nas.errors import EncodingError
 
 FIELDS: tuple[str, ...] = ("depth", "embed_dim", "heads", "mlp_ratio")
@@ -76,7 +77,5 @@ class AutoFormerArch(Architecture):
         missing = [f for f in FIELDS if f not in data]
         if missing:
             raise EncodingError(f"autoformer: encoding lacks '{missing[0]}'")
-        unknown = sorted(set(data) - set(FIELDS))
-        if unknown:
-            raise EncodingError(f"autoformer: unknown field '{unknown[0]}' (valid: {', '.join(FIELDS)})")
+        check_keys("autoformer", data, FIELDS, what="field", error=EncodingError)
         return cls(**{f: data[f] for f in FIELDS})

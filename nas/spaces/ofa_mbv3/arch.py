@@ -14,6 +14,7 @@ from numbers import Integral
 from typing import Any, ClassVar
 
 from nas.core.arch import Architecture
+from nas.core.registry import check_keys
 from nas.errors import EncodingError
 
 NUM_STAGES = 5
@@ -83,9 +84,7 @@ class OFAMbv3Arch(Architecture):
         for key in KEYS:
             if key not in data:
                 raise EncodingError(f"ofa_mbv3: encoding is missing key '{key}' (needs r, d, ks, e)")
-        unknown = sorted(map(str, set(data) - set(KEYS)))
-        if unknown:
-            raise EncodingError(f"ofa_mbv3: unknown key '{unknown[0]}' (valid: r, d, ks, e)")
+        check_keys("ofa_mbv3", data, KEYS, error=EncodingError)
         r = data["r"]
         if isinstance(r, (list, tuple)):
             if len(r) != 1:

@@ -1,4 +1,4 @@
-"""The local Prefect server `nas` commands share (flows/server.py, flows/local_server.py): the
+"""The local Prefect server `nas` commands share (flows/prefect_server.py, flows/shared_server.py): the
 first command starts it under NASFLOW_HOME, a later one reuses it and finds the earlier one's
 runs there, its UI calls that API, and it stops itself once idle; with port 4200 taken, its
 address is said where the user looks."""
@@ -24,7 +24,7 @@ from tasks.env import configure_prefect_env
 configure_prefect_env()  # as the CLI does: Prefect's home under NASFLOW_HOME
 from prefect import flow
 from prefect.client.orchestration import get_client
-from flows.server import prefect_api
+from flows.prefect_server import prefect_api
 
 @flow(name="local-server-probe", persist_result=False)
 def probe() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
-from flows.server import prefect_api
+from flows.prefect_server import prefect_api
 from nas.errors import ConfigError, MissingDependencyError
 from nas.search.slots import assign_slots, visible_gpus
 

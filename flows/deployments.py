@@ -1,6 +1,8 @@
-"""`nas serve`: the deployments of prefect.yaml (Prefect's own format, the one `prefect deploy
---all` reads) served on a Prefect Runner, until Ctrl-C or SIGTERM; `nas serve` parses and
-prints around it.
+"""The deployments of prefect.yaml (Prefect's own format, the one `prefect deploy --all` reads):
+read, checked, built, and served by `nas serve` in one Prefect `Runner` process (Prefect's name;
+here `host`, as "runner" is the `runner` config group) until Ctrl-C or SIGTERM; `nas serve`
+(nas/cli/serve.py) parses and prints around it. The Prefect server they report to is
+flows/prefect_server.py's.
 
 Of each deployment it reads `name`, `entrypoint` (`flows/<file>.py:<flow function>`, imported
 as the module `flows.<file>`), `parameters`, `schedules` (`cron`, `timezone`, `active`),
@@ -33,6 +35,7 @@ from prefect.runner import Runner
 from prefect.schedules import Cron
 from prefect.types.entrypoint import EntrypointType
 
+from nas.core.registry import check_keys
 from nas.errors import ConfigError
 
 # The checkout's prefect.yaml, beside the `flows` package (absent in an installed wheel).
@@ -97,9 +100,7 @@ def load(path: str | Path | None = None, overrides: list[str] | None = None) -> 
         raise ConfigError(f"{where}: not valid YAML ({_problem(err, lines=True)})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: must be a mapping with a 'deployments' list")
-    unknown = sorted(set(raw) - set(TOP_KEYS))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key '{unknown[0]}' (valid: {', '.join(TOP_KEYS)})")
+    check_keys(where, raw, TOP_KEYS)
     listed = raw.get("deployments")
     if not isinstance(listed, list):
         raise ConfigError(f"{where}: 'deployments' must be a list of deployments")
@@ -164,9 +165,7 @@ def _entry(name: str, body: Any) -> Entry:
     here = f"deployment '{name}'"
     if not isinstance(body, dict):
         raise ConfigError(f"{here}: must be a mapping")
-    bad = sorted(set(body) - set(ENTRY_KEYS))
-    if bad:
-        raise ConfigError(f"{here}: unknown key '{bad[0]}' (valid: {', '.join(ENTRY_KEYS)})")
+    check_keys(here, body, ENTRY_KEYS)
     entrypoint = body.get("entrypoint")
     if not isinstance(entrypoint, str) or not ENTRYPOINT.match(entrypoint):
         raise ConfigError(f"{here}: entrypoint must be 'path/to/file.py:flow_function', got {entrypoint!r}")
@@ -201,9 +200,7 @@ def _schedules(here: str, raw: Any) -> tuple[Schedule, ...]:
     for item in raw:
         if not isinstance(item, dict) or not isinstance(item.get("cron"), str):
             raise ConfigError(f"{here}: each schedule needs cron: '<expression>', got {item!r}")
-        bad = sorted(set(item) - set(SCHEDULE_KEYS))
-        if bad:
-            raise ConfigError(f"{here}: schedule: unknown key '{bad[0]}' (valid: {', '.join(SCHEDULE_KEYS)})")
+        check_keys(f"{here}: schedule", item, SCHEDULE_KEYS)
         timezone, active = item.get("timezone") or "UTC", item.get("active", True)
         if not isinstance(timezone, str) or not isinstance(active, bool):
             raise ConfigError(f"{here}: schedule: timezone must be a string and active true or false")
@@ -260,29 +257,29 @@ def describe(entries: list[Entry], limit: int | None) -> list[str]:
 
 
 def serve(deployments: list[Any], limit: int | None) -> None:
-    """Serve built deployments until stopped; returns once the runner has stopped."""
-    runner = Runner(name="nas-serve", limit=limit, pause_on_shutdown=True)
+    """Serve built deployments until stopped; returns once the host has stopped."""
+    host = Runner(name="nas-serve", limit=limit, pause_on_shutdown=True)
     for deployment in deployments:
-        runner.add_deployment(deployment)
+        host.add_deployment(deployment)
     try:
-        asyncio.run(_run(runner))
+        asyncio.run(_run(host))
     except KeyboardInterrupt:
         pass
 
 
-async def _run(runner: Any) -> None:
-    """prefect.serve's loop, but Ctrl-C and SIGTERM both take the runner's own stop path:
+async def _run(host: Any) -> None:
+    """prefect.serve's loop, but Ctrl-C and SIGTERM both take the host's own stop path:
     runs in flight are cancelled (not left Running), schedules paused; a second signal
     exits at once. (Prefect's SIGTERM handler calls the async stop without awaiting it.)"""
     loop = asyncio.get_running_loop()
     stopping: list[asyncio.Task | None] = []
 
     def stop(*_: object) -> None:
-        if stopping or not runner.started:
+        if stopping or not host.started:
             raise KeyboardInterrupt
         stopping.append(None)
-        loop.call_soon_threadsafe(lambda: stopping.append(loop.create_task(runner.astop())))
+        loop.call_soon_threadsafe(lambda: stopping.append(loop.create_task(host.astop())))
 
-    runner.handle_sigterm = stop  # Runner.start installs it for SIGTERM
+    host.handle_sigterm = stop  # Runner.start installs it for SIGTERM
     signal.signal(signal.SIGINT, stop)
-    await runner.start()
+    await host.start()

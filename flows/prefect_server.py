@@ -1,5 +1,5 @@
 """The Prefect server a command talks to: `nas serve`'s (is it there, does its UI call the same API),
-Prefect's temporary one, or the local one that `nas` commands share (`prefect_api`, flows/local_server.py)."""
+Prefect's temporary one, or the local one that `nas` commands share (`prefect_api`, flows/shared_server.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from flows.local_server import LOG, STATE, USERS, healthy
+from flows.shared_server import LOG, STATE, USERS, healthy
 from nas.errors import ConfigError, NasError
 from nas.home import home
 from nas.lazy import LazyImport
@@ -164,7 +164,7 @@ def _start_local_server(where: Path, show: bool, log: Path) -> str:
                   file=sys.stderr, flush=True)
         with log.open("ab") as out:
             daemon = subprocess.Popen(
-                [sys.executable, "-m", "flows.local_server", "--dir", str(where), "--port", str(port),
+                [sys.executable, "-m", "flows.shared_server", "--dir", str(where), "--port", str(port),
                  "--idle-minutes", str(minutes)],
                 cwd=Path(__file__).resolve().parents[1], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                 start_new_session=True)  # its own session: a Ctrl-C aimed at `nas` leaves it serving

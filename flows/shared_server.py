@@ -1,5 +1,5 @@
-"""`python -m flows.local_server`: the local Prefect server that `nas` commands share when no
-PREFECT_API_URL is set (flows/server.py starts it; NASFLOW_PREFECT_SERVER=temporary opts out).
+"""`python -m flows.shared_server`: the local Prefect server that `nas` commands share when no
+PREFECT_API_URL is set (flows/prefect_server.py starts it; NASFLOW_PREFECT_SERVER=temporary opts out).
 
 It serves the API and the UI on 127.0.0.1 from Prefect's database under NASFLOW_HOME, so the
 UI shows every CLI run, and stops itself once no command has used it for `--idle-minutes`.
