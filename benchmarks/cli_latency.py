@@ -199,8 +199,9 @@ def end_to_end(before_tree: Path | None, repeats: int, out: Path) -> None:
     results["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
     results["when"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     results["note"] = ("a shared machine: compare ratios within this run; load_avg_1m is sampled before and after "
-                       "each row. before = the tree at --before-tree with Prefect's temporary server per command; "
-                       "after = this tree with the shared local server (its first command starts it)")
+                       "each row. before = the tree at --before-tree, after = this tree, each with its own "
+                       "NASFLOW_HOME and NASFLOW_PREFECT_SERVER=local (its first command starts the shared local "
+                       "server, the warm rows reuse it)")
     report = read_json(out) if out.exists() else {}
     report["end_to_end"] = results
     atomic_write_json(out, report)
