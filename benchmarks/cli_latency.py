@@ -15,7 +15,8 @@ print help or reject a config should not pay for torch or Prefect.
   python benchmarks/cli_latency.py --end-to-end [--before-tree /tmp/cli_before] [--repeats 3]
 
 End-to-end rows, each for the code before (--before-tree, e.g. `git archive HEAD | tar -x -C
-/tmp/cli_before`) and after (this checkout), in one run so the machine's load is shared: a
+/tmp/cli_before`) and after (this checkout), in one run, the trees' repeats interleaved, so the
+machine's load is shared: a
 100-trial table search (a new NASFLOW_HOME's first command, then warm ones with a new seed each,
 so no evaluation is cached), a refused command (a bad config key), a resume (50 trials, then the
 same run dir to 100: the second command is timed); and, as the reference, an Optuna TPE process
@@ -152,32 +153,43 @@ def end_to_end(before_tree: Path | None, repeats: int, out: Path) -> None:
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="nas-e2e-") as tmp:
         work = Path(tmp)
+        envs: dict[str, dict[str, str]] = {}
         for label, tree in trees.items():
-            home = work / label / "home"
             env = {**{k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "NASFLOW_"))},
-                   "NASFLOW_HOME": str(home), "OMP_NUM_THREADS": "1", "NASFLOW_PREFECT_SERVER": "local"}
+                   "NASFLOW_HOME": str(work / label / "home"), "OMP_NUM_THREADS": "1",
+                   "NASFLOW_PREFECT_SERVER": "local"}
             if tree != ROOT:
                 env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])
-            rows: dict[str, list] = {"search_100_first_command": [], "search_100": [], "refused": [], "resume": []}
-            try:
+            envs[label] = env
+        rows: dict[str, dict[str, list]] = {label: {"search_100_first_command": [], "search_100": [], "refused": [],
+                                                    "resume": []} for label in trees}
+        # Interleaved, each repeat in turn for every tree (the order alternating): a shared machine's load
+        # drifts over minutes, and the trees' rows then see the same drift.
+        try:
+            for label in trees:
                 run = work / label / "cold"
-                rows["search_100_first_command"].append(
-                    timed_search([*SEARCH, "seed=100", f"hydra.run.dir={run}"], env, work, run))
-                for r in range(repeats):
+                rows[label]["search_100_first_command"].append(
+                    timed_search([*SEARCH, "seed=100", f"hydra.run.dir={run}"], envs[label], work, run))
+            for r in range(repeats):
+                for label in list(trees)[::1 if r % 2 == 0 else -1]:
                     run = work / label / f"warm{r}"
-                    rows["search_100"].append(timed_search([*SEARCH, f"seed={r + 1}", f"hydra.run.dir={run}"],
-                                                           env, work, run))
-                    rows["refused"].append(timed_search(["search", "budget.trialz=3"], env, work, None, expected=2))
-                for r in range(max(1, repeats - 1)):
+                    rows[label]["search_100"].append(
+                        timed_search([*SEARCH, f"seed={r + 1}", f"hydra.run.dir={run}"], envs[label], work, run))
+                    rows[label]["refused"].append(
+                        timed_search(["search", "budget.trialz=3"], envs[label], work, None, expected=2))
+            for r in range(max(1, repeats - 1)):
+                for label in list(trees)[::1 if r % 2 == 0 else -1]:
                     run = work / label / f"resume{r}"
                     half = [a if a != "budget.trials=100" else "budget.trials=50" for a in SEARCH]
-                    timed_search([*half, f"seed={50 + r}", f"hydra.run.dir={run}"], env, work, run)
-                    rows["resume"].append(timed_search([*SEARCH, f"seed={50 + r}", f"hydra.run.dir={run}"],
-                                                       env, work, run))
-            finally:
-                stop_local_server(home)
+                    timed_search([*half, f"seed={50 + r}", f"hydra.run.dir={run}"], envs[label], work, run)
+                    rows[label]["resume"].append(
+                        timed_search([*SEARCH, f"seed={50 + r}", f"hydra.run.dir={run}"], envs[label], work, run))
+        finally:
+            for label in trees:
+                stop_local_server(work / label / "home")
+        for label, tree in trees.items():
             results[label] = {"tree": "working tree" if tree == ROOT else str(tree),
-                              "rows": {k: summarize(v) for k, v in rows.items()}}
+                              "rows": {k: summarize(v) for k, v in rows[label].items()}}
             print(label, json.dumps({k: v["median_wall_s"] for k, v in results[label]["rows"].items()}))
         optuna_rows = []
         for r in range(repeats):
@@ -199,8 +211,9 @@ def end_to_end(before_tree: Path | None, repeats: int, out: Path) -> None:
     results["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
     results["when"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     results["note"] = ("a shared machine: compare ratios within this run; load_avg_1m is sampled before and after "
-                       "each row. before = the tree at --before-tree with Prefect's temporary server per command; "
-                       "after = this tree with the shared local server (its first command starts it)")
+                       "each row. before = the tree at --before-tree, after = this tree, each with its own "
+                       "NASFLOW_HOME and NASFLOW_PREFECT_SERVER=local (its first command starts the shared local "
+                       "server, the warm rows reuse it)")
     report = read_json(out) if out.exists() else {}
     report["end_to_end"] = results
     atomic_write_json(out, report)

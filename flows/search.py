@@ -11,12 +11,13 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from prefect import flow
+from prefect import Flow, flow
 from prefect.context import FlowRunContext, TaskRunContext
 from prefect.runtime import flow_run
 from prefect.utilities.urls import url_for
 
 from flows.artifacts import SearchArtifacts
+from flows.heartbeat import heartbeats, quick_heartbeats
 from flows.placement import open_executor
 from flows.task_runners import build_task_runner, shared_api
 from nas.execute import RUNNERS, SearchRunner
@@ -32,11 +33,46 @@ from tasks.llm import prefect_calls
 _HANDED: ContextVar[Session | None] = ContextVar("nas_search_session", default=None)
 
 
+class PlainParametersFlow(Flow[Any, Any]):
+    """A flow whose parameters, when they are JSON data (dicts, lists, tuples, strings, numbers,
+    booleans, None), are sent to the API as such, as Prefect's encoder gives them (tuples as lists);
+    Prefect's own serialisation imports FastAPI for that encoder, a tenth of a second of every
+    search's start. Anything else goes to Prefect's. `with_options` keeps the class."""
+
+    def serialize_parameters(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return {key: json_data(value) for key, value in parameters.items()}
+        except TypeError:
+            return super().serialize_parameters(parameters)
+
+    def with_options(self, **options: Any) -> PlainParametersFlow:
+        copy = super().with_options(**options)
+        copy.__class__ = PlainParametersFlow  # Prefect's copy is a plain Flow
+        return copy  # type: ignore[return-value]
+
+
+def json_data(value: Any) -> Any:
+    """`value` as JSON data, as FastAPI's `jsonable_encoder` gives it; TypeError for anything else."""
+    if value is None or type(value) in (str, int, float, bool):  # exactly: an Enum's member is its value there
+        return value
+    if type(value) in (list, tuple):
+        return [json_data(v) for v in value]
+    if type(value) is dict and all(type(k) is str for k in value):
+        return {k: json_data(v) for k, v in value.items()}
+    raise TypeError(f"not JSON data: {type(value).__name__}")
+
+
+def plain_parameters(flow_: Flow[Any, Any]) -> PlainParametersFlow:
+    flow_.__class__ = PlainParametersFlow
+    return flow_  # type: ignore[return-value]
+
+
+@plain_parameters
 @flow(name="nas-search", persist_result=False, validate_parameters=False)
 def search_flow(spec: dict[str, Any], run_dir: str, retries: int = 1,
                 progress: bool = True, runner: str = "prefect",
                 runner_settings: dict[str, Any] | None = None) -> dict[str, Any]:
-    with _session(SearchSpec.from_dict(spec), Path(run_dir)) as session:
+    with _session(SearchSpec.from_dict(spec), Path(run_dir)) as session, heartbeats():
         return _search(session, retries, progress, runner, runner_settings)
 
 
@@ -62,11 +98,15 @@ def _search(session: Session, retries: int, progress: bool, runner: str,
     artifacts.start()
     loop = SearchLoop.of(session, executor, progress=progress, runner=runner, llm_calls=prefect_calls,
                          on_batch=artifacts.on_batch, evaluator_fingerprint=evaluator.fingerprint())
+    report = RunReport.start(run_dir)  # its child imports matplotlib while the search runs
     try:
         summary = loop.run_search()
+    except BaseException:
+        report.discard()
+        raise
     finally:  # stopped by an interrupt or an error: what still runs is cancelled (resume re-queues it)
         executor.close()
-    report = RunReport(run_dir, summary)  # plotted in a child process, alongside the artifacts
+    report.send(summary)  # plotted in the child, alongside the artifacts
     try:
         artifacts.finish(run_dir, summary)
     finally:
@@ -92,8 +132,9 @@ def run_search_flow(spec: SearchSpec, run_dir: Path, *, progress: bool, retries:
         with shared_api(runner, show=progress):
             context = FlowRunContext.get()
             if context is None or TaskRunContext.get() is not None:  # a task's search stays its own flow run
-                return search_flow.with_options(task_runner=build_task_runner(runner),
-                                                flow_run_name=run_name(spec))(*args)
+                with quick_heartbeats():  # the run's end waits for no heartbeat thread's second
+                    return search_flow.with_options(task_runner=build_task_runner(runner),
+                                                    flow_run_name=run_name(spec))(*args)
             # in a flow run already: its body, with this search's task runner, so the tasks are that run's
             with build_task_runner(runner) as task_runner, context.model_copy(update={"task_runner": task_runner}):
                 return search_flow.fn(*args)

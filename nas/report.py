@@ -180,24 +180,55 @@ def _accuracy(r: TrialRecord) -> float:
 
 
 class RunReport:
-    """`write_run_report` in a child process, started as the search ends and waited for once the
-    caller's own closing work is done (the flow's artifacts): the search's process never imports
-    matplotlib (~1.5 s), and the plot is drawn alongside. A failure is one warning line: the run's
-    results are in history.jsonl and summary.json whatever happens to its report."""
+    """`write_run_report` in a child process, started as the search starts (`start`): it imports
+    matplotlib (~1 s) while the search runs, then waits for the summary (`send`, as the search ends)
+    and draws; `wait` once the caller's own closing work is done (the flow's artifacts). The
+    search's process never imports matplotlib, and the files are there when `wait` returns. A
+    failure is one warning line: the run's results are in history.jsonl and summary.json whatever
+    happens to its report. A child given no summary (`cancel`, `discard`: the search failed) writes nothing."""
 
-    def __init__(self, run_dir: Path, summary: dict[str, Any]) -> None:
+    CHILD = ("import json, sys; from nas.report import _pyplot, write_run_report; _pyplot(); "
+             "data = sys.stdin.read(); data and write_run_report(sys.argv[1], json.loads(data))")
+
+    def __init__(self, run_dir: Path, summary: dict[str, Any] | None = None) -> None:
         root = str(Path(__file__).resolve().parents[1])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
         self.run_dir = Path(run_dir)
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "import json, sys; from nas.report import write_run_report; "
-             "write_run_report(sys.argv[1], json.load(sys.stdin))", str(self.run_dir)],
+            [sys.executable, "-c", self.CHILD, str(self.run_dir)],
             stdin=subprocess.PIPE, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, text=True)
+        if summary is not None:
+            self.send(summary)
+
+    @classmethod
+    def start(cls, run_dir: Path) -> RunReport:
+        """The child, importing while the search runs; `send` it the summary."""
+        return cls(run_dir)
+
+    def send(self, summary: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
         try:
             self.proc.stdin.write(json.dumps(summary, default=str))
+        except BrokenPipeError:  # the child died already: `wait` says why
+            pass
         finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        """No (more) summary: a child that has none exits without writing."""
+        assert self.proc.stdin is not None
+        try:
             self.proc.stdin.close()
+        except BrokenPipeError:
+            pass
+
+    def discard(self) -> None:
+        """The search failed or was stopped: the child is stopped and reaped, and writes nothing."""
+        self.cancel()
+        self.proc.terminate()
+        self.proc.wait()
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()
 
     def wait(self) -> None:
         assert self.proc.stderr is not None

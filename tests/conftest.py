@@ -133,6 +133,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_fused_pack.py": (),
     "test_fuzz_boundary.py": (),
     "test_flow.py": ("prefect",),
+    "test_flow_overheads.py": (),
     "test_flow.py::test_llm_calls_are_cached_prefect_tasks": ("llm",),
     "test_flow.py::test_llm_cache_false_asks_the_model_on_every_run": ("llm",),
     "test_graph.py": (),

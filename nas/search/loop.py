@@ -239,10 +239,10 @@ class SearchLoop:
         """Append, tell, then save the state: a crash in between leaves lines the state does not
         count, which resume cuts (their candidates are asked or re-queued again)."""
         records = [t.record for t in trials]
-        self.run.append(records)
+        self.run.append(records, sync=False)  # fsynced with the state, before it counts them
         self.history.extend(records)
         self.strategy.tell([Trial(t.candidate, t.record.as_told(self.trust)) for t in trials])
-        self._save(**extra)
+        self._save(sync_history=bool(records), **extra)
         history = self.history
         best = best_record(history, self.trust)
         done = len(evaluated(history))

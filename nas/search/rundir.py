@@ -188,21 +188,24 @@ class RunDir:
         except (OSError, RunDirError, KeyError, TypeError, ValueError, AttributeError):
             return 0
 
-    def append(self, records: list[TrialRecord]) -> None:
-        append_jsonl(self.history_path, [r.to_json() for r in records])
+    def append(self, records: list[TrialRecord], sync: bool = True) -> None:
+        """`sync=False`: fsynced by the next `save_state(..., sync_history=True)`, with the state."""
+        append_jsonl(self.history_path, [r.to_json() for r in records], sync=sync)
 
     def save_state(self, fields: dict[str, Any], history_lines: int, strategy_state: dict[str, Any],
                    elapsed_seconds: float, in_flight: list[dict[str, Any]] | None = None,
-                   asked: int | None = None) -> None:
+                   asked: int | None = None, sync_history: bool = False) -> None:
         """`fields`: the search's identity fields (see `prepare`). `in_flight` and `asked`: an asynchronous
         search's candidates being evaluated and its next ask index, saved with the strategy state that
-        asked them (so resume re-queues them)."""
+        asked them (so resume re-queues them). `sync_history`: history.jsonl was appended without its
+        fsync; it is fsynced with the new state's, both before the state replaces the old one (so a
+        state on disk never counts a line that is not: one fsync's wait a trial instead of two)."""
         atomic_write_json(self.state_path, {
             "version": STATE_VERSION, "identity": stable_hash(fields), "history_lines": history_lines,
             "identity_fields": fields,
             "strategy": strategy_state, "elapsed_seconds": elapsed_seconds,
             **({"in_flight": in_flight, "asked": asked} if in_flight is not None else {}),
-        })
+        }, sync_also=self.history_path if sync_history else None)
 
     def save_summary(self, summary: dict[str, Any]) -> None:
         atomic_write_json(self.summary_path, summary)

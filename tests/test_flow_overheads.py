@@ -1,0 +1,161 @@
+"""What a search flow's own start and end cost, cut without losing what Prefect gives: the run's
+heartbeats (the same events as the engine's) that stop at once instead of the engine's thread
+ending its second of sleep; the report's child importing matplotlib while the search runs (its files
+there when the flow returns; none from a search that failed); parameters sent as Prefect would send
+them, without importing FastAPI's encoder."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from prefect.client.schemas.objects import FlowRun
+from prefect.flow_engine import FlowRunEngine
+from prefect.flows import Flow
+from prefect.settings import get_current_settings
+
+from flows import heartbeat
+from flows.heartbeat import heartbeats, quick_heartbeats
+from flows.search import search_flow
+from nas.execute import execute
+from nas.report import RunReport
+from nas.search.spec import Component, SearchSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(deployment: bool) -> FlowRun:
+    return FlowRun(id=uuid.uuid4(), name="random-nb201-s0", flow_id=uuid.uuid4(), tags=["nas", "table"],
+                   deployment_id=uuid.uuid4() if deployment else None)
+
+
+@pytest.mark.parametrize("deployment", [False, True])
+def test_heartbeats_are_the_engines_and_stop_at_once(monkeypatch, deployment):
+    run = _run(deployment)
+    sent: list[dict] = []
+    monkeypatch.setattr(heartbeat, "emit_event", lambda **event: sent.append(event))
+    monkeypatch.setattr(heartbeat.FlowRunContext, "get", lambda: SimpleNamespace(flow_run=run, flow=search_flow))
+    before = {t.ident for t in threading.enumerate()}
+    with quick_heartbeats():
+        assert get_current_settings().flows.heartbeat_frequency is None  # the engine sends none
+        with heartbeats():
+            assert get_current_settings().flows.heartbeat_frequency == 180  # a nested flow beats on its own
+            deadline = time.monotonic() + 10
+            while not sent and time.monotonic() < deadline:
+                time.sleep(0.01)
+            start = time.perf_counter()
+        ended = time.perf_counter() - start
+    assert ended < 0.2, f"the body's end waited {ended:.2f}s for the heartbeat thread"
+    assert {t.ident for t in threading.enumerate()} <= before  # the thread is gone
+    assert len(sent) == 1  # the first at once, the next after 180 s
+    engine = FlowRunEngine(flow=search_flow, flow_run=run)
+    resource, related = engine._build_heartbeat_event_template()  # what Prefect's own thread sends
+    assert sent[0]["event"] == "prefect.flow-run.heartbeat" and sent[0]["resource"] == resource
+    assert sorted(map(json.dumps, sent[0]["related"])) == sorted(json.dumps(dict(r)) for r in related)
+
+
+def test_no_heartbeats_of_ours_where_the_engine_sends_them(monkeypatch):
+    """Outside `quick_heartbeats` (a deployment's run, whose body runs the search) the engine's
+    heartbeats were never turned off: the body sends none of its own."""
+    sent: list[dict] = []
+    monkeypatch.setattr(heartbeat, "emit_event", lambda **event: sent.append(event))
+    monkeypatch.setattr(heartbeat.FlowRunContext, "get", lambda: SimpleNamespace(flow_run=_run(False), flow=search_flow))
+    with heartbeats():
+        time.sleep(0.05)
+    assert sent == [] and get_current_settings().flows.heartbeat_frequency == 180
+
+
+def _summary(run_dir: Path) -> dict:
+    """A finished 3-trial table search's summary, its history.jsonl in `run_dir` (its report removed)."""
+    spec = SearchSpec(space=Component("nb201"), strategy=Component("random"), evaluator=Component("table"),
+                      trials=3)
+    summary = execute(spec, run_dir, {"name": "local"}, progress=False)
+    for name in ("best_so_far.png", "report.md"):
+        (run_dir / name).unlink()
+    return summary
+
+
+def test_report_child_started_early_draws_when_sent_the_summary(tmp_path):
+    report = RunReport.start(tmp_path)  # as the search starts: it imports matplotlib meanwhile
+    summary = _summary(tmp_path)  # the search runs, writing history.jsonl
+    report.send(summary)
+    report.wait()
+    assert (tmp_path / "best_so_far.png").stat().st_size > 1000
+    assert f"| best accuracy | {summary['best']['accuracy']:.2f} |" in (tmp_path / "report.md").read_text()
+
+
+def test_a_failed_searchs_report_child_writes_nothing(tmp_path, capsys):
+    _summary(tmp_path)
+    report = RunReport.start(tmp_path)
+    report.discard()  # the loop raised (an interrupt, an error)
+    assert report.proc.returncode is not None  # stopped and reaped, not left to finish its imports
+    assert not (tmp_path / "best_so_far.png").exists() and not (tmp_path / "report.md").exists()
+    assert capsys.readouterr().err == ""  # no "report not written" warning for a search that failed
+
+
+def test_parameters_are_sent_as_prefect_sends_them():
+    spec = SearchSpec(space=Component("nb201"), strategy=Component("rea", {"population_size": 10}),
+                      evaluator=Component("table"), trials=100).to_dict()
+    params = {"spec": spec, "run_dir": "/tmp/run", "retries": 1, "progress": False, "runner": "prefect",
+              "runner_settings": {"name": "prefect", "workers": 4}}
+    flow_ = search_flow.with_options(flow_run_name="random-nb201-s0")
+    assert type(flow_) is type(search_flow)
+    assert flow_.serialize_parameters(params) == Flow.serialize_parameters(flow_, params)
+    odd = {"run_dir": Path("/tmp/run"), "spec": {1: "a"}}  # not JSON data: Prefect's encoder, as before
+    assert flow_.serialize_parameters(odd) == Flow.serialize_parameters(flow_, odd)
+    assert flow_.serialize_parameters(odd)["run_dir"] == "/tmp/run"
+
+
+def test_sending_a_searchs_parameters_imports_no_fastapi():
+    probe = ("import sys; from flows.search import search_flow; "
+             "search_flow.serialize_parameters({'spec': {'a': (1, 2.5, None, True)}, 'run_dir': 'x'}); "
+             "print('fastapi' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "False"
+
+
+def test_a_trials_history_line_is_on_disk_before_the_state_that_counts_it(tmp_path, monkeypatch):
+    """One fsync's wait a trial, not two (history.jsonl's and state.json's at once), and still in
+    the order a lost machine needs: every state.json that counts a new line replaces the old one
+    only after that line's fsync."""
+    events: list[tuple[str, str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", Path(os.readlink(f"/proc/self/fd/{fd}")).name, threading.current_thread().name))
+        real_fsync(fd)
+
+    def replace(src: str, dst: str) -> None:
+        events.append(("replace", Path(dst).name, threading.current_thread().name))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    spec = SearchSpec(space=Component("nb201"), strategy=Component("random"), evaluator=Component("table"),
+                      trials=4)
+    execute(spec, tmp_path / "run", {"name": "local"}, progress=False)
+    states = [i for i, e in enumerate(events) if e[:2] == ("replace", "state.json")]
+    assert len(states) == 1 + 4  # the first before any trial, then one a trial
+    for before, after in zip(states, states[1:]):
+        synced = [e for e in events[before + 1:after] if e[0] == "fsync"]
+        assert ("fsync", "history.jsonl", "fsync") in synced, events[before + 1:after]  # from the second thread
+        assert any(e[1].startswith(".state.json.") for e in synced)  # the new state's temp file
+    assert sum(e[1] == "history.jsonl" for e in events) == 4
+
+
+def test_syncing_together_says_the_other_files_error(tmp_path):
+    from nas.io import fsync_together
+
+    with open(tmp_path / "a", "wb") as fh:
+        with pytest.raises(FileNotFoundError):
+            fsync_together(fh.fileno(), tmp_path / "missing")
