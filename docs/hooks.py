@@ -375,6 +375,7 @@ BENCHMARK_GROUPS: dict[str, dict[str, str]] = {  # the nav's groups: result stem
         "train_throughput_gpu_h200": "Training throughput on an H200",
         "llm_layer": "The embedded LLM's speed and cache",
         "llm_prompt_cache": "The local LLM server's prompt cache",
+        "llm_threads": "The local LLM's threads on shared cores",
         "knowledge": "The knowledge store's cost",
         "supernet_eval": "What one subnet score costs at ImageNet size",
         "kernel_profile": "Where a training step's device time goes",

@@ -271,6 +271,12 @@ def test_config_errors_are_one_line(monkeypatch):
     for bad in (-1, 1.5, "big", True):
         with pytest.raises(ConfigError, match=r"llm.local.prompt_cache_mb must be an integer >= 0 .*got " + repr(bad)):
             LLMConfig.from_dict({"local": {"prompt_cache_mb": bad}})
+    for name in ("n_threads", "n_threads_decode"):
+        for bad in (0, -1, 1.5, "2", True):
+            with pytest.raises(ConfigError, match=rf"llm.local.{name} must be an integer >= 1 .*got " + repr(bad)):
+                LLMConfig.from_dict({"local": {name: bad}})
+        for good in (None, 1, 2):
+            assert LLMConfig.from_dict({"local": {name: good}}).local[name] == good
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     client = LLMClient({"backend": "openai", "cache": False})
     with pytest.raises(ConfigError, match=r"\$OPENAI_API_KEY"):

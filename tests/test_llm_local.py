@@ -50,7 +50,15 @@ def test_command_line(tmp_path, cache_mb, cache):
     assert cmd[1:3] == ["-m", "nas.llm.guard"] and cmd[4:6] == ["-m", "nas.llm.llama_server"]
     opts = dict(zip(cmd[6::2], cmd[7::2]))
     assert opts == {"--model": str(model_path()), "--host": "127.0.0.1", "--port": "4321",
-                    "--n_ctx": "1024", "--n_threads": "3", "--model_alias": "tiny", **cache}
+                    "--n_ctx": "1024", "--n_threads": "1", "--n_threads_batch": "3", "--model_alias": "tiny",
+                    **cache}
+
+
+@pytest.mark.parametrize("prompt, decode, expected", [(3, 1, (1, 3)), (3, None, (3, 3)), (3, 2, (2, 3)),
+                                                      (1, 2, (1, 1)), (2, 5, (2, 2))])
+def test_generation_threads_are_their_own_setting_and_never_more_than_the_prompts(prompt, decode, expected):
+    opts = dict(zip(*[iter(LocalServer(n_threads=prompt, n_threads_decode=decode).command(1)[6:])] * 2))
+    assert (int(opts["--n_threads"]), int(opts["--n_threads_batch"])) == expected
 
 
 def _state(tokens: int, vocab: int = 1000) -> object:
@@ -78,9 +86,44 @@ def test_prompt_cache_counts_the_logits_it_keeps(monkeypatch):
 
 @pytest.mark.parametrize("omp, expected", [("1", 1), ("3", 3), ("", None), ("0", None), ("x", None)])
 def test_threads_follow_omp_num_threads_unless_set(monkeypatch, omp, expected):
+    import nas.llm.local as local
+
+    monkeypatch.setattr(local, "_running_processes", lambda: 1)  # nothing else running
     monkeypatch.setenv("OMP_NUM_THREADS", omp)
     assert LocalServer().threads() == (expected or os.cpu_count() or 1)
     assert LocalServer(n_threads=2).threads() == 2
+    monkeypatch.setattr(local, "_running_processes", lambda: 64)  # a full machine: set values still hold
+    assert LocalServer(n_threads=2).threads() == 2
+    assert LocalServer().threads() == (expected or 1)
+
+
+@pytest.mark.parametrize("cpus, looks, expected", [
+    (2, [1] * 5, 2), (2, [2] * 5, 1), (2, [3] * 5, 1), (2, [5] * 5, 1),   # this process counts itself
+    (4, [2] * 5, 3), (4, [3] * 5, 2), (4, [4] * 5, 1), (1, [1] * 5, 1),
+    (2, [1, 1, 9, 1, 1], 2), (2, [1, 9, 9, 1, 1], 2), (2, [1, 9, 9, 9, 1], 1),  # the median of five looks
+])
+def test_idle_cores_are_the_cores_others_leave(cpus, looks, expected):
+    from nas.llm.local import idle_cores
+
+    seen = iter(looks)
+    assert idle_cores(cpus, lambda: next(seen)) == expected
+    assert next(seen, None) is None  # all five looked at
+
+
+def test_running_processes_reads_the_machine_or_says_idle(monkeypatch, tmp_path):
+    import nas.llm.local as local
+
+    assert local._running_processes() >= 1  # this test is running
+    real = Path.read_text
+    for text in ("0.50 0.40 0.30 7/300 4242\n", "garbage", None):
+        def fake(path, *a, text=text, **k):
+            if str(path) != "/proc/loadavg":
+                return real(path, *a, **k)
+            if text is None:
+                raise OSError("no /proc")
+            return text
+        monkeypatch.setattr(Path, "read_text", fake)
+        assert local._running_processes() == (7 if text and text[0] == "0" else 1), text
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ BACKENDS = ("local", "openai", "replay")
 STRUCTURED = ("auto", "grammar", "json_schema", "none")
 ROLES = ("reader", "tagger", "analyst", "proposer", "modifier", "reflector", "navigator", "generator",
          "mutator", "debugger")
-LOCAL_KEYS = ("n_ctx", "n_threads", "startup_timeout_s", "prompt_cache_mb")
+LOCAL_KEYS = ("n_ctx", "n_threads", "n_threads_decode", "startup_timeout_s", "prompt_cache_mb")
 
 
 @dataclass
@@ -44,7 +44,7 @@ class LLMConfig:
     context: int | None = None             # context window in tokens; None: local.n_ctx (local), unbounded
     chars_per_token: float = 2.0           # for fitting prompts into `context`; SmolLM2 on CoLLM's prompts: >= 2.2
     context_margin: int = 64               # tokens kept free besides prompt + max_tokens (chat template)
-    local: dict[str, Any] = field(default_factory=lambda: {"n_ctx": 4096, "n_threads": None,
+    local: dict[str, Any] = field(default_factory=lambda: {"n_ctx": 4096, "n_threads": None, "n_threads_decode": 1,
                                                            "startup_timeout_s": 120.0,
                                                            "prompt_cache_mb": PROMPT_CACHE_MB})
     roles: dict[str, RoleSettings] = field(default_factory=dict)
@@ -78,6 +78,10 @@ class LLMConfig:
         if self.timeout_s <= 0 or self.max_retries < 0 or self.backoff_s < 0:
             raise ConfigError("llm.timeout_s must be > 0 and llm.max_retries, llm.backoff_s >= 0")
         check_keys("llm.local", self.local, list(LOCAL_KEYS))
+        for name in ("n_threads", "n_threads_decode"):
+            threads = self.local.get(name)
+            if threads is not None and (type(threads) is not int or threads < 1):
+                raise ConfigError(f"llm.local.{name} must be an integer >= 1 (or null), got {threads!r}")
         cache_mb = self.local.get("prompt_cache_mb", 0)
         if type(cache_mb) is not int or cache_mb < 0:
             raise ConfigError(f"llm.local.prompt_cache_mb must be an integer >= 0 (MB; 0: off), got {cache_mb!r}")

@@ -28,6 +28,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,17 +99,43 @@ def _last_line(path: Path, offset: int) -> str:
     return line if len(line) <= 300 else line[:297] + "..."
 
 
+def idle_cores(cpus: int | None = None, running: Callable[[], int] | None = None) -> int:
+    """Cores not taken by other running processes: `cpus` less the median of five looks at the
+    machine's running count (less this process), at least 1. A look is instantaneous, so five
+    over a quarter second keep one passing process from deciding."""
+    cpus = cpus or os.cpu_count() or 1
+    look = running or _running_processes
+    seen = []
+    for i in range(5):
+        seen.append(look())
+        if i < 4:
+            time.sleep(0.05)
+    others = max(0, sorted(seen)[2] - 1)
+    return max(1, min(cpus, cpus - others))
+
+
+def _running_processes() -> int:
+    """Running (or runnable) tasks now, this one included: /proc/loadavg's fourth field; where that
+    cannot be read, 1 (as if the machine were idle: every core, as before this was looked at)."""
+    try:
+        return int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
+    except (OSError, IndexError, ValueError):
+        return 1
+
+
 class LocalServer:
     """llama-cpp-python's OpenAI-compatible server for a GGUF, as a child process."""
 
     def __init__(self, model: str | Path | None = None, *, alias: str = DEFAULT_ALIAS,
-                 n_ctx: int = 4096, n_threads: int | None = None, port: int | None = None,
+                 n_ctx: int = 4096, n_threads: int | None = None, n_threads_decode: int | None = 1,
+                 port: int | None = None,
                  startup_timeout_s: float = 120.0, log_path: Path | None = None,
                  prompt_cache_mb: int = PROMPT_CACHE_MB) -> None:
         self.model = Path(model) if model is not None else None
         self.alias = alias
         self.n_ctx = n_ctx
         self.n_threads = n_threads
+        self.n_threads_decode = n_threads_decode
         self.port = port
         self.startup_timeout_s = startup_timeout_s
         self.prompt_cache_mb = prompt_cache_mb
@@ -131,17 +158,22 @@ class LocalServer:
         return self._proc.pid if self._proc is not None else None
 
     def threads(self) -> int:
-        """n_threads, else OMP_NUM_THREADS (set where several processes share the cores:
-        an oversubscribed llama.cpp stalls at its thread barriers), else every core."""
+        """Prompt threads: n_threads, else OMP_NUM_THREADS, else the cores nothing else is running on
+        as the server starts (at least one): an oversubscribed llama.cpp stalls at its thread barriers."""
         omp = os.environ.get("OMP_NUM_THREADS", "")
-        return self.n_threads or (int(omp) if omp.isdigit() and int(omp) > 0 else os.cpu_count() or 1)
+        return self.n_threads or (int(omp) if omp.isdigit() and int(omp) > 0 else idle_cores())
+
+    def decode_threads(self) -> int:
+        """Generation threads: n_threads_decode (1 for the embedded model: a token's work is too small
+        to split, and split threads stall when the cores are shared), else the prompt threads."""
+        return min(self.n_threads_decode or self.threads(), self.threads())
 
     def command(self, port: int) -> list[str]:
         model = self.model if self.model is not None else model_path()
         return [sys.executable, "-m", "nas.llm.guard",  # stops the server if we die without stopping it
                 sys.executable, "-m", "nas.llm.llama_server", "--model", str(model),
                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(self.n_ctx),
-                "--n_threads", str(self.threads()),
+                "--n_threads", str(self.decode_threads()), "--n_threads_batch", str(self.threads()),
                 "--model_alias", self.alias,
                 *(["--cache", "true", "--cache_size", str(self.prompt_cache_mb << 20)] if self.prompt_cache_mb else [])]
 
