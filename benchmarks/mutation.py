@@ -741,28 +741,37 @@ def _recheck(out: Path, tests: list[str], selector: Selector | None, args: argpa
                 picked = [t for t in picked if t not in ran]
         return [*tests, *[t for t in picked if t not in tests]], args.timeout + 3 * expected  # the new tests first
 
-    baseline, _ = _run_all(again, plan, None if selector is not None else tests, args.timeout, args.jobs)
+    def finish(partial: bool) -> dict:
+        """The final block, written after every mutant (partial: true; the ones not yet run again keep
+        their first outcome) so a recheck cut short still leaves its numbers."""
+        by_key = {_key(m): asdict(m) for m in again if m.outcome}
+        mutants = [by_key.get(_key(m), m) if m["outcome"] in ("survived", "uncovered", "error") else m
+                   for m in result["mutants"]]
+        if "packages" in result:
+            lines = {g: p["lines"] for g, p in result["packages"].items()}
+            totals = {g: p["mutants_total"] for g, p in result["packages"].items()}
+            numbers = summarise([m for m in mutants if m["outcome"]], lines, totals, {_key(e) for e in equivalent})
+        else:
+            numbers = {"overall": tally([m for m in mutants if m["outcome"]], {_key(e) for e in equivalent})}
+        result["final"] = {"tests": tests, "checked": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                           "partial": partial, "rerun": sum(1 for m in again if m.outcome), "to_rerun": len(again),
+                           "uncovered_ran_file_tests": bool(args.file_tests),
+                           "selection": {"cap": args.cap, "budget_seconds": args.budget,
+                                         "left_out_first_run_s_tests": bool(before is not None)},
+                           "equivalent": equivalent,
+                           "killed_by_new_tests": [asdict(m) for m in again if m.outcome in ("killed", "timeout")],
+                           "still_surviving": [asdict(m) for m in again
+                                               if m.outcome and m.outcome not in ("killed", "timeout")],
+                           **numbers}
+        atomic_write_json(out, result)
+        return numbers
+
+    baseline, _ = _run_all(again, plan, None if selector is not None else tests, args.timeout, args.jobs,
+                           lambda s: finish(True))
     if baseline != "survived":
         print(f"mutation: the tests do not pass on the unmutated tree ({baseline})", file=sys.stderr)
         return 1
-    by_key = {_key(m): asdict(m) for m in again}
-    mutants = [by_key.get(_key(m), m) if m["outcome"] in ("survived", "uncovered", "error") else m
-               for m in result["mutants"]]
-    if "packages" in result:
-        lines = {g: p["lines"] for g, p in result["packages"].items()}
-        totals = {g: p["mutants_total"] for g, p in result["packages"].items()}
-        numbers = summarise([m for m in mutants if m["outcome"]], lines, totals, {_key(e) for e in equivalent})
-    else:
-        numbers = {"overall": tally([m for m in mutants if m["outcome"]], {_key(e) for e in equivalent})}
-    result["final"] = {"tests": tests, "checked": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                       "uncovered_ran_file_tests": bool(args.file_tests),
-                       "selection": {"cap": args.cap, "budget_seconds": args.budget,
-                                     "left_out_first_run_s_tests": bool(before is not None)},
-                       "equivalent": equivalent,
-                       "killed_by_new_tests": [asdict(m) for m in again if m.outcome in ("killed", "timeout")],
-                       "still_surviving": [asdict(m) for m in again if m.outcome not in ("killed", "timeout")],
-                       **numbers}
-    atomic_write_json(out, result)
+    numbers = finish(False)
     o = numbers["overall"]
     print(f"mutation: final killed {o['killed']}/{o['tried']} ({o['kill_rate']}; less equivalent "
           f"{o['kill_rate_less_equivalent']}); {out}")

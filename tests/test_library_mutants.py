@@ -381,3 +381,34 @@ def test_a_probe_s_result_keeps_its_seconds_to_two_decimals_and_a_skip_s_reason(
     got = probes.run_probe("t", "p", tmp_path)
     assert got == {"name": "p", "metrics": {}, "skipped": "no model here", "error": None, "seconds": 1.23}
     assert (tmp_path / "probes" / "p").is_dir()
+
+
+def test_collm_asks_for_one_line_a_decision_or_grouped_lines_past_the_maximum():
+    from nas.agents.collm import strategy
+    from nas.core.space import Decision
+
+    def directions(n):
+        space = types.SimpleNamespace(decisions=lambda: [Decision(f"d{i}", (1, 2)) for i in range(n)])
+        return strategy.CoLLMStrategy._directions(types.SimpleNamespace(space=space))  # type: ignore[arg-type]
+
+    few = directions(strategy.MAX_DIRECTIONS)
+    assert few.splitlines() == [f"d{i}: which values to favour or avoid" for i in range(strategy.MAX_DIRECTIONS)]
+    assert directions(strategy.MAX_DIRECTIONS + 1) == (
+        "- one line of guidance per group of decisions (at most eight lines)")
+
+
+def test_the_train_evaluator_checks_isolation_for_untrusted_source_only_and_batches_when_concurrent(monkeypatch):
+    from nas.evaluators import train
+    from nas.spaces.nb201.space import NB201Space
+    from nas.spaces.source.space import SourceSpace
+
+    checked = []
+    monkeypatch.setattr(train, "isolation", lambda: checked.append(1))
+    recipe = {"epochs": 1, "batch_size": 64, "train_subset": 128, "valid_subset": 64, "test_subset": 64}
+    train.TrainEvaluator(SourceSpace(), {"name": "digits"}, recipe)
+    assert checked == [1]
+    plain = train.TrainEvaluator(NB201Space(), {"name": "digits"}, recipe, channels=4, cells_per_stage=1)
+    assert checked == [1] and plain.batched is False
+    fused = train.TrainEvaluator(NB201Space(), {"name": "digits"}, recipe, engine={"kind": "fast", "concurrent": 2},
+                                 channels=4, cells_per_stage=1)
+    assert fused.batched is True
