@@ -412,3 +412,45 @@ def test_the_train_evaluator_checks_isolation_for_untrusted_source_only_and_batc
     fused = train.TrainEvaluator(NB201Space(), {"name": "digits"}, recipe, engine={"kind": "fast", "concurrent": 2},
                                  channels=4, cells_per_stage=1)
     assert fused.batched is True
+
+
+def test_the_llm_probe_divides_the_tokens_by_the_seconds_the_calls_took(monkeypatch, tmp_path):
+    from nas.regression import probes
+
+    class Server:
+        base_url, alias = "http://127.0.0.1:9/v1", "m"
+
+        def __init__(self, **kwargs):
+            pass
+
+        def start(self):
+            pass
+
+        def stop(self):
+            pass
+
+    reply = types.SimpleNamespace(usage=types.SimpleNamespace(completion_tokens=30))
+    sdk = types.SimpleNamespace(chat=types.SimpleNamespace(completions=types.SimpleNamespace(create=lambda **k: reply)))
+    monkeypatch.setitem(sys.modules, "openai", types.SimpleNamespace(OpenAI=lambda **k: sdk))
+    monkeypatch.setattr(probes, "LocalServer", Server)
+    monkeypatch.setattr(probes, "check_config", lambda overrides: {"llm": {"backend": "local", "local": {}}})
+    clock = iter([1000.0, 1002.0, 1010.0, 1012.0, 1020.0, 1024.0])  # start-up 2 s, then calls of 2 s and 4 s
+    monkeypatch.setattr(probes.time, "perf_counter", lambda: next(clock))
+    got = probes.llm_probe(tmp_path, [], calls=2, max_tokens=8)
+    assert got["tokens_per_s"].value == 10.0 and got["startup_s"].value == 2.0  # 60 tokens in 6 s
+
+
+def test_the_design_probe_keeps_the_root_s_accuracy_to_two_decimals(monkeypatch, tmp_path):
+    from nas.core.trial import TrialRecord
+    from nas.regression import probes
+
+    monkeypatch.setattr(probes, "check_config", lambda overrides: {"llm": {"backend": "openai"}})
+    monkeypatch.setattr(probes.SearchSpec, "from_config", staticmethod(lambda cfg: cfg))
+    monkeypatch.setattr(probes, "execute", lambda *a, **k: {"trials": 2, "design": {"proposals": 1, "valid": 1},
+                                                            "llm": {"total": {"tokens": 7}}})
+    monkeypatch.setattr(probes, "stop_shared", lambda: None)
+    monkeypatch.setattr(probes, "knowledge_store", types.SimpleNamespace(close_client=lambda path: None))
+    monkeypatch.setattr(probes, "read_history", lambda path: [TrialRecord(0, "k", {}, 91.23456)])
+    got = probes.design_probe(tmp_path, [], trials=2, lif_tries=1)
+    assert got["root_accuracy"].value == 91.23
+    assert (got["trials"].value, got["proposals"].value, got["valid"].value, got["llm_tokens"].value) == (2, 1, 1, 7)
