@@ -393,6 +393,7 @@ BENCHMARK_GROUPS: dict[str, dict[str, str]] = {  # the nav's groups: result stem
         "fuzz": "The trusted side's boundary fuzzed",
         "graph_information": "What honest networks carry besides their inputs",
         "op_costs": "Operators timed against the work model",
+        "mutation_library": "Mutation testing: the whole library, by package",
         "mutation_core": "Mutation testing: the core",
         "mutation_core_2": "Mutation testing: the core, second pass",
         "mutation_sandbox": "Mutation testing: the sandbox",

@@ -4,6 +4,7 @@ found untested: each fails on a realistic slip in the trusted side that the othe
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import subprocess
@@ -16,9 +17,10 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import ROOT
 from nas.sandbox.aten_ops import WorkCounter
 from nas.sandbox.graph import MAX_WORK, GraphError, GraphNet, export_graph, pack, unpack
-from nas.sandbox.limits import _user_tasks
+from nas.sandbox.limits import Limits, _user_tasks
 from nas.sandbox.trusted import worker_env
 from nas.sandbox.verify import measure
 
@@ -264,3 +266,184 @@ def test_a_check_worker_sees_no_gpu_and_no_secret_of_this_process(monkeypatch: p
     assert env["CUDA_VISIBLE_DEVICES"] == "" and env["OMP_NUM_THREADS"] == "1"
     assert "OPENAI_API_KEY" not in env
     assert "CUDA_VISIBLE_DEVICES" not in worker_env(1, training=True, gpu=True)
+
+
+# --- found by the coverage-selected run of December (benchmarks/mutation.py --map) -----------------
+
+def test_grid_sample_costs_the_taps_of_its_mode_sixteen_for_bicubic():
+    from nas.sandbox.aten_ops import _grid_sample
+
+    grid_sampler = torch.ops.aten.grid_sampler_2d.default
+    inp, grid, out = torch.zeros(1, 1, 4, 4), torch.zeros(1, 4, 4, 2), torch.zeros(1, 1, 4, 4)
+    # 16 output values x taps, at least reading the input (16) and the grid (32)
+    assert [_grid_sample(grid_sampler, (inp, grid, mode, 0, False), {}, out) for mode in (0, 1, 2)] == [64, 48, 256]
+
+
+def test_native_code_is_refused_but_a_dlopen_of_an_installed_library():
+    from nas.sandbox.limits import _violation
+
+    def outside(path):
+        return False
+
+    trusted = ("/trusted/site",)
+    assert _violation("ctypes.dlopen", ("/trusted/site/lib.so",), outside, trusted) is None
+    assert _violation("ctypes.dlopen", ("/tmp/evil.so",), outside, trusted) == "native code access"
+    assert _violation("ctypes.dlopen", (None,), outside, trusted) == "native code access"
+    assert _violation("ctypes.cdata", ("/trusted/site/lib.so",), outside, trusted) == "native code access"
+
+
+def test_isolation_describes_itself_either_way():
+    from nas.sandbox.isolation import ALLOW_ENV, Isolation
+
+    assert Isolation(None).describe() == f"UNISOLATED ({ALLOW_ENV}=1): rlimits and an audit hook only"
+    assert Isolation("/usr/bin/bwrap").describe() == "bubblewrap namespaces (/usr/bin/bwrap)"
+    assert Isolation("/usr/bin/bwrap").isolated and not Isolation(None).isolated
+
+
+def test_the_child_s_cpu_cap_kills_a_second_after_it_warns():
+    code = """
+import json, resource
+from nas.sandbox.limits import Limits, apply_rlimits
+apply_rlimits(Limits(), address_space=False)
+print(json.dumps(resource.getrlimit(resource.RLIMIT_CPU)))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                          cwd=ROOT)
+    soft, hard = json.loads(done.stdout.splitlines()[-1])
+    assert hard == soft + 1 and soft >= Limits().cpu_s
+
+
+def test_the_child_s_output_check_refuses_a_non_tensor_a_wrong_shape_and_nan():
+    from nas.sandbox.worker import Stop, _check_output
+
+    _check_output(torch.zeros(2, 10), [2, 10])
+    for out, says in [("x", "Network returned str, expected a Tensor of shape [2, 10]"),
+                      (torch.zeros(2, 9), "output shape [2, 9] != expected [2, 10]"),
+                      (torch.full((2, 10), float("nan")), "output contains NaN or Inf values")]:
+        with pytest.raises(Stop) as stop:
+            _check_output(out, [2, 10])
+        assert not stop.value.verdict.ok and stop.value.verdict.stage == "output_shape"
+        assert says in stop.value.verdict.error
+
+
+def test_the_child_exits_0_with_its_output_flushed():
+    done = subprocess.run([sys.executable, "-c", "from nas.sandbox.worker import exit_now\nprint('said', end='')\n"
+                                                 "exit_now()\nprint('never')"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert (done.returncode, done.stdout) == (0, "said")
+
+
+def test_a_worker_line_over_the_limit_is_a_malformed_message_not_read_on():
+    from nas.sandbox.protocol import MAX_LINE
+    from nas.sandbox.trusted import Refusal, TrustedWorker
+
+    worker = object.__new__(TrustedWorker)
+    worker.memory_mb, worker.job = 1024, "check"
+    worker.proc = subprocess.Popen([sys.executable, "-c", "import sys, time\nsys.stdout.buffer.write(b'x' * (2 << 20))\n"
+                                                          "sys.stdout.flush()\ntime.sleep(60)"],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        got = worker.check(b"artifact", {"input_shape": [1, 3, 8, 8]})
+    finally:
+        worker.close()
+    assert got == Refusal(f"the parent's check of the graph sent a malformed message (a line of over {MAX_LINE:,} "
+                          "bytes)", "crash")
+
+
+def test_an_unisolated_child_starts_in_its_writable_folder_else_at_the_root(tmp_path):
+    from nas.sandbox.isolation import Isolation
+
+    def cwd(**kwargs):
+        proc = Isolation(None).popen([sys.executable, "-c", "import os; print(os.getcwd())"], dict(os.environ),
+                                     stdout=subprocess.PIPE, text=True, **kwargs)
+        out, _ = proc.communicate(timeout=60)
+        return out.strip()
+
+    assert cwd(writable=str(tmp_path)) == str(tmp_path)
+    assert cwd() == "/"
+
+
+def test_a_graph_s_inputs_count_only_programs_that_list_them():
+    from nas.sandbox.graph import MAX_NODES, _inputs
+
+    assert _inputs({"train": {"inputs": [1, 2]}, "eval": {"inputs": [3]}}) == 3
+    assert _inputs({"train": None, "eval": {"inputs": [1, 2]}}) == 2
+    assert _inputs({"train": {"inputs": "xy"}, "eval": 7}) == 0
+    assert _inputs(["not", "a", "graph"]) == 0
+    assert _inputs({"train": {"inputs": [0] * (MAX_NODES + 5)}}) == MAX_NODES
+
+
+def test_a_graph_input_s_bits_are_its_tag_rank_and_sizes_and_with_values_its_bytes():
+    from nas.sandbox.graph import TAG_BITS, int_bits, tensor_bits
+
+    t = torch.zeros(3, 5, dtype=torch.int64)
+    shape = TAG_BITS + int_bits(2) + int_bits(3) + int_bits(5)
+    assert tensor_bits(t, False) == shape
+    assert tensor_bits(t, True) == shape + 8 * 15 * 8
+
+
+def test_the_child_s_default_caps_are_the_documented_ones():
+    code = """
+import json, resource
+from nas.sandbox.limits import Limits, apply_rlimits
+apply_rlimits(Limits(), address_space=False)
+print(json.dumps([resource.getrlimit(resource.RLIMIT_FSIZE), resource.getrlimit(resource.RLIMIT_CORE)]))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                          cwd=ROOT)
+    fsize, core = json.loads(done.stdout.splitlines()[-1])
+    assert fsize == [16 << 20, 16 << 20] and core == [0, 0]  # Limits.file_mb: 16 MB written at most
+    assert (Limits().wall_s, Limits().cpu_s, Limits().memory_mb, Limits().nprocs) == (60.0, 60, 4096, 8)
+
+
+def test_the_worker_s_clocks_grow_by_each_epoch_image_and_batch_as_documented():
+    from nas.sandbox.trusted import (
+        BASE_SECONDS,
+        EPOCH_SECONDS,
+        IMAGE_SECONDS,
+        SECONDS_PER_UNIT,
+        check_seconds,
+        train_seconds,
+    )
+
+    units, images = 10_000, 500
+    per_image = IMAGE_SECONDS + 3 * units * SECONDS_PER_UNIT  # a forward and a backward (twice a forward)
+    assert train_seconds(units, images, 0) == pytest.approx(BASE_SECONDS + images * per_image)
+    assert train_seconds(units, images, 3) - train_seconds(units, images, 2) == pytest.approx(EPOCH_SECONDS)
+    assert train_seconds(units, 2 * images, 1) - train_seconds(units, images, 1) == pytest.approx(images * per_image)
+    # fvcore's trace at batch 1, then a forward and a backward at the batch
+    assert check_seconds(units, 1) == pytest.approx(BASE_SECONDS + 4 * units * SECONDS_PER_UNIT)
+    assert check_seconds(units, 8) - check_seconds(units, 7) == pytest.approx(3 * units * SECONDS_PER_UNIT)
+
+
+def test_a_graph_tensor_path_may_be_32_parts_deep_and_no_deeper():
+    from nas.sandbox.graph import GraphError, GraphNet
+
+    net = GraphNet.__new__(GraphNet)
+    nn.Module.__init__(net)
+    owner, name = GraphNet._place(net, "PARAMETER", ".".join(f"m{i}" for i in range(32)), torch.ones(2))
+    assert name == "m31" and torch.equal(owner.m31, torch.ones(2))
+    with pytest.raises(GraphError, match="malformed"):
+        GraphNet._place(net, "BUFFER", ".".join(f"n{i}" for i in range(33)), torch.ones(2))
+    with pytest.raises(GraphError, match="malformed"):
+        GraphNet._place(net, "BUFFER", "a.b-c", torch.ones(2))
+
+
+def test_size_arithmetic_refuses_a_result_of_exactly_the_int64_limit():
+    import operator
+
+    from nas.sandbox.graph import _SIZE_LIMIT, GraphError, _bounded
+
+    add = _bounded(operator.add)
+    assert add(_SIZE_LIMIT - 2, 1) == _SIZE_LIMIT - 1
+    with pytest.raises(GraphError, match="result outside int64 range"):
+        add(_SIZE_LIMIT - 1, 1)
+
+
+def test_trilinear_s_unsqueezed_dims_are_of_size_one():
+    from nas.sandbox.aten_ops import _trilinear
+
+    v = torch.zeros(3)
+    assert _trilinear(None, (v, v, v, [0], [0], [0]), {}, None) == 3  # (1, 3) each: 3 products
+    a, b = torch.zeros(2, 3), torch.zeros(2, 4)
+    assert _trilinear(None, (a, b, torch.zeros(4), [2], [1], [0, 1]), {}, None) == 2 * 3 * 4

@@ -1,0 +1,456 @@
+"""Small checks that the library mutation run (benchmarks/mutation.py --library, issue 52) found
+missing: each kills a sampled mutant that no test ran or noticed."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+from conftest import ROOT
+
+
+def test_best_at_n_is_the_curve_s_value_and_a_run_with_none_by_then_is_one_line():
+    from nas.errors import EvaluationError
+    from nas.regression.probes import _at
+
+    assert _at([91.5, None, 93.0], 1, "random") == 91.5
+    assert _at([91.5, None, 93.0], 3, "random") == 93.0
+    with pytest.raises(EvaluationError, match="a rea run has no successful trial among its first 2"):
+        _at([None, None, 93.0], 2, "rea")
+
+
+def test_throughput_probe_times_the_forward_pass_after_two_warm_ups(monkeypatch):
+    from nas.regression import probes
+
+    calls = []
+
+    class Net(torch.nn.Module):
+        def forward(self, x):
+            calls.append(tuple(x.shape))
+            return x.mean()
+
+    monkeypatch.setattr(probes.NB201Space, "build", lambda self, cell, num_classes: Net())
+    monkeypatch.setattr(probes, "TableEvaluator", lambda space: types.SimpleNamespace(evaluate=lambda cell: None))
+    metrics = probes.throughput_probe(ROOT, [], lookups=3, forward_repeats=2)
+    assert calls == [(16, 3, 32, 32)] * 4  # 2 warm-ups and the 2 timed
+    assert metrics["forward_ms"].value >= 0 and metrics["table_evals_per_s"].value > 0
+    assert "forward_ms" not in probes.throughput_probe(ROOT, [], lookups=3, forward_repeats=0)
+
+
+def test_a_product_of_two_literal_dims_is_their_product():
+    from nas.spaces.nader.dag.ops import const, dim_mul
+
+    assert dim_mul(const(6), const(4)) == const(24)
+    assert dim_mul(const(1), const(5)) == const(5) and dim_mul(const(7), const(1)) == const(7)
+
+
+def test_grey_images_become_three_equal_channels_and_two_channels_are_refused():
+    from nas.data.sources import ImageData, Split
+
+    def split(c):
+        return Split(torch.arange(2 * c * 4 * 4, dtype=torch.uint8).reshape(2, c, 4, 4), torch.tensor([0, 1]))
+
+    grey = ImageData("g", split(1), split(1), split(1), 2, (0.5,), (0.2,), 0)
+    rgb = grey.rgb()
+    assert rgb.shape == (3, 4, 4) and rgb.mean == (0.5, 0.5, 0.5) and rgb.std == (0.2, 0.2, 0.2)
+    assert torch.equal(rgb.train.images[:, 2], grey.train.images[:, 0])
+    assert rgb.rgb() is rgb
+    two = ImageData("t", split(2), split(2), split(2), 2, (0.5, 0.5), (0.2, 0.2), 0)
+    with pytest.raises(ValueError, match="cannot make 2-channel images RGB"):
+        two.rgb()
+
+
+def test_a_paper_without_an_abstract_heading_keeps_a_first_paragraph_that_is_not_its_title():
+    from nas.knowledge.papers import _Bad, _read_text
+
+    text = "The first paragraph here is the abstract of this paper.\n\nThe second one is its body."
+    paper = _read_text(text, "p.md", title_hint="Another Title")
+    assert paper.abstract == "The first paragraph here is the abstract of this paper."
+    assert paper.body == "The second one is its body."
+    titled = _read_text("# A Title\n\nThe abstract of a paper in five words or more.\n\nBody.", "p.md")
+    assert titled.title == "A Title" and titled.abstract.startswith("The abstract of a paper")
+    one = _read_text("Just one paragraph that is long enough to be an abstract.", "p.md",
+                     title_hint="Just one paragraph that is long enough to be an abstract.")
+    assert one.abstract.startswith("Just one paragraph")  # the only paragraph stays, though it is the title
+    with pytest.raises(_Bad):
+        _read_text("Short.\n\nToo short too.", "p.md", title_hint="T")
+
+
+def test_the_design_section_counts_missing_llm_usage_fields_as_zero():
+    from nas.report import _design_section
+
+    design = {"proposals": 2, "valid": 1, "pass_rate": 0.5, "duplicates": 0, "executability": 1.0,
+              "success_rate": 0.5, "tokens_per_valid_design": None}
+    lines = _design_section([], {"design": design, "llm": {"total": {"prompt_tokens": 1234}}})
+    assert ("LLM: 0 calls (0 live, 0 cached, 0 replayed, 0 failed), 1,234 prompt + 0 completion tokens."
+            in lines)
+
+
+def test_prefect_progress_gives_up_after_the_first_refusal():
+    from nas.train.progress import EpochProgress
+    from tasks import progress
+
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append(args)
+        raise RuntimeError("no API")
+
+    fake = types.SimpleNamespace(create_progress_artifact=refuse, update_progress_artifact=refuse)
+    reporter = progress.PrefectProgress(min_interval=0.0)
+    original = progress.artifacts
+    progress.artifacts = fake  # type: ignore[assignment]
+    try:
+        reporter(EpochProgress("a", 1, 3, 0.5, 1.0))
+        reporter(EpochProgress("b", 1, 3, 0.5, 1.0))
+        reporter(EpochProgress("a", 3, 3, 0.5, 1.0))
+    finally:
+        progress.artifacts = original
+    assert reporter.broken and len(calls) == 1
+
+
+def test_a_training_worker_that_exits_0_without_a_result_is_one_line(monkeypatch):
+    from nas.errors import EvaluationError
+    from nas.spaces.nb201.space import NB201Space
+    from nas.train import worker
+
+    space = NB201Space()
+    arch = space.sample(__import__("numpy").random.default_rng(0))
+    monkeypatch.setattr(worker.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout="", stderr="done\n"))
+    with pytest.raises(EvaluationError, match="exited with status 0: done"):
+        worker.train_in_subprocess(space, arch, data={}, recipe={}, engine={}, build={}, seed=0)
+
+
+def test_the_local_server_that_exits_before_it_is_ready_says_so():
+    from nas.llm.local import LocalServer
+
+    server = object.__new__(LocalServer)
+    server.startup_timeout_s = 30.0
+    server._proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    server._proc.wait()
+    assert server._wait_ready("http://127.0.0.1:9/v1") == "exited with status 3 before it was ready"
+
+
+def test_the_trusted_worker_reads_exactly_what_it_was_sent_or_exits(monkeypatch):
+    from nas.sandbox import trusted_worker
+
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(buffer=io.BytesIO(b"abcd")))
+    assert trusted_worker._read(3) == b"abc"
+    with pytest.raises(SystemExit):
+        trusted_worker._read(3)  # one byte left: the parent went away
+
+
+def test_the_trusted_worker_caps_its_data_segment_above_what_it_holds_and_reports_its_rss():
+    code = """
+import json, resource
+from nas.sandbox import trusted_worker as w
+sent = []
+w._send = sent.append
+w._limit(64)
+soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+print(json.dumps({"soft": soft, "hard": hard, "data": w._status("self", "VmData"), "sent": sent,
+                  "core": resource.getrlimit(resource.RLIMIT_CORE)}))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          check=True)
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got["soft"] == got["hard"] and got["core"] == [0, 0]
+    assert got["data"] < got["soft"] <= got["data"] + 64 * (1 << 20)  # 64 MiB over what it held then
+    assert len(got["sent"]) == 1 and got["sent"][0]["ready"] > 1 << 20  # its resident bytes
+
+
+def test_counts_shorten_to_k_from_exactly_a_thousand_and_to_m_from_a_million():
+    from nas.compare import _fmt_int
+
+    assert [_fmt_int(v) for v in (999, 1000, 1500, 1_000_000, 2_500_000)] == ["999", "1k", "1.5k", "1M", "2.5M"]
+
+
+def test_a_baseline_strategy_matches_groups_of_one_run_each():
+    from nas.compare import baseline_groups
+
+    groups = {"random @ nb201/table": [{"strategy": "random", "space": "nb201", "evaluator": "table"}],
+              "rea @ nb201/table": [{"strategy": "rea", "space": "nb201", "evaluator": "table"}]}
+    assert baseline_groups(groups, "random") == ["random @ nb201/table"]
+    assert baseline_groups(groups, "rea @ nb201/table") == ["rea @ nb201/table"]
+
+
+@pytest.mark.parametrize("name", ["dask", "ray", "local"])
+def test_other_runners_report_to_the_flow_s_server_and_prefect_s_own_needs_no_url(monkeypatch, name):
+    from contextlib import contextmanager
+
+    from prefect.settings import PREFECT_API_URL
+
+    from flows import runners
+
+    @contextmanager
+    def api(show):
+        yield "http://127.0.0.1:9/api"
+
+    monkeypatch.setattr(runners, "prefect_api", api)
+    before = PREFECT_API_URL.value()
+    with runners.shared_api({"name": name}):
+        assert PREFECT_API_URL.value() == "http://127.0.0.1:9/api"
+    with runners.shared_api({"name": "prefect"}):
+        assert PREFECT_API_URL.value() == before
+    assert PREFECT_API_URL.value() == before
+
+
+def test_the_decision_table_numbers_single_positions_from_one():
+    from nas.agents.collm.agents import decision_table
+    from test_collm import Numeric
+
+    table = decision_table(Numeric())
+    assert "- position 1 (r): one of 160, 192, 224" in table
+    assert "- position 4 (ratio): one of" in table and "positions 2-3 (k1, k2)" in table
+
+
+@pytest.mark.parametrize("group", ["strategy", "evaluator"])
+def test_plain_python_defaults_are_the_config_files_values(group):
+    """`NaderStrategy(space, seed)` in plain Python gets what `nas search strategy=nader` gets: every
+    scalar a config file sets (not an interpolation) is the class's default for that argument
+    (a None default means a built-in table, which the file spells out)."""
+    import inspect
+
+    import yaml
+
+    from nas.evaluators.base import EVALUATORS
+    from nas.strategies.base import STRATEGIES
+
+    registry = {"strategy": STRATEGIES, "evaluator": EVALUATORS}[group]
+    compared = 0
+    for path in sorted((ROOT / "conf" / group).glob("*.yaml")):
+        cfg = yaml.safe_load(path.read_text())
+        params = inspect.signature(registry.get(cfg["name"])).parameters
+        for key, value in cfg.items():
+            default = params[key].default if key in params else None
+            if key == "name" or isinstance(value, (dict, list)) or default in (None, inspect.Parameter.empty):
+                continue
+            if isinstance(value, str) and "${" in value:
+                continue
+            assert default == value, f"{path.name}: {key} is {value!r} there, {default!r} in Python"
+            compared += 1
+    assert compared >= 20
+
+
+def test_nader_takes_one_idea_and_no_experiences_but_not_less(monkeypatch):
+    from nas.agents.nader.strategy import NaderStrategy
+    from nas.errors import ConfigError
+    from nas.spaces.nader.space import BlockSpace
+
+    monkeypatch.setenv("NASFLOW_TEST_KEY", "sk-test")
+    llm = {"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "NASFLOW_TEST_KEY",
+           "max_retries": 0, "structured": "none", "cache": False}
+
+    def make(**kwargs):
+        return NaderStrategy(BlockSpace(), 0, llm=llm, use_knowledge=False, lde=False, cells_per_stage=1, **kwargs)
+
+    least = make(ideas=1, lif_tries=1, experiences=0)
+    assert (least.ideas_k, least.lif_tries, least.experiences_k) == (1, 1, 0)
+    for bad in ({"ideas": 0}, {"lif_tries": 0}, {"experiences": -1}):
+        with pytest.raises(ConfigError, match="lif_tries and ideas must be >= 1, experiences >= 0"):
+            make(**bad)
+
+
+@pytest.mark.parametrize("argv, status", [(["--help"], 0), (["-h"], 0), ([], 2)])
+def test_nas_knowledge_help_or_nothing_prints_its_usage(capsys, argv, status):
+    from nas.cli import knowledge
+
+    with pytest.raises(SystemExit) as done:
+        knowledge.main(argv)
+    assert done.value.code == status
+    assert capsys.readouterr().out.strip() == knowledge.__doc__.strip()
+
+
+def test_a_kept_verdict_says_it_was_kept_and_the_check_runs_once(tmp_path):
+    from nas.design.verdicts import VerdictCache
+    from nas.sandbox.verify import Verdict
+
+    cache, checks = VerdictCache(tmp_path), []
+
+    def check():
+        checks.append(1)
+        return Verdict(ok=False, stage="forward", error="forward: RuntimeError: boom")
+
+    first = cache.verdict("ab" * 16, check)
+    again = cache.verdict("ab" * 16, check)
+    assert (first[1], again[1], len(checks)) == (False, True, 1)
+    assert again[0].error == first[0].error == "forward: RuntimeError: boom"
+
+
+def test_brief_keeps_a_repr_of_up_to_40_characters_whole():
+    from nas.core.trial import _brief
+
+    assert _brief("x" * 38) == repr("x" * 38)  # 40 characters with its quotes
+    assert _brief("x" * 39) == repr("x" * 39)[:39] + "…"
+
+
+def test_executability_counts_only_valid_designs_that_trained():
+    from nas.core.trial import TrialRecord
+    from nas.design.metrics import design_metrics
+
+    def rec(node, accuracy, parent=None, valid=True):
+        return TrialRecord(node, f"k{node}", {}, accuracy, strategy={"node": node, "parent": parent, "valid": valid})
+
+    designs = [rec(1, 60.0, parent=0), rec(2, None, parent=0), rec(3, 40.0, parent=0), rec(4, None, valid=False)]
+    got = design_metrics(designs, [rec(0, 50.0), *designs])
+    assert (got["proposals"], got["valid"], got["executability"], got["success_rate"]) == (4, 3, 2 / 3, 1 / 2)
+
+
+def test_an_evaluation_that_fails_costs_the_seconds_it_took():
+    from nas.errors import EvaluationError
+    from nas.evaluators.base import evaluate_safely
+
+    class Failing:
+        def evaluate(self, arch, seed):
+            raise EvaluationError("no")
+
+    result = evaluate_safely(Failing(), None, 0)  # type: ignore[arg-type]
+    assert result.accuracy is None and result.error == "no" and 0 <= result.cost_seconds < 5
+
+
+def test_the_llm_client_accounts_each_reply_s_tokens_retries_and_truncation():
+    from nas.llm.accounting import Usage
+    from nas.llm.client import LLMClient
+
+    client = object.__new__(LLMClient)
+    client.usage = Usage()
+    client._account({"role": "modifier", "source": "live", "prompt_tokens": 120, "completion_tokens": 30,
+                     "retries": 2, "finish_reason": "length", "latency_s": 1.5})
+    client._account({"role": "modifier", "source": "cache", "prompt_tokens": None, "completion_tokens": None,
+                     "retries": None, "finish_reason": "stop", "latency_s": None})
+    u = client.usage.roles["modifier"]
+    assert (u.calls, u.live, u.cached, u.prompt_tokens, u.completion_tokens, u.retries, u.truncated) == (
+        2, 1, 1, 120, 30, 2, 1)
+    assert u.latency_s == 1.5
+
+
+def test_knowledge_takes_one_idea_and_one_method_character_but_not_none():
+    from nas.errors import ConfigError
+    from nas.knowledge.config import KnowledgeConfig
+
+    cfg = KnowledgeConfig.from_dict({"max_ideas": 1, "max_method_chars": 1})
+    assert (cfg.max_ideas, cfg.max_method_chars) == (1, 1)
+    for bad in ({"max_ideas": 0}, {"max_method_chars": 0}):
+        with pytest.raises(ConfigError, match="max_ideas and knowledge.max_method_chars must be > 0"):
+            KnowledgeConfig.from_dict(bad)
+
+
+def test_proxy_screening_takes_any_positive_image_shape_and_refuses_others():
+    from nas.errors import ConfigError
+    from nas.proxies.screen import ProxyScorer
+    from nas.spaces.nb201.space import NB201Space
+
+    assert ProxyScorer(NB201Space(), shape=[1, 1, 1]) is not None  # grey, one pixel: still an image
+    for bad in ([3, 8], [3, 0, 8], [3, 8, 8, 1], [3, 8.0, 8]):
+        with pytest.raises(ConfigError, match="screen.params.shape must be"):
+            ProxyScorer(NB201Space(), shape=bad)
+
+
+def test_a_batched_local_evaluation_is_never_marked_cached_and_splits_its_wall_time():
+    from nas.core.trial import EvalResult
+    from nas.search.loop import LocalExecutor
+
+    class Batched:
+        batched = True
+
+        def evaluate_batch(self, archs, seed):
+            return [EvalResult(accuracy=float(a)) for a in archs]
+
+    got = LocalExecutor(Batched(), 0).evaluate([types.SimpleNamespace(arch=1), types.SimpleNamespace(arch=2)])
+    assert [(r.accuracy, cached) for r, cached, _ in got] == [(1.0, False), (2.0, False)]
+    assert all(0 <= wall < 5 for _, _, wall in got)
+
+
+def test_a_probe_s_result_keeps_its_seconds_to_two_decimals_and_a_skip_s_reason(monkeypatch, tmp_path):
+    from nas.regression import probes
+    from nas.regression.judge import Probe, Suite
+
+    def skipping(workdir, overrides):
+        raise probes.ProbeSkipped("no model here")
+
+    clock = iter([100.0, 101.23456])
+    monkeypatch.setattr(probes.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setitem(probes.SUITES, "t", Suite("t", (Probe("p", skipping),), compare_timings=False))
+    got = probes.run_probe("t", "p", tmp_path)
+    assert got == {"name": "p", "metrics": {}, "skipped": "no model here", "error": None, "seconds": 1.23}
+    assert (tmp_path / "probes" / "p").is_dir()
+
+
+def test_collm_asks_for_one_line_a_decision_or_grouped_lines_past_the_maximum():
+    from nas.agents.collm import strategy
+    from nas.core.space import Decision
+
+    def directions(n):
+        space = types.SimpleNamespace(decisions=lambda: [Decision(f"d{i}", (1, 2)) for i in range(n)])
+        return strategy.CoLLMStrategy._directions(types.SimpleNamespace(space=space))  # type: ignore[arg-type]
+
+    few = directions(strategy.MAX_DIRECTIONS)
+    assert few.splitlines() == [f"d{i}: which values to favour or avoid" for i in range(strategy.MAX_DIRECTIONS)]
+    assert directions(strategy.MAX_DIRECTIONS + 1) == (
+        "- one line of guidance per group of decisions (at most eight lines)")
+
+
+def test_the_train_evaluator_checks_isolation_for_untrusted_source_only_and_batches_when_concurrent(monkeypatch):
+    from nas.evaluators import train
+    from nas.spaces.nb201.space import NB201Space
+    from nas.spaces.source.space import SourceSpace
+
+    checked = []
+    monkeypatch.setattr(train, "isolation", lambda: checked.append(1))
+    recipe = {"epochs": 1, "batch_size": 64, "train_subset": 128, "valid_subset": 64, "test_subset": 64}
+    train.TrainEvaluator(SourceSpace(), {"name": "digits"}, recipe)
+    assert checked == [1]
+    plain = train.TrainEvaluator(NB201Space(), {"name": "digits"}, recipe, channels=4, cells_per_stage=1)
+    assert checked == [1] and plain.batched is False
+    fused = train.TrainEvaluator(NB201Space(), {"name": "digits"}, recipe, engine={"kind": "fast", "concurrent": 2},
+                                 channels=4, cells_per_stage=1)
+    assert fused.batched is True
+
+
+def test_the_llm_probe_divides_the_tokens_by_the_seconds_the_calls_took(monkeypatch, tmp_path):
+    from nas.regression import probes
+
+    class Server:
+        base_url, alias = "http://127.0.0.1:9/v1", "m"
+
+        def __init__(self, **kwargs):
+            pass
+
+        def start(self):
+            pass
+
+        def stop(self):
+            pass
+
+    reply = types.SimpleNamespace(usage=types.SimpleNamespace(completion_tokens=30))
+    sdk = types.SimpleNamespace(chat=types.SimpleNamespace(completions=types.SimpleNamespace(create=lambda **k: reply)))
+    monkeypatch.setitem(sys.modules, "openai", types.SimpleNamespace(OpenAI=lambda **k: sdk))
+    monkeypatch.setattr(probes, "LocalServer", Server)
+    monkeypatch.setattr(probes, "check_config", lambda overrides: {"llm": {"backend": "local", "local": {}}})
+    clock = iter([1000.0, 1002.0, 1010.0, 1012.0, 1020.0, 1024.0])  # start-up 2 s, then calls of 2 s and 4 s
+    monkeypatch.setattr(probes.time, "perf_counter", lambda: next(clock))
+    got = probes.llm_probe(tmp_path, [], calls=2, max_tokens=8)
+    assert got["tokens_per_s"].value == 10.0 and got["startup_s"].value == 2.0  # 60 tokens in 6 s
+
+
+def test_the_design_probe_keeps_the_root_s_accuracy_to_two_decimals(monkeypatch, tmp_path):
+    from nas.core.trial import TrialRecord
+    from nas.regression import probes
+
+    monkeypatch.setattr(probes, "check_config", lambda overrides: {"llm": {"backend": "openai"}})
+    monkeypatch.setattr(probes.SearchSpec, "from_config", staticmethod(lambda cfg: cfg))
+    monkeypatch.setattr(probes, "execute", lambda *a, **k: {"trials": 2, "design": {"proposals": 1, "valid": 1},
+                                                            "llm": {"total": {"tokens": 7}}})
+    monkeypatch.setattr(probes, "stop_shared", lambda: None)
+    monkeypatch.setattr(probes, "knowledge_store", types.SimpleNamespace(close_client=lambda path: None))
+    monkeypatch.setattr(probes, "read_history", lambda path: [TrialRecord(0, "k", {}, 91.23456)])
+    got = probes.design_probe(tmp_path, [], trials=2, lif_tries=1)
+    assert got["root_accuracy"].value == 91.23
+    assert (got["trials"].value, got["proposals"].value, got["valid"].value, got["llm_tokens"].value) == (2, 1, 1, 7)
