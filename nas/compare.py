@@ -495,7 +495,11 @@ def render_pareto(pareto: dict[str, Any]) -> str:
 
 
 def _fmt_int(v: float) -> str:
-    return f"{v / 1e6:.3g}M" if v >= 1e6 else f"{v / 1e3:.3g}k" if v >= 1e3 else f"{v:.3g}"
+    """Three significant digits and a unit, the unit chosen after rounding (999,999 is 1M, not 1e+03k)."""
+    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if v >= scale * 0.9995:
+            return f"{v / scale:.3g}{unit}"
+    return f"{v:.3g}"
 
 
 def render_report(report: dict[str, Any]) -> str:

@@ -170,6 +170,9 @@ def test_counts_shorten_to_k_from_exactly_a_thousand_and_to_m_from_a_million():
     from nas.compare import _fmt_int
 
     assert [_fmt_int(v) for v in (999, 1000, 1500, 1_000_000, 2_500_000)] == ["999", "1k", "1.5k", "1M", "2.5M"]
+    # at each unit's edge: the unit follows the rounded value (never "1e+03k")
+    assert [_fmt_int(v) for v in (999.4, 999.5, 999_499, 999_500, 999_999, 999_499_999, 999_500_000, 3e9)] == \
+        ["999", "1k", "999k", "1M", "1M", "999M", "1G", "3G"]
 
 
 def test_a_baseline_strategy_matches_groups_of_one_run_each():
