@@ -190,7 +190,7 @@ def test_other_runners_report_to_the_flow_s_server_and_prefect_s_own_needs_no_ur
 
     from prefect.settings import PREFECT_API_URL
 
-    from flows import runners
+    from flows import task_runners as runners
 
     @contextmanager
     def api(show):
