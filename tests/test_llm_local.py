@@ -110,20 +110,15 @@ def test_idle_cores_are_the_cores_others_leave(cpus, looks, expected):
     assert next(seen, None) is None  # all five looked at
 
 
-def test_running_processes_reads_the_machine_or_says_idle(monkeypatch, tmp_path):
+def test_running_processes_reads_the_machine_or_says_idle(tmp_path):
     import nas.llm.local as local
 
     assert local._running_processes() >= 1  # this test is running
-    real = Path.read_text
-    for text in ("0.50 0.40 0.30 7/300 4242\n", "garbage", None):
-        def fake(path, *a, text=text, **k):
-            if str(path) != "/proc/loadavg":
-                return real(path, *a, **k)
-            if text is None:
-                raise OSError("no /proc")
-            return text
-        monkeypatch.setattr(Path, "read_text", fake)
-        assert local._running_processes() == (7 if text and text[0] == "0" else 1), text
+    loadavg = tmp_path / "loadavg"
+    assert local._running_processes(loadavg) == 1  # missing: as if idle
+    for text, expected in (("0.50 0.40 0.30 7/300 4242\n", 7), ("garbage", 1), ("0.5 0.4 0.3 x/300 1\n", 1)):
+        loadavg.write_text(text)
+        assert local._running_processes(loadavg) == expected, text
 
 
 @pytest.fixture(scope="module")

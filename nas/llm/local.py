@@ -114,11 +114,11 @@ def idle_cores(cpus: int | None = None, running: Callable[[], int] | None = None
     return max(1, min(cpus, cpus - others))
 
 
-def _running_processes() -> int:
+def _running_processes(loadavg: Path = Path("/proc/loadavg")) -> int:
     """Running (or runnable) tasks now, this one included: /proc/loadavg's fourth field; where that
     cannot be read, 1 (as if the machine were idle: every core, as before this was looked at)."""
     try:
-        return int(Path("/proc/loadavg").read_text().split()[3].split("/")[0])
+        return int(loadavg.read_text().split()[3].split("/")[0])
     except (OSError, IndexError, ValueError):
         return 1
 
