@@ -31,11 +31,12 @@ def _umask() -> int:
 _FILE_MODE = 0o666 & ~_umask()
 
 
-def atomic_write_bytes(path: Path, data: bytes, sync_also: Path | None = None) -> None:
+def atomic_write_bytes(path: Path, data: bytes, sync_also: Path | None = None, sync: bool = True) -> None:
     """Write to a temp file in the same directory, fsync, then rename over `path` (with the
     mode `open` would give it: the umask's, not mkstemp's 0600). `sync_also`: a file written
     without its fsync (`append_jsonl(sync=False)`), fsynced at the same time as the temp file
-    and so before the rename (`fsync_together`)."""
+    and so before the rename (`fsync_together`). `sync=False`: no fsync (a killed process still
+    leaves the old file or the new one whole; a lost machine may not), and `sync_also` is ignored."""
     path = check_output(path)
     make_dir(path.parent)
     try:
@@ -47,9 +48,9 @@ def atomic_write_bytes(path: Path, data: bytes, sync_also: Path | None = None) -
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            if sync_also is None:
+            if sync and sync_also is None:
                 os.fsync(fh.fileno())
-            else:
+            elif sync:
                 fsync_together(fh.fileno(), sync_also)
         os.replace(tmp, path)
     except BaseException:
@@ -112,9 +113,9 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, scrub(text).encode("utf-8"))
 
 
-def atomic_write_json(path: Path, obj: Any, sync_also: Path | None = None) -> None:
+def atomic_write_json(path: Path, obj: Any, sync_also: Path | None = None, sync: bool = True) -> None:
     text = json.dumps(scrub_data(obj), indent=2, sort_keys=True, default=_json_default) + "\n"
-    atomic_write_bytes(path, text.encode("utf-8"), sync_also)
+    atomic_write_bytes(path, text.encode("utf-8"), sync_also, sync)
 
 
 class KeyedFiles:

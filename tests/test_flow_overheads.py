@@ -25,8 +25,10 @@ from prefect.settings import get_current_settings
 from flows import heartbeat
 from flows.heartbeat import heartbeats, quick_heartbeats
 from flows.search import search_flow
+from nas.core.trial import TrialRecord
 from nas.execute import execute
 from nas.report import RunReport
+from nas.search import rundir
 from nas.search.spec import Component, SearchSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,8 +46,12 @@ def test_heartbeats_are_the_engines_and_stop_at_once(monkeypatch, deployment):
     monkeypatch.setattr(heartbeat, "emit_event", lambda **event: sent.append(event))
     monkeypatch.setattr(heartbeat.FlowRunContext, "get", lambda: SimpleNamespace(flow_run=run, flow=search_flow))
     before = {t.ident for t in threading.enumerate()}
+    outside = get_current_settings().model_dump()
     with quick_heartbeats():
         assert get_current_settings().flows.heartbeat_frequency is None  # the engine sends none
+        inside = get_current_settings().model_dump()
+        assert inside["flows"].pop("heartbeat_frequency") is None
+        assert inside == outside | {"flows": {k: v for k, v in outside["flows"].items() if k != "heartbeat_frequency"}}
         with heartbeats():
             assert get_current_settings().flows.heartbeat_frequency == 180  # a nested flow beats on its own
             deadline = time.monotonic() + 10
@@ -124,10 +130,8 @@ def test_sending_a_searchs_parameters_imports_no_fastapi():
     assert proc.stdout.strip() == "False"
 
 
-def test_a_trials_history_line_is_on_disk_before_the_state_that_counts_it(tmp_path, monkeypatch):
-    """One fsync's wait a trial, not two (history.jsonl's and state.json's at once), and still in
-    the order a lost machine needs: every state.json that counts a new line replaces the old one
-    only after that line's fsync."""
+def _file_events(monkeypatch) -> list[tuple[str, str, str]]:
+    """(fsync|replace, file name, thread name) of every fsync and rename from here on."""
     events: list[tuple[str, str, str]] = []
     real_fsync, real_replace = os.fsync, os.replace
 
@@ -141,9 +145,19 @@ def test_a_trials_history_line_is_on_disk_before_the_state_that_counts_it(tmp_pa
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
-    spec = SearchSpec(space=Component("nb201"), strategy=Component("random"), evaluator=Component("table"),
-                      trials=4)
-    execute(spec, tmp_path / "run", {"name": "local"}, progress=False)
+    return events
+
+
+TABLE_SPEC = SearchSpec(space=Component("nb201"), strategy=Component("random"), evaluator=Component("table"),
+                        trials=4)
+
+
+def test_a_trials_history_line_is_on_disk_before_the_fsynced_state_that_counts_it(tmp_path, monkeypatch):
+    """Trials slower than SYNC_EVERY_S (here every trial): each state is fsynced, with the history
+    line it counts, in one fsync's wait (the line's from a second thread), before it replaces the old."""
+    monkeypatch.setattr(rundir, "SYNC_EVERY_S", 0.0)
+    events = _file_events(monkeypatch)
+    execute(TABLE_SPEC, tmp_path / "run", {"name": "local"}, progress=False)
     states = [i for i, e in enumerate(events) if e[:2] == ("replace", "state.json")]
     assert len(states) == 1 + 4  # the first before any trial, then one a trial
     for before, after in zip(states, states[1:]):
@@ -151,6 +165,49 @@ def test_a_trials_history_line_is_on_disk_before_the_state_that_counts_it(tmp_pa
         assert ("fsync", "history.jsonl", "fsync") in synced, events[before + 1:after]  # from the second thread
         assert any(e[1].startswith(".state.json.") for e in synced)  # the new state's temp file
     assert sum(e[1] == "history.jsonl" for e in events) == 4
+
+
+def test_fast_trials_are_fsynced_once_a_second_and_when_the_search_ends(tmp_path, monkeypatch):
+    """Trials faster than SYNC_EVERY_S: only the first state is fsynced as it is saved; the others
+    are renamed without an fsync, and the search's end fsyncs the last state and every history
+    line, after the last rename and before summary.json."""
+    monkeypatch.setattr(rundir, "SYNC_EVERY_S", 3600.0)
+    events = _file_events(monkeypatch)
+    execute(TABLE_SPEC, tmp_path / "run", {"name": "local"}, progress=False)
+    states = [i for i, e in enumerate(events) if e[:2] == ("replace", "state.json")]
+    assert len(states) == 1 + 4
+    assert [e for e in events[:states[0]] if e[0] == "fsync"][-1][1].startswith(".state.json.")
+    assert not [e for e in events[states[0] + 1:states[-1]] if e[0] == "fsync"]
+    summary = next(i for i, e in enumerate(events) if e[:2] == ("replace", "summary.json"))
+    synced = {e[1] for e in events[states[-1] + 1:summary] if e[0] == "fsync"}
+    assert {"state.json", "history.jsonl"} <= synced, events[states[-1]:]
+    assert (tmp_path / "run" / "history.jsonl").read_text().count("\n") == 4
+
+
+def test_a_state_is_fsynced_once_sync_every_s_has_passed(tmp_path, monkeypatch):
+    """The boundary: a save exactly SYNC_EVERY_S after the last fsynced one is fsynced (with the
+    history appended since), one a moment earlier is not."""
+    now = [0.0]
+    run = rundir.RunDir(tmp_path, clock=lambda: now[0])
+    synced: list[str] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name),
+                                                 real_fsync(fd))[1])
+    record = TrialRecord(trial=0, key="k", encoding="e", accuracy=1.0, params=None, flops=None, cost_seconds=0.0)
+    for at, expect in [(0.0, True), (rundir.SYNC_EVERY_S - 1e-6, False), (rundir.SYNC_EVERY_S, True),
+                       (2 * rundir.SYNC_EVERY_S - 1e-3, False)]:
+        now[0] = at
+        run.append([record], sync=False)
+        synced.clear()
+        run.save_state({}, 1, {}, 0.0)
+        assert any(name.startswith(".state.json.") for name in synced) is expect, (at, synced)
+        assert ("history.jsonl" in synced) is expect, (at, synced)
+    synced.clear()
+    run.sync()
+    assert {"state.json", "history.jsonl"} <= set(synced)
+    synced.clear()
+    run.sync()  # nothing left unsynced
+    assert synced == []
 
 
 def test_syncing_together_says_the_other_files_error(tmp_path):

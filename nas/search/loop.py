@@ -164,6 +164,7 @@ class SearchLoop:
             if bar is not None and client is not None:  # LLM calls on the bar
                 client.on_status = lambda text: bar.update(task, llm=text)
             exhausted = self._steady(resume) if steady else self._batches()
+        self.run.sync()  # the last trials' lines and state, as a lost machine would need them
         history = self.history
         if exhausted is not None:
             progress_log.warning("search ended after %d of %d trials: %s", len(evaluated(history)),
@@ -239,10 +240,10 @@ class SearchLoop:
         """Append, tell, then save the state: a crash in between leaves lines the state does not
         count, which resume cuts (their candidates are asked or re-queued again)."""
         records = [t.record for t in trials]
-        self.run.append(records, sync=False)  # fsynced with the state, before it counts them
+        self.run.append(records, sync=False)  # fsynced with a state, before one that counts them
         self.history.extend(records)
         self.strategy.tell([Trial(t.candidate, t.record.as_told(self.trust)) for t in trials])
-        self._save(sync_history=bool(records), **extra)
+        self._save(**extra)
         history = self.history
         best = best_record(history, self.trust)
         done = len(evaluated(history))

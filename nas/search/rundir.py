@@ -17,16 +17,24 @@ extra: the strategy never saw them, so they are cut and that batch is asked
 again (identically, since the RNG state is restored; evaluation then hits
 the task cache). More extra lines than one batch is an error, as is any
 malformed line.
+
+A lost machine (power, kernel) keeps what was fsynced: the first state, then history and state
+together at most SYNC_EVERY_S apart and when the search ends, each fsynced state only after the
+lines it counts. Saves in between are not fsynced (a table search's trial takes a millisecond,
+an fsync several): a lost machine may take back up to that last second of trials, and on a file
+system that does not keep a rename after the data written before it (ext4's default does), the
+state may then count lines it lost, which resume refuses in one line.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +44,10 @@ from nas.core.arch import stable_hash
 from nas.core.dotted import flatten, result_neutral
 from nas.core.trial import TrialRecord, record_at
 from nas.errors import RunDirError
-from nas.io import append_jsonl, atomic_write_json, read_json, read_jsonl, rewrite_jsonl
+from nas.io import append_jsonl, atomic_write_json, fsync_together, read_json, read_jsonl, rewrite_jsonl
 
 STATE_VERSION = 1
+SYNC_EVERY_S = 1.0  # the most trial time between two fsynced states (what a lost machine can take back)
 LOCK_NAME = ".lock"
 UNSTARTED = {LOCK_NAME, ".hydra"}  # all a run dir holds before its search writes anything
 NEW_DIR = "use a new hydra.run.dir"
@@ -59,8 +68,11 @@ class Resume:
 
 
 class RunDir:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = Path(path)
+        self.clock = clock
+        self._synced_at = -math.inf  # when a state was last fsynced (`clock`'s time)
+        self._unsynced = False  # history lines or a state written since, without their fsync
         self.history_path = self.path / "history.jsonl"
         self.state_path = self.path / "state.json"
         self.summary_path = self.path / "summary.json"
@@ -189,23 +201,41 @@ class RunDir:
             return 0
 
     def append(self, records: list[TrialRecord], sync: bool = True) -> None:
-        """`sync=False`: fsynced by the next `save_state(..., sync_history=True)`, with the state."""
+        """`sync=False`: fsynced by the next fsynced `save_state` (or `sync`), with the state."""
         append_jsonl(self.history_path, [r.to_json() for r in records], sync=sync)
+        self._unsynced |= not sync and bool(records)
 
     def save_state(self, fields: dict[str, Any], history_lines: int, strategy_state: dict[str, Any],
                    elapsed_seconds: float, in_flight: list[dict[str, Any]] | None = None,
-                   asked: int | None = None, sync_history: bool = False) -> None:
+                   asked: int | None = None) -> None:
         """`fields`: the search's identity fields (see `prepare`). `in_flight` and `asked`: an asynchronous
         search's candidates being evaluated and its next ask index, saved with the strategy state that
-        asked them (so resume re-queues them). `sync_history`: history.jsonl was appended without its
-        fsync; it is fsynced with the new state's, both before the state replaces the old one (so a
-        state on disk never counts a line that is not: one fsync's wait a trial instead of two)."""
+        asked them (so resume re-queues them). fsynced when the last fsynced state is SYNC_EVERY_S old:
+        then the history lines appended without their fsync are fsynced with it, both before it replaces
+        the old one (one fsync's wait, and a fsynced state never counts a line that is not)."""
+        now = self.clock()
+        durable = now - self._synced_at >= SYNC_EVERY_S
         atomic_write_json(self.state_path, {
             "version": STATE_VERSION, "identity": stable_hash(fields), "history_lines": history_lines,
             "identity_fields": fields,
             "strategy": strategy_state, "elapsed_seconds": elapsed_seconds,
             **({"in_flight": in_flight, "asked": asked} if in_flight is not None else {}),
-        }, sync_also=self.history_path if sync_history else None)
+        }, sync_also=self.history_path if durable and self._unsynced else None, sync=durable)
+        if durable:
+            self._synced_at, self._unsynced = now, False
+        else:
+            self._unsynced = True
+
+    def sync(self) -> None:
+        """fsync what the saves since the last fsynced state left unsynced (the search ended)."""
+        if not self._unsynced:
+            return
+        fd = os.open(self.state_path, os.O_RDONLY)
+        try:
+            fsync_together(fd, self.history_path)
+        finally:
+            os.close(fd)
+        self._synced_at, self._unsynced = self.clock(), False
 
     def save_summary(self, summary: dict[str, Any]) -> None:
         atomic_write_json(self.summary_path, summary)
