@@ -17,10 +17,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 from prefect import __version__ as prefect_version
-from prefect.context import FlowRunContext
+from prefect.context import FlowRunContext, SettingsContext, get_settings_context
 from prefect.events import emit_event
 from prefect.events.related import tags_as_related_resources
-from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, get_current_settings, temporary_settings
+from prefect.settings import get_current_settings
 
 log = logging.getLogger(__name__)
 MINIMUM_SECONDS = 30  # Prefect's own floor (flow_engine.MINIMUM_HEARTBEAT_INTERVAL)
@@ -38,7 +38,7 @@ def quick_heartbeats() -> Iterator[None]:
         return
     token = _INTERVAL.set(max(interval, MINIMUM_SECONDS))
     try:
-        with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+        with _heartbeat_frequency(None):
             yield
     finally:
         _INTERVAL.reset(token)
@@ -79,9 +79,21 @@ def heartbeats() -> Iterator[None]:
     token = _INTERVAL.set(None)
     thread.start()
     try:
-        with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: interval}):
+        with _heartbeat_frequency(interval):
             yield
     finally:
         _INTERVAL.reset(token)
         stop.set()
         thread.join()
+
+
+@contextmanager
+def _heartbeat_frequency(seconds: int | None) -> Iterator[None]:
+    """The current settings with `flows.heartbeat_frequency` set, for the block: a copy of the two
+    models it touches (Prefect's `temporary_settings` re-reads and re-validates every setting, tens of
+    milliseconds each time). No other setting is derived from this one, so nothing else needs redoing."""
+    context = get_settings_context()
+    current = context.settings
+    settings = current.model_copy(update={"flows": current.flows.model_copy(update={"heartbeat_frequency": seconds})})
+    with SettingsContext(profile=context.profile, settings=settings):
+        yield
