@@ -53,7 +53,9 @@ KEYS: dict[str, tuple[str, ...]] = {
     "nas/core/space.py:Benchmark.fingerprint": ("test_table_fingerprint",),
     "nas/spaces/nb201/table.py:NB201Table.fingerprint": ("test_table_fingerprint",),
     "nas/spaces/nb201/table.py:_sha256": ("test_table_fingerprint",),
-    "nas/spaces/nb201/table.py:_load_table": ("test_table_fingerprint",),
+    "nas/spaces/nb201/table.py:_load_table": ("test_table_fingerprint", "test_derived_table_is_read_back_for_the_same_bytes_only"),
+    "nas/spaces/nb201/table.py:derived_table_key": ("test_derived_table_key_follows_each_input",
+                                                    "test_derived_table_is_read_back_for_the_same_bytes_only"),
     "nas/evaluators/simulated.py:SimulatedEvaluator.fingerprint": ("test_simulated_fingerprint",),
     "nas/evaluators/simulated.py:SimulatedEvaluator.duration": ("test_simulated_fingerprint",),
     "nas/evaluators/proxy.py:ProxyEvaluator.fingerprint": ("test_proxy_fingerprint",),
@@ -446,6 +448,99 @@ def test_table_fingerprint(table_copy, tmp_path):
     with edited.open("ab") as fh:  # changed in place (the table reads the same: pickle stops at its end)
         fh.write(b"\0")
     assert evaluator.fingerprint() != before
+
+
+def test_derived_table_key_follows_each_input(monkeypatch):
+    from nas.spaces.nb201 import table
+
+    base = table.derived_table_key("a" * 64, "baseline_accuracy")
+    assert table.derived_table_key("b" + "a" * 63, "baseline_accuracy") != base  # other bytes
+    assert table.derived_table_key("a" * 64, "qat_accuracy") != base  # another metric
+    monkeypatch.setattr(table, "DERIVED_FORMAT", table.DERIVED_FORMAT + 1)
+    assert table.derived_table_key("a" * 64, "baseline_accuracy") != base  # another layout
+
+
+def _derived_files(home: Path) -> list[Path]:
+    return sorted((home / "cache" / "nb201").glob("*.npz"))
+
+
+def test_derived_table_is_read_back_for_the_same_bytes_only(table_copy, tmp_path, monkeypatch):
+    """The first read writes the derived file; the next read takes its values (a value changed in it
+    shows); the table changed in place is read from its pickle again, under a new derived file."""
+    from nas.spaces.nb201.table import _load_table, load_table
+
+    monkeypatch.setenv("NASFLOW_HOME", str(tmp_path / "home"))
+    edited = tmp_path / "edited.anb"
+    shutil.copyfile(table_copy, edited)
+    _load_table.cache_clear()
+    first = load_table(str(edited), "baseline_accuracy")
+    [derived] = _derived_files(tmp_path / "home")
+    with np.load(derived) as npz:
+        keys, values = npz["keys"], npz["values"]
+    assert dict(zip(map(tuple, keys.tolist()), values.tolist())) == first
+    values = values.copy()
+    values[0] = 12.5
+    with derived.open("wb") as fh:
+        np.savez(fh, keys=keys, values=values)
+    _load_table.cache_clear()
+    assert load_table(str(edited), "baseline_accuracy")[tuple(keys[0].tolist())] == 12.5  # read from the file
+    with edited.open("ab") as fh:  # changed in place: other bytes, the same table
+        fh.write(b"\0")
+    _load_table.cache_clear()
+    assert load_table(str(edited), "baseline_accuracy") == first
+    assert len(_derived_files(tmp_path / "home")) == 2
+    _load_table.cache_clear()
+
+
+def _npz(**arrays: Any) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+CELLS = 5 ** 6
+BAD_DERIVED = {
+    "not a zip": lambda k, v: b"garbage",
+    "truncated": lambda k, v: _npz(keys=k, values=v)[:1000],
+    "no values": lambda k, v: _npz(keys=k),
+    "one cell short": lambda k, v: _npz(keys=k[1:], values=v[1:]),
+    "keys as int64": lambda k, v: _npz(keys=k.astype(np.int64), values=v),
+    "values as float32": lambda k, v: _npz(keys=k, values=v.astype(np.float32)),
+    "an op index past the last op": lambda k, v: _npz(keys=np.where(k == 4, 5, k).astype(np.uint8), values=v),
+    "a cell twice": lambda k, v: _npz(keys=np.concatenate([k[:1], k[:-1]]), values=v),
+    "pickled objects": lambda k, v: _npz(keys=np.array([object()] * CELLS, dtype=object), values=v),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_DERIVED))
+def test_a_derived_table_that_is_not_whole_is_read_from_the_pickle_again(case, table_copy, tmp_path, monkeypatch):
+    from nas.spaces.nb201.table import _load_table, load_table
+
+    monkeypatch.setenv("NASFLOW_HOME", str(tmp_path / "home"))
+    _load_table.cache_clear()
+    truth = load_table(str(table_copy), "baseline_accuracy")
+    [derived] = _derived_files(tmp_path / "home")
+    with np.load(derived) as npz:
+        keys, values = npz["keys"], npz["values"]
+    derived.write_bytes(BAD_DERIVED[case](keys, values))
+    _load_table.cache_clear()
+    assert load_table(str(table_copy), "baseline_accuracy") == truth
+    with np.load(derived) as npz:  # written whole again
+        assert npz["keys"].shape == (CELLS, 6)
+    _load_table.cache_clear()
+
+
+def test_a_read_only_home_still_reads_the_table(table_copy, tmp_path, monkeypatch):
+    from nas.spaces.nb201.table import _load_table, load_table
+
+    blocker = tmp_path / "home"
+    blocker.write_text("a file where the home's folders would go")
+    monkeypatch.setenv("NASFLOW_HOME", str(blocker))
+    _load_table.cache_clear()
+    assert len(load_table(str(table_copy), "baseline_accuracy")) == CELLS
+    _load_table.cache_clear()
 
 
 def test_simulated_fingerprint():
