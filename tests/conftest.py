@@ -74,6 +74,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_cli_arch_draw.py": (),
     "test_cli_arch_draw.py::test_draw_refuses_an_invalid_file_with_validates_errors_and_writes_nothing": ("cli",),
     "test_cli_config.py": (),
+    "test_cli_exit.py": (),
     "test_cli_config.py::test_ctrl_c_stops_a_search_in_one_line_and_the_same_command_resumes": ("cli",),
     "test_cli_config.py::test_a_run_dir_in_use_gets_no_hydra_files_and_a_free_one_gets_progress_in_search_log":
         ("cli",),

@@ -1,5 +1,5 @@
 """`python -m nas.cli`."""
 
-from nas.cli.main import main
+from nas.cli.main import entry
 
-main()
+entry()
