@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import statistics
 import subprocess
@@ -124,9 +125,10 @@ def timed_search(argv: list[str], env: dict[str, str], cwd: Path, run_dir: Path 
     load stretches wall time; CPU time much less)."""
     load = _load()
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.Popen([str(NAS), *argv], env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    start, start_epoch = time.perf_counter(), time.time()
+    # `python -m nas.cli`: each tree's own way out (its __main__), whatever the venv's script is
+    proc = subprocess.Popen([sys.executable, "-m", "nas.cli", *argv], env=env, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     first = first_cpu = None
     history = run_dir / "history.jsonl" if run_dir is not None else None
     before = history.stat().st_size if history is not None and history.exists() else 0
@@ -145,7 +147,41 @@ def timed_search(argv: list[str], env: dict[str, str], cwd: Path, run_dir: Path 
         row["first_trial_s"] = round(first, 3)
     if first_cpu is not None:
         row["first_trial_cpu_s"] = round(first_cpu, 3)
+    if run_dir is not None:
+        row.update(phases(run_dir / "search.log", start_epoch, start_epoch + wall))
     return row
+
+
+LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]\[nas\.(start|progress)\]\[INFO\] - (.*)$")
+
+
+def phases(log: Path, start: float, end: float) -> dict[str, float]:
+    """Where a search command's wall time went, from its search.log's lines (millisecond stamps):
+    `to_run_dir_s` from the command's start to the flow body's "run dir:" line (imports, Hydra's
+    compose, the checks, the flow run's creation), `trials_s` from there to the last trial's line,
+    `after_last_trial_s` from it to the process's end (summary, report, artifacts, the flow run's
+    end, the exit)."""
+    try:
+        text = log.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    stamps: dict[str, float] = {}
+    for line in text.splitlines():
+        match = LOG_LINE.match(line)
+        if match is None:
+            continue
+        at = datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()  # local time, as logging writes it
+        if at < start - 0.002:  # an earlier command's lines (a resumed run dir)
+            continue
+        if match[3].startswith("run dir:"):
+            stamps.setdefault("run_dir", at)
+        elif match[3].startswith("trial "):
+            stamps["last_trial"] = at
+    if {"run_dir", "last_trial"} - stamps.keys():
+        return {}
+    return {"to_run_dir_s": round(stamps["run_dir"] - start, 3),
+            "trials_s": round(stamps["last_trial"] - stamps["run_dir"], 3),
+            "after_last_trial_s": round(end - stamps["last_trial"], 3)}
 
 
 def end_to_end(before_tree: Path | None, repeats: int, out: Path) -> None:
@@ -222,7 +258,7 @@ def end_to_end(before_tree: Path | None, repeats: int, out: Path) -> None:
 
 def summarize(rows: list[dict]) -> dict:
     out: dict = {"median_wall_s": round(statistics.median(r["wall_s"] for r in rows), 3), "runs": rows}
-    for key in ("cpu_s", "first_trial_s", "first_trial_cpu_s"):
+    for key in ("cpu_s", "first_trial_s", "first_trial_cpu_s", "to_run_dir_s", "trials_s", "after_last_trial_s"):
         values = [r[key] for r in rows if key in r]
         if values:
             out[f"median_{key}"] = round(statistics.median(values), 3)

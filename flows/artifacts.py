@@ -6,6 +6,7 @@ the UI's Artifacts page then keeps the latest of each search configuration."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
@@ -15,7 +16,15 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from prefect.artifacts import MarkdownArtifact, ProgressArtifact, TableArtifact, update_progress_artifact
+from prefect.artifacts import (
+    MarkdownArtifact,
+    ProgressArtifact,
+    TableArtifact,
+    aupdate_progress_artifact,
+    update_progress_artifact,
+)
+from prefect.client.orchestration import get_client
+from prefect.utilities.asyncutils import run_coro_as_sync
 
 from nas.core.trial import TrialRecord, best_record, evaluated, read_history
 from nas.report import code_span, render_markdown
@@ -66,14 +75,24 @@ class SearchArtifacts:
     def finish(self, run_dir: Path, summary: dict[str, Any]) -> None:
         """After the loop wrote history.jsonl; the search is over, so progress is 100 even when a
         strategy ran out of candidates before its budget."""
+        assert self.progress_id is not None, "start() first"
         history = read_history(run_dir / "history.jsonl")
-        report, table = report_markdown(run_dir, history, summary), top_trials(history, self.trust)
-        MarkdownArtifact(markdown=report, key=artifact_key(self.name, "report"),
-                         description=f"{self.name}: search report ({run_dir})").create()
-        TableArtifact(table=table, key=artifact_key(self.name, "top-trials"),
-                      description=f"{self.name}: top {TOP} trials by accuracy").create()
+        report = MarkdownArtifact(markdown=report_markdown(run_dir, history, summary),
+                                  key=artifact_key(self.name, "report"),
+                                  description=f"{self.name}: search report ({run_dir})")
+        table = TableArtifact(table=top_trials(history, self.trust), key=artifact_key(self.name, "top-trials"),
+                              description=f"{self.name}: top {TOP} trials by accuracy")
         ended = f", {printable(str(summary['exhausted']))}" if summary.get("exhausted") else ""
-        self._progress(100.0, f"{self.name}: done, {summary['trials']}/{self.trials} trials{ended}")
+        run_coro_as_sync(self._publish(report, table, f"{self.name}: done, {summary['trials']}/{self.trials} "
+                                                      f"trials{ended}"))
+
+    async def _publish(self, report: MarkdownArtifact, table: TableArtifact, progress: str) -> None:
+        """The report, the top trials and the bar at 100 sent at once, on one client: three API round
+        trips in the time of one (one after the other they were most of a table search's last half second)."""
+        assert self.progress_id is not None
+        async with get_client() as client:
+            await asyncio.gather(report.acreate(client), table.acreate(client),
+                                 aupdate_progress_artifact(self.progress_id, 100.0, description=progress, client=client))
 
 
 def report_markdown(run_dir: Path, history: list[TrialRecord], summary: dict[str, Any]) -> str:

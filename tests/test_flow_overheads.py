@@ -216,3 +216,27 @@ def test_syncing_together_says_the_other_files_error(tmp_path):
     with open(tmp_path / "a", "wb") as fh:
         with pytest.raises(FileNotFoundError):
             fsync_together(fh.fileno(), tmp_path / "missing")
+
+
+def test_cli_latency_splits_a_search_at_its_log_lines(tmp_path):
+    """benchmarks/cli_latency.py's phases: command start -> "run dir:" -> the last trial line -> the
+    end, from search.log's local-time millisecond stamps; an earlier command's lines (a resumed dir)
+    are not this one's; a log without both lines gives no phases."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from cli_latency import phases
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    start = time.mktime((2026, 12, 3, 9, 0, 0, 0, 0, -1))
+    log = tmp_path / "search.log"
+    log.write_text("[2026-12-03 08:59:58,000][nas.progress][INFO] - trial 50/100, best 93.00, elapsed 1.0s\n"
+                   "[2026-12-03 09:00:01,250][nas.start][INFO] - run dir: /x\n"
+                   "[2026-12-03 09:00:01,260][nas.progress][INFO] - random on nb201: 100 trials\n"
+                   "[2026-12-03 09:00:01,300][nas.progress][INFO] - trial 51/100, best 93.00, elapsed 0.1s\n"
+                   "[2026-12-03 09:00:01,400][nas.other][INFO] - trial 99/100 from another logger\n"
+                   "[2026-12-03 09:00:02,000][nas.progress][INFO] - trial 100/100, best 93.10, elapsed 0.8s\n",
+                   encoding="utf-8")
+    assert phases(log, start, start + 2.5) == {"to_run_dir_s": 1.25, "trials_s": 0.75, "after_last_trial_s": 0.5}
+    log.write_text("[2026-12-03 09:00:01,250][nas.start][INFO] - run dir: /x\n", encoding="utf-8")
+    assert phases(log, start, start + 2.5) == {}
+    assert phases(tmp_path / "missing.log", start, start + 2.5) == {}
