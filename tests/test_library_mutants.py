@@ -457,3 +457,153 @@ def test_the_design_probe_keeps_the_root_s_accuracy_to_two_decimals(monkeypatch,
     got = probes.design_probe(tmp_path, [], trials=2, lif_tries=1)
     assert got["root_accuracy"].value == 91.23
     assert (got["trials"].value, got["proposals"].value, got["valid"].value, got["llm_tokens"].value) == (2, 1, 1, 7)
+
+
+def _memory_knowledge_store(client=None):
+    from qdrant_client import QdrantClient
+
+    from nas.knowledge.embed import Embedder
+    from nas.knowledge.store import KnowledgeStore
+
+    return KnowledgeStore(client if client is not None else QdrantClient(":memory:"), embedder=Embedder())
+
+
+def test_ideas_added_in_batches_keep_each_idea_s_own_vector():
+    import numpy as np
+
+    from nas.knowledge.embed import DEFAULT_DIM
+    from nas.knowledge.idea import Idea
+
+    store = _memory_knowledge_store()
+    ideas = [Idea(f"idea number {i} of a batched import") for i in range(5)]
+    vectors = np.eye(5, DEFAULT_DIM, dtype=np.float32)  # orthogonal: none is a near-duplicate of another
+    report = store.add_ideas(ideas, batch_size=2, vectors=vectors)
+    assert (report.added, report.duplicates) == (5, 0) and store.count() == 5
+    for idea, vec in zip(ideas, vectors):
+        hit = store.search_vector(vec, k=1)[0]
+        assert hit.idea.text == idea.text and hit.score == pytest.approx(1.0)
+
+
+def test_knowledge_counts_ask_the_store_for_an_exact_count():
+    """A Qdrant server's count without `exact` is an estimate from its index (here: all points,
+    as if the filter were not applied); the store's counts must be exact."""
+    import numpy as np
+    from qdrant_client import QdrantClient
+
+    from nas.knowledge.embed import DEFAULT_DIM
+    from nas.knowledge.idea import Idea, Tag
+
+    class Estimating(QdrantClient):
+        def count(self, collection_name, count_filter=None, exact=True, **kwargs):
+            if not exact:
+                return super().count(collection_name, exact=True)
+            return super().count(collection_name, count_filter=count_filter, exact=True, **kwargs)
+
+    store = _memory_knowledge_store(Estimating(":memory:"))
+    ideas = [Idea("Use depthwise separable convolutions.", Tag("efficiency", "operation", "efficient convolution")),
+             Idea("Add squeeze-and-excitation channel attention.", Tag("performance", "block", "attention")),
+             Idea("Add identity shortcuts around each pair of convolutions.", Tag("performance", "block", "skip"))]
+    store.add_ideas(ideas, vectors=np.eye(3, DEFAULT_DIM, dtype=np.float32))
+    assert store.count() == 3
+    assert store.count(target="performance") == 2 and store.count(target="efficiency") == 1
+    assert store.count(main="attention") == 1
+
+
+def test_naswot_codes_a_relu_unit_as_on_when_its_output_is_positive():
+    """NASWOT's kernel counts the units on which two images' binary codes agree, a unit 'on' where
+    the ReLU's output is above zero: codes 10, 11 and 01 agree pairwise on one unit, log det = log 4."""
+    import math
+
+    from torch import nn
+
+    from nas.proxies.base import Batch
+    from nas.proxies.scores import Naswot
+
+    images = torch.tensor([[0.5, -1.0], [0.5, 0.5], [-0.5, 2.0]]).reshape(3, 1, 1, 2)
+    batch = Batch(images, torch.tensor([0, 1, 0]), 2, "random")
+    assert Naswot().score(nn.Sequential(nn.ReLU()), batch) == pytest.approx(math.log(4))
+
+
+def _scripted_training_worker(lines):
+    """A TrustedWorker whose process only prints `lines` (JSON messages), then waits."""
+    from nas.sandbox.trusted import TrustedWorker
+
+    worker = object.__new__(TrustedWorker)
+    worker.memory_mb, worker.job = 1024, "training"
+    script = "import sys, time\nsys.stdout.write(sys.argv[1])\nsys.stdout.flush()\ntime.sleep(60)"
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    worker.proc = subprocess.Popen([sys.executable, "-c", script, text], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    return worker
+
+
+def test_a_training_worker_s_proxy_scores_are_taken_once_and_a_second_set_is_malformed():
+    from nas.sandbox.trusted import Refusal
+
+    start = [{"ready": 0}, {"work": 10, "images": 10, "epochs": 1}, {"proxies": {"naswot": 1.5}}]
+    request = {"proxies": {"names": ["naswot"]}}
+    for again, expected in [(False, {"failed": "it did not train"}),
+                            (True, Refusal("the parent's training of the graph sent a malformed message (proxy "
+                                           "scores not asked for, or asked for again)", "crash"))]:
+        heard = []
+        worker = _scripted_training_worker(start + [{"proxies": {"naswot": 2.5}}] * again
+                                           + [{"failed": "it did not train"}])
+        try:
+            got = worker.train(b"artifact", request, None, heard.append)
+        finally:
+            worker.close()
+        assert got == expected and heard == [{"naswot": 1.5}]
+
+
+def test_the_trusted_worker_lowers_its_own_priority_for_its_imports_and_no_other_process_s(monkeypatch):
+    import os
+
+    from nas.sandbox import trusted_worker
+
+    class Stop(Exception):
+        pass
+
+    calls = []
+
+    def limit(memory_mb):
+        raise Stop
+
+    monkeypatch.setattr(os, "setpriority", lambda which, who, prio: calls.append((which, who, prio)))
+    monkeypatch.setattr(os, "getpriority", lambda which, who: 3)
+    monkeypatch.setattr(trusted_worker, "_die_with_parent", lambda parent: None)
+    monkeypatch.setattr(trusted_worker, "_limit", limit)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    with pytest.raises(Stop):
+        trusted_worker.main(64, 1, "check", os.getpid())
+    assert calls == [(os.PRIO_PROCESS, 0, 13), (os.PRIO_PROCESS, 0, 3)]  # pid 0: the worker itself
+
+
+def test_the_trusted_check_runs_the_graph_on_the_input_the_sandbox_child_ran_it_on():
+    """The sandbox child runs the model on torch.manual_seed(0)'s randn (nas.sandbox.worker._verify);
+    the trusted check's forward draws the same input, so a graph finite there is finite here: this
+    one is finite only on that input's first image (its output is NaN anywhere else)."""
+    from torch import nn
+
+    from nas.sandbox.graph import export_graph, pack
+    from nas.sandbox.verify import measure
+
+    shape = (2, 3, 8, 8)
+    torch.manual_seed(0)
+    first = torch.randn(shape)[:1].clone()
+
+    class OnlyThere(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 10)
+            self.register_buffer("there", first)
+
+        def forward(self, x):
+            off = (x[:1] - self.there).abs().amax()
+            return self.fc(x.mean((2, 3))) + torch.sqrt(off.neg() + 1e-6)
+
+    net = OnlyThere()
+    graph = export_graph(net, torch.randn(shape))
+    data = pack(graph, {"init": dict(net.state_dict()), "const": graph.pop("constants")})
+    verdict = measure(data, num_classes=10, input_shape=list(shape), memory_mb=1024, with_parent=False, batch=256,
+                      seeds=[], on_work=lambda units: None)
+    assert verdict["ok"], verdict["error"]
