@@ -607,3 +607,141 @@ def test_the_trusted_check_runs_the_graph_on_the_input_the_sandbox_child_ran_it_
     verdict = measure(data, num_classes=10, input_shape=list(shape), memory_mb=1024, with_parent=False, batch=256,
                       seeds=[], on_work=lambda units: None)
     assert verdict["ok"], verdict["error"]
+
+
+@pytest.mark.parametrize("accelerator", ["cpu", "gpu", "auto"])
+def test_a_model_source_trains_on_the_gpu_when_asked_or_when_auto_finds_one(monkeypatch, accelerator):
+    from nas.evaluators import train
+    from nas.spaces.source.space import SourceSpace
+
+    asked = []
+
+    def train_model_source(source, *, gpu, **kwargs):
+        asked.append(gpu)
+        return types.SimpleNamespace(ok=False, error="not trained here", stage="train", self_reported=False), []
+
+    monkeypatch.setattr(train, "isolation", lambda: None)
+    monkeypatch.setattr(train, "train_model_source", train_model_source)
+    recipe = {"epochs": 1, "batch_size": 64, "train_subset": 128, "valid_subset": 64, "test_subset": 64}
+    space = SourceSpace()
+    evaluator = train.TrainEvaluator(space, {"name": "digits"}, recipe, engine={"accelerator": accelerator})
+    for cuda in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda cuda=cuda: cuda)
+        assert evaluator._train_source(space.base, [0], {}) == ("not trained here", False)
+    assert asked == {"cpu": [False, False], "gpu": [True, True], "auto": [False, True]}[accelerator]
+
+
+def test_a_retrained_export_s_source_takes_the_data_s_channels(tmp_path):
+    """The model.py of a network trained on grey 8x8 images takes one input channel: its `Network`
+    loads the built network's weights strictly and gives its output."""
+    from nas.export import trusted
+    from nas.spaces.nb201.arch import NB201Cell
+    from nas.spaces.nb201.space import NB201Space
+
+    space = NB201Space()
+    cell = NB201Cell.from_string("|nor_conv_3x3~0|+|skip_connect~0|nor_conv_1x1~1|+|avg_pool_3x3~0|none~1|nor_conv_3x3~2|")
+    ev = types.SimpleNamespace(seeds=[0], data=types.SimpleNamespace(shape=(1, 8, 8), num_classes=10),
+                               build={"channels": 4, "cells_per_stage": 1}, data_cfg={"name": "digits"})
+    built = trusted.from_training(ev, types.SimpleNamespace(seed=0), space, cell, None, False, [].append)
+    assert built.shape == (1, 1, 8, 8)
+    (tmp_path / "model.py").write_text(built.source)
+    torch.save(built.net.state_dict(), tmp_path / "model.pt")
+    x = torch.randn(built.shape)
+    check = trusted.source_check(built, built.net.eval(), x, tmp_path, None, space)
+    assert check["passed"] and check["max_abs_diff"] == 0.0, check
+
+
+class _Served:
+    """The uvicorn child as flows.shared_server's watchdog sees it: serving until `polls` polls,
+    or until terminated; `on_poll` runs at each poll."""
+
+    def __init__(self, polls, on_poll=lambda n: None):
+        self.polls, self.on_poll, self.n, self.terminated = polls, on_poll, 0, False
+
+    def poll(self):
+        self.n += 1
+        self.on_poll(self.n)
+        return 0 if self.terminated or self.n >= self.polls else None
+
+    def terminate(self):
+        self.terminated = True
+
+    def wait(self, timeout=None):
+        return 0
+
+
+@pytest.mark.parametrize("home_removed", [False, True])
+def test_the_shared_server_s_watchdog_serves_while_its_home_exists_and_stops_once_it_is_removed(
+        monkeypatch, tmp_path, home_removed):
+    import shutil
+
+    from flows import shared_server
+
+    home = tmp_path / "prefect"
+    home.mkdir()
+    served = _Served(6, lambda n: n == 3 and home_removed and shutil.rmtree(home))
+    monkeypatch.setattr(shared_server.subprocess, "Popen", lambda *a, **kw: served)
+    monkeypatch.setattr(shared_server.signal, "signal", lambda *a: None)
+    monkeypatch.setattr(shared_server, "healthy", lambda url, timeout=2.0: True)
+    monkeypatch.setattr(shared_server, "POLL_S", 0.0)
+    assert shared_server.main(["--dir", str(home), "--port", "4999", "--idle-minutes", "30"]) == 0
+    if home_removed:  # stopped at the first look after the removal, the server terminated
+        assert served.terminated and served.n == 4
+    else:  # not idle (30 minutes): served until the server itself ended
+        assert not served.terminated and served.n == 7 and not (home / shared_server.STATE).exists()
+
+
+@pytest.mark.parametrize("taken", [False, True])
+def test_the_shared_server_s_other_port_is_said_in_a_line_of_its_own_only_when_4200_is_taken(
+        monkeypatch, tmp_path, capsys, taken):
+    from flows import prefect_server
+
+    class Started(Exception):
+        pass
+
+    def popen(*args, **kwargs):
+        raise Started
+
+    port = prefect_server.PREFERRED_PORT + (7 if taken else 0)
+    monkeypatch.setattr(prefect_server, "_running_url", lambda where: None)
+    monkeypatch.setattr(prefect_server, "check_prefect_database", lambda: None)
+    monkeypatch.setattr(prefect_server, "_free_port", lambda: port)
+    monkeypatch.setattr(prefect_server.subprocess, "Popen", popen)
+    with pytest.raises(Started):
+        prefect_server._start_local_server(tmp_path, False, tmp_path / "log")
+    said = capsys.readouterr().err
+    if taken:
+        assert said.startswith(f"nas: port 4200 is taken, so this home's Prefect UI is at http://127.0.0.1:{port}")
+    else:
+        assert said == ""
+
+
+def test_a_curve_under_16_trials_marks_every_trial_and_longer_ones_stagger_every_eighth(monkeypatch, tmp_path):
+    from nas import compare
+
+    figures = []
+    monkeypatch.setattr(compare, "save_figure", lambda fig, path: figures.append(fig))
+
+    def groups(length):
+        return {label: [{"curve": [80.0 + t / 10 for t in range(length)], "random_only": ""}] * 2
+                for label in ("random", "rea")}
+
+    compare.plot_curves(groups(5), tmp_path / "short.png")
+    compare.plot_curves(groups(40), tmp_path / "long.png")
+    marks = [[line.get_markevery() for line in fig.axes[0].lines] for fig in figures]
+    for fig in figures:
+        compare._pyplot().close(fig)
+    assert marks == [[(0, 1), (0, 1)], [(0, 5), (2, 5)]]
+
+
+def test_prefect_s_server_module_starts_its_children_under_the_guard_once_patched():
+    from tasks import env
+
+    server = types.ModuleType("prefect.server.api.server")
+    server.subprocess = subprocess
+    env._guard(server)
+    shim = server.subprocess
+    assert shim is not subprocess and shim.Popen is env._GuardedPopen and shim.PIPE == subprocess.PIPE
+    assert subprocess.Popen is not env._GuardedPopen  # the process's own module is left as it was
+    env._guard(server)
+    assert server.subprocess is shim  # patched once
