@@ -745,3 +745,180 @@ def test_prefect_s_server_module_starts_its_children_under_the_guard_once_patche
     assert subprocess.Popen is not env._GuardedPopen  # the process's own module is left as it was
     env._guard(server)
     assert server.subprocess is shim  # patched once
+
+
+def test_a_proxy_batch_is_normalised_as_training_normalises_and_halved_by_averaging(monkeypatch):
+    from nas.data.sources import ImageData, Split
+    from nas.proxies.batch import data_batch
+
+    pixels = torch.arange(16, dtype=torch.uint8).reshape(1, 1, 4, 4) * 10
+    split = Split(pixels, torch.tensor([3]))
+    data = ImageData("g", split, split, split, 10, (0.25,), (0.5,), 0)
+    batch = data_batch(data, 1, 0)
+    assert torch.allclose(batch.images, (pixels.float() / 255 - 0.25) / 0.5)
+    small = data_batch(data, 1, 0, (1, 2, 2)).images  # each output pixel: the mean of its 2x2 block
+    blocks = batch.images.reshape(2, 2, 2, 2).permute(0, 2, 1, 3).reshape(2, 2, 4).mean(-1)
+    assert torch.allclose(small[0, 0], blocks, atol=1e-6)
+
+
+def test_loss_gradients_are_the_weights_this_batch_reaches_not_a_stale_one():
+    from torch import nn
+
+    from nas.proxies.base import Batch
+    from nas.proxies.gradients import loss_gradients
+
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.unused = nn.Linear(4, 3), nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.used(x.flatten(1))
+
+    net = TwoHeads()
+    net.unused.weight.grad = torch.ones_like(net.unused.weight)  # left by an earlier backward
+    grads = loss_gradients(net, Batch(torch.randn(2, 1, 2, 2), torch.tensor([0, 2]), 3, "random"))
+    assert [w for w, _ in grads] == [net.used.weight]
+
+
+def test_the_proxy_screen_s_data_free_images_are_rgb_32_by_32_unless_told():
+    from nas.proxies.screen import ProxyScorer
+    from nas.spaces.nb201.space import NB201Space
+
+    assert ProxyScorer(NB201Space()).batch.images.shape == (32, 3, 32, 32)
+    assert ProxyScorer(NB201Space(), shape=[1, 8, 8], batch_size=4).batch.images.shape == (4, 1, 8, 8)
+
+
+def test_a_regression_value_exactly_at_its_tolerance_is_ok_and_past_it_improved_or_regressed():
+    from nas.regression.judge import HIGHER, LOWER, judge
+
+    assert judge(1e-9, 0.0, HIGHER, {"abs": 0.0}) == "ok"  # at the bound's own slack
+    assert judge(2e-9, 0.0, HIGHER, {"abs": 0.0}) == "improved"
+    assert judge(1e-9, 0.0, LOWER, {"abs": 0.0}) == "ok" and judge(2e-9, 0.0, LOWER, {"abs": 0.0}) == "regressed"
+
+
+def test_the_table_probe_runs_the_baselines_as_the_collm_benchmark_does():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import collm_nb201
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from nas.regression.probes import TABLE_STRATEGIES
+
+    assert TABLE_STRATEGIES == collm_nb201.BASELINES
+
+
+def test_a_design_failing_to_the_end_leaves_its_last_draft():
+    from nas.design.base import verify_and_retry
+
+    class Chain:
+        def run(self, text):
+            return types.SimpleNamespace(failure=types.SimpleNamespace(error=f"bad {text}", retry="fix"),
+                                         to_dict=lambda: {"ok": False})
+
+    def step(n):
+        return types.SimpleNamespace(text=f"draft {n}", label={"attempt": n}, extra={}, error=None)
+
+    attempts = []
+    outcome, last = verify_and_retry(Chain(), step(0), lambda o, e, t: step(1) if len(attempts) < 2 else None,
+                                     attempts, retry_no_reply=False)
+    assert last == "draft 1" and len(attempts) == 2 and outcome.failure.error == "bad draft 1"
+    silent = types.SimpleNamespace(text=None, label={"attempt": 0}, extra={}, error="no reply")
+    assert verify_and_retry(Chain(), silent, lambda o, e, t: None, [], retry_no_reply=False) == (None, "")
+
+
+def test_the_structure_check_refuses_a_network_of_one_layer_or_none_saying_how_many():
+    from nas.design.verifiers import Structure
+
+    def check(layers):
+        verdict = types.SimpleNamespace(changed=True, layers=layers, changed_layers=1)
+        return Structure().check(types.SimpleNamespace(facts={"verdict": verdict}))
+
+    for layers, says in [(1, "has 1 layer(s)"), (None, "has 0 layer(s)"), (0, "has 0 layer(s)")]:
+        got = check(layers)
+        assert not got.ok and says in got.error and "single-layer network is not a design" in got.error
+    assert check(2).ok
+
+
+def test_the_block_budget_takes_a_design_that_fits_only_at_width_one(monkeypatch):
+    from nas.design import verifiers
+
+    for width, ok in [(1, True), (0, False)]:
+        monkeypatch.setattr(verifiers, "search_width", lambda blocks, skeleton, budget, width=width:
+                            types.SimpleNamespace(width=width, params=10, flops=20))
+        draft = types.SimpleNamespace(blocks={}, facts={})
+        check = verifiers.BlockBudget(None, types.SimpleNamespace(params=1e6, flops=1e8)).check(draft)
+        assert check.ok is ok and (draft.facts.get("width") == 1) is ok
+
+
+def test_a_probe_runs_again_into_the_folder_an_earlier_run_left(monkeypatch, tmp_path):
+    from nas.regression import probes
+
+    suite = types.SimpleNamespace(probe=lambda name: types.SimpleNamespace(fn=lambda **kw: {}, params={}))
+    monkeypatch.setattr(probes, "get_suite", lambda name: suite)
+    for _ in range(2):
+        result = probes.run_probe("s", "p", tmp_path)
+        assert (result["error"], result["skipped"], result["metrics"]) == (None, None, {})
+    assert (tmp_path / "probes" / "p").is_dir()
+
+
+def test_only_an_llm_task_s_traceback_and_its_uncacheable_failure_are_kept_from_the_log():
+    import logging
+
+    from tasks.llm import _OneLineFailures
+
+    def kept(message, task="llm-propose-0"):
+        record = logging.LogRecord("prefect.task_runs", logging.ERROR, __file__, 1, message, None, None)
+        record.task_run_name = task
+        return _OneLineFailures().filter(record)
+
+    assert not kept("Task run failed with exception: LLMError('x')")
+    assert not kept("Failed to write result: LLMError('no reply') cannot be serialised")
+    assert kept("Failed to write result: OSError: disk full")  # another failure to store: said
+    assert kept("an LLMError was retried")
+    assert kept("Task run failed with exception", task="evaluate-3")
+
+
+def test_a_candidate_s_last_epoch_is_published_however_soon_it_comes(monkeypatch):
+    from nas.train.progress import EpochProgress
+    from tasks import progress
+
+    sent = []
+    fake = types.SimpleNamespace(create_progress_artifact=lambda value, **kw: sent.append(value) or "id",
+                                 update_progress_artifact=lambda key, value, **kw: sent.append(value))
+    monkeypatch.setattr(progress, "artifacts", fake)
+    reporter = progress.PrefectProgress(min_interval=3600.0)
+    reporter(EpochProgress("a", 1, 3, 0.5, 1.0))
+    reporter(EpochProgress("a", 2, 3, 0.5, 1.0))  # within the interval: not sent
+    reporter(EpochProgress("a", 3, 3, 0.5, 1.0))  # the last: sent
+    reporter(EpochProgress("b", 1, 3, 0.5, 1.0))
+    reporter(EpochProgress("b", 1, 3, 0.5, 1.0, "non-finite loss"))  # terminated: sent
+    assert sent == [pytest.approx(33.33), 100.0, pytest.approx(33.33), pytest.approx(33.33)]
+
+
+def test_a_cache_record_s_foreign_serializer_is_quoted_to_40_characters():
+    from tasks.records import _payload
+
+    kind = "x" * 39 + "yz"
+    raw = json.dumps({"metadata": {"serializer": {"type": kind}}, "result": "{}"}).encode()
+    assert _payload(raw, None) == (None, f"serializer {kind[:40]!r} is not nasflow-json; refusing to load it")
+
+
+def test_a_batch_s_tickets_come_after_those_still_running():
+    from tasks.evaluate import PrefectExecutor
+
+    executor = object.__new__(PrefectExecutor)
+    executor._running = {5: ("a candidate still running", 0.0)}
+    submitted = []
+
+    def submit(ticket, candidate):
+        assert ticket not in executor._running
+        submitted.append(ticket)
+
+    executor.submit = submit
+    finished = iter([7, 6])
+    executor.next_done = lambda: (t := next(finished), f"outcome {t}")
+    assert executor.evaluate(["c6", "c7"]) == ["outcome 6", "outcome 7"] and submitted == [6, 7]
+    executor._running = {}
+    finished = iter([0])
+    assert executor.evaluate(["c0"]) == ["outcome 0"] and submitted[-1] == 0
