@@ -137,6 +137,13 @@ def test_positional_args_and_expressions_kept_as_text():
     assert parse_block_file(bf.to_text()) == bf
 
 
+def test_an_empty_argument_list_is_no_arguments():
+    plain = parse_block_file(RESNET).sections["ResNetBasicBlock"]
+    for empty in ("3:BN()", "3:BN( )"):
+        block = parse_block_file(RESNET.replace("3:BN", empty)).sections["ResNetBasicBlock"]
+        assert block.nodes["3"] == plain.nodes["3"] and block.nodes["3"].args == {}
+
+
 def test_round_trip_block_to_text():
     block = parse_block_file(RESNET).sections["ResNetBasicBlock"]
     assert block.to_text() == RESNET
@@ -157,6 +164,8 @@ def test_unbalanced_parentheses():
         ("3:Conv2d(a=C+)", "argument a='C+' is not an expression"),
         ("3:Conv2d(a=eval('x'))", "is not an expression"),
         ("3:Conv2d(a=C,,b=1)", "has an empty argument"),
+        ("3:Conv2d(,)", "has an empty argument"),
+        ("3:Conv2d( , )", "has an empty argument"),
         ("3 BN", "is neither a ##name## header"),
         ("3->", "edge line '3->' is not of the form a->b"),
     ],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 
@@ -178,3 +179,25 @@ def test_check_cache_must_be_a_boolean():
     with pytest.raises(ConfigError, match="parameter 'check_cache' must be bool, got 'yes'"):
         make(check_cache="yes")
     assert make(check_cache=False).check_cache is False
+
+
+def test_an_iterative_step_from_a_model_without_a_mutation_draws_a_fair_idea_and_keeps_a_given_one(monkeypatch):
+    """A chain from the base (no grand-parent: no mutation to learn from) mutates the base with a
+    fairly drawn idea when its job has none, and with the job's own idea when it has one."""
+    from nas.agents.fairnad.strategy import Job
+
+    class Asked(Exception):
+        pass
+
+    def request(job):
+        raise Asked(job.idea)
+
+    s = make()
+    s.pool = pool()
+    evaluated(s, [(50.0, 0.47e6)])
+    s.client = SimpleNamespace(usage=SimpleNamespace(total=lambda: 0))  # no LLM is asked: `_request` stops first
+    monkeypatch.setattr(s, "_request", request)
+    for idea, asked in [("", {i.text for i in s.pool}), ("use a deeper stem", {"use a deeper stem"})]:
+        with pytest.raises(Asked) as got:
+            s._design(Job("iterative", 0, idea, None, 1, 0))
+        assert got.value.args[0] in asked

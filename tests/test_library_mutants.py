@@ -457,3 +457,468 @@ def test_the_design_probe_keeps_the_root_s_accuracy_to_two_decimals(monkeypatch,
     got = probes.design_probe(tmp_path, [], trials=2, lif_tries=1)
     assert got["root_accuracy"].value == 91.23
     assert (got["trials"].value, got["proposals"].value, got["valid"].value, got["llm_tokens"].value) == (2, 1, 1, 7)
+
+
+def _memory_knowledge_store(client=None):
+    from qdrant_client import QdrantClient
+
+    from nas.knowledge.embed import Embedder
+    from nas.knowledge.store import KnowledgeStore
+
+    return KnowledgeStore(client if client is not None else QdrantClient(":memory:"), embedder=Embedder())
+
+
+def test_ideas_added_in_batches_keep_each_idea_s_own_vector():
+    import numpy as np
+
+    from nas.knowledge.embed import DEFAULT_DIM
+    from nas.knowledge.idea import Idea
+
+    store = _memory_knowledge_store()
+    ideas = [Idea(f"idea number {i} of a batched import") for i in range(5)]
+    vectors = np.eye(5, DEFAULT_DIM, dtype=np.float32)  # orthogonal: none is a near-duplicate of another
+    report = store.add_ideas(ideas, batch_size=2, vectors=vectors)
+    assert (report.added, report.duplicates) == (5, 0) and store.count() == 5
+    for idea, vec in zip(ideas, vectors):
+        hit = store.search_vector(vec, k=1)[0]
+        assert hit.idea.text == idea.text and hit.score == pytest.approx(1.0)
+
+
+def test_knowledge_counts_ask_the_store_for_an_exact_count():
+    """A Qdrant server's count without `exact` is an estimate from its index (here: all points,
+    as if the filter were not applied); the store's counts must be exact."""
+    import numpy as np
+    from qdrant_client import QdrantClient
+
+    from nas.knowledge.embed import DEFAULT_DIM
+    from nas.knowledge.idea import Idea, Tag
+
+    class Estimating(QdrantClient):
+        def count(self, collection_name, count_filter=None, exact=True, **kwargs):
+            if not exact:
+                return super().count(collection_name, exact=True)
+            return super().count(collection_name, count_filter=count_filter, exact=True, **kwargs)
+
+    store = _memory_knowledge_store(Estimating(":memory:"))
+    ideas = [Idea("Use depthwise separable convolutions.", Tag("efficiency", "operation", "efficient convolution")),
+             Idea("Add squeeze-and-excitation channel attention.", Tag("performance", "block", "attention")),
+             Idea("Add identity shortcuts around each pair of convolutions.", Tag("performance", "block", "skip"))]
+    store.add_ideas(ideas, vectors=np.eye(3, DEFAULT_DIM, dtype=np.float32))
+    assert store.count() == 3
+    assert store.count(target="performance") == 2 and store.count(target="efficiency") == 1
+    assert store.count(main="attention") == 1
+
+
+def test_naswot_codes_a_relu_unit_as_on_when_its_output_is_positive():
+    """NASWOT's kernel counts the units on which two images' binary codes agree, a unit 'on' where
+    the ReLU's output is above zero: codes 10, 11 and 01 agree pairwise on one unit, log det = log 4."""
+    import math
+
+    from torch import nn
+
+    from nas.proxies.base import Batch
+    from nas.proxies.scores import Naswot
+
+    images = torch.tensor([[0.5, -1.0], [0.5, 0.5], [-0.5, 2.0]]).reshape(3, 1, 1, 2)
+    batch = Batch(images, torch.tensor([0, 1, 0]), 2, "random")
+    assert Naswot().score(nn.Sequential(nn.ReLU()), batch) == pytest.approx(math.log(4))
+
+
+def _scripted_training_worker(lines):
+    """A TrustedWorker whose process only prints `lines` (JSON messages), then waits."""
+    from nas.sandbox.trusted import TrustedWorker
+
+    worker = object.__new__(TrustedWorker)
+    worker.memory_mb, worker.job = 1024, "training"
+    script = "import sys, time\nsys.stdout.write(sys.argv[1])\nsys.stdout.flush()\ntime.sleep(60)"
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    worker.proc = subprocess.Popen([sys.executable, "-c", script, text], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    return worker
+
+
+def test_a_training_worker_s_proxy_scores_are_taken_once_and_a_second_set_is_malformed():
+    from nas.sandbox.trusted import Refusal
+
+    start = [{"ready": 0}, {"work": 10, "images": 10, "epochs": 1}, {"proxies": {"naswot": 1.5}}]
+    request = {"proxies": {"names": ["naswot"]}}
+    for again, expected in [(False, {"failed": "it did not train"}),
+                            (True, Refusal("the parent's training of the graph sent a malformed message (proxy "
+                                           "scores not asked for, or asked for again)", "crash"))]:
+        heard = []
+        worker = _scripted_training_worker(start + [{"proxies": {"naswot": 2.5}}] * again
+                                           + [{"failed": "it did not train"}])
+        try:
+            got = worker.train(b"artifact", request, None, heard.append)
+        finally:
+            worker.close()
+        assert got == expected and heard == [{"naswot": 1.5}]
+
+
+def test_the_trusted_worker_lowers_its_own_priority_for_its_imports_and_no_other_process_s(monkeypatch):
+    import os
+
+    from nas.sandbox import trusted_worker
+
+    class Stop(Exception):
+        pass
+
+    calls = []
+
+    def limit(memory_mb):
+        raise Stop
+
+    monkeypatch.setattr(os, "setpriority", lambda which, who, prio: calls.append((which, who, prio)))
+    monkeypatch.setattr(os, "getpriority", lambda which, who: 3)
+    monkeypatch.setattr(trusted_worker, "_die_with_parent", lambda parent: None)
+    monkeypatch.setattr(trusted_worker, "_limit", limit)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
+    with pytest.raises(Stop):
+        trusted_worker.main(64, 1, "check", os.getpid())
+    assert calls == [(os.PRIO_PROCESS, 0, 13), (os.PRIO_PROCESS, 0, 3)]  # pid 0: the worker itself
+
+
+def test_the_trusted_check_runs_the_graph_on_the_input_the_sandbox_child_ran_it_on():
+    """The sandbox child runs the model on torch.manual_seed(0)'s randn (nas.sandbox.worker._verify);
+    the trusted check's forward draws the same input, so a graph finite there is finite here: this
+    one is finite only on that input's first image (its output is NaN anywhere else)."""
+    from torch import nn
+
+    from nas.sandbox.graph import export_graph, pack
+    from nas.sandbox.verify import measure
+
+    shape = (2, 3, 8, 8)
+    torch.manual_seed(0)
+    first = torch.randn(shape)[:1].clone()
+
+    class OnlyThere(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 10)
+            self.register_buffer("there", first)
+
+        def forward(self, x):
+            off = (x[:1] - self.there).abs().amax()
+            return self.fc(x.mean((2, 3))) + torch.sqrt(off.neg() + 1e-6)
+
+    net = OnlyThere()
+    graph = export_graph(net, torch.randn(shape))
+    data = pack(graph, {"init": dict(net.state_dict()), "const": graph.pop("constants")})
+    verdict = measure(data, num_classes=10, input_shape=list(shape), memory_mb=1024, with_parent=False, batch=256,
+                      seeds=[], on_work=lambda units: None)
+    assert verdict["ok"], verdict["error"]
+
+
+@pytest.mark.parametrize("accelerator", ["cpu", "gpu", "auto"])
+def test_a_model_source_trains_on_the_gpu_when_asked_or_when_auto_finds_one(monkeypatch, accelerator):
+    from nas.evaluators import train
+    from nas.spaces.source.space import SourceSpace
+
+    asked = []
+
+    def train_model_source(source, *, gpu, **kwargs):
+        asked.append(gpu)
+        return types.SimpleNamespace(ok=False, error="not trained here", stage="train", self_reported=False), []
+
+    monkeypatch.setattr(train, "isolation", lambda: None)
+    monkeypatch.setattr(train, "train_model_source", train_model_source)
+    recipe = {"epochs": 1, "batch_size": 64, "train_subset": 128, "valid_subset": 64, "test_subset": 64}
+    space = SourceSpace()
+    evaluator = train.TrainEvaluator(space, {"name": "digits"}, recipe, engine={"accelerator": accelerator})
+    for cuda in (False, True):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda cuda=cuda: cuda)
+        assert evaluator._train_source(space.base, [0], {}) == ("not trained here", False)
+    assert asked == {"cpu": [False, False], "gpu": [True, True], "auto": [False, True]}[accelerator]
+
+
+def test_a_retrained_export_s_source_takes_the_data_s_channels(tmp_path):
+    """The model.py of a network trained on grey 8x8 images takes one input channel: its `Network`
+    loads the built network's weights strictly and gives its output."""
+    from nas.export import trusted
+    from nas.spaces.nb201.arch import NB201Cell
+    from nas.spaces.nb201.space import NB201Space
+
+    space = NB201Space()
+    cell = NB201Cell.from_string("|nor_conv_3x3~0|+|skip_connect~0|nor_conv_1x1~1|+|avg_pool_3x3~0|none~1|nor_conv_3x3~2|")
+    ev = types.SimpleNamespace(seeds=[0], data=types.SimpleNamespace(shape=(1, 8, 8), num_classes=10),
+                               build={"channels": 4, "cells_per_stage": 1}, data_cfg={"name": "digits"})
+    built = trusted.from_training(ev, types.SimpleNamespace(seed=0), space, cell, None, False, [].append)
+    assert built.shape == (1, 1, 8, 8)
+    (tmp_path / "model.py").write_text(built.source)
+    torch.save(built.net.state_dict(), tmp_path / "model.pt")
+    x = torch.randn(built.shape)
+    check = trusted.source_check(built, built.net.eval(), x, tmp_path, None, space)
+    assert check["passed"] and check["max_abs_diff"] == 0.0, check
+
+
+class _Served:
+    """The uvicorn child as flows.shared_server's watchdog sees it: serving until `polls` polls,
+    or until terminated; `on_poll` runs at each poll."""
+
+    def __init__(self, polls, on_poll=lambda n: None):
+        self.polls, self.on_poll, self.n, self.terminated = polls, on_poll, 0, False
+
+    def poll(self):
+        self.n += 1
+        self.on_poll(self.n)
+        return 0 if self.terminated or self.n >= self.polls else None
+
+    def terminate(self):
+        self.terminated = True
+
+    def wait(self, timeout=None):
+        return 0
+
+
+@pytest.mark.parametrize("home_removed", [False, True])
+def test_the_shared_server_s_watchdog_serves_while_its_home_exists_and_stops_once_it_is_removed(
+        monkeypatch, tmp_path, home_removed):
+    import shutil
+
+    from flows import shared_server
+
+    home = tmp_path / "prefect"
+    home.mkdir()
+    served = _Served(6, lambda n: n == 3 and home_removed and shutil.rmtree(home))
+    monkeypatch.setattr(shared_server.subprocess, "Popen", lambda *a, **kw: served)
+    monkeypatch.setattr(shared_server.signal, "signal", lambda *a: None)
+    monkeypatch.setattr(shared_server, "healthy", lambda url, timeout=2.0: True)
+    monkeypatch.setattr(shared_server, "POLL_S", 0.0)
+    assert shared_server.main(["--dir", str(home), "--port", "4999", "--idle-minutes", "30"]) == 0
+    if home_removed:  # stopped at the first look after the removal, the server terminated
+        assert served.terminated and served.n == 4
+    else:  # not idle (30 minutes): served until the server itself ended
+        assert not served.terminated and served.n == 7 and not (home / shared_server.STATE).exists()
+
+
+@pytest.mark.parametrize("taken", [False, True])
+def test_the_shared_server_s_other_port_is_said_in_a_line_of_its_own_only_when_4200_is_taken(
+        monkeypatch, tmp_path, capsys, taken):
+    from flows import prefect_server
+
+    class Started(Exception):
+        pass
+
+    def popen(*args, **kwargs):
+        raise Started
+
+    port = prefect_server.PREFERRED_PORT + (7 if taken else 0)
+    monkeypatch.setattr(prefect_server, "_running_url", lambda where: None)
+    monkeypatch.setattr(prefect_server, "check_prefect_database", lambda: None)
+    monkeypatch.setattr(prefect_server, "_free_port", lambda: port)
+    monkeypatch.setattr(prefect_server.subprocess, "Popen", popen)
+    with pytest.raises(Started):
+        prefect_server._start_local_server(tmp_path, False, tmp_path / "log")
+    said = capsys.readouterr().err
+    if taken:
+        assert said.startswith(f"nas: port 4200 is taken, so this home's Prefect UI is at http://127.0.0.1:{port}")
+    else:
+        assert said == ""
+
+
+def test_a_curve_under_16_trials_marks_every_trial_and_longer_ones_stagger_every_eighth(monkeypatch, tmp_path):
+    from nas import compare
+
+    figures = []
+    monkeypatch.setattr(compare, "save_figure", lambda fig, path: figures.append(fig))
+
+    def groups(length):
+        return {label: [{"curve": [80.0 + t / 10 for t in range(length)], "random_only": ""}] * 2
+                for label in ("random", "rea")}
+
+    compare.plot_curves(groups(5), tmp_path / "short.png")
+    compare.plot_curves(groups(40), tmp_path / "long.png")
+    marks = [[line.get_markevery() for line in fig.axes[0].lines] for fig in figures]
+    for fig in figures:
+        compare._pyplot().close(fig)
+    assert marks == [[(0, 1), (0, 1)], [(0, 5), (2, 5)]]
+
+
+def test_prefect_s_server_module_starts_its_children_under_the_guard_once_patched():
+    from tasks import env
+
+    server = types.ModuleType("prefect.server.api.server")
+    server.subprocess = subprocess
+    env._guard(server)
+    shim = server.subprocess
+    assert shim is not subprocess and shim.Popen is env._GuardedPopen and shim.PIPE == subprocess.PIPE
+    assert subprocess.Popen is not env._GuardedPopen  # the process's own module is left as it was
+    env._guard(server)
+    assert server.subprocess is shim  # patched once
+
+
+def test_a_proxy_batch_is_normalised_as_training_normalises_and_halved_by_averaging(monkeypatch):
+    from nas.data.sources import ImageData, Split
+    from nas.proxies.batch import data_batch
+
+    pixels = torch.arange(16, dtype=torch.uint8).reshape(1, 1, 4, 4) * 10
+    split = Split(pixels, torch.tensor([3]))
+    data = ImageData("g", split, split, split, 10, (0.25,), (0.5,), 0)
+    batch = data_batch(data, 1, 0)
+    assert torch.allclose(batch.images, (pixels.float() / 255 - 0.25) / 0.5)
+    small = data_batch(data, 1, 0, (1, 2, 2)).images  # each output pixel: the mean of its 2x2 block
+    blocks = batch.images.reshape(2, 2, 2, 2).permute(0, 2, 1, 3).reshape(2, 2, 4).mean(-1)
+    assert torch.allclose(small[0, 0], blocks, atol=1e-6)
+
+
+def test_loss_gradients_are_the_weights_this_batch_reaches_not_a_stale_one():
+    from torch import nn
+
+    from nas.proxies.base import Batch
+    from nas.proxies.gradients import loss_gradients
+
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.unused = nn.Linear(4, 3), nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.used(x.flatten(1))
+
+    net = TwoHeads()
+    net.unused.weight.grad = torch.ones_like(net.unused.weight)  # left by an earlier backward
+    grads = loss_gradients(net, Batch(torch.randn(2, 1, 2, 2), torch.tensor([0, 2]), 3, "random"))
+    assert [w for w, _ in grads] == [net.used.weight]
+
+
+def test_the_proxy_screen_s_data_free_images_are_rgb_32_by_32_unless_told():
+    from nas.proxies.screen import ProxyScorer
+    from nas.spaces.nb201.space import NB201Space
+
+    assert ProxyScorer(NB201Space()).batch.images.shape == (32, 3, 32, 32)
+    assert ProxyScorer(NB201Space(), shape=[1, 8, 8], batch_size=4).batch.images.shape == (4, 1, 8, 8)
+
+
+def test_a_regression_value_exactly_at_its_tolerance_is_ok_and_past_it_improved_or_regressed():
+    from nas.regression.judge import HIGHER, LOWER, judge
+
+    assert judge(1e-9, 0.0, HIGHER, {"abs": 0.0}) == "ok"  # at the bound's own slack
+    assert judge(2e-9, 0.0, HIGHER, {"abs": 0.0}) == "improved"
+    assert judge(1e-9, 0.0, LOWER, {"abs": 0.0}) == "ok" and judge(2e-9, 0.0, LOWER, {"abs": 0.0}) == "regressed"
+
+
+def test_the_table_probe_runs_the_baselines_as_the_collm_benchmark_does():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import collm_nb201
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from nas.regression.probes import TABLE_STRATEGIES
+
+    assert TABLE_STRATEGIES == collm_nb201.BASELINES
+
+
+def test_a_design_failing_to_the_end_leaves_its_last_draft():
+    from nas.design.base import verify_and_retry
+
+    class Chain:
+        def run(self, text):
+            return types.SimpleNamespace(failure=types.SimpleNamespace(error=f"bad {text}", retry="fix"),
+                                         to_dict=lambda: {"ok": False})
+
+    def step(n):
+        return types.SimpleNamespace(text=f"draft {n}", label={"attempt": n}, extra={}, error=None)
+
+    attempts = []
+    outcome, last = verify_and_retry(Chain(), step(0), lambda o, e, t: step(1) if len(attempts) < 2 else None,
+                                     attempts, retry_no_reply=False)
+    assert last == "draft 1" and len(attempts) == 2 and outcome.failure.error == "bad draft 1"
+    silent = types.SimpleNamespace(text=None, label={"attempt": 0}, extra={}, error="no reply")
+    assert verify_and_retry(Chain(), silent, lambda o, e, t: None, [], retry_no_reply=False) == (None, "")
+
+
+def test_the_structure_check_refuses_a_network_of_one_layer_or_none_saying_how_many():
+    from nas.design.verifiers import Structure
+
+    def check(layers):
+        verdict = types.SimpleNamespace(changed=True, layers=layers, changed_layers=1)
+        return Structure().check(types.SimpleNamespace(facts={"verdict": verdict}))
+
+    for layers, says in [(1, "has 1 layer(s)"), (None, "has 0 layer(s)"), (0, "has 0 layer(s)")]:
+        got = check(layers)
+        assert not got.ok and says in got.error and "single-layer network is not a design" in got.error
+    assert check(2).ok
+
+
+def test_the_block_budget_takes_a_design_that_fits_only_at_width_one(monkeypatch):
+    from nas.design import verifiers
+
+    for width, ok in [(1, True), (0, False)]:
+        monkeypatch.setattr(verifiers, "search_width", lambda blocks, skeleton, budget, width=width:
+                            types.SimpleNamespace(width=width, params=10, flops=20))
+        draft = types.SimpleNamespace(blocks={}, facts={})
+        check = verifiers.BlockBudget(None, types.SimpleNamespace(params=1e6, flops=1e8)).check(draft)
+        assert check.ok is ok and (draft.facts.get("width") == 1) is ok
+
+
+def test_a_probe_runs_again_into_the_folder_an_earlier_run_left(monkeypatch, tmp_path):
+    from nas.regression import probes
+
+    suite = types.SimpleNamespace(probe=lambda name: types.SimpleNamespace(fn=lambda **kw: {}, params={}))
+    monkeypatch.setattr(probes, "get_suite", lambda name: suite)
+    for _ in range(2):
+        result = probes.run_probe("s", "p", tmp_path)
+        assert (result["error"], result["skipped"], result["metrics"]) == (None, None, {})
+    assert (tmp_path / "probes" / "p").is_dir()
+
+
+def test_only_an_llm_task_s_traceback_and_its_uncacheable_failure_are_kept_from_the_log():
+    import logging
+
+    from tasks.llm import _OneLineFailures
+
+    def kept(message, task="llm-propose-0"):
+        record = logging.LogRecord("prefect.task_runs", logging.ERROR, __file__, 1, message, None, None)
+        record.task_run_name = task
+        return _OneLineFailures().filter(record)
+
+    assert not kept("Task run failed with exception: LLMError('x')")
+    assert not kept("Failed to write result: LLMError('no reply') cannot be serialised")
+    assert kept("Failed to write result: OSError: disk full")  # another failure to store: said
+    assert kept("an LLMError was retried")
+    assert kept("Task run failed with exception", task="evaluate-3")
+
+
+def test_a_candidate_s_last_epoch_is_published_however_soon_it_comes(monkeypatch):
+    from nas.train.progress import EpochProgress
+    from tasks import progress
+
+    sent = []
+    fake = types.SimpleNamespace(create_progress_artifact=lambda value, **kw: sent.append(value) or "id",
+                                 update_progress_artifact=lambda key, value, **kw: sent.append(value))
+    monkeypatch.setattr(progress, "artifacts", fake)
+    reporter = progress.PrefectProgress(min_interval=3600.0)
+    reporter(EpochProgress("a", 1, 3, 0.5, 1.0))
+    reporter(EpochProgress("a", 2, 3, 0.5, 1.0))  # within the interval: not sent
+    reporter(EpochProgress("a", 3, 3, 0.5, 1.0))  # the last: sent
+    reporter(EpochProgress("b", 1, 3, 0.5, 1.0))
+    reporter(EpochProgress("b", 1, 3, 0.5, 1.0, "non-finite loss"))  # terminated: sent
+    assert sent == [pytest.approx(33.33), 100.0, pytest.approx(33.33), pytest.approx(33.33)]
+
+
+def test_a_cache_record_s_foreign_serializer_is_quoted_to_40_characters():
+    from tasks.records import _payload
+
+    kind = "x" * 39 + "yz"
+    raw = json.dumps({"metadata": {"serializer": {"type": kind}}, "result": "{}"}).encode()
+    assert _payload(raw, None) == (None, f"serializer {kind[:40]!r} is not nasflow-json; refusing to load it")
+
+
+def test_a_batch_s_tickets_come_after_those_still_running():
+    from tasks.evaluate import PrefectExecutor
+
+    executor = object.__new__(PrefectExecutor)
+    executor._running = {5: ("a candidate still running", 0.0)}
+    submitted = []
+
+    def submit(ticket, candidate):
+        assert ticket not in executor._running
+        submitted.append(ticket)
+
+    executor.submit = submit
+    finished = iter([7, 6])
+    executor.next_done = lambda: (t := next(finished), f"outcome {t}")
+    assert executor.evaluate(["c6", "c7"]) == ["outcome 6", "outcome 7"] and submitted == [6, 7]
+    executor._running = {}
+    finished = iter([0])
+    assert executor.evaluate(["c0"]) == ["outcome 0"] and submitted[-1] == 0

@@ -100,3 +100,13 @@ def test_a_draft_repeating_an_earlier_try_is_sent_back_saying_so(tmp_path):
     assert "this same draft" not in prompts[1]
     assert "(you wrote this same draft in try 1 too: change what the checker names)" in prompts[2]
     assert "(you wrote this same draft in try 1 and 2 too: change what the checker names)" in prompts[3]
+
+
+def test_a_tip_is_reflected_from_a_design_that_failed_to_the_end_not_from_one_a_retry_fixed(tmp_path, monkeypatch):
+    reflected = []
+    monkeypatch.setattr(NaderStrategy, "_reflect_tip", lambda self, idea, errors: reflected.append(errors))
+    cand, _ = design(tmp_path / "fixed", [ONE_CONV, KERNEL5])
+    assert cand.rejected is None and cand.info["retries"] == 1 and reflected == []
+    cand, _ = design(tmp_path / "failed", [ONE_CONV, ONE_CONV], lif_tries=2)
+    assert cand.rejected is not None and len(reflected) == 1 and len(reflected[0]) == 2
+    assert all(e.startswith("dropped the parent's structure") for e in reflected[0])

@@ -108,3 +108,27 @@ def test_bananas_proposals_beat_its_random_start():
 def test_bad_settings_are_one_line(params, message):
     with pytest.raises(ConfigError, match=message):
         STRATEGIES.create("bananas", params, space=NB201, seed=0)
+
+
+def test_every_layer_of_a_fresh_ensemble_is_he_initialised_so_its_members_disagree():
+    net = _Stacked(5, [40, 32, 32, 1], np.random.default_rng(0))
+    for w, fan_in in zip(net.params[:net.n_layers], (40, 32, 32)):
+        assert w.std() == pytest.approx(math.sqrt(2.0 / fan_in), rel=0.3)
+    out, _ = net.forward(np.random.default_rng(1).normal(size=(8, 40)))
+    assert out.shape == (5, 8) and np.all(out.std(axis=0) > 0)  # a spread before any training
+
+
+def test_a_warm_fit_of_batch_one_steps_on_the_new_row_alone():
+    """Each warm step's batch holds the new row first, then a sample of the earlier ones: at
+    `batch` 1, only the new row, for every member."""
+    history = sample(6, seed=2)
+    predictor = EnsemblePredictor(PredictorSettings(members=2, epochs=20, steps=3, batch=1)).fit_on(NB201, history[:3], 0)
+    stepped = []
+    net_step = predictor.net.step
+    predictor.net.step = lambda x, y, s: (stepped.append(x.copy()), net_step(x, y, s))
+    predictor.fit_on(NB201, history, 0, start=3)
+    assert len(predictor.rows) == 6 and stepped
+    new = [predictor.x[j] for j in (3, 4, 5)]
+    for x in stepped:
+        assert x.shape[:2] == (2, 1) and any(np.array_equal(x[m, 0], row) for row in new for m in (0, 1))
+        assert np.array_equal(x[0, 0], x[1, 0])

@@ -230,6 +230,15 @@ def test_non_finite_loss_stops_at_once():
     assert r.valid_accuracy is None and r.test_accuracy is None  # never evaluated
 
 
+def test_a_training_s_wall_seconds_hold_its_device_seconds_and_are_the_call_s():
+    import time
+
+    start = time.perf_counter()
+    r = train(tiny_net(1, 8), digits(), Recipe(epochs=5, batch_size=64, lr=1e6), seed=0)  # stops in epoch 1
+    took = time.perf_counter() - start
+    assert 0 < r.device_seconds <= r.wall_seconds <= took + 0.001
+
+
 def test_loss_not_improving_stops_after_patience():
     r = train(tiny_net(1, 8), digits(), Recipe(epochs=6, batch_size=64, lr=1e-7, patience_epochs=2), seed=0)
     assert r.terminated.startswith("loss not improving") and r.epochs == 2
