@@ -23,6 +23,7 @@ from nas.sandbox.graph import MAX_WORK, GraphError, GraphNet, export_graph, pack
 from nas.sandbox.limits import Limits, _user_tasks
 from nas.sandbox.trusted import worker_env
 from nas.sandbox.verify import measure
+from test_sandbox_fast import in_forward
 
 
 class Small(nn.Module):
@@ -447,3 +448,191 @@ def test_trilinear_s_unsqueezed_dims_are_of_size_one():
     assert _trilinear(None, (v, v, v, [0], [0], [0]), {}, None) == 3  # (1, 3) each: 3 products
     a, b = torch.zeros(2, 3), torch.zeros(2, 4)
     assert _trilinear(None, (a, b, torch.zeros(4), [2], [1], [0, 1]), {}, None) == 2 * 3 * 4
+
+
+class Logged(nn.Module):
+    """Small's layers, with a forward that logs (plain Python the compiler cannot trace, which a
+    non-strict export runs as it is)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import logging
+
+        logging.getLogger("nas.test.logged").debug("input %s", tuple(x.shape))
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+def test_a_forward_that_logs_is_exported_and_checked_as_its_graph():
+    """The child's export runs the model's Python as Python (non-strict): a forward that logs, which
+    TorchDynamo's strict tracing refuses ('Unsupported'), is exported as its graph and passes the check,
+    not left to a self-reported verdict."""
+    net = Logged()
+    graph = export_graph(net, torch.randn(2, 3, 8, 8))
+    assert set(graph) >= {"train", "eval"} and graph["input_shape"] == [3, 8, 8]
+    verdict = check(pack(graph, {"init": dict(net.state_dict()), "const": graph.pop("constants")}), [2, 3, 8, 8])
+    assert (verdict["ok"], verdict["stage"], verdict["self_reported"]) == (True, "done", False), verdict["error"]
+
+
+def test_the_dry_run_s_clock_counts_one_run_when_the_check_batch_is_the_training_batch():
+    """The worker's clock for the dry run (`on_phase`) is its bookkeeping plus each run it makes, one
+    graph at a batch: two at the verification batch of 2 and the training batch, one when the
+    verification batch is the training batch (256)."""
+    from nas.sandbox.graph import BOOKKEEPING_SECONDS, DRY_RUN_SECONDS_PER_UNIT
+
+    data = artifact(Small())
+    cost = GraphNet(unpack(data, 1 << 30)).cost
+    for batch, runs in ((2, 2), (256, 1)):
+        phases = []
+        verdict = measure(data, num_classes=10, input_shape=[batch, 3, 8, 8], memory_mb=1024, with_parent=False,
+                          batch=256, seeds=[], on_work=lambda units: None,
+                          on_phase=lambda what, seconds, got=phases: got.append((what, seconds)))
+        assert verdict["ok"], verdict["error"]
+        dry = [seconds for what, seconds in phases if what.startswith("its dry run")]
+        assert dry == [pytest.approx(BOOKKEEPING_SECONDS + runs * cost * DRY_RUN_SECONDS_PER_UNIT)], (batch, phases)
+
+
+class Elementwise(nn.Module):
+    """`k` element-wise operations on the input (work outside convolutions and matrix products), then a linear layer."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k = k
+        self.fc = nn.Linear(3, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.k):
+            x = x.abs()
+        return self.fc(x.mean((2, 3)))
+
+
+def test_work_outside_the_counted_flops_of_exactly_the_slack_passes_and_one_operation_more_is_refused():
+    """A graph's work per image outside convolutions and matrix products may be as much as
+    UNCOUNTED_PER_INPUT per input element (its FLOPs count being smaller): exactly that passes, one
+    element-wise operation more is refused as work hidden from the FLOPs count."""
+    from nas.sandbox.verify import CHECK_BATCH, UNCOUNTED_PER_INPUT
+
+    def hidden(k: int) -> int:  # as the check counts it: per image at the check batch
+        net = GraphNet(unpack(artifact(Elementwise(k)), 1 << 30))
+        return net.dry_run(2, 1 << 40, CHECK_BATCH)[1].other // CHECK_BATCH
+
+    slack = UNCOUNTED_PER_INPUT * 3 * 8 * 8
+    step = hidden(1) - hidden(0)
+    k, rest = divmod(slack - hidden(0), step)
+    assert rest == 0 and hidden(k) == slack < hidden(k + 1), (hidden(0), step)
+    at = check(artifact(Elementwise(k)), [2, 3, 8, 8])
+    assert (at["ok"], at["flops"] < slack) == (True, True), at["error"]
+    over = check(artifact(Elementwise(k + 1)), [2, 3, 8, 8])
+    assert (over["ok"], over["stage"]) == (False, "graph")
+    assert over["error"].startswith(f"graph: {hidden(k + 1):,} operations per image (at batch {CHECK_BATCH}) outside")
+
+
+def test_a_training_network_that_does_not_hash_as_the_checked_one_is_refused_before_it_trains():
+    """`train_artifact` (in the training worker) trains only networks that hash as the graph checked:
+    any other is a failed verdict of stage graph naming both hashes, before any data is touched."""
+    from nas.sandbox.graph import graph_hash
+    from nas.sandbox.verify import train_artifact
+
+    net = Small()
+    graph = export_graph(net, torch.randn(2, 3, 8, 8))
+    weights = {"init": dict(net.state_dict()), "const": graph.pop("constants"), "seed0": dict(Small().state_dict())}
+    data = pack(graph, weights)
+    art = unpack(data, 1 << 30, ("init", "const", "seed0"))
+    real = graph_hash(GraphNet(art, "seed0", like="init"), art.graph)
+    checked = "0" * 64
+
+    def never(*args):
+        raise AssertionError("training started")
+
+    result = train_artifact(data, None, graph=checked, seeds=[0], recipe={"epochs": 1, "batch_size": 64},
+                            engine={"kind": "fast"}, labels=["model.py"], out=None, probe=None, proxies=None,
+                            on_work=never, on_epoch=never, on_proxies=never)
+    assert set(result) == {"verdict"}, result
+    verdict = result["verdict"]
+    assert (verdict["ok"], verdict["stage"]) == (False, "graph")
+    assert f"(sha256 {real[:12]}) is not the one checked (sha256 {checked[:12]})" in verdict["error"]
+
+
+def test_a_child_at_its_deadline_is_timed_out_and_not_read_on(monkeypatch):
+    """`_collect` gives a child no read once its deadline has come: at exactly the deadline (no time
+    left, none overdue) the run is timed out, though a report is waiting on its pipe."""
+    from nas.sandbox import verify
+
+    read, write = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", f"import os; os.write({write}, b'{{}}\\n')"], pass_fds=(write,),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    os.close(write)
+    try:
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: its pipes hold what it wrote
+        now = 1000.0
+        monkeypatch.setattr(verify.time, "monotonic", lambda: now)
+        run = verify._collect(proc, read, None, deadline=now)
+        assert run.timed_out and run.verdict is None and run.output == b"" and not run.malformed
+    finally:
+        monkeypatch.undo()
+        os.close(read)
+        proc.wait()
+        proc.stdout.close()
+
+
+def test_the_check_s_cpu_cap_is_the_clock_of_its_work_at_the_check_batch(monkeypatch):
+    """The check worker caps its CPU time, once it hears the work per image, at `check_seconds` for
+    the batch it runs the forward and backward at (the request's input batch), on every thread."""
+    from nas.sandbox import trusted_worker
+    from nas.sandbox.trusted import check_seconds
+
+    data = artifact(Small())
+    for batch in (2, 5):
+        caps, sent = [], []
+        monkeypatch.setattr(trusted_worker, "_cpu_limit",
+                            lambda seconds, threads, got=caps: got.append((seconds, threads)))
+        monkeypatch.setattr(trusted_worker, "_phase", lambda what, seconds, threads: None)
+        monkeypatch.setattr(trusted_worker, "_send", sent.append)
+        request = {"num_classes": 10, "input_shape": [batch, 3, 8, 8], "memory_mb": 1024, "with_parent": False,
+                   "batch": 256, "seeds": []}
+        trusted_worker._check(request, data, 3)
+        work = [m["work"] for m in sent if "work" in m]
+        assert len(work) == 1 and sent[-1]["verdict"]["ok"], sent
+        assert caps == [(pytest.approx(check_seconds(work[0], batch)), 3)]
+
+
+# TINY (an RGB model: its first convolution takes three channels) branching on its input's values
+UNEXPORTABLE_RGB = in_forward("if x.mean() > 0:  # on the values: no graph can be exported\n    x = x * 2")
+
+
+def test_a_colour_model_that_cannot_be_exported_is_measured_in_the_child_on_grey_data_made_rgb():
+    """In the sandbox child (`worker._verify`): an RGB model (its first convolution takes three
+    channels) checked for grey data runs on the grey channel three times; one whose forward branches on
+    its values cannot be exported, so the child measures it itself (self-reported: params, FLOPs at
+    batch 1 of three channels, layers) and, asked only to verify, trains nothing."""
+    from nas.measure import count_flops, count_params
+    from nas.sandbox.verify import verify_model_source
+
+    verdict = verify_model_source(UNEXPORTABLE_RGB, input_shape=(2, 1, 8, 8),
+                                  limits=Limits(wall_s=180, cpu_s=30, memory_mb=1024))
+    assert (verdict.ok, verdict.stage, verdict.self_reported) == (True, "done", True), verdict.error
+    assert verdict.export_error and verdict.output_shape == [2, 10] and verdict.layers == 2
+    namespace: dict = {}
+    exec(compile(UNEXPORTABLE_RGB, "model.py", "exec"), namespace)  # our own source: fine to run here
+    net = namespace["Network"](num_classes=10)
+    assert (verdict.params, verdict.flops) == (count_params(net), count_flops(net, (1, 3, 8, 8)))
+
+
+def test_a_failed_verdict_is_never_handed_to_training(monkeypatch):
+    """`train_model_source` trains only a verdict that passed and was measured here: a model whose
+    forward raises in the sandbox child fails at stage forward, with nothing trained."""
+    from nas.sandbox import verify
+
+    def trained(*args, **kwargs):
+        raise AssertionError("a failed verdict was handed to train_graphs")
+
+    monkeypatch.setattr(verify, "train_graphs", trained)
+    source = in_forward("raise RuntimeError('no forward')")
+    verdict, runs = verify.train_model_source(
+        source, data={"name": "digits"}, recipe={"epochs": 1, "batch_size": 64}, engine={"kind": "fast"},
+        seeds=[0], num_classes=10, input_shape=(2, 1, 8, 8), limits=Limits(wall_s=180, cpu_s=30, memory_mb=1024))
+    assert (verdict.ok, verdict.stage, runs) == (False, "forward", []), verdict.error
+    assert "RuntimeError: no forward" in verdict.error
