@@ -231,6 +231,44 @@ def test_the_policy_keeps_files_outside_the_work_folder_where_they_are(tmp_path:
     assert outside.read_text() == "keep" and sorted(p.name for p in work.iterdir()) == ["mine"]
 
 
+RENAME_AT = textwrap.dedent("""
+    import os, sys
+    from nas.sandbox.limits import install_policy
+
+    class Denied(Exception):
+        pass
+
+    def deny(error, traceback):
+        raise Denied(error)
+
+    work, outside = sys.argv[1], sys.argv[2]
+    install_policy(work, {}, deny)
+    there = os.open(outside, os.O_RDONLY | os.O_DIRECTORY)
+    for call in (lambda: os.rename("mine", "planted", dst_dir_fd=there),
+                 lambda: os.rename("taken", "mine2", src_dir_fd=there)):
+        try:
+            call()
+            print("allowed")
+        except Denied as err:
+            print(err)
+""")
+
+
+def test_the_policy_refuses_a_rename_relative_to_a_folder_outside_by_either_descriptor(tmp_path: Path) -> None:
+    """A rename whose relative names hide where it goes (`os.rename(..., src_dir_fd=, dst_dir_fd=)`, the
+    audit event's third and fourth arguments) is refused when either names a folder outside: the file
+    in the work folder is not planted outside, nor one outside taken in."""
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    (work / "mine").write_text("x")
+    (outside / "taken").write_text("keep")
+    out = subprocess.run([sys.executable, "-c", RENAME_AT, str(work), str(outside)], capture_output=True,
+                         text=True, timeout=120, check=True, cwd=work).stdout.splitlines()
+    assert out == ["policy: writing outside the sandbox directory is not allowed (os.rename 'mine')",
+                   "policy: writing outside the sandbox directory is not allowed (os.rename 'taken')"], out
+    assert sorted(p.name for p in work.iterdir()) == ["mine"] and sorted(p.name for p in outside.iterdir()) == ["taken"]
+
 NOBODY_ELSE = 54321  # a uid no other process on the machine runs as
 THREADED = textwrap.dedent(f"""
     import os, threading, time
