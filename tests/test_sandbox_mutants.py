@@ -674,3 +674,82 @@ def test_a_failed_verdict_is_never_handed_to_training(monkeypatch):
         seeds=[0], num_classes=10, input_shape=(2, 1, 8, 8), limits=Limits(wall_s=180, cpu_s=30, memory_mb=1024))
     assert (verdict.ok, verdict.stage, runs) == (False, "forward", []), verdict.error
     assert "RuntimeError: no forward" in verdict.error
+
+
+def test_a_model_file_without_network_names_only_its_own_module_classes(tmp_path):
+    """A file that defines no `Network` fails at stage instantiate, naming the nn.Module classes it
+    defines itself: not those it imports (nn.Linear), nor its other classes, functions or modules."""
+    from nas.sandbox.worker import Stop, import_file, instantiate
+
+    path = tmp_path / "model.py"
+    path.write_text("import torch\nfrom torch import nn\nfrom torch.nn import Linear\n\n\n"
+                    "def helper():\n    return 1\n\n\nclass Config:\n    pass\n\n\n"
+                    "class Net(nn.Module):\n    pass\n\n\nclass Block(nn.Module):\n    pass\n")
+    module = import_file(path, "nas_test_no_network")
+    with pytest.raises(Stop) as stop:
+        instantiate(module, "model.py", 10)
+    assert (stop.value.verdict.ok, stop.value.verdict.stage) == (False, "instantiate")
+    assert stop.value.verdict.error == ("instantiate: model.py defines no `Network` class "
+                                        "(nn.Module classes found: Block, Net)")
+
+
+def test_an_adaptive_pool_to_one_cell_costs_its_input_s_area():
+    """An adaptive pool's window spans ceil(in / out) inputs, one more only where windows overlap: to 1x1
+    it reads each input cell once per output (49 for 7x7, odd or even alike); 7 to 2 overlaps (5 a side)."""
+    from nas.sandbox.aten_ops import _adaptive
+
+    pool = torch.ops.aten._adaptive_avg_pool2d.default
+    for size, out, area in ((7, 1, 49), (8, 1, 64), (7, 2, 25), (8, 2, 16)):
+        x = torch.empty(1, 3, size, size, device="meta")
+        assert _adaptive(pool, (x, [out, out]), {}, pool(x, [out, out])) == 3 * out * out * area, (size, out)
+
+
+def test_a_verdict_may_say_no_layer_changed_and_an_output_dimension_up_to_two_to_the_31():
+    """A child's verdict with changed_layers 0 (a candidate equal to its parent) is read, as is an output
+    dimension of 2**31 (`MAX_DIM`, what an int32 index reaches); one more is a malformed field."""
+    from nas.sandbox.protocol import CHILD_VERDICT, ProtocolError
+
+    verdict = {"ok": True, "stage": "done", "error": None, "traceback": None, "params": 10, "flops": 10,
+               "output_shape": [2, 10], "changed": False, "changed_layers": 0, "layers": 1, "self_reported": False,
+               "export_error": None, "wall_s": 1.0, "graph": None}
+    assert CHILD_VERDICT.check(verdict)["changed_layers"] == 0
+    assert CHILD_VERDICT.check({**verdict, "output_shape": [2, 1 << 31]})["output_shape"] == [2, 1 << 31]
+    with pytest.raises(ProtocolError, match="output_shape"):
+        CHILD_VERDICT.check({**verdict, "output_shape": [2, (1 << 31) + 1]})
+
+
+OPEN_INSIDE = textwrap.dedent("""
+    import os, sys
+    from nas.sandbox.limits import install_policy
+
+    class Denied(Exception):
+        pass
+
+    def deny(error, traceback):
+        raise Denied(error)
+
+    work = sys.argv[1]
+    install_policy(work, {}, deny)
+    for call in (lambda: open("relative.txt", "w").write("x"),
+                 lambda: os.close(os.open(os.path.join(work, "absolute.txt"), os.O_WRONLY | os.O_CREAT)),
+                 lambda: os.close(os.open("relative_fd.txt", os.O_WRONLY | os.O_CREAT))):
+        try:
+            call()
+            print("allowed")
+        except Denied as err:
+            print(err)
+""")
+
+
+def test_the_policy_lets_open_write_a_relative_path_inside_but_not_os_open():
+    """In the work folder, `open` may write a relative name (its audit event carries a mode) and
+    `os.open` an absolute one inside; `os.open` of a relative name (mode None: it may be relative to a
+    dir_fd the event does not show) is refused."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as work:
+        out = subprocess.run([sys.executable, "-c", OPEN_INSIDE, work], capture_output=True, text=True,
+                             timeout=120, check=True, cwd=work).stdout.splitlines()
+        assert out[:2] == ["allowed", "allowed"], out
+        assert out[2].startswith("policy: writing outside the sandbox directory is not allowed (open "), out
+        assert sorted(os.listdir(work)) == ["absolute.txt", "relative.txt"]
