@@ -23,6 +23,7 @@ from nas.sandbox.graph import MAX_WORK, GraphError, GraphNet, export_graph, pack
 from nas.sandbox.limits import Limits, _user_tasks
 from nas.sandbox.trusted import worker_env
 from nas.sandbox.verify import measure
+from test_sandbox_fast import in_forward
 
 
 class Small(nn.Module):
@@ -229,6 +230,44 @@ def test_the_policy_keeps_files_outside_the_work_folder_where_they_are(tmp_path:
                                  for line in out), out
     assert outside.read_text() == "keep" and sorted(p.name for p in work.iterdir()) == ["mine"]
 
+
+RENAME_AT = textwrap.dedent("""
+    import os, sys
+    from nas.sandbox.limits import install_policy
+
+    class Denied(Exception):
+        pass
+
+    def deny(error, traceback):
+        raise Denied(error)
+
+    work, outside = sys.argv[1], sys.argv[2]
+    install_policy(work, {}, deny)
+    there = os.open(outside, os.O_RDONLY | os.O_DIRECTORY)
+    for call in (lambda: os.rename("mine", "planted", dst_dir_fd=there),
+                 lambda: os.rename("taken", "mine2", src_dir_fd=there)):
+        try:
+            call()
+            print("allowed")
+        except Denied as err:
+            print(err)
+""")
+
+
+def test_the_policy_refuses_a_rename_relative_to_a_folder_outside_by_either_descriptor(tmp_path: Path) -> None:
+    """A rename whose relative names hide where it goes (`os.rename(..., src_dir_fd=, dst_dir_fd=)`, the
+    audit event's third and fourth arguments) is refused when either names a folder outside: the file
+    in the work folder is not planted outside, nor one outside taken in."""
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    (work / "mine").write_text("x")
+    (outside / "taken").write_text("keep")
+    out = subprocess.run([sys.executable, "-c", RENAME_AT, str(work), str(outside)], capture_output=True,
+                         text=True, timeout=120, check=True, cwd=work).stdout.splitlines()
+    assert out == ["policy: writing outside the sandbox directory is not allowed (os.rename 'mine')",
+                   "policy: writing outside the sandbox directory is not allowed (os.rename 'taken')"], out
+    assert sorted(p.name for p in work.iterdir()) == ["mine"] and sorted(p.name for p in outside.iterdir()) == ["taken"]
 
 NOBODY_ELSE = 54321  # a uid no other process on the machine runs as
 THREADED = textwrap.dedent(f"""
@@ -447,3 +486,270 @@ def test_trilinear_s_unsqueezed_dims_are_of_size_one():
     assert _trilinear(None, (v, v, v, [0], [0], [0]), {}, None) == 3  # (1, 3) each: 3 products
     a, b = torch.zeros(2, 3), torch.zeros(2, 4)
     assert _trilinear(None, (a, b, torch.zeros(4), [2], [1], [0, 1]), {}, None) == 2 * 3 * 4
+
+
+class Logged(nn.Module):
+    """Small's layers, with a forward that logs (plain Python the compiler cannot trace, which a
+    non-strict export runs as it is)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import logging
+
+        logging.getLogger("nas.test.logged").debug("input %s", tuple(x.shape))
+        return self.fc(torch.relu(self.conv(x)).mean((2, 3)))
+
+
+def test_a_forward_that_logs_is_exported_and_checked_as_its_graph():
+    """The child's export runs the model's Python as Python (non-strict): a forward that logs, which
+    TorchDynamo's strict tracing refuses ('Unsupported'), is exported as its graph and passes the check,
+    not left to a self-reported verdict."""
+    net = Logged()
+    graph = export_graph(net, torch.randn(2, 3, 8, 8))
+    assert set(graph) >= {"train", "eval"} and graph["input_shape"] == [3, 8, 8]
+    verdict = check(pack(graph, {"init": dict(net.state_dict()), "const": graph.pop("constants")}), [2, 3, 8, 8])
+    assert (verdict["ok"], verdict["stage"], verdict["self_reported"]) == (True, "done", False), verdict["error"]
+
+
+def test_the_dry_run_s_clock_counts_one_run_when_the_check_batch_is_the_training_batch():
+    """The worker's clock for the dry run (`on_phase`) is its bookkeeping plus each run it makes, one
+    graph at a batch: two at the verification batch of 2 and the training batch, one when the
+    verification batch is the training batch (256)."""
+    from nas.sandbox.graph import BOOKKEEPING_SECONDS, DRY_RUN_SECONDS_PER_UNIT
+
+    data = artifact(Small())
+    cost = GraphNet(unpack(data, 1 << 30)).cost
+    for batch, runs in ((2, 2), (256, 1)):
+        phases = []
+        verdict = measure(data, num_classes=10, input_shape=[batch, 3, 8, 8], memory_mb=1024, with_parent=False,
+                          batch=256, seeds=[], on_work=lambda units: None,
+                          on_phase=lambda what, seconds, got=phases: got.append((what, seconds)))
+        assert verdict["ok"], verdict["error"]
+        dry = [seconds for what, seconds in phases if what.startswith("its dry run")]
+        assert dry == [pytest.approx(BOOKKEEPING_SECONDS + runs * cost * DRY_RUN_SECONDS_PER_UNIT)], (batch, phases)
+
+
+class Elementwise(nn.Module):
+    """`k` element-wise operations on the input (work outside convolutions and matrix products), then a linear layer."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k = k
+        self.fc = nn.Linear(3, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for _ in range(self.k):
+            x = x.abs()
+        return self.fc(x.mean((2, 3)))
+
+
+def test_work_outside_the_counted_flops_of_exactly_the_slack_passes_and_one_operation_more_is_refused():
+    """A graph's work per image outside convolutions and matrix products may be as much as
+    UNCOUNTED_PER_INPUT per input element (its FLOPs count being smaller): exactly that passes, one
+    element-wise operation more is refused as work hidden from the FLOPs count."""
+    from nas.sandbox.verify import CHECK_BATCH, UNCOUNTED_PER_INPUT
+
+    def hidden(k: int) -> int:  # as the check counts it: per image at the check batch
+        net = GraphNet(unpack(artifact(Elementwise(k)), 1 << 30))
+        return net.dry_run(2, 1 << 40, CHECK_BATCH)[1].other // CHECK_BATCH
+
+    slack = UNCOUNTED_PER_INPUT * 3 * 8 * 8
+    step = hidden(1) - hidden(0)
+    k, rest = divmod(slack - hidden(0), step)
+    assert rest == 0 and hidden(k) == slack < hidden(k + 1), (hidden(0), step)
+    at = check(artifact(Elementwise(k)), [2, 3, 8, 8])
+    assert (at["ok"], at["flops"] < slack) == (True, True), at["error"]
+    over = check(artifact(Elementwise(k + 1)), [2, 3, 8, 8])
+    assert (over["ok"], over["stage"]) == (False, "graph")
+    assert over["error"].startswith(f"graph: {hidden(k + 1):,} operations per image (at batch {CHECK_BATCH}) outside")
+
+
+def test_a_training_network_that_does_not_hash_as_the_checked_one_is_refused_before_it_trains():
+    """`train_artifact` (in the training worker) trains only networks that hash as the graph checked:
+    any other is a failed verdict of stage graph naming both hashes, before any data is touched."""
+    from nas.sandbox.graph import graph_hash
+    from nas.sandbox.verify import train_artifact
+
+    net = Small()
+    graph = export_graph(net, torch.randn(2, 3, 8, 8))
+    weights = {"init": dict(net.state_dict()), "const": graph.pop("constants"), "seed0": dict(Small().state_dict())}
+    data = pack(graph, weights)
+    art = unpack(data, 1 << 30, ("init", "const", "seed0"))
+    real = graph_hash(GraphNet(art, "seed0", like="init"), art.graph)
+    checked = "0" * 64
+
+    def never(*args):
+        raise AssertionError("training started")
+
+    result = train_artifact(data, None, graph=checked, seeds=[0], recipe={"epochs": 1, "batch_size": 64},
+                            engine={"kind": "fast"}, labels=["model.py"], out=None, probe=None, proxies=None,
+                            on_work=never, on_epoch=never, on_proxies=never)
+    assert set(result) == {"verdict"}, result
+    verdict = result["verdict"]
+    assert (verdict["ok"], verdict["stage"]) == (False, "graph")
+    assert f"(sha256 {real[:12]}) is not the one checked (sha256 {checked[:12]})" in verdict["error"]
+
+
+def test_a_child_at_its_deadline_is_timed_out_and_not_read_on(monkeypatch):
+    """`_collect` gives a child no read once its deadline has come: at exactly the deadline (no time
+    left, none overdue) the run is timed out, though a report is waiting on its pipe."""
+    from nas.sandbox import verify
+
+    read, write = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-c", f"import os; os.write({write}, b'{{}}\\n')"], pass_fds=(write,),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    os.close(write)
+    try:
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: its pipes hold what it wrote
+        now = 1000.0
+        monkeypatch.setattr(verify.time, "monotonic", lambda: now)
+        run = verify._collect(proc, read, None, deadline=now)
+        assert run.timed_out and run.verdict is None and run.output == b"" and not run.malformed
+    finally:
+        monkeypatch.undo()
+        os.close(read)
+        proc.wait()
+        proc.stdout.close()
+
+
+def test_the_check_s_cpu_cap_is_the_clock_of_its_work_at_the_check_batch(monkeypatch):
+    """The check worker caps its CPU time, once it hears the work per image, at `check_seconds` for
+    the batch it runs the forward and backward at (the request's input batch), on every thread."""
+    from nas.sandbox import trusted_worker
+    from nas.sandbox.trusted import check_seconds
+
+    data = artifact(Small())
+    for batch in (2, 5):
+        caps, sent = [], []
+        monkeypatch.setattr(trusted_worker, "_cpu_limit",
+                            lambda seconds, threads, got=caps: got.append((seconds, threads)))
+        monkeypatch.setattr(trusted_worker, "_phase", lambda what, seconds, threads: None)
+        monkeypatch.setattr(trusted_worker, "_send", sent.append)
+        request = {"num_classes": 10, "input_shape": [batch, 3, 8, 8], "memory_mb": 1024, "with_parent": False,
+                   "batch": 256, "seeds": []}
+        trusted_worker._check(request, data, 3)
+        work = [m["work"] for m in sent if "work" in m]
+        assert len(work) == 1 and sent[-1]["verdict"]["ok"], sent
+        assert caps == [(pytest.approx(check_seconds(work[0], batch)), 3)]
+
+
+# TINY (an RGB model: its first convolution takes three channels) branching on its input's values
+UNEXPORTABLE_RGB = in_forward("if x.mean() > 0:  # on the values: no graph can be exported\n    x = x * 2")
+
+
+def test_a_colour_model_that_cannot_be_exported_is_measured_in_the_child_on_grey_data_made_rgb():
+    """In the sandbox child (`worker._verify`): an RGB model (its first convolution takes three
+    channels) checked for grey data runs on the grey channel three times; one whose forward branches on
+    its values cannot be exported, so the child measures it itself (self-reported: params, FLOPs at
+    batch 1 of three channels, layers) and, asked only to verify, trains nothing."""
+    from nas.measure import count_flops, count_params
+    from nas.sandbox.verify import verify_model_source
+
+    verdict = verify_model_source(UNEXPORTABLE_RGB, input_shape=(2, 1, 8, 8),
+                                  limits=Limits(wall_s=180, cpu_s=30, memory_mb=1024))
+    assert (verdict.ok, verdict.stage, verdict.self_reported) == (True, "done", True), verdict.error
+    assert verdict.export_error and verdict.output_shape == [2, 10] and verdict.layers == 2
+    namespace: dict = {}
+    exec(compile(UNEXPORTABLE_RGB, "model.py", "exec"), namespace)  # our own source: fine to run here
+    net = namespace["Network"](num_classes=10)
+    assert (verdict.params, verdict.flops) == (count_params(net), count_flops(net, (1, 3, 8, 8)))
+
+
+def test_a_failed_verdict_is_never_handed_to_training(monkeypatch):
+    """`train_model_source` trains only a verdict that passed and was measured here: a model whose
+    forward raises in the sandbox child fails at stage forward, with nothing trained."""
+    from nas.sandbox import verify
+
+    def trained(*args, **kwargs):
+        raise AssertionError("a failed verdict was handed to train_graphs")
+
+    monkeypatch.setattr(verify, "train_graphs", trained)
+    source = in_forward("raise RuntimeError('no forward')")
+    verdict, runs = verify.train_model_source(
+        source, data={"name": "digits"}, recipe={"epochs": 1, "batch_size": 64}, engine={"kind": "fast"},
+        seeds=[0], num_classes=10, input_shape=(2, 1, 8, 8), limits=Limits(wall_s=180, cpu_s=30, memory_mb=1024))
+    assert (verdict.ok, verdict.stage, runs) == (False, "forward", []), verdict.error
+    assert "RuntimeError: no forward" in verdict.error
+
+
+def test_a_model_file_without_network_names_only_its_own_module_classes(tmp_path):
+    """A file that defines no `Network` fails at stage instantiate, naming the nn.Module classes it
+    defines itself: not those it imports (nn.Linear), nor its other classes, functions or modules."""
+    from nas.sandbox.worker import Stop, import_file, instantiate
+
+    path = tmp_path / "model.py"
+    path.write_text("import torch\nfrom torch import nn\nfrom torch.nn import Linear\n\n\n"
+                    "def helper():\n    return 1\n\n\nclass Config:\n    pass\n\n\n"
+                    "class Net(nn.Module):\n    pass\n\n\nclass Block(nn.Module):\n    pass\n")
+    module = import_file(path, "nas_test_no_network")
+    with pytest.raises(Stop) as stop:
+        instantiate(module, "model.py", 10)
+    assert (stop.value.verdict.ok, stop.value.verdict.stage) == (False, "instantiate")
+    assert stop.value.verdict.error == ("instantiate: model.py defines no `Network` class "
+                                        "(nn.Module classes found: Block, Net)")
+
+
+def test_an_adaptive_pool_to_one_cell_costs_its_input_s_area():
+    """An adaptive pool's window spans ceil(in / out) inputs, one more only where windows overlap: to 1x1
+    it reads each input cell once per output (49 for 7x7, odd or even alike); 7 to 2 overlaps (5 a side)."""
+    from nas.sandbox.aten_ops import _adaptive
+
+    pool = torch.ops.aten._adaptive_avg_pool2d.default
+    for size, out, area in ((7, 1, 49), (8, 1, 64), (7, 2, 25), (8, 2, 16)):
+        x = torch.empty(1, 3, size, size, device="meta")
+        assert _adaptive(pool, (x, [out, out]), {}, pool(x, [out, out])) == 3 * out * out * area, (size, out)
+
+
+def test_a_verdict_may_say_no_layer_changed_and_an_output_dimension_up_to_two_to_the_31():
+    """A child's verdict with changed_layers 0 (a candidate equal to its parent) is read, as is an output
+    dimension of 2**31 (`MAX_DIM`, what an int32 index reaches); one more is a malformed field."""
+    from nas.sandbox.protocol import CHILD_VERDICT, ProtocolError
+
+    verdict = {"ok": True, "stage": "done", "error": None, "traceback": None, "params": 10, "flops": 10,
+               "output_shape": [2, 10], "changed": False, "changed_layers": 0, "layers": 1, "self_reported": False,
+               "export_error": None, "wall_s": 1.0, "graph": None}
+    assert CHILD_VERDICT.check(verdict)["changed_layers"] == 0
+    assert CHILD_VERDICT.check({**verdict, "output_shape": [2, 1 << 31]})["output_shape"] == [2, 1 << 31]
+    with pytest.raises(ProtocolError, match="output_shape"):
+        CHILD_VERDICT.check({**verdict, "output_shape": [2, (1 << 31) + 1]})
+
+
+OPEN_INSIDE = textwrap.dedent("""
+    import os, sys
+    from nas.sandbox.limits import install_policy
+
+    class Denied(Exception):
+        pass
+
+    def deny(error, traceback):
+        raise Denied(error)
+
+    work = sys.argv[1]
+    install_policy(work, {}, deny)
+    for call in (lambda: open("relative.txt", "w").write("x"),
+                 lambda: os.close(os.open(os.path.join(work, "absolute.txt"), os.O_WRONLY | os.O_CREAT)),
+                 lambda: os.close(os.open("relative_fd.txt", os.O_WRONLY | os.O_CREAT))):
+        try:
+            call()
+            print("allowed")
+        except Denied as err:
+            print(err)
+""")
+
+
+def test_the_policy_lets_open_write_a_relative_path_inside_but_not_os_open():
+    """In the work folder, `open` may write a relative name (its audit event carries a mode) and
+    `os.open` an absolute one inside; `os.open` of a relative name (mode None: it may be relative to a
+    dir_fd the event does not show) is refused."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as work:
+        out = subprocess.run([sys.executable, "-c", OPEN_INSIDE, work], capture_output=True, text=True,
+                             timeout=120, check=True, cwd=work).stdout.splitlines()
+        assert out[:2] == ["allowed", "allowed"], out
+        assert out[2].startswith("policy: writing outside the sandbox directory is not allowed (open "), out
+        assert sorted(os.listdir(work)) == ["absolute.txt", "relative.txt"]
