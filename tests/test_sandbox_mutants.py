@@ -194,26 +194,39 @@ def test_carried_bits_are_refused_only_past_the_bound() -> None:
     assert f"carries {bits(n + 1):,} bits" in over["error"] and "\n" not in over["error"]
 
 
-POLICY = textwrap.dedent("""
-    import os, sys
-    from nas.sandbox.limits import install_policy
+POLICY_PROBE = """
+import os, sys
+from nas.sandbox.limits import install_policy
 
-    class Denied(Exception):
-        pass
+class Denied(Exception):
+    pass
 
-    def deny(error, traceback):
-        raise Denied(error)
+def deny(error, traceback):
+    raise Denied(error)
 
-    work, outside = sys.argv[1], sys.argv[2]
-    install_policy(work, {}, deny)
-    for call in (lambda: os.rename(outside, os.path.join(work, "taken")),
-                 lambda: os.rename(os.path.join(work, "mine"), outside + ".moved"),
-                 lambda: os.chmod(outside, 0o777), lambda: os.chown(outside, 0, 0)):
-        try:
-            call()
-            print("allowed")
-        except Denied as err:
-            print(err)
+work = sys.argv[1]
+install_policy(work, {}, deny)
+%s
+for call in calls:
+    try:
+        call()
+        print("allowed")
+    except Denied as err:
+        print(err)
+"""
+
+
+def policy_probe(calls: str) -> str:
+    """A child that installs the audit policy on the work folder (its argv[1]) and prints, for each
+    call in the `calls` that `calls` (Python lines) defines, the policy's refusal or "allowed"."""
+    return POLICY_PROBE % textwrap.dedent(calls)
+
+
+POLICY = policy_probe("""
+    outside = sys.argv[2]
+    calls = (lambda: os.rename(outside, os.path.join(work, "taken")),
+             lambda: os.rename(os.path.join(work, "mine"), outside + ".moved"),
+             lambda: os.chmod(outside, 0o777), lambda: os.chown(outside, 0, 0))
 """)
 
 
@@ -231,26 +244,10 @@ def test_the_policy_keeps_files_outside_the_work_folder_where_they_are(tmp_path:
     assert outside.read_text() == "keep" and sorted(p.name for p in work.iterdir()) == ["mine"]
 
 
-RENAME_AT = textwrap.dedent("""
-    import os, sys
-    from nas.sandbox.limits import install_policy
-
-    class Denied(Exception):
-        pass
-
-    def deny(error, traceback):
-        raise Denied(error)
-
-    work, outside = sys.argv[1], sys.argv[2]
-    install_policy(work, {}, deny)
-    there = os.open(outside, os.O_RDONLY | os.O_DIRECTORY)
-    for call in (lambda: os.rename("mine", "planted", dst_dir_fd=there),
-                 lambda: os.rename("taken", "mine2", src_dir_fd=there)):
-        try:
-            call()
-            print("allowed")
-        except Denied as err:
-            print(err)
+RENAME_AT = policy_probe("""
+    there = os.open(sys.argv[2], os.O_RDONLY | os.O_DIRECTORY)
+    calls = (lambda: os.rename("mine", "planted", dst_dir_fd=there),
+             lambda: os.rename("taken", "mine2", src_dir_fd=there))
 """)
 
 
@@ -718,26 +715,10 @@ def test_a_verdict_may_say_no_layer_changed_and_an_output_dimension_up_to_two_to
         CHILD_VERDICT.check({**verdict, "output_shape": [2, (1 << 31) + 1]})
 
 
-OPEN_INSIDE = textwrap.dedent("""
-    import os, sys
-    from nas.sandbox.limits import install_policy
-
-    class Denied(Exception):
-        pass
-
-    def deny(error, traceback):
-        raise Denied(error)
-
-    work = sys.argv[1]
-    install_policy(work, {}, deny)
-    for call in (lambda: open("relative.txt", "w").write("x"),
-                 lambda: os.close(os.open(os.path.join(work, "absolute.txt"), os.O_WRONLY | os.O_CREAT)),
-                 lambda: os.close(os.open("relative_fd.txt", os.O_WRONLY | os.O_CREAT))):
-        try:
-            call()
-            print("allowed")
-        except Denied as err:
-            print(err)
+OPEN_INSIDE = policy_probe("""
+    calls = (lambda: open("relative.txt", "w").write("x"),
+             lambda: os.close(os.open(os.path.join(work, "absolute.txt"), os.O_WRONLY | os.O_CREAT)),
+             lambda: os.close(os.open("relative_fd.txt", os.O_WRONLY | os.O_CREAT)))
 """)
 
 
