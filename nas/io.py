@@ -48,10 +48,10 @@ def atomic_write_bytes(path: Path, data: bytes, sync_also: Path | None = None, s
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            if sync and sync_also is None:
-                os.fsync(fh.fileno())
-            elif sync:
+            if sync and sync_also is not None:
                 fsync_together(fh.fileno(), sync_also)
+            elif sync:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
