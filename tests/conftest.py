@@ -29,6 +29,8 @@ atexit.register(shutil.rmtree, os.environ["NASFLOW_HOME"], ignore_errors=True)
 # Each test's flows use a temporary Prefect server, not the CLI's shared one (flows/prefect_server.py) that
 # outlives the command; tests of the shared server set it themselves
 os.environ["NASFLOW_PREFECT_SERVER"] = "temporary"
+# nor do their searches leave a warm process behind (nas/cli/warm.py); tests/test_warm.py starts its own
+os.environ["NASFLOW_WARM"] = "0"
 configure_prefect_env()
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -75,6 +77,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_cli_arch_draw.py::test_draw_refuses_an_invalid_file_with_validates_errors_and_writes_nothing": ("cli",),
     "test_cli_config.py": (),
     "test_cli_exit.py": (),
+    "test_warm.py": ("cli",),
     "test_cli_config.py::test_ctrl_c_stops_a_search_in_one_line_and_the_same_command_resumes": ("cli",),
     "test_cli_config.py::test_a_run_dir_in_use_gets_no_hydra_files_and_a_free_one_gets_progress_in_search_log":
         ("cli",),

@@ -54,6 +54,11 @@ KEYS: dict[str, tuple[str, ...]] = {
     "nas/spaces/nb201/table.py:NB201Table.fingerprint": ("test_table_fingerprint",),
     "nas/spaces/nb201/table.py:_sha256": ("test_table_fingerprint",),
     "nas/spaces/nb201/table.py:_load_table": ("test_table_fingerprint", "test_derived_table_is_read_back_for_the_same_bytes_only"),
+    # the warm `nas search` process: which commands it may run as a fresh process would
+    "nas/cli/warm.py:fingerprint": ("tests/test_warm.py::test_the_fingerprint_follows_each_input_alone",
+                                    "tests/test_warm.py::test_the_fingerprint_ignores_shell_state_caches_and_the_working_directory",
+                                    "tests/test_warm.py::test_an_installed_package_changes_the_fingerprint"),
+    "nas/cli/warm.py:address": ("tests/test_warm.py::test_the_address_follows_home_and_fingerprint",),
     "nas/spaces/nb201/table.py:derived_table_key": ("test_derived_table_key_follows_each_input",
                                                     "test_derived_table_is_read_back_for_the_same_bytes_only"),
     "nas/evaluators/simulated.py:SimulatedEvaluator.fingerprint": ("test_simulated_fingerprint",),

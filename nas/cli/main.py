@@ -23,7 +23,9 @@ import sys
 import threading
 from typing import NoReturn
 
+from nas.cli import warm as warm_start
 from nas.errors import ConfigError
+from nas.home import home
 from nas.lazy import LazyImport
 from nas.secrets import install_log_scrubbing, scrub
 from nas.terminal import printable, safe_streams
@@ -66,14 +68,24 @@ def main(argv: list[str] | None = None) -> None:
     importlib.import_module(COMMANDS[command]).main(rest)
 
 
-def entry() -> NoReturn:
+def entry(warm: bool = True) -> NoReturn:
     """The `nas` command: `main`, then the interpreter's own exit steps without its teardown, which
-    frees every object one by one (0.4 s after a search, which loaded Prefect, Hydra and numpy)."""
+    frees every object one by one (0.4 s after a search, which loaded Prefect, Hydra and numpy).
+    A `nas search` runs in a warm process's child when one serves it (nas/cli/warm.py), and a cold
+    one starts one for the next command. `warm=False`: in that child."""
+    argv, env = sys.argv[1:], dict(os.environ)
+    use_warm = warm and warm_start.enabled(argv, env)
+    if use_warm:
+        served = warm_start.run(argv, env, home())
+        if served is not None:
+            exit_now(served)
     try:
         main()
         code = 0
     except SystemExit as stop:
         code = exit_status(stop.code)
+    if use_warm:
+        warm_start.start(env, home())
     exit_now(code)
 
 
