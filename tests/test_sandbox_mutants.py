@@ -734,3 +734,71 @@ def test_the_policy_lets_open_write_a_relative_path_inside_but_not_os_open():
         assert out[:2] == ["allowed", "allowed"], out
         assert out[2].startswith("policy: writing outside the sandbox directory is not allowed (open "), out
         assert sorted(os.listdir(work)) == ["absolute.txt", "relative.txt"]
+
+
+def test_the_slow_operators_weights_are_the_op_costs_table_s_in_force(monkeypatch):
+    """`aten_ops._WEIGHTS` is set from `benchmarks/op_costs.py`'s table, in steps of a power of two (2 to
+    64: the slowdown per counted unit, brought within FACTOR of the median). The table's `within` holds
+    only while the counter charges each weighted case what the table recorded: a weight changed without
+    timing again (bernoulli's 32 made 33) leaves the table vouching for a count no longer in force. The
+    table is not in a mutation run's copy (`results` folders are left out): there the steps alone."""
+    from nas.sandbox.aten_ops import _WEIGHTS
+
+    assert set(_WEIGHTS.values()) <= {2, 4, 8, 16, 32, 64}
+    table_file = ROOT / "benchmarks" / "results" / "op_costs.json"
+    if not table_file.is_file():
+        return
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import op_costs
+
+    table = json.loads(table_file.read_text())
+    cases = op_costs.cases()
+    weighted = [row for row in table["rows"] if row["operator"] in _WEIGHTS and row["case"] in cases]
+    assert {"bernoulli", "sort", "tanh", "erf"} <= {row["operator"] for row in weighted}
+    for row in weighted:
+        fn, args, kwargs = cases[row["case"]]()
+        assert op_costs.counted(fn, args, kwargs) == row["units"], row["case"]
+        assert row["within"], row["case"]
+
+
+def test_a_denied_action_s_traceback_keeps_its_lines_and_escapes_the_rest(monkeypatch):
+    """A policy refusal raised in the model's code reaches the parent with its traceback line by
+    line (the last line says what failed), its other control characters escaped as everywhere."""
+    from nas.sandbox import worker
+
+    def leave() -> None:
+        raise SystemExit(0)
+
+    monkeypatch.setattr(worker, "exit_now", leave)
+    read, write = os.pipe()
+    tb = 'Traceback (most recent call last):\n  File "model.py", line 3, in forward\nPermissionError: \x1b[2J\n'
+    with pytest.raises(SystemExit):
+        worker.Reporter(write).deny("policy: reading /etc/shadow is not allowed", tb)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        sent = json.loads(pipe.read())["policy"]
+    assert sent["traceback"].splitlines() == ["Traceback (most recent call last):",
+                                              '  File "model.py", line 3, in forward', "PermissionError: \\x1b[2J"]
+    assert sent["error"] == "policy: reading /etc/shadow is not allowed"
+
+
+def test_a_child_that_fills_its_work_folder_and_exits_between_two_looks_is_disk_full(monkeypatch, tmp_path):
+    """The shared work folder is read every `_WATCH_EVERY_S`; a child that writes past `tmp_mb` there
+    and closes its pipes before the next look is still caught: the folder is read once more after the
+    pipes close, and the run is disk_full, not a clean exit."""
+    from nas.sandbox import verify
+
+    monkeypatch.setattr(verify, "_WATCH_EVERY_S", 3600.0)  # one look while the child runs: at its start
+    report_r, report_w = os.pipe()
+    code = f"import os; os.close({report_w}); open({str(tmp_path / 'big')!r}, 'wb').write(os.urandom(1 << 20))"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            pass_fds=(report_w,))
+    os.close(report_w)
+    try:
+        with os.fdopen(report_r, "rb", buffering=0) as report, proc.stdout:
+            run = verify._collect(proc, report.fileno(), None, verify.time.monotonic() + 60,
+                                  watch=str(tmp_path), watch_bytes=1 << 16)
+    finally:
+        proc.wait(timeout=60)
+    assert (tmp_path / "big").stat().st_size == 1 << 20
+    assert run.disk_full and not run.timed_out
