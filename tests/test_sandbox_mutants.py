@@ -802,3 +802,47 @@ def test_a_child_that_fills_its_work_folder_and_exits_between_two_looks_is_disk_
         proc.wait(timeout=60)
     assert (tmp_path / "big").stat().st_size == 1 << 20
     assert run.disk_full and not run.timed_out
+
+
+def test_a_split_counts_the_length_of_its_dimension_and_one_piece_on_a_dimension_the_tensor_lacks():
+    """`pieces` bounds a splitting call's outputs before it runs: an `unbind` along a dimension of the
+    tensor (counted from either end) returns its length; along one the tensor lacks, or a `dim` that
+    is no number, one (the operator itself then refuses it) rather than an error in the counter."""
+    from nas.sandbox.aten_ops import pieces
+
+    x = torch.zeros(2, 3)
+    assert [pieces(torch.ops.aten.unbind.int, (x, dim), {}) for dim in (0, 1, -1, -2)] == [2, 3, 3, 2]
+    assert [pieces(torch.ops.aten.unbind.int, (x, dim), {}) for dim in (2, -3, 5)] == [1, 1, 1]
+
+
+def test_a_pool_s_one_number_kernel_is_that_size_in_each_of_its_dimensions():
+    """A pool's kernel given as one number ([3]) reads a 3 x 3 (x 3) window, as aten pools it: counted
+    the same as the kernel spelled out, in 1, 2 and 3 dimensions."""
+    def work(pool, shape, kernel):
+        with WorkCounter() as counter:
+            pool(torch.zeros(shape, device="meta"), kernel)
+        return counter.total
+
+    aten = torch.ops.aten
+    assert work(aten.max_pool2d_with_indices, (1, 1, 9, 9), [3]) == work(aten.max_pool2d_with_indices, (1, 1, 9, 9), [3, 3])
+    assert work(aten.avg_pool3d, (1, 1, 9, 9, 9), [3]) == work(aten.avg_pool3d, (1, 1, 9, 9, 9), [3, 3, 3])
+
+
+def test_an_artifact_whose_zip_end_record_has_a_comment_or_names_another_disk_is_refused():
+    """An artifact's ZIP end record must be the plain one `pack` writes: one with a comment length,
+    a disk number or a first-disk number, or a directory count differing from this disk's, is
+    refused before `zipfile` reads anything, each on its own."""
+    from nas.sandbox.graph import _END, _entries
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("graph.json", b"{}")
+    data = buffer.getvalue()
+    assert _entries(data, {"graph.json"}, 1 << 20) == ["graph.json"]
+    fields = list(_END.unpack_from(data, len(data) - _END.size))
+    for index, value in ((1, 1), (2, 1), (3, 0), (7, 1)):  # disk, first disk, entries here, comment
+        changed = list(fields)
+        changed[index] = value
+        with pytest.raises(GraphError, match="a comment, or several disks"):
+            _entries(data[:-_END.size] + _END.pack(*changed), {"graph.json"}, 1 << 20)
+
