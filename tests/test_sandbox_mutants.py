@@ -846,3 +846,20 @@ def test_an_artifact_whose_zip_end_record_has_a_comment_or_names_another_disk_is
         with pytest.raises(GraphError, match="a comment, or several disks"):
             _entries(data[:-_END.size] + _END.pack(*changed), {"graph.json"}, 1 << 20)
 
+
+
+def test_every_protocol_spec_is_frozen():
+    """The protocol's specs (`Int` ... `Channel`) are module constants every read of a child's or the
+    trusted worker's line shares: none can be changed after it is made (a caller widening a bound, say
+    a `Names` spec's `most`, would widen it for every later read)."""
+    import dataclasses
+
+    from nas.sandbox import protocol
+
+    specs = [v for v in vars(protocol).values() if isinstance(v, type) and dataclasses.is_dataclass(v)
+             and v.__module__ == protocol.__name__]
+    assert {"Int", "Num", "Flag", "Text", "Seq", "Names", "Record", "Channel"} <= {s.__name__ for s in specs}
+    assert all(s.__dataclass_params__.frozen for s in specs), [s.__name__ for s in specs]  # type: ignore[attr-defined]
+    names = protocol.Names(protocol.Int(0, 1), 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        names.most = 10**6  # type: ignore[misc]
