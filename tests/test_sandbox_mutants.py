@@ -863,3 +863,15 @@ def test_every_protocol_spec_is_frozen():
     names = protocol.Names(protocol.Int(0, 1), 2)
     with pytest.raises(dataclasses.FrozenInstanceError):
         names.most = 10**6  # type: ignore[misc]
+
+
+def test_the_parent_clocks_the_check_by_its_work_at_the_request_s_batch():
+    """Once the check worker says its work per image, the parent's clock for the check is
+    `check_seconds` of that work at the request's input batch (its first size, not its channels)."""
+    from nas.sandbox.trusted import TrustedWorker, check_seconds
+
+    worker = object.__new__(TrustedWorker)  # no process: `_talk` answers with the clock it was given
+    worker._talk = lambda artifact, request, seconds_for: {"verdict": seconds_for({"work": 10**9})}
+    for batch, channels in ((2, 3), (7, 1)):
+        clock = worker.check(b"", {"input_shape": [batch, channels, 8, 8]})
+        assert clock == check_seconds(10**9, batch) != check_seconds(10**9, channels)
