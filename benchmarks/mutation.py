@@ -18,7 +18,10 @@ a sample stratified by package in proportion to its lines, a kill rate per packa
     python benchmarks/mutation.py --library --map /tmp/covmap.json --sample 160 --jobs 2 \\
         --out benchmarks/results/mutation_library.json
 
-A line no test runs is 'uncovered': not run, counted as survived. Survivors judged equivalent are
+A line no test runs is 'uncovered': not run, counted as survived; with `--file-tests` such a
+mutant runs instead the tests that ran any line of its file (for lines coverage cannot see: code
+run only in sandbox children or the trusted worker), so a first pass is not cut short by what the
+map missed. Survivors judged equivalent are
 listed by hand in the JSON's "equivalent" (file, line, original, mutated, reason); both rates are
 reported, raw and less those. `--recheck` runs the survivors again with newer tests (`final`).
 
@@ -361,6 +364,13 @@ class Selector:
             spent += self.seconds[i]
         return picked
 
+    def pick(self, m: Mutant, file_tests: bool = False) -> tuple[str, list[str], float]:
+        """`select`; for a mutant it finds no tests for ("none") and with `file_tests`, `select_file`."""
+        chosen = self.select(m)
+        if chosen[0] == "none" and file_tests:
+            return self.select_file(m)
+        return chosen
+
     def select_file(self, m: Mutant) -> tuple[str, list[str], float]:
         """The passing tests that ran any line of the mutant's file (fastest first, at most `cap`): for
         a line coverage could not see, run only in a process it does not measure (a sandbox child
@@ -590,8 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recheck", action="store_true",
                         help="re-run the survivors recorded in --out against today's tests and add a 'final' block")
     parser.add_argument("--file-tests", action="store_true",
-                        help="with --recheck and --map: an uncovered survivor runs the tests that ran any line of its "
-                             "file (lines run only where coverage cannot see: sandbox children, the trusted worker)")
+                        help="with --map: a mutant on a line no test ran (uncovered) runs the tests that ran any line "
+                             "of its file instead (lines run only where coverage cannot see: sandbox children, the "
+                             "trusted worker); in a first run and in --recheck")
     parser.add_argument("--only-new", action="store_true",
                         help="with --recheck: leave out the map's tests that the first run already passed on that "
                              "mutant (its selection at its cap and budget); the rest, and --tests, run")
@@ -639,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
         if selector is None:
             m.selection = "given"
             return tests, args.timeout
-        m.selection, picked, expected = selector.select(m)
+        m.selection, picked, expected = selector.pick(m, args.file_tests)
         if not picked:
             return [], 0.0
         return [*picked, *tests], args.timeout + 3 * expected
@@ -667,7 +678,11 @@ def main(argv: list[str] | None = None) -> int:
                                          "coverage run (per-test contexts, subprocesses included); a module-level "
                                          "line run at import (at collection) adds the tests that ran any line of "
                                          "its file; a "
-                                         "line no test ran is 'uncovered' and counts as survived, not run"}
+                                         "line no test ran is 'uncovered' and counts as survived, not run"
+                                         + ("; with uncovered_ran_file_tests, such a line runs instead the "
+                                            "passing tests that ran any line of its file (selection 'file'), "
+                                            "and is 'uncovered' only if none did" if args.file_tests else ""),
+                                 "uncovered_ran_file_tests": bool(args.file_tests)}
                                 if selector is not None else {"tests": tests}),
                   "time_limit": (f"{args.timeout:.0f} s + 3x the selected tests' recorded seconds"
                                  if selector is not None else f"{args.timeout:.0f} s") + "; a timeout counts as killed",
@@ -733,9 +748,7 @@ def _recheck(out: Path, tests: list[str], selector: Selector | None, args: argpa
         picked: list[str] = []
         expected = 0.0
         if selector is not None:
-            m.selection, picked, expected = selector.select(m)
-            if not picked and args.file_tests:
-                m.selection, picked, expected = selector.select_file(m)
+            m.selection, picked, expected = selector.pick(m, args.file_tests)
             if before is not None and m.selection in ("line", "import"):  # those it passed in the first run
                 ran = set(before.select(m)[1])
                 picked = [t for t in picked if t not in ran]

@@ -398,6 +398,7 @@ BENCHMARK_GROUPS: dict[str, dict[str, str]] = {  # the nav's groups: result stem
         "mutation_core_2": "Mutation testing: the core, second pass",
         "mutation_sandbox": "Mutation testing: the sandbox",
         "mutation_sandbox_fresh": "Mutation testing: the sandbox, a fresh sample",
+        "mutation_sandbox_fresh2": "Mutation testing: the sandbox, a second fresh sample",
         "mutation_strategies_tasks": "Mutation testing: strategies and tasks",
     },
 }

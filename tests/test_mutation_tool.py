@@ -132,3 +132,51 @@ def test_a_time_budget_keeps_the_fastest_tests_that_fit_and_always_the_fastest()
     assert Selector(COVMAP, cap=60, budget=1.0).select(_at(10))[1] == ["t::fast"]
     assert Selector(COVMAP, cap=60, budget=5.1).select(_at(10))[1] == ["t::fast", "t::slow"]
     assert Selector(COVMAP, cap=60, budget=0.01).select(_at(10))[1] == ["t::fast"]
+
+
+def test_file_tests_give_an_uncovered_line_the_tests_of_its_file_and_no_other():
+    selector = Selector(COVMAP, cap=60)
+    assert selector.pick(_at(99)) == ("none", [], 0.0)
+    how, tests, expected = selector.pick(_at(99), file_tests=True)
+    assert how == "file" and tests == ["t::fast", "t::slow"] and expected == 5.1  # not the failing one, not n.py's
+    assert selector.pick(_at(10), file_tests=True) == selector.select(_at(10))  # a covered line keeps its own
+    lonely = Mutant("pkg/unseen.py", 1, "compare", "a == b", "a != b", (1, 0), (1, 6), first_line=1)
+    assert selector.pick(lonely, file_tests=True) == ("none", [], 0.0)  # a file no test ran stays uncovered
+
+
+def test_a_first_run_with_file_tests_runs_the_uncovered_mutants_on_their_files_tests(monkeypatch, tmp_path):
+    import json
+
+    (tmp_path / "pkg").mkdir()
+    source = tmp_path / "pkg" / "m.py"
+    source.write_text("x = 1\n" + "y = 0\n" * 8 + "z = a == b\n")  # line 10 covered, lines 1-9 not
+    covmap = tmp_path / "covmap.json"
+    covmap.write_text(json.dumps(COVMAP))
+    ran = []
+
+    def run_tests(copy, tests, limit, first=True):
+        ran.append(tests)
+        return ("killed", 1.0, tests[0]) if first else ("killed", 1.0, "")
+
+    monkeypatch.setattr(mutation, "ROOT", tmp_path)
+    monkeypatch.setattr(mutation, "target_groups", lambda targets: {"pkg/m.py": [source]})
+    monkeypatch.setattr(mutation, "_copy_tree", lambda copy: (copy / "pkg").mkdir() or (
+        copy / "pkg" / "m.py").write_text(source.read_text()))
+    monkeypatch.setattr(mutation, "run_tests", run_tests)
+
+    def first_run(*extra):
+        ran.clear()
+        out = tmp_path / f"out{len(extra)}.json"
+        assert mutation.main(["--target", "pkg/m.py", "--map", str(covmap), "--sample", "0", "--out", str(out),
+                              *extra]) == 0
+        return json.loads(out.read_text())
+
+    plain = first_run()
+    assert {m["line"]: m["outcome"] for m in plain["mutants"]} == {1: "uncovered", **{n: "uncovered" for n in
+                                                                                      range(2, 10)}, 10: "killed"}
+    assert not plain["selection"]["uncovered_ran_file_tests"]
+    with_file = first_run("--file-tests")
+    outcomes = {(m["line"], m["selection"]): m["outcome"] for m in with_file["mutants"]}
+    assert outcomes == {**{(n, "file"): "killed" for n in range(1, 10)}, (10, "line"): "killed"}
+    assert with_file["overall"]["uncovered"] == 0 and with_file["selection"]["uncovered_ran_file_tests"]
+    assert ["t::fast", "t::slow"] in ran

@@ -734,3 +734,144 @@ def test_the_policy_lets_open_write_a_relative_path_inside_but_not_os_open():
         assert out[:2] == ["allowed", "allowed"], out
         assert out[2].startswith("policy: writing outside the sandbox directory is not allowed (open "), out
         assert sorted(os.listdir(work)) == ["absolute.txt", "relative.txt"]
+
+
+def test_the_slow_operators_weights_are_the_op_costs_table_s_in_force(monkeypatch):
+    """`aten_ops._WEIGHTS` is set from `benchmarks/op_costs.py`'s table, in steps of a power of two (2 to
+    64: the slowdown per counted unit, brought within FACTOR of the median). The table's `within` holds
+    only while the counter charges each weighted case what the table recorded: a weight changed without
+    timing again (bernoulli's 32 made 33) leaves the table vouching for a count no longer in force. The
+    table is not in a mutation run's copy (`results` folders are left out): there the steps alone."""
+    from nas.sandbox.aten_ops import _WEIGHTS
+
+    assert set(_WEIGHTS.values()) <= {2, 4, 8, 16, 32, 64}
+    table_file = ROOT / "benchmarks" / "results" / "op_costs.json"
+    if not table_file.is_file():
+        return
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import op_costs
+
+    table = json.loads(table_file.read_text())
+    cases = op_costs.cases()
+    weighted = [row for row in table["rows"] if row["operator"] in _WEIGHTS and row["case"] in cases]
+    assert {"bernoulli", "sort", "tanh", "erf"} <= {row["operator"] for row in weighted}
+    for row in weighted:
+        fn, args, kwargs = cases[row["case"]]()
+        assert op_costs.counted(fn, args, kwargs) == row["units"], row["case"]
+        assert row["within"], row["case"]
+
+
+def test_a_denied_action_s_traceback_keeps_its_lines_and_escapes_the_rest(monkeypatch):
+    """A policy refusal raised in the model's code reaches the parent with its traceback line by
+    line (the last line says what failed), its other control characters escaped as everywhere."""
+    from nas.sandbox import worker
+
+    def leave() -> None:
+        raise SystemExit(0)
+
+    monkeypatch.setattr(worker, "exit_now", leave)
+    read, write = os.pipe()
+    tb = 'Traceback (most recent call last):\n  File "model.py", line 3, in forward\nPermissionError: \x1b[2J\n'
+    with pytest.raises(SystemExit):
+        worker.Reporter(write).deny("policy: reading /etc/shadow is not allowed", tb)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        sent = json.loads(pipe.read())["policy"]
+    assert sent["traceback"].splitlines() == ["Traceback (most recent call last):",
+                                              '  File "model.py", line 3, in forward', "PermissionError: \\x1b[2J"]
+    assert sent["error"] == "policy: reading /etc/shadow is not allowed"
+
+
+def test_a_child_that_fills_its_work_folder_and_exits_between_two_looks_is_disk_full(monkeypatch, tmp_path):
+    """The shared work folder is read every `_WATCH_EVERY_S`; a child that writes past `tmp_mb` there
+    and closes its pipes before the next look is still caught: the folder is read once more after the
+    pipes close, and the run is disk_full, not a clean exit."""
+    from nas.sandbox import verify
+
+    monkeypatch.setattr(verify, "_WATCH_EVERY_S", 3600.0)  # one look while the child runs: at its start
+    report_r, report_w = os.pipe()
+    code = f"import os; os.close({report_w}); open({str(tmp_path / 'big')!r}, 'wb').write(os.urandom(1 << 20))"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            pass_fds=(report_w,))
+    os.close(report_w)
+    try:
+        with os.fdopen(report_r, "rb", buffering=0) as report, proc.stdout:
+            run = verify._collect(proc, report.fileno(), None, verify.time.monotonic() + 60,
+                                  watch=str(tmp_path), watch_bytes=1 << 16)
+    finally:
+        proc.wait(timeout=60)
+    assert (tmp_path / "big").stat().st_size == 1 << 20
+    assert run.disk_full and not run.timed_out
+
+
+def test_a_split_counts_the_length_of_its_dimension_and_one_piece_on_a_dimension_the_tensor_lacks():
+    """`pieces` bounds a splitting call's outputs before it runs: an `unbind` along a dimension of the
+    tensor (counted from either end) returns its length; along one the tensor lacks, or a `dim` that
+    is no number, one (the operator itself then refuses it) rather than an error in the counter."""
+    from nas.sandbox.aten_ops import pieces
+
+    x = torch.zeros(2, 3)
+    assert [pieces(torch.ops.aten.unbind.int, (x, dim), {}) for dim in (0, 1, -1, -2)] == [2, 3, 3, 2]
+    assert [pieces(torch.ops.aten.unbind.int, (x, dim), {}) for dim in (2, -3, 5)] == [1, 1, 1]
+
+
+def test_a_pool_s_one_number_kernel_is_that_size_in_each_of_its_dimensions():
+    """A pool's kernel given as one number ([3]) reads a 3 x 3 (x 3) window, as aten pools it: counted
+    the same as the kernel spelled out, in 1, 2 and 3 dimensions."""
+    def work(pool, shape, kernel):
+        with WorkCounter() as counter:
+            pool(torch.zeros(shape, device="meta"), kernel)
+        return counter.total
+
+    aten = torch.ops.aten
+    assert work(aten.max_pool2d_with_indices, (1, 1, 9, 9), [3]) == work(aten.max_pool2d_with_indices, (1, 1, 9, 9), [3, 3])
+    assert work(aten.avg_pool3d, (1, 1, 9, 9, 9), [3]) == work(aten.avg_pool3d, (1, 1, 9, 9, 9), [3, 3, 3])
+
+
+def test_an_artifact_whose_zip_end_record_has_a_comment_or_names_another_disk_is_refused():
+    """An artifact's ZIP end record must be the plain one `pack` writes: one with a comment length,
+    a disk number or a first-disk number, or a directory count differing from this disk's, is
+    refused before `zipfile` reads anything, each on its own."""
+    from nas.sandbox.graph import _END, _entries
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("graph.json", b"{}")
+    data = buffer.getvalue()
+    assert _entries(data, {"graph.json"}, 1 << 20) == ["graph.json"]
+    fields = list(_END.unpack_from(data, len(data) - _END.size))
+    for index, value in ((1, 1), (2, 1), (3, 0), (7, 1)):  # disk, first disk, entries here, comment
+        changed = list(fields)
+        changed[index] = value
+        with pytest.raises(GraphError, match="a comment, or several disks"):
+            _entries(data[:-_END.size] + _END.pack(*changed), {"graph.json"}, 1 << 20)
+
+
+
+def test_every_protocol_spec_is_frozen():
+    """The protocol's specs (`Int` ... `Channel`) are module constants every read of a child's or the
+    trusted worker's line shares: none can be changed after it is made (a caller widening a bound, say
+    a `Names` spec's `most`, would widen it for every later read)."""
+    import dataclasses
+
+    from nas.sandbox import protocol
+
+    specs = [v for v in vars(protocol).values() if isinstance(v, type) and dataclasses.is_dataclass(v)
+             and v.__module__ == protocol.__name__]
+    assert {"Int", "Num", "Flag", "Text", "Seq", "Names", "Record", "Channel"} <= {s.__name__ for s in specs}
+    assert all(s.__dataclass_params__.frozen for s in specs), [s.__name__ for s in specs]  # type: ignore[attr-defined]
+    names = protocol.Names(protocol.Int(0, 1), 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        names.most = 10**6  # type: ignore[misc]
+
+
+def test_the_parent_clocks_the_check_by_its_work_at_the_request_s_batch():
+    """Once the check worker says its work per image, the parent's clock for the check is
+    `check_seconds` of that work at the request's input batch (its first size, not its channels)."""
+    from nas.sandbox.trusted import TrustedWorker, check_seconds
+
+    worker = object.__new__(TrustedWorker)  # no process: `_talk` answers with the clock it was given
+    worker._talk = lambda artifact, request, seconds_for: {"verdict": seconds_for({"work": 10**9})}
+    for batch, channels in ((2, 3), (7, 1)):
+        clock = worker.check(b"", {"input_shape": [batch, channels, 8, 8]})
+        assert clock == check_seconds(10**9, batch) != check_seconds(10**9, channels)
