@@ -124,7 +124,7 @@ def timed_search(argv: list[str], env: dict[str, str], cwd: Path, run_dir: Path 
     the seconds to its first trial line, wall and the `nas` process's CPU (a shared machine's
     load stretches wall time; CPU time much less)."""
     load = _load()
-    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu, forks = resource.getrusage(resource.RUSAGE_CHILDREN), _forks(env)
     start, start_epoch = time.perf_counter(), time.time()
     # `python -m nas.cli`: each tree's own way out (its __main__), whatever the venv's script is
     proc = subprocess.Popen([sys.executable, "-m", "nas.cli", *argv], env=env, cwd=cwd, stdout=subprocess.PIPE,
@@ -149,7 +149,30 @@ def timed_search(argv: list[str], env: dict[str, str], cwd: Path, run_dir: Path 
         row["first_trial_cpu_s"] = round(first_cpu, 3)
     if run_dir is not None:
         row.update(phases(run_dir / "search.log", start_epoch, start_epoch + wall))
+    row["warm"] = _forks(env) > forks  # run in a warm process's child: cpu_s is then the caller's alone
     return row
+
+
+def _forks(env: dict[str, str]) -> int:
+    """Commands the tree's warm process has forked (nas/cli/warm.py's log), 0 without one."""
+    try:
+        text = (Path(env["NASFLOW_HOME"]) / "warm.log").read_text()
+    except OSError:
+        return 0
+    return sum(" pid " in line and ": nas " in line for line in text.splitlines())
+
+
+def wait_warm(env: dict[str, str], tree: Path, seconds: float = 90.0) -> float | None:
+    """Seconds until the warm process that the first command started serves (None: a tree without one)."""
+    if not (tree / "nas" / "cli" / "warm.py").exists():
+        return None
+    start = time.perf_counter()
+    log = Path(env["NASFLOW_HOME"]) / "warm.log"
+    while "serving at" not in (log.read_text() if log.exists() else ""):
+        if time.perf_counter() - start > seconds:
+            raise SystemExit(f"no warm process served within {seconds:.0f} s ({log})")
+        time.sleep(0.1)
+    return round(time.perf_counter() - start, 3)
 
 
 LOG_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]\[nas\.(start|progress)\]\[INFO\] - (.*)$")
@@ -201,11 +224,13 @@ def end_to_end(before_tree: Path | None, repeats: int, out: Path) -> None:
                                                     "resume": []} for label in trees}
         # Interleaved, each repeat in turn for every tree (the order alternating): a shared machine's load
         # drifts over minutes, and the trees' rows then see the same drift.
+        warm_ready: dict[str, float | None] = {}
         try:
-            for label in trees:
+            for label, tree in trees.items():
                 run = work / label / "cold"
                 rows[label]["search_100_first_command"].append(
                     timed_search([*SEARCH, "seed=100", f"hydra.run.dir={run}"], envs[label], work, run))
+                warm_ready[label] = wait_warm(envs[label], tree)  # "the server warm": its warm process too
             for r in range(repeats):
                 for label in list(trees)[::1 if r % 2 == 0 else -1]:
                     run = work / label / f"warm{r}"
@@ -225,6 +250,7 @@ def end_to_end(before_tree: Path | None, repeats: int, out: Path) -> None:
                 stop_local_server(work / label / "home")
         for label, tree in trees.items():
             results[label] = {"tree": "working tree" if tree == ROOT else str(tree),
+                              "warm_ready_after_first_command_s": warm_ready.get(label),
                               "rows": {k: summarize(v) for k, v in rows[label].items()}}
             print(label, json.dumps({k: v["median_wall_s"] for k, v in results[label]["rows"].items()}))
         optuna_rows = []
@@ -249,7 +275,10 @@ def end_to_end(before_tree: Path | None, repeats: int, out: Path) -> None:
     results["note"] = ("a shared machine: compare ratios within this run; load_avg_1m is sampled before and after "
                        "each row. before = the tree at --before-tree, after = this tree, each with its own "
                        "NASFLOW_HOME and NASFLOW_PREFECT_SERVER=local (its first command starts the shared local "
-                       "server, the warm rows reuse it)")
+                       "server, and in a tree with nas/cli/warm.py the warm process too; the warm rows reuse both, "
+                       "after waiting for the warm process to serve: warm_ready_after_first_command_s). A run's "
+                       "`warm` says it ran in a warm process's child; its cpu_s is then the caller's alone (the "
+                       "child is not the benchmark's)")
     report = read_json(out) if out.exists() else {}
     report["end_to_end"] = results
     atomic_write_json(out, report)
@@ -257,7 +286,8 @@ def end_to_end(before_tree: Path | None, repeats: int, out: Path) -> None:
 
 
 def summarize(rows: list[dict]) -> dict:
-    out: dict = {"median_wall_s": round(statistics.median(r["wall_s"] for r in rows), 3), "runs": rows}
+    out: dict = {"median_wall_s": round(statistics.median(r["wall_s"] for r in rows), 3), "runs": rows,
+                 "warm_runs": sum(bool(r.get("warm")) for r in rows)}
     for key in ("cpu_s", "first_trial_s", "first_trial_cpu_s", "to_run_dir_s", "trials_s", "after_last_trial_s"):
         values = [r[key] for r in rows if key in r]
         if values:
