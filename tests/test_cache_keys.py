@@ -466,7 +466,7 @@ def test_derived_table_key_follows_each_input(monkeypatch):
 
 
 def _derived_files(home: Path) -> list[Path]:
-    return sorted((home / "cache" / "nb201").glob("*.npz"))
+    return sorted((home / "tables" / "nb201").glob("*.npz"))
 
 
 def test_derived_table_is_read_back_for_the_same_bytes_only(table_copy, tmp_path, monkeypatch):

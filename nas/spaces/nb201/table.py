@@ -73,6 +73,12 @@ def load_table(path: str, metric: str) -> dict[tuple[int, ...], float]:
     return _load_table(path, metric, *_stamp(path))
 
 
+def derived_dir() -> Path:
+    """Where derived tables live: a folder of their own under NASFLOW_HOME (its `cache/` is Prefect's
+    result store, whose every file is read as a result record)."""
+    return home() / "tables" / "nb201"
+
+
 @lru_cache(maxsize=4)
 def _load_table(path: str, metric: str, mtime_ns: int, size: int) -> dict[tuple[int, ...], float]:
     """The table from its derived file when one was written for these bytes and metric (a 13 ms
@@ -80,7 +86,7 @@ def _load_table(path: str, metric: str, mtime_ns: int, size: int) -> dict[tuple[
     p = Path(path)
     if not p.is_file():
         raise MissingDependencyError(f"NB201 table not found at {p}: {INSTALL_HINT}")
-    derived = home() / "cache" / "nb201" / f"{derived_table_key(_sha256(path, mtime_ns, size), metric)}.npz"
+    derived = derived_dir() / f"{derived_table_key(_sha256(path, mtime_ns, size), metric)}.npz"
     table = _read_derived(derived)
     if table is None:
         table = _unpickle(p, metric)
