@@ -1,4 +1,4 @@
-"""The warm `nas search` (nas/cli/warm.py): one fingerprint per interpreter, path, environment and
+"""The warm `nas search` (nas/cli/warm.py, nas/cli/warm_server.py): one fingerprint per interpreter, path, environment and
 code, each input varied alone; a strict request parser; the caller exits as the child did; and the
 real command served by a real warm process: its output, its exit statuses, a Ctrl-C forwarded, a
 killed caller's child stopped, a malformed request refused while the next command is served."""
@@ -6,6 +6,7 @@ killed caller's child stopped, a malformed request refused while the next comman
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nas.cli import warm
+from nas.cli import warm, warm_server
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,16 +113,16 @@ def _request(**changes):
 ])
 def test_a_request_of_the_wrong_shape_is_refused(change):
     with pytest.raises(ValueError, match="request"):
-        warm.parse_request(_request(**change))
+        warm_server.parse_request(_request(**change))
 
 
 def test_a_well_formed_request_is_taken_at_its_bounds():
     for umask in (0, 0o777):
-        assert warm.parse_request(_request(umask=umask))["umask"] == umask
+        assert warm_server.parse_request(_request(umask=umask))["umask"] == umask
     missing = _request()
     del missing["cwd"]
     with pytest.raises(ValueError, match="keys"):
-        warm.parse_request(missing)
+        warm_server.parse_request(missing)
 
 
 @pytest.mark.parametrize("done, status, said", [
@@ -163,8 +164,6 @@ def served(tmp_path_factory):
         assert time.monotonic() < deadline, log.read_text() if log.exists() else "no log"
         time.sleep(0.2)
     yield home, env, log
-    import shutil
-
     shutil.rmtree(home, ignore_errors=True)
 
 
