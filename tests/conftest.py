@@ -209,6 +209,9 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_runners.py::test_dask_search_matches_the_other_runners_and_fills_the_cache": ("cli", "llm", "prefect"),
     "test_sandbox.py": ("sandbox",),
     "test_sandbox_mutants.py": (),
+    "test_sandbox_tables.py": (),
+    "test_sandbox_graph_tables.py": (),
+    "test_sandbox_worker_inprocess.py": (),
     "test_sandbox_mutants.py::test_a_colour_model_that_cannot_be_exported_is_measured_in_the_child_on_grey_data_made_rgb":
         ("sandbox",),
     "test_sandbox_mutants.py::test_a_failed_verdict_is_never_handed_to_training": ("sandbox",),

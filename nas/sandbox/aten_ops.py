@@ -220,11 +220,6 @@ def _trilinear(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
     return math.prod(max(sizes) for sizes in zip_longest(*shapes, fillvalue=1))
 
 
-def _attention(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
-    q, k, v = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)][:3]
-    return math.prod(q.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])
-
-
 # Work outside products whose cost is not the elements it reads or writes (operator name ->
 # formula; names as the dispatcher sees them, after composite operators decompose).
 _COSTS: dict[str, Callable[..., int]] = {
@@ -277,8 +272,9 @@ class WorkCounter(TorchDispatchMode):
     """Counts what a forward pass costs, as it runs on the meta device (nothing is computed; an
     operator asked for another device is refused before it runs), per operator as the dispatcher
     runs it (composite operators such as `matmul`, `einsum` or `linear` as what they decompose to).
-    `macs`: multiply-accumulates of convolutions, matrix products and attention (torch's own
-    FLOP formulas, halved; `_PRODUCTS` for those it has none for); `traffic`: the elements those
+    `macs`: multiply-accumulates of convolutions and matrix products (torch's own FLOP formulas,
+    halved; `_PRODUCTS` for those it has none for; `scaled_dot_product_attention` as the two batched
+    products its math kernel, the one the meta device picks, decomposes to); `traffic`: the elements those
     products read and write (a transposed convolution with a large stride writes far more than it
     multiplies); `other`: every other operator's work, by its formula in `_COSTS` (a pool's window
     times its output, n log n for a sort, an interpolation's taps) or else the larger of the
@@ -316,9 +312,9 @@ class WorkCounter(TorchDispatchMode):
         name = packet.__name__
         elements = max(sum(t.numel() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)),
                        sum(t.numel() for t in tree_leaves(out) if isinstance(t, torch.Tensor)))
-        if packet in flop_registry or name in _PRODUCTS or "attention" in name:
+        if packet in flop_registry or name in _PRODUCTS:
             macs = (int(flop_registry[packet](*args, **kwargs, out_val=out)) // 2 if packet in flop_registry
-                    else (_PRODUCTS.get(name) or _attention)(func, args, kwargs, out))
+                    else _PRODUCTS[name](func, args, kwargs, out))
             self.macs += macs
             self.fvcore_bound += macs
             self.traffic += elements

@@ -217,5 +217,11 @@ def _train(request: dict[str, Any], artifact: bytes, images: Any, threads: int) 
     _send(result)
 
 
+def arguments(argv: list[str]) -> tuple[int, int, str, int]:
+    """`main`'s arguments from the command line `TrustedWorker` starts this worker with
+    (`sys.argv`: memory in MB, threads, job, the parent's pid)."""
+    return int(argv[1]), int(argv[2]), argv[3], int(argv[4])
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
+    main(*arguments(sys.argv))

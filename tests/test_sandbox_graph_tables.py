@@ -1,0 +1,203 @@
+"""Case tables of the graph loader (nas/sandbox/graph.py) and of the work folder's disk count
+(nas/sandbox/verify.py), called in this process: the exact message for each way an artifact's ZIP
+layout differs from what `pack` writes, the bits each literal spells, the order `carried` names
+what a network carries, and the bytes a folder holds."""
+
+from __future__ import annotations
+
+import io
+import os
+import struct
+import warnings
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from nas.sandbox import graph as loader
+from nas.sandbox.graph import GraphError, GraphNet, export_graph, float_bits, int_bits, pack, tensor_bits, unpack
+
+_END, _Ref, _Spelling, _entries, _header, _json = (loader._END, loader._Ref, loader._Spelling, loader._entries,
+                                                   loader._header, loader._json)
+
+LONG = "n" * 100  # a name longer than the 60 characters a message quotes
+
+
+def _zip(*names: str, method: int = zipfile.ZIP_STORED, extra: bytes = b"", body: bytes = b"{}") -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", method) as archive, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a duplicate name
+        for name in names:
+            info = zipfile.ZipInfo(name, (2026, 1, 1, 0, 0, 0))
+            info.compress_type, info.extra = method, extra
+            archive.writestr(info, body)
+    return buffer.getvalue()
+
+
+def _counted(data: bytes, count: int) -> bytes:
+    """`data` with its end record saying `count` entries (on this disk and in all)."""
+    fields = list(_END.unpack_from(data, len(data) - _END.size))
+    fields[3] = fields[4] = count
+    return data[:-_END.size] + _END.pack(*fields)
+
+
+DIRECTORY_ENTRY = 46  # a central directory entry's fixed part
+
+
+@pytest.mark.parametrize("data, expected, max_bytes, message", [
+    (b"PK\x05\x06" + bytes(17), {"a"}, 100, r"artifact is malformed \(shorter than a ZIP end record\)"),
+    (_zip("a", "b"), {"a"}, 100, r"artifact's ZIP directory lists 2 entries, over the 1 expected"),
+    (_zip("a") + b"x", {"a"}, 100, r"artifact is malformed \(no ZIP end record at its end, a comment, or several"),
+    (_zip(LONG, extra=b"\xfe\xca\x00\x00"), {LONG}, 100,
+     rf"artifact's ZIP directory entry 0 \('{'n' * 60}'\) is malformed"),
+    (_zip(LONG, method=zipfile.ZIP_DEFLATED, body=b"{}" * 50), {LONG}, 1000, rf"artifact's entry '{'n' * 60}' is compressed"),
+    (_zip(LONG), {"a"}, 100, rf"artifact has unexpected files \('{'n' * 60}'; expected a\)"),
+    (_zip("b", "a"), {"a", "c"}, 100, r"artifact has unexpected files \('b'; expected a, c\)"),
+    (_zip("a", "a"), {"a", "b"}, 100, r"artifact's ZIP directory lists 'a' twice"),
+    (_counted(_zip("a"), 2), {"a", "b"}, 100, r"artifact's ZIP directory ends inside entry 1"),
+    (_counted(_zip("a", "b"), 1), {"a", "b"}, 100,
+     rf"artifact's ZIP directory holds {DIRECTORY_ENTRY + 1:,} bytes more than its 1 entries"),
+    (_zip("a", "b"), {"a", "b"}, 3, r"artifact is too large \(4 bytes, over 3\)"),
+], ids=["short", "too many", "trailing byte", "extra field", "compressed", "unexpected long", "unexpected",
+        "twice", "ends inside", "bytes more", "too large"])
+def test_an_artifact_laid_out_otherwise_than_pack_writes_is_refused_saying_how(data, expected, max_bytes, message):
+    """Each way a ZIP differs from `pack`'s layout is refused in its own words, a name quoted to its
+    first 60 characters, before `zipfile` reads anything."""
+    with pytest.raises(GraphError, match=f"^{message}"):
+        _entries(data, expected, max_bytes)
+
+
+def test_an_artifact_as_pack_writes_it_lists_its_entries_at_the_bounds() -> None:
+    """An empty ZIP (its end record only, 22 bytes) lists nothing; entries as many as expected, of
+    exactly `max_bytes` in all, pass, in the directory's order."""
+    assert _entries(_zip(), {"a"}, 0) == []
+    assert len(_zip()) == _END.size
+    assert _entries(_zip("b", "a"), {"a", "b"}, 4) == ["b", "a"]
+
+
+@pytest.mark.parametrize("n, bits", [(0, 1), (1, 2), (3, 3), (-1, 2), (255, 9), (256, 10), ((1 << 63) - 1, 64),
+                                     (-(1 << 63), 65)])
+def test_an_integer_spells_a_sign_and_its_binary_digits(n: int, bits: int) -> None:
+    assert int_bits(n) == bits
+
+
+@pytest.mark.parametrize("x, bits", [(0.1, 1 + 1 + 2), (1e-05, 1 + 1 + 4), (1.5, 1 + 4 + 2), (100.0, 1 + 1 + 3),
+                                     (0.0, 1 + 0 + 1), (-2.5, 1 + 5 + 2), (float("inf"), 2), (float("nan"), 2)])
+def test_a_float_spells_a_sign_then_its_shortest_decimal_s_digits_and_exponent(x: float, bits: int) -> None:
+    """`float_bits`: 1 + bits of the digits M + `int_bits` of the exponent E of M * 10**E (100.0 is 1E+2)."""
+    assert float_bits(x) == bits
+
+
+def test_a_node_s_arguments_spell_each_literal_and_reference_by_its_bits() -> None:
+    """What `_Spelling` counts for one node (the 11th value, 3 graph inputs): a list its length, then a
+    reference to an input 1 + its place after the last input read, to a node's value 1 + its distance
+    back, None and a bool 1, a number its bits, a string 8 a byte, a tag 4; a keyword in the schema its
+    place there, one outside it its bytes."""
+    spelled = _Spelling(10, ("self", "other", "alpha"), 3, -1)
+    spelled.add([_Ref(0), _Ref(2), _Ref(8), None, True, 5, 1.5, "ab", torch.float32])
+    # length 9: 5; input 0 after none read: 1 + 1; input 2 after 0: 1 + 2; value 8 from node 10: 1 + 2
+    assert spelled.bits == 5 + 2 + 3 + 3 + 1 + 1 + 4 + 7 + 16 + 4
+    assert (spelled.operands, spelled.refs, spelled.longest, spelled.last_input) == (9, 3, 2, 2)
+    keywords = _Spelling(10, ("self", "other", "alpha"), 3, -1)
+    keywords.add_keywords({"alpha": 2, "zz": [_Ref(1)]})
+    # 2 keywords: 3; alpha at place 2: 3, then 2: 3; "zz": 16, a list of one: 2, input 1 after none: 1 + 2
+    assert keywords.bits == 3 + 3 + 3 + 16 + 2 + 3
+    assert (keywords.operands, keywords.refs, keywords.last_input) == (2, 1, 1)
+
+
+def test_a_tensor_spells_its_dtype_rank_and_sizes_and_with_its_values_its_bytes() -> None:
+    x = torch.zeros(3, 256, dtype=torch.int16)
+    assert tensor_bits(x, values=False) == 4 + int_bits(2) + int_bits(3) + int_bits(256) == 4 + 3 + 3 + 10
+    assert tensor_bits(x, values=True) == 20 + 8 * 3 * 256 * 2
+    assert tensor_bits(torch.tensor(1.0), values=True) == 4 + 1 + 32
+
+
+@pytest.mark.parametrize("depth, refused", [(32, False), (33, True)])
+def test_json_nests_at_most_thirty_two_levels(depth: int, refused: bool) -> None:
+    """Brackets inside strings and escaped quotes do not count; the 33rd level is refused."""
+    text = ("[" * depth + '"]]\\"[["' + "]" * depth).encode()
+    if refused:
+        with pytest.raises(GraphError, match=r"^x nests deeper than 32 levels$"):
+            _json(text, "x")
+    else:
+        assert _json(text, "x") is not None
+
+
+def test_json_that_is_not_utf8_or_not_json_is_refused_saying_where() -> None:
+    with pytest.raises(GraphError, match=r"^x is not UTF-8 JSON \(invalid start byte at byte 3\)$"):
+        _json(b'{"a\xff', "x")
+    with pytest.raises(GraphError, match=r"^x is not JSON \(Expecting value: line 1 column 1 \(char 0\)\)$"):
+        _json(b"nope", "x")
+
+
+def _safetensors(header: bytes, size: int | None = None) -> bytes:
+    return struct.pack("<Q", len(header) if size is None else size) + header
+
+
+@pytest.mark.parametrize("body, tensors, message", [
+    (b"1234567", 1, r"artifact's w is malformed \(no header\)"),
+    (_safetensors(b"{}", size=3), 1, r"artifact's w header claims 3 bytes, over its file's size"),
+    (_safetensors(b" " * 2049), 1, r"artifact's w header claims 2,049 bytes, over the 2,048 a graph of 1 inputs needs"),
+    (_safetensors(b"[]"), 1, r"artifact's w header is malformed"),
+    (_safetensors(b'{"a": {}, "b": {}}'), 1, r"artifact's w holds 2 tensors, more than its graph's 1 inputs"),
+])
+def test_a_weight_file_s_header_is_bounded_before_safetensors_reads_it(body: bytes, tensors: int, message: str):
+    """A safetensors header: 8 bytes of length at least, a length within the file and within 1,024 bytes
+    per tensor the graph takes (plus one), a JSON object of at most that many tensors."""
+    with pytest.raises(GraphError, match=f"^{message}$"):
+        _header(body, "w", tensors)
+
+
+def test_a_weight_file_s_header_at_its_bounds_passes() -> None:
+    """2,048 bytes for a graph of one input, and one tensor besides the metadata, pass."""
+    _header(_safetensors(b" " * 2046 + b"{}"), "w", 1)
+    _header(_safetensors(b'{"__metadata__": {}, "a": {}}'), "w", 1)
+    _header(_safetensors(b"{}"), "w", 0)
+
+
+class Carrier(nn.Module):
+    """Buffers and a constant whose names sort otherwise than the graph lists them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 10)
+        self.register_buffer("zeta", torch.ones(2))
+        self.register_buffer("alpha", torch.ones(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.mean((2, 3))) + self.zeta.sum() + self.alpha.sum() + torch.tensor([1.0, 2.0]).sum()
+
+
+def test_what_a_network_carries_is_listed_graphs_first_then_by_kind_and_name() -> None:
+    """`carried` names the graphs, then each buffer and constant sorted by its kind, then its name
+    (buffers before constants, `alpha` before `zeta`), then the tensor shapes."""
+    net = Carrier()
+    graph = export_graph(net, torch.randn(2, 3, 4, 4))
+    data = pack(graph, {"init": dict(net.state_dict()), "const": graph.pop("constants")})
+    carried = GraphNet(unpack(data, 1 << 30)).carried()
+    names = list(carried)
+    assert names[:2] == ["the train graph", "the eval graph"] and names[-1] == "tensor shapes"
+    assert names[2:-1] == ["buffer alpha", "buffer zeta", *sorted(n for n in names if n.startswith("constant "))]
+    assert sum(n.startswith("constant ") for n in names) == 1
+    assert carried["buffer alpha"] == 8 * 12 + 4 + 2 + 3 and carried["buffer zeta"] == 8 * 8 + 4 + 2 + 3
+
+
+def test_the_disk_count_takes_each_entry_s_blocks_at_least_a_block_and_follows_no_link(tmp_path: Path) -> None:
+    """`_over`: a folder's files by their allocated blocks, each at least 4,096 bytes, its subfolders
+    too, but not a folder a link points to (outside: not the child's); over the cap, not at it."""
+    from nas.sandbox.verify import _over
+
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (work / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "big").write_bytes(os.urandom(1 << 20))
+    (work / "small").write_bytes(b"x")  # one block
+    (work / "sub" / "small").write_bytes(b"y")
+    (work / "link").symlink_to(outside, target_is_directory=True)
+    held = sum(max(os.lstat(p).st_blocks * 512, 4096) for p in (work / "small", work / "sub", work / "sub" / "small",
+                                                                  work / "link"))
+    assert held < 1 << 20
+    assert not _over(str(work), held) and _over(str(work), held - 1)
+    assert not _over(str(tmp_path / "missing"), 0)

@@ -1,0 +1,145 @@
+"""Case tables of the trusted side's arithmetic, called in this process: the work each aten operator
+counts (nas/sandbox/aten_ops.py), the operators a graph may call, the tensors a split returns, the
+messages and bit counts of the graph loader (nas/sandbox/graph.py) and the disk a child's work folder
+holds (nas/sandbox/verify.py). Each number is exact, so a slip in a formula's constant, comparison
+or operator changes one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from nas.sandbox.aten_ops import MAX_PIECES, WorkCounter, allowed, pieces, zero_filled
+
+aten = torch.ops.aten
+
+
+def _meta(*shape: int) -> torch.Tensor:
+    return torch.empty(shape, device="meta")
+
+
+# name -> (input shapes, the call on those meta tensors, (macs, traffic, other, slow, fvcore_bound))
+COSTS = {
+    # products: macs by torch's formula, halved; traffic the larger of the elements read and written
+    "conv2d": ([(1, 3, 8, 8), (4, 3, 3, 3), (4,)], lambda x, w, b: F.conv2d(x, w, b, padding=1),
+               (256 * 27, 192 + 108 + 4, 0, 0, 256 * 27)),
+    # a transposed convolution: its 162 output elements' traffic 32 times (31 of them slow)
+    "conv_transpose2d": ([(1, 4, 4, 4), (4, 2, 3, 3)], lambda x, w: F.conv_transpose2d(x, w, stride=2),
+                         (64 * 2 * 9, 162, 0, 31 * 162, 64 * 2 * 9)),
+    "mm": ([(4, 8), (8, 5)], lambda a, b: a @ b, (4 * 8 * 5, 32 + 40, 0, 0, 160)),
+    "dot": ([(8,), (8,)], torch.dot, (8, 16, 0, 0, 8)),
+    "addbmm": ([(3, 5), (2, 3, 4), (2, 4, 5)], torch.addbmm, (2 * 3 * 4 * 5, 15 + 24 + 40, 0, 0, 120)),
+    # attention as its math kernel's two batched products, q k^T (8 x 8 x 6 x 16) and w v (8 x 8 x 6 x 32),
+    # plus the scaling, softmax and views between them
+    "scaled_dot_product_attention": ([(2, 4, 8, 16), (2, 4, 6, 16), (2, 4, 6, 32)], F.scaled_dot_product_attention,
+                                     (64 * 6 * (16 + 32), 1792 + 2048, 12800, 0, 64 * 6 * 48)),
+    # a pool: kernel area x output (7 x 7 x 9), slow as its weight says (4 with indices, 2 average)
+    "max_pool2d": ([(1, 1, 9, 9)], lambda x: F.max_pool2d(x, 3, stride=1), (0, 0, 441, 3 * 441, 0)),
+    "avg_pool2d": ([(1, 1, 9, 9)], lambda x: F.avg_pool2d(x, 3, stride=1), (0, 0, 441, 441, 0)),
+    # in one dimension: a 1 x 3 kernel in two (and the views there and back, 9 + 7)
+    "avg_pool1d": ([(1, 1, 9)], lambda x: F.avg_pool1d(x, 3, stride=1), (0, 0, 7 * 3 + 9 + 7, 7 * 3, 0)),
+    # adaptive 10 -> 3: windows of ceil(10 / 3) = 4, one more as they overlap: 5 x 5 x 9 outputs
+    "adaptive_avg_pool2d": ([(1, 1, 10, 10)], lambda x: F.adaptive_avg_pool2d(x, 3), (0, 0, 225, 225, 4 * 100)),
+    "adaptive_max_pool2d": ([(1, 1, 10, 10)], lambda x: F.adaptive_max_pool2d(x, 3), (0, 0, 225, 7 * 225, 0)),
+    # 10x10 -> 1x3: windows of 10 rows (one output) by 5 columns
+    "adaptive_avg_pool2d to 1 x 3": ([(1, 1, 10, 10)], lambda x: F.adaptive_avg_pool2d(x, (1, 3)),
+                                     (0, 0, 10 * 5 * 3, 10 * 5 * 3, 4 * 100)),
+    "adaptive_avg_pool2d exact": ([(1, 1, 9, 9)], lambda x: F.adaptive_avg_pool2d(x, 3), (0, 0, 81, 81, 4 * 81)),
+    # an interpolation: its 64 outputs x its mode's taps (bilinear 4, not linear's 2; bicubic 16; nearest 1)
+    "bilinear": ([(1, 1, 4, 4)], lambda x: F.interpolate(x, size=(8, 8), mode="bilinear"), (0, 0, 256, 0, 4 * 64)),
+    "bicubic": ([(1, 1, 4, 4)], lambda x: F.interpolate(x, size=(8, 8), mode="bicubic"), (0, 0, 1024, 1024, 0)),
+    "nearest": ([(1, 1, 4, 4)], lambda x: F.interpolate(x, size=(8, 8), mode="nearest"), (0, 0, 64, 3 * 64, 4 * 64)),
+    "linear": ([(1, 1, 4)], lambda x: F.interpolate(x, size=8, mode="linear"), (0, 0, 16, 0, 0)),
+    # antialiased 16x16 -> 4x4: 4 taps x the downscaling of 256 to 16 inputs an output
+    "bilinear antialiased": ([(1, 1, 16, 16)],
+                             lambda x: F.interpolate(x, size=(4, 4), mode="bilinear", antialias=True),
+                             (0, 0, 16 * 4 * 16, 0, 0)),
+    # a sort: n log2 n along its dimension for each of the 32 values, 16 times slow
+    "sort": ([(2, 16)], torch.sort, (0, 0, 32 * 4, 15 * 128, 0)),
+    "sort along dim 0": ([(2, 16)], lambda x: torch.sort(x, dim=0), (0, 0, 64, 15 * 64, 0)),
+    "topk": ([(2, 16)], lambda x: torch.topk(x, 3), (0, 0, 128, 15 * 128, 0)),
+    "argsort of 1": ([(1,)], torch.argsort, (0, 0, 2, 15 * 2, 0)),  # a sort: n log2 n of at least 1
+    # elementwise: the larger of the elements read (40) and written (32), weighted
+    "add": ([(4, 8), (8,)], torch.add, (0, 0, 40, 0, 0)),
+    "tanh": ([(4, 8)], torch.tanh, (0, 0, 32, 3 * 32, 0)),
+    "asinh": ([(4, 8)], torch.asinh, (0, 0, 32, 63 * 32, 0)),
+    "bernoulli_ (in place)": ([(4, 8)], lambda x: x.bernoulli_(0.5), (0, 0, 32, 31 * 32, 0)),
+    # normalisations: fvcore counts 5 per element read or written (x, statistics and their outputs)
+    "batch_norm": ([(2, 3, 4, 4), (3,), (3,)], lambda x, m, v: F.batch_norm(x, m, v, training=True),
+                   (0, 0, 102, 3 * 102, 5 * 102)),
+    "layer_norm": ([(2, 3, 4, 4)], lambda x: F.layer_norm(x, [4]), (0, 0, 144, 0, 5 * 144)),
+    "expand": ([(1, 8)], lambda x: x.expand(1000, 8), (0, 0, 8000, 0, 0)),
+}
+
+
+@pytest.mark.parametrize("name", COSTS)
+def test_each_operator_counts_its_exact_work(name: str) -> None:
+    """What `WorkCounter` counts for one call on meta tensors, in each of its five totals: products'
+    multiply-accumulates and traffic, other work by its formula (pools, interpolations, sorts), the
+    slow operators' extra and fvcore's bound."""
+    shapes, call, expected = COSTS[name]
+    inputs = [_meta(*shape) for shape in shapes]
+    with WorkCounter() as work:
+        call(*inputs)
+    assert (work.macs, work.traffic, work.other, work.slow, work.fvcore_bound) == expected
+    assert work.total == sum(expected[:4])
+
+
+def test_a_factory_without_a_device_runs_on_meta_and_one_naming_another_device_is_refused() -> None:
+    """A factory the graph calls without a device makes a meta tensor (counted by its elements); one
+    naming the CPU, or an operator given a CPU tensor, is refused before it runs."""
+    cpu, a, b = torch.zeros(3), _meta(3), _meta(3)
+    with WorkCounter() as work:
+        assert aten.zeros.default([5, 7]).device.type == "meta"
+        assert work.other == 35
+        with pytest.raises(ValueError, match=r"^aten\.zeros\.default names a device other than its input's \(cpu\)$"):
+            aten.zeros.default([5, 7], device="cpu")
+        with pytest.raises(ValueError, match=r"^aten\.add\.Tensor names a device other than its input's \(None\)$"):
+            aten.add.Tensor(cpu, a)
+        assert aten.add.Tensor(a, b).device.type == "meta"
+    assert work.other == 35 + 6  # the add reads 3 + 3 elements
+
+
+@pytest.mark.parametrize("op, overload, expected", [
+    ("add", "Tensor", True), ("add_", "Tensor", True), ("relu_", "default", True), ("max", "dim", True),
+    ("add", "out", False), ("max", "dim_max", False), ("sort", "values", False),  # write into an argument
+    ("sort", "int", False), ("mul_", "t", False),  # into `self` without the in-place name, into another one with it
+    ("as_strided", "default", False), ("_reshape_alias", "default", False),  # not listed
+    ("add", "no_such_overload", False), ("mul__", "Tensor", False), ("relux", "default", False),
+])
+def test_an_operator_is_allowed_by_its_name_and_its_schema(op: str, overload: str, expected: bool) -> None:
+    """Listed operators, and the in-place form `op_` of one, are allowed in any overload that writes into
+    no argument but an in-place form's `self`; an overload that does not exist, or a name not listed, is not."""
+    assert allowed(op, overload) is expected
+
+
+def test_only_the_empty_family_runs_zero_filled() -> None:
+    """`empty` returns zeros, named as the operator it wraps; any other operator is itself."""
+    empty = zero_filled(aten.empty.memory_format)
+    assert empty.__name__ == "empty.memory_format (zero-filled)"
+    assert torch.equal(empty([2, 3]), torch.zeros(2, 3))
+    assert zero_filled(aten.add.Tensor) is aten.add.Tensor
+    assert zero_filled(aten.zeros.default) is aten.zeros.default
+
+
+X = torch.zeros(5, 4)
+
+
+@pytest.mark.parametrize("func, args, kwargs, expected", [
+    (aten.chunk.default, (X, 3), {}, 3), (aten.chunk.default, (X, 0), {}, 1),
+    (aten.split.Tensor, (X, 2), {}, 3), (aten.split.Tensor, (X, 5), {}, 1), (aten.split.Tensor, (X, 1, 1), {}, 4),
+    (aten.split.Tensor, (X, 0), {}, 1), (aten.split.Tensor, (X, -2), {}, 1),
+    (aten.split_with_sizes.default, (X, [2, 3]), {}, 2),
+    (aten.tensor_split.indices, (X, [1, 3]), {}, 3), (aten.tensor_split.sections, (X, 4), {}, 4),
+    (aten.tensor_split.sections, (X, 0), {}, 1),
+    (aten.tensor_split.tensor_indices_or_sections, (X, torch.tensor([1, 2])), {}, 3),
+    (aten.tensor_split.tensor_indices_or_sections, (X, torch.tensor(3)), {}, MAX_PIECES + 1),
+    (aten.unbind.int, (X,), {"dim": 1}, 4), (aten.add.Tensor, (X, X), {}, 1), (aten.unbind.int, (3,), {}, 1),
+], ids=lambda v: getattr(v, "__name__", None) if callable(v) else None)
+def test_a_split_returns_at_most_the_pieces_its_arguments_say(func, args, kwargs, expected) -> None:
+    """`pieces` counts a split's outputs before it runs: `chunk`'s chunks, a `split_size`'s
+    ceiling of the length over it, a list's entries (indices: one more), a tensor of indices one
+    more than its entries and a scalar tensor's unknown sections more than MAX_PIECES; any other
+    operator, or a split of no tensor, one."""
+    assert pieces(func, args, kwargs) == expected
