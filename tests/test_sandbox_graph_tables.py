@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import struct
 import warnings
 import zipfile
@@ -46,6 +47,12 @@ def _counted(data: bytes, count: int) -> bytes:
 DIRECTORY_ENTRY = 46  # a central directory entry's fixed part
 
 
+def _offset_at_directory(data: bytes) -> bytes:
+    """`data` (one entry) with its directory entry's local header offset pointing at the directory itself."""
+    start = _END.unpack_from(data, len(data) - _END.size)[6]
+    return data[:start + 42] + struct.pack("<L", start) + data[start + 46:]
+
+
 @pytest.mark.parametrize("data, expected, max_bytes, message", [
     (b"PK\x05\x06" + bytes(17), {"a"}, 100, r"artifact is malformed \(shorter than a ZIP end record\)"),
     (_zip("a", "b"), {"a"}, 100, r"artifact's ZIP directory lists 2 entries, over the 1 expected"),
@@ -56,12 +63,13 @@ DIRECTORY_ENTRY = 46  # a central directory entry's fixed part
     (_zip(LONG), {"a"}, 100, rf"artifact has unexpected files \('{'n' * 60}'; expected a\)"),
     (_zip("b", "a"), {"a", "c"}, 100, r"artifact has unexpected files \('b'; expected a, c\)"),
     (_zip("a", "a"), {"a", "b"}, 100, r"artifact's ZIP directory lists 'a' twice"),
+    (_offset_at_directory(_zip("a")), {"a"}, 100, r"artifact's ZIP directory entry 0 \('a'\) is malformed"),
     (_counted(_zip("a"), 2), {"a", "b"}, 100, r"artifact's ZIP directory ends inside entry 1"),
     (_counted(_zip("a", "b"), 1), {"a", "b"}, 100,
      rf"artifact's ZIP directory holds {DIRECTORY_ENTRY + 1:,} bytes more than its 1 entries"),
     (_zip("a", "b"), {"a", "b"}, 3, r"artifact is too large \(4 bytes, over 3\)"),
 ], ids=["short", "too many", "trailing byte", "extra field", "compressed", "unexpected long", "unexpected",
-        "twice", "ends inside", "bytes more", "too large"])
+        "twice", "offset at the directory", "ends inside", "bytes more", "too large"])
 def test_an_artifact_laid_out_otherwise_than_pack_writes_is_refused_saying_how(data, expected, max_bytes, message):
     """Each way a ZIP differs from `pack`'s layout is refused in its own words, a name quoted to its
     first 60 characters, before `zipfile` reads anything."""
@@ -69,12 +77,13 @@ def test_an_artifact_laid_out_otherwise_than_pack_writes_is_refused_saying_how(d
         _entries(data, expected, max_bytes)
 
 
-def test_an_artifact_as_pack_writes_it_lists_its_entries_at_the_bounds() -> None:
+def test_an_artifact_laid_out_as_pack_writes_it_lists_its_entries_at_the_bounds() -> None:
     """An empty ZIP (its end record only, 22 bytes) lists nothing; entries as many as expected, of
     exactly `max_bytes` in all, pass, in the directory's order."""
     assert _entries(_zip(), {"a"}, 0) == []
     assert len(_zip()) == _END.size
     assert _entries(_zip("b", "a"), {"a", "b"}, 4) == ["b", "a"]
+    assert _entries(_zip(""), {""}, 2) == [""]  # an entry of no name ends exactly where the directory does
 
 
 @pytest.mark.parametrize("n, bits", [(0, 1), (1, 2), (3, 3), (-1, 2), (255, 9), (256, 10), ((1 << 63) - 1, 64),
@@ -96,10 +105,11 @@ def test_a_node_s_arguments_spell_each_literal_and_reference_by_its_bits() -> No
     back, None and a bool 1, a number its bits, a string 8 a byte, a tag 4; a keyword in the schema its
     place there, one outside it its bytes."""
     spelled = _Spelling(10, ("self", "other", "alpha"), 3, -1)
-    spelled.add([_Ref(0), _Ref(2), _Ref(8), None, True, 5, 1.5, "ab", torch.float32])
-    # length 9: 5; input 0 after none read: 1 + 1; input 2 after 0: 1 + 2; value 8 from node 10: 1 + 2
-    assert spelled.bits == 5 + 2 + 3 + 3 + 1 + 1 + 4 + 7 + 16 + 4
-    assert (spelled.operands, spelled.refs, spelled.longest, spelled.last_input) == (9, 3, 2, 2)
+    spelled.add([_Ref(0), _Ref(2), _Ref(8), _Ref(3), None, True, 5, 1.5, "ab", torch.float32])
+    # length 10: 5; input 0 after none read: 1 + 1; input 2 after 0: 1 + 2; value 8 from node 10: 1 + 2;
+    # value 3 (the first node's, no input) from node 10: 1 + 4
+    assert spelled.bits == 5 + 2 + 3 + 3 + 5 + 1 + 1 + 4 + 7 + 16 + 4
+    assert (spelled.operands, spelled.refs, spelled.longest, spelled.last_input) == (10, 4, 2, 2)
     keywords = _Spelling(10, ("self", "other", "alpha"), 3, -1)
     keywords.add_keywords({"alpha": 2, "zz": [_Ref(1)]})
     # 2 keywords: 3; alpha at place 2: 3, then 2: 3; "zz": 16, a list of one: 2, input 1 after none: 1 + 2
@@ -138,6 +148,7 @@ def _safetensors(header: bytes, size: int | None = None) -> bytes:
 
 @pytest.mark.parametrize("body, tensors, message", [
     (b"1234567", 1, r"artifact's w is malformed \(no header\)"),
+    (bytes(8), 1, r"artifact's w header is not JSON \(Expecting value: line 1 column 1 \(char 0\)\)"),  # of 0 bytes
     (_safetensors(b"{}", size=3), 1, r"artifact's w header claims 3 bytes, over its file's size"),
     (_safetensors(b" " * 2049), 1, r"artifact's w header claims 2,049 bytes, over the 2,048 a graph of 1 inputs needs"),
     (_safetensors(b"[]"), 1, r"artifact's w header is malformed"),
@@ -157,31 +168,37 @@ def test_a_weight_file_s_header_at_its_bounds_passes() -> None:
     _header(_safetensors(b"{}"), "w", 0)
 
 
+class Holder(nn.Module):
+    def __init__(self, name: str, size: int) -> None:
+        super().__init__()
+        self.register_buffer(name, torch.ones(size))
+
+
 class Carrier(nn.Module):
-    """Buffers and a constant whose names sort otherwise than the graph lists them."""
+    """Buffers `a.zeta` and `z.alpha` and a constant (`lifted_tensor_0`): sorted by their paths, the
+    constant falls between the buffers, and by their attribute names `alpha` comes first."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fc = nn.Linear(3, 10)
-        self.register_buffer("zeta", torch.ones(2))
-        self.register_buffer("alpha", torch.ones(3))
+        self.z, self.a = Holder("alpha", 3), Holder("zeta", 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(x.mean((2, 3))) + self.zeta.sum() + self.alpha.sum() + torch.tensor([1.0, 2.0]).sum()
+        return self.fc(x.mean((2, 3))) + self.z.alpha.sum() + self.a.zeta.sum() + torch.tensor([1.0, 2.0]).sum()
 
 
-def test_what_a_network_carries_is_listed_graphs_first_then_by_kind_and_name() -> None:
-    """`carried` names the graphs, then each buffer and constant sorted by its kind, then its name
-    (buffers before constants, `alpha` before `zeta`), then the tensor shapes."""
+def test_what_a_network_carries_is_listed_graphs_first_then_by_kind_and_path() -> None:
+    """`carried` names the graphs, then each buffer and constant sorted by its kind, then its path
+    (buffers before constants, `a.zeta` before `z.alpha`), then the tensor shapes."""
     net = Carrier()
     graph = export_graph(net, torch.randn(2, 3, 4, 4))
     data = pack(graph, {"init": dict(net.state_dict()), "const": graph.pop("constants")})
     carried = GraphNet(unpack(data, 1 << 30)).carried()
-    names = list(carried)
-    assert names[:2] == ["the train graph", "the eval graph"] and names[-1] == "tensor shapes"
-    assert names[2:-1] == ["buffer alpha", "buffer zeta", *sorted(n for n in names if n.startswith("constant "))]
-    assert sum(n.startswith("constant ") for n in names) == 1
-    assert carried["buffer alpha"] == 8 * 12 + 4 + 2 + 3 and carried["buffer zeta"] == 8 * 8 + 4 + 2 + 3
+    constants = [n for n in carried if n.startswith("constant ")]
+    assert len(constants) == 1 and "a.zeta" < constants[0].removeprefix("constant ") < "z.alpha"
+    assert list(carried) == ["the train graph", "the eval graph", "buffer a.zeta", "buffer z.alpha", *constants,
+                             "tensor shapes"]
+    assert carried["buffer z.alpha"] == 8 * 12 + 4 + 2 + 3 and carried["buffer a.zeta"] == 8 * 8 + 4 + 2 + 3
 
 
 def test_the_disk_count_takes_each_entry_s_blocks_at_least_a_block_and_follows_no_link(tmp_path: Path) -> None:
@@ -196,8 +213,70 @@ def test_the_disk_count_takes_each_entry_s_blocks_at_least_a_block_and_follows_n
     (work / "small").write_bytes(b"x")  # one block
     (work / "sub" / "small").write_bytes(b"y")
     (work / "link").symlink_to(outside, target_is_directory=True)
+    (work / "file link").symlink_to(outside / "big")
     held = sum(max(os.lstat(p).st_blocks * 512, 4096) for p in (work / "small", work / "sub", work / "sub" / "small",
-                                                                  work / "link"))
+                                                                  work / "link", work / "file link"))
     assert held < 1 << 20
     assert not _over(str(work), held) and _over(str(work), held - 1)
     assert not _over(str(tmp_path / "missing"), 0)
+
+
+BOUNDED = [
+    ("add", (2, 3), 5), ("add", ((1 << 62), (1 << 62) - 1), (1 << 63) - 1), ("neg", (-((1 << 63) - 1),), (1 << 63) - 1),
+    ("pow", (3, 2), 9), ("pow", (2, 62), 1 << 62), ("pow", (2, -1), 0.5), ("pow", (-2, 3), -8), ("mul", (True, 3), 3),
+    ("floordiv", (7, 2), 3), ("truediv", (7, 2), 3.5),
+    ("add", ((1 << 63), 0), "add takes numbers within int64 range (sizes)"),
+    ("add", (-(1 << 63), 0), "add takes numbers within int64 range (sizes)"),
+    ("mul", ("ab", 3), "mul takes numbers within int64 range (sizes)"),
+    ("add", ((1 << 62), (1 << 62)), "add result outside int64 range"),
+    ("mul", (-(1 << 62), 2), "mul result outside int64 range"),
+    ("pow", (2, 63), "pow result outside int64 range"), ("pow", (2, 64), "pow result outside int64 range"),
+    ("pow", (3, 10**18), "pow result outside int64 range"),
+]
+
+
+@pytest.mark.parametrize("op, args, expected", BOUNDED)
+def test_size_arithmetic_takes_and_gives_numbers_within_int64_only(op: str, args: tuple, expected) -> None:
+    """A graph's Python operators (`_bounded`): operands and results within int64 (|n| < 2**63), a power
+    refused before it is computed when its result would be past 2**64."""
+    run = loader._resolve(f"operator.{op}")
+    if isinstance(expected, str):
+        with pytest.raises(GraphError, match=f"^{re.escape(expected)}$"):
+            run(*args)
+    else:
+        assert run(*args) == expected and type(run(*args)) is type(expected)
+
+
+def test_getitem_takes_one_output_of_an_operator_returning_several_by_an_integer() -> None:
+    getitem = loader._resolve("operator.getitem")
+    assert getitem((4, 5), 1) == 5 and getitem([4, 5], -1) == 5
+    for values, i in (((4, 5), True), ((4, 5), 1.0), (torch.zeros(3), 0)):
+        with pytest.raises(GraphError, match="^getitem takes one output of an operator returning several$"):
+            getitem(values, i)
+
+
+@pytest.mark.parametrize("name, message", [
+    (5, "graph operation name malformed"),
+    ("os.system", "graph operation 'os.system' not allowed (aten tensor operators only)"),
+    ("aten.add.Tensor.x" + "y" * 80, f"graph operation {('aten.add.Tensor.x' + 'y' * 80)[:60]!r} not allowed (aten "
+                                     "tensor operators only)"),
+    ("aten.as_strided.default", "graph operation 'aten.as_strided.default' not allowed (not among the operators a "
+                                "model may use, or one that writes into its arguments: nas/sandbox/aten_ops.py)"),
+    ("aten.conv2d.padding", "graph operation 'aten.conv2d.padding' not allowed (takes a string)"),
+])
+def test_a_graph_operation_is_an_allowed_aten_operator_or_a_size_operator(name, message) -> None:
+    with pytest.raises(GraphError) as refused:
+        loader._resolve(name)
+    assert str(refused.value) == message
+
+
+def test_an_allowed_operator_resolves_to_itself_and_the_empty_family_zero_filled() -> None:
+    assert loader._resolve("aten.add.Tensor") is torch.ops.aten.add.Tensor
+    assert loader._resolve("aten.div.Tensor_mode") is torch.ops.aten.div.Tensor_mode  # a string option
+    assert loader._resolve("aten.empty.memory_format").__name__ == "empty.memory_format (zero-filled)"
+
+
+@pytest.mark.parametrize("bits, parameters", [(0, 0), (1 << 17, 0), ((1 << 17) + 1, 1), ((1 << 17) + 32, 1),
+                                              ((1 << 17) + 33, 2)])
+def test_bits_past_the_free_ones_count_as_a_parameter_per_32_rounded_up(bits: int, parameters: int) -> None:
+    assert loader.carried_parameters(bits) == parameters

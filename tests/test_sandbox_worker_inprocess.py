@@ -23,6 +23,14 @@ from nas.sandbox.verify import Verdict
 from test_sandbox_fast import TINY
 
 
+@pytest.fixture(autouse=True)
+def _torch_rng_kept():
+    """`_verify` and `instantiate` seed torch as the child does: the tests after these draw as before."""
+    state = torch.random.get_rng_state()
+    yield
+    torch.random.set_rng_state(state)
+
+
 def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
