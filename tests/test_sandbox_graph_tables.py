@@ -280,3 +280,37 @@ def test_an_allowed_operator_resolves_to_itself_and_the_empty_family_zero_filled
                                               ((1 << 17) + 33, 2)])
 def test_bits_past_the_free_ones_count_as_a_parameter_per_32_rounded_up(bits: int, parameters: int) -> None:
     assert loader.carried_parameters(bits) == parameters
+
+
+def test_the_worker_s_clocks_grow_with_the_artifact_s_bytes_and_the_dry_run_s_runs() -> None:
+    """Unpacking: 30 s and 0.1 s a MB; a dry run: 30 s and 1e-4 s per unit of the graphs' cost per run,
+    one run at the verification batch, two with a larger training batch."""
+    from nas.sandbox.graph import unpack_seconds
+
+    assert unpack_seconds(0) == 30.0 and unpack_seconds(10**7) == pytest.approx(31.0)
+    net = Carrier()
+    graph = export_graph(net, torch.randn(2, 3, 4, 4))
+    g = GraphNet(unpack(pack(graph, {"init": dict(net.state_dict()), "const": graph.pop("constants")}), 1 << 30))
+    assert g.cost == sum(p.cost for p in g.programs.values()) > 0
+    one, two = 30.0 + g.cost * 1e-4, 30.0 + 2 * g.cost * 1e-4
+    assert [g.dry_run_seconds(t) for t in (0, 1, 2, 3, 256)] == pytest.approx([one, one, one, two, two])
+
+
+def test_a_dry_run_meters_the_bytes_of_new_tensors_not_views_within_their_base_nor_inputs_returned() -> None:
+    """`_Meter.take`: a new tensor's bytes count; a view no larger than its base, or an input handed back
+    (in place), does not; an expanded view counts whole; past the budget, refused naming the operator."""
+    from nas.sandbox.graph import _Meter
+
+    meter = _Meter(1000, "for a test")
+    x = torch.zeros(10)  # 40 bytes
+    meter.take("op", torch.zeros(25), ((x,), {}))
+    assert meter.used == 100
+    meter.take("op", x[:5], ((x,), {}))
+    meter.take("op", x, ((x,), {}))
+    assert meter.used == 100
+    meter.take("op", x[:1].expand(100), ((x,), {}))
+    assert meter.used == 100 + 400
+    meter.take("op", torch.zeros(125), ((x,), {}))
+    assert meter.used == 1000
+    with pytest.raises(GraphError, match=r"^graph needs over 0 MB for a test \(at aten\.add\.Tensor\)$"):
+        meter.take(torch.ops.aten.add.Tensor, torch.zeros(1), ((x,), {}))
