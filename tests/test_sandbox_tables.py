@@ -45,20 +45,31 @@ COSTS = {
     # 10x10 -> 1x3: windows of 10 rows (one output) by 5 columns
     "adaptive_avg_pool2d to 1 x 3": ([(1, 1, 10, 10)], lambda x: F.adaptive_avg_pool2d(x, (1, 3)),
                                      (0, 0, 10 * 5 * 3, 10 * 5 * 3, 4 * 100)),
+    # 9x9 -> 1x3: windows of 9 rows (one output, no overlap) by 3 columns, as many as its elements
+    "adaptive_avg_pool2d 9 to 1 x 3": ([(1, 1, 9, 9)], lambda x: F.adaptive_avg_pool2d(x, (1, 3)), (0, 0, 81, 81, 4 * 81)),
     "adaptive_avg_pool2d exact": ([(1, 1, 9, 9)], lambda x: F.adaptive_avg_pool2d(x, 3), (0, 0, 81, 81, 4 * 81)),
     # an interpolation: its 64 outputs x its mode's taps (bilinear 4, not linear's 2; bicubic 16; nearest 1)
     "bilinear": ([(1, 1, 4, 4)], lambda x: F.interpolate(x, size=(8, 8), mode="bilinear"), (0, 0, 256, 0, 4 * 64)),
     "bicubic": ([(1, 1, 4, 4)], lambda x: F.interpolate(x, size=(8, 8), mode="bicubic"), (0, 0, 1024, 1024, 0)),
     "nearest": ([(1, 1, 4, 4)], lambda x: F.interpolate(x, size=(8, 8), mode="nearest"), (0, 0, 64, 3 * 64, 4 * 64)),
+    "trilinear": ([(1, 1, 2, 2, 2)], lambda x: F.interpolate(x, size=(4, 4, 4), mode="trilinear"), (0, 0, 64 * 8, 0, 0)),
     "linear": ([(1, 1, 4)], lambda x: F.interpolate(x, size=8, mode="linear"), (0, 0, 16, 0, 0)),
     # antialiased 16x16 -> 4x4: 4 taps x the downscaling of 256 to 16 inputs an output
     "bilinear antialiased": ([(1, 1, 16, 16)],
                              lambda x: F.interpolate(x, size=(4, 4), mode="bilinear", antialias=True),
                              (0, 0, 16 * 4 * 16, 0, 0)),
+    # upscaled antialiased: the mode's taps (no factor under 1); to one output: all 256 inputs' factor
+    "bilinear antialiased up": ([(1, 1, 4, 4)], lambda x: F.interpolate(x, size=(8, 8), mode="bilinear", antialias=True),
+                                (0, 0, 64 * 4, 0, 0)),
+    "bilinear antialiased to 1 x 1": ([(1, 1, 16, 16)],
+                                      lambda x: F.interpolate(x, size=(1, 1), mode="bilinear", antialias=True),
+                                      (0, 0, 1 * 4 * 256, 0, 0)),
     # a sort: n log2 n along its dimension for each of the 32 values, 16 times slow
     "sort": ([(2, 16)], torch.sort, (0, 0, 32 * 4, 15 * 128, 0)),
     "sort along dim 0": ([(2, 16)], lambda x: torch.sort(x, dim=0), (0, 0, 64, 15 * 64, 0)),
     "topk": ([(2, 16)], lambda x: torch.topk(x, 3), (0, 0, 128, 15 * 128, 0)),
+    "topk of 2": ([(8, 2)], lambda x: torch.topk(x, 1), (0, 0, 16, 15 * 16, 0)),  # log2 2 = 1, not under it
+    "sort of nothing": ([(0, 16)], torch.sort, (0, 0, 4, 15 * 4, 0)),  # at least one slice's n log2 n
     "argsort of 1": ([(1,)], torch.argsort, (0, 0, 2, 15 * 2, 0)),  # a sort: n log2 n of at least 1
     # elementwise: the larger of the elements read (40) and written (32), weighted
     "add": ([(4, 8), (8,)], torch.add, (0, 0, 40, 0, 0)),

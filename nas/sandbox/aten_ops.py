@@ -144,15 +144,15 @@ def _arg(func: Any, args: tuple, kwargs: dict, name: str) -> Any:
 
 
 def _spatial(name: str) -> int:
-    """Spatial dimensions of a pool or an interpolation, from its name (`max_pool2d` -> 2)."""
-    match = re.search(r"([123])d", name)
-    return int(match.group(1)) if match else 1
+    """Spatial dimensions of a pool, from its name (`max_pool2d_with_indices` -> 2): each pool `_COSTS`
+    lists is named for its 1, 2 or 3 dimensions."""
+    return int(re.findall(r"([123])d", name)[-1])
 
 
 def _pool(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
     """Each output element reads its window: kernel area x output (a 1023-wide max pool is ~10^6
     times its output, not its input)."""
-    kernel = list(_arg(func, args, kwargs, "kernel_size") or [1])
+    kernel = list(_arg(func, args, kwargs, "kernel_size"))  # no pool's kernel_size has a default
     dims = _spatial(func.overloadpacket.__name__)
     return _first(out).numel() * math.prod(kernel * dims if len(kernel) == 1 else kernel)
 
