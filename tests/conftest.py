@@ -194,6 +194,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_docs.py": ("cli",),  # mkdocs build --strict runs `nas COMMAND --help` for the CLI reference
     "test_docs.py::test_readme_is_short_and_links_to_pages_that_exist": (),
     "test_regression.py": (),
+    "test_regression_cases.py": (),
     "test_released_autoformer.py": (),
     "test_released_checkpoints.py": (),
     "test_released_checkpoints.py::test_cli_search_with_a_released_file_of_another_width_scores_nothing": ("cli",),
@@ -263,6 +264,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_supernet_train.py::test_cli_trains_a_supernet_then_searches_with_it": ("cli",),
     "test_plugins.py": ("cli", "slow"),
     "test_proxies.py": (),
+    "test_proxies_cases.py": (),
     "test_proxies.py::test_model_source_gets_its_proxies_from_the_exported_graph": ("sandbox",),
     "test_status.py": (),
     "test_table_evaluator.py": (),
