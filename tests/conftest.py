@@ -252,6 +252,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_strategy_mutants.py::test_evaluations_as_prefect_tasks_come_back_by_ticket_and_a_ticket_runs_once":
         ("prefect",),
     "test_evaluator_contract.py": (),
+    "test_evaluators_cases.py": (),
     "test_trial_record.py": (),
     "test_layering.py": (),
     "test_supernet_eval_bench.py": (),
