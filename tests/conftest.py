@@ -50,6 +50,7 @@ NAS = [sys.executable, "-m", "nas.cli.main"]
 #   prefect  starts Prefect: a flow in-process, a server, or `nas search` on the default runner
 #   cli      runs the `nas` CLI in a subprocess
 MARKERS: dict[str, tuple[str, ...]] = {
+    "test_agents_cases.py": (),
     "test_async_search.py": (),
     "test_async_search.py::test_cli_kill_9_mid_async_search_then_resume_loses_and_repeats_nothing": ("cli",),
     "test_base_models.py": ("sandbox",),
