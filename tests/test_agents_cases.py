@@ -8,6 +8,7 @@ import types
 
 import pytest
 
+from nas.agents.fairnad import strategy as fairnad
 from nas.agents.nader import strategy as nader
 from nas.core.trial import Candidate, EvalResult, Trial
 from nas.errors import ConfigError, RunDirError
@@ -26,7 +27,9 @@ def answer(value=None, errors=()):
     return types.SimpleNamespace(ok=value is not None, value=value, errors=list(errors))
 
 
-CLIENT = object()  # the agents are stand-ins: they are handed it, never call it
+# the agents are stand-ins: they are handed the client, never call it; only its token count is read
+_NO_TOKENS = types.SimpleNamespace(prompt_tokens=0, completion_tokens=0)
+USAGE = CLIENT = types.SimpleNamespace(usage=types.SimpleNamespace(total=lambda: _NO_TOKENS))
 
 
 def make(**kwargs) -> nader.NaderStrategy:
@@ -248,3 +251,258 @@ def test_a_repeated_draft_names_the_tries_that_wrote_it_from_one(before, text):
     ({"checks": [{"ok": True, "error": None}]}, "failed"), ({}, "failed")])
 def test_an_attempt_s_error_is_its_first_failed_check_s(attempt, error):
     assert nader._first_error(attempt) == error
+
+
+# ================================================================ FairNAD
+
+FAIR_LLM = LLM
+
+
+def fair(**kwargs) -> fairnad.FairNADStrategy:
+    from nas.spaces.source.space import SourceSpace
+
+    s = fairnad.FairNADStrategy(SourceSpace(), 0, llm=FAIR_LLM, **kwargs)
+    s.client = USAGE  # type: ignore[assignment]
+    return s
+
+
+def model(i, parent=None, status="evaluated", accuracy=None, params=None, flops=None, idea="i"):
+    return fairnad.Model(i, parent, f"# model {i}\n", "fair", idea, status, accuracy, params, flops)
+
+
+def test_fairnad_s_defaults():
+    s = fair()
+    assert s.counts == {"init": 8, "fair_parents": 8, "pareto_parents": 8, "iterative_parents": 4,
+                        "iterative_steps": 2}
+    assert (s.sampling, s.use_knowledge, s.max_debug, s.max_downscale, s.structure, s.underused_ratio) == (
+        "main", True, 2, 4, True, 0.9)
+    assert (s.stage_order, s.width_multiple, s.check_cache, s.next_stage, s.generation) == (
+        ["fair", "pareto", "iterative"], fairnad.WIDTH_MULTIPLE, True, "init", 0)
+    assert (s.input_size, s.num_classes, s.models, s.queue, s.pool, s.attributes) == (32, 10, [], [], [], "")
+
+
+@pytest.mark.parametrize("kwargs, problem", [
+    ({"init": 0, "fair_parents": 0, "max_debug": 0, "max_downscale": 0}, None),
+    ({"init": -1}, "counts must be integers >= 0 (init=-1)"),
+    ({"iterative_steps": 1.0}, "(iterative_steps=1.0)"),
+    ({"max_debug": -1, "max_downscale": -2}, "(max_debug=-1, max_downscale=-2)"),
+    ({"sampling": "sub"}, None), ({"sampling": "idea"}, None),
+    ({"sampling": "all"}, "strategy.sampling must be one of main, sub, idea, got 'all'"),
+    ({"stages": {"fair": False, "pareto": False, "iterative": False}}, "every stage is switched off"),
+    ({"stages": {"pareto": False}}, None), ({"stages": {"genetic": True}}, "strategy.stages"),
+    ({"width_multiple": 1}, None), ({"width_multiple": 0}, "width_multiple must be an integer >= 1, got 0"),
+    ({"width_multiple": True}, "got True"),
+    ({"underused": 1}, None), ({"underused": 0.01}, None), ({"underused": 0}, "underused must be in (0, 1], got 0"),
+    ({"underused": 1.01}, "got 1.01"),
+])
+def test_fairnad_s_settings_at_and_beyond_their_limits(kwargs, problem):
+    if problem is None:
+        fair(**kwargs)
+    else:
+        with pytest.raises(ConfigError) as err:
+            fair(**kwargs)
+        assert problem in str(err.value)
+
+
+def test_a_switched_off_stage_is_left_out_of_the_order():
+    assert fair(stages={"pareto": False}).stage_order == ["fair", "iterative"]
+
+
+def test_a_model_has_a_score_and_size_only_once_measured():
+    with pytest.raises(ValueError, match="^fairnad: model 3 is pending, it has no accuracy$"):
+        model(3, status="pending").score
+    with pytest.raises(ValueError, match="^fairnad: model 3 has no measured params/FLOPs$"):
+        model(3, params=1.0).size
+    with pytest.raises(ValueError, match="no measured"):
+        model(3, flops=1.0).size
+    assert model(3, accuracy=91.5, params=2.0, flops=3.0).score == 91.5 and model(3, params=2.0, flops=3.0).size == (
+        2.0, 3.0)
+
+
+@pytest.mark.parametrize("items, k, cycled", [([], 3, []), ([5], 3, [5, 5, 5]), ([1, 2], 3, [1, 2, 1]),
+                                              ([1, 2, 3], 2, [1, 2]), ([1], 0, [])])
+def test_k_parents_cycle_through_fewer(items, k, cycled):
+    assert fairnad._cycle(items, k) == cycled
+
+
+def test_labels_and_measured_sizes():
+    assert fairnad._label(model(0)) == "model 0 (the base)" and fairnad._label(model(2)) == "model 2"
+    check = types.SimpleNamespace
+    outcome = check(checks=[check(name="parse", detail={}), check(name="budget", detail={"params": 5, "flops": 7})])
+    assert fairnad._measured(outcome) == (5, 7)
+    assert fairnad._measured(check(checks=[check(name="parse", detail={})])) == (None, None)
+
+
+def test_parents_are_ranked_by_accuracy_then_id_evaluated_only():
+    s = fair()
+    s.models = [model(0, accuracy=50.0), model(1, accuracy=60.0), model(2, status="failed"),
+                model(3, accuracy=60.0), model(4, status="pending")]
+    assert s._ranked() == [1, 3, 0]
+
+
+def test_pareto_parents_need_measured_models_and_a_count(monkeypatch):
+    s = fair()
+    s.models = [model(0, accuracy=50.0), model(1, accuracy=60.0, params=1.0, flops=2.0),
+                model(2, accuracy=70.0, params=3.0, flops=4.0)]
+    asked = []
+    monkeypatch.setattr(fairnad, "nsga2_select", lambda points, maximize, k: asked.append((points, maximize, k)) or [1])
+    assert s._pareto_parents(0) == [] and asked == []
+    assert s._pareto_parents(3) == [2, 2, 2]
+    assert asked == [([[60.0, 1.0, 2.0], [70.0, 3.0, 4.0]], [o.maximize for o in fairnad.FAIRNAD_OBJECTIVES], 2)]
+    s.models = [model(0, accuracy=50.0)]
+    assert s._pareto_parents(3) == []
+
+
+def pool(s, ideas):
+    s.pool = [fairnad.PoolIdea(text, "block", main, sub) for text, main, sub in ideas]
+
+
+def test_an_empty_pool_exhausts_the_search():
+    from nas.core.trial import SearchExhausted
+
+    with pytest.raises(SearchExhausted, match="the idea pool is empty"):
+        fair()._sample_idea()
+
+
+@pytest.mark.parametrize("sampling, share", [("main", 0.5), ("sub", 1 / 3), ("idea", 0.1)])
+def test_fair_sampling_is_uniform_over_categories_then_ideas(sampling, share):
+    s = fair(sampling=sampling)
+    # main A: 9 ideas in subs a1 (8) and a2 (1); main B: 1 idea
+    pool(s, [(f"a1-{i}", "A", "a1") for i in range(8)] + [("a2-0", "A", "a2"), ("b-0", "B", "b")])
+    picks = [s._sample_idea().text for _ in range(3000)]
+    assert picks.count("b-0") / 3000 == pytest.approx(share, abs=0.04)
+    assert set(picks) == {i.text for i in s.pool}
+
+
+def test_ideas_without_categories_are_sampled_one_by_one():
+    s = fair(sampling="main")
+    pool(s, [("x", "", ""), ("y", "", "")])
+    assert {s._sample_idea().text for _ in range(50)} == {"x", "y"}
+    pool(s, [("x", "", ""), ("y", "M", "")])  # only ideas with a category are in the groups
+    assert {s._sample_idea().text for _ in range(50)} == {"y"}
+
+
+def test_a_fair_job_carries_the_idea_s_tag():
+    s = fair()
+    pool(s, [("x", "M", "S")])
+    assert s._fair_job("init", 3) == fairnad.Job("init", 3, "x", {"granularity": "block", "main": "M", "sub": "S"})
+
+
+@pytest.mark.parametrize("small, ideas, refinement", [(True, "UPSCALE_IDEAS", "upscale"),
+                                                      (False, "HYPER_IDEAS", "hyper-parameter")])
+def test_a_pareto_job_upscales_an_underused_model_else_tunes_it(monkeypatch, small, ideas, refinement):
+    s = fair(underused=0.5)
+    s.models = [model(0, accuracy=50.0, params=10.0, flops=20.0)]
+    asked = []
+    monkeypatch.setattr(fairnad, "underused", lambda *a: asked.append(a) or small)
+    job = s._pareto_job(0)
+    assert job.stage == "pareto" and job.parent == 0 and job.tag == {"refinement": refinement}
+    assert job.idea in getattr(fairnad, ideas)
+    assert asked == [(10.0, 20.0, *fairnad.budget_limits(s.budget), 0.5)]
+
+
+def test_the_mutation_request_by_stage_and_granularity():
+    s = fair()
+    assert s._request(fairnad.Job("pareto", 0, "widen it")) == ("widen it", "refinement")
+    network = fairnad.Job("fair", 0, "add  a\nstage", {"granularity": "network"})
+    assert s._request(network) == (fairnad.TARGETS["network"].format(idea="add a stage"), "network")
+    block = fairnad.Job("fair", 0, "use SE", {"granularity": "block"})
+    seen = {s._request(block) for _ in range(40)} | {s._request(fairnad.Job("fair", 0, "use SE")) for _ in range(40)}
+    assert seen == {(fairnad.TARGETS[t].format(idea="use SE"), t) for t in ("new", "modify")}
+
+
+def test_the_plan_runs_init_once_then_each_stage_per_generation():
+    s = fair(init=2, fair_parents=1, pareto_parents=0, iterative_parents=2, iterative_steps=1)
+    pool(s, [("x", "M", "S")])
+    s._plan()
+    assert s.queue == []  # no evaluated model yet
+    s.models = [model(0, accuracy=50.0), model(1, accuracy=60.0)]
+    s._plan()
+    assert [(j.stage, j.parent) for j in s.queue] == [("init", 0), ("init", 0)] and s.next_stage == "fair"
+    assert s.generation == 0
+    s.queue = []
+    s._plan()
+    assert [(j.stage, j.parent) for j in s.queue] == [("fair", 1)] and s.generation == 1
+    s.queue = []
+    s._plan()  # pareto has no parent (none measured, and 0 asked): skipped to iterative
+    assert [(j.stage, j.parent, j.step, j.chain) for j in s.queue] == [("iterative", 1, 1, 1), ("iterative", 0, 1, 0)]
+    assert s.next_stage == "fair" and s.generation == 1
+    s.queue = []
+    s._plan()
+    assert s.generation == 2 and [j.stage for j in s.queue] == ["fair"]
+
+
+def test_no_init_goes_straight_to_the_first_stage_and_no_steps_means_no_iterative_jobs():
+    s = fair(init=0, fair_parents=0, pareto_parents=0, iterative_parents=2, iterative_steps=0)
+    s.models = [model(0, accuracy=50.0)]
+    s._plan()
+    assert s.queue == [] and s.generation == 1
+    assert s._next_job() is None
+
+
+def told(s, node, result, **info):
+    return Trial.of(0, Candidate(s.space.base, {"node": node, **info}), result)
+
+
+def test_tell_scores_a_pending_model_keeping_sizes_it_does_not_report():
+    s = fair()
+    s.models = [model(0, status="pending", params=5.0, flops=6.0), model(1, status="pending"),
+                model(2, status="failed")]
+    s.tell([told(s, 0, EvalResult(accuracy=70.0, flops=9)), told(s, 1, EvalResult.failure("boom")),
+            told(s, 2, EvalResult(accuracy=80.0)), told(s, None, EvalResult(accuracy=1.0))])
+    assert [(m.status, m.accuracy, m.params, m.flops) for m in s.models] == [
+        ("evaluated", 70.0, 5.0, 9), ("failed", None, None, None), ("failed", None, None, None)]
+    s.models.append(model(3, status="pending"))
+    s.tell([told(s, 3, EvalResult(accuracy=None))])
+    assert s.models[3].status == "failed"
+
+
+@pytest.mark.parametrize("step, node_ok, queued", [(1, True, [("iterative", 1, 2, 0)]),
+                                                   (1, False, [("iterative", 0, 2, 0)]), (2, True, [])])
+def test_an_iterative_chain_goes_on_from_the_new_model_or_its_parent_until_its_steps(step, node_ok, queued):
+    s = fair(iterative_steps=2)
+    s.models = [model(0, accuracy=50.0), model(1, status="pending")]
+    result = EvalResult(accuracy=60.0) if node_ok else EvalResult.failure("x")
+    s.tell([told(s, 1, result, stage="iterative", step=step, chain=0, chain_from=0)])
+    assert [(j.stage, j.parent, j.step, j.chain) for j in s.queue] == queued
+
+
+def test_an_iterative_step_without_a_model_retries_from_its_parent():
+    s = fair(iterative_steps=3)
+    s.models = [model(0, accuracy=50.0)]
+    s.tell([told(s, None, EvalResult.failure("x"), stage="iterative", step=2, chain=0, chain_from=0)])
+    assert [(j.parent, j.step) for j in s.queue] == [(0, 3)]
+
+
+def test_an_iterative_job_from_the_base_takes_a_fresh_idea_and_keeps_one_it_has(monkeypatch):
+    s = fair()
+    pool(s, [("fresh idea", "M", "S")])
+    s.models = [model(0, accuracy=50.0)]
+    requests = []
+    monkeypatch.setattr(fairnad, "mutate", lambda client, source, request: requests.append(request) or answer(
+        errors=["no draft"]))
+
+    def feedback(first, parent, request, attempts):
+        attempts.append({"action": "mutate", "error": first.error})
+        return None, first.text
+
+    monkeypatch.setattr(s, "_feedback", feedback)
+    cand = s._design(fairnad.Job("iterative", 0, step=1, chain=0))
+    assert cand.info["idea"] == "fresh idea" and cand.info["tag"] == {"granularity": "block", "main": "M", "sub": "S"}
+    assert cand.rejected == "mutate: no draft" and cand.info["chain_from"] == 0 and cand.info["step"] == 1
+    cand = s._design(fairnad.Job("iterative", 0, "kept idea", step=1, chain=0))
+    assert cand.info["idea"] == "kept idea"
+
+
+def test_fairnad_s_state_round_trips_and_a_broken_one_is_one_line():
+    s = fair()
+    s._root()
+    s.queue = [fairnad.Job("fair", 0, "x")]
+    s.next_stage, s.generation = "pareto", 3
+    again = fair()
+    again.load_state_dict(s.state_dict())
+    assert again.models == s.models and again.queue == s.queue and (again.next_stage, again.generation) == ("pareto", 3)
+    assert s.space.base.key() in again.seen
+    for bad in ({"models": []}, {**s.state_dict(), "generation": "x"}, {**s.state_dict(), "queue": [{"x": 1}]}):
+        with pytest.raises(RunDirError, match="^strategy 'fairnad' state: "):
+            fair().load_state_dict(bad)
