@@ -8,6 +8,7 @@ import types
 
 import pytest
 
+from nas.agents.collm import strategy as collm
 from nas.agents.fairnad import strategy as fairnad
 from nas.agents.nader import strategy as nader
 from nas.core.trial import Candidate, EvalResult, Trial
@@ -57,6 +58,15 @@ class Store:
         self.added.append(experience)
 
 
+def built_or_refused(build, kwargs, ok, message):
+    """A strategy built with `kwargs`, or (not `ok`) refused with a ConfigError matching `message`."""
+    if ok:
+        build(**kwargs)
+    else:
+        with pytest.raises(ConfigError, match=message):
+            build(**kwargs)
+
+
 def scored_tree(s: nader.NaderStrategy, root: float = 50.0) -> None:
     s.tree.record(0, root)
 
@@ -75,11 +85,7 @@ def test_nader_s_defaults():
                                         ({"ideas": 0}, False), ({"experiences": 0}, True),
                                         ({"experiences": -1}, False)])
 def test_nader_s_counts_at_and_below_their_least(kwargs, ok):
-    if ok:
-        make(**kwargs)
-    else:
-        with pytest.raises(ConfigError, match="^strategy 'nader': lif_tries and ideas must be >= 1, experiences >= 0$"):
-            make(**kwargs)
+    built_or_refused(make, kwargs, ok, "^strategy 'nader': lif_tries and ideas must be >= 1, experiences >= 0$")
 
 
 def test_the_root_is_asked_once_first():
@@ -506,3 +512,238 @@ def test_fairnad_s_state_round_trips_and_a_broken_one_is_one_line():
     for bad in ({"models": []}, {**s.state_dict(), "generation": "x"}, {**s.state_dict(), "queue": [{"x": 1}]}):
         with pytest.raises(RunDirError, match="^strategy 'fairnad' state: "):
             fair().load_state_dict(bad)
+
+
+# ================================================================ CoLLM
+
+def collm_strategy(**kwargs) -> collm.CoLLMStrategy:
+    from nas.spaces.nb201.space import NB201Space
+
+    s = collm.CoLLMStrategy(NB201Space(), 0, llm=LLM, **kwargs)
+    s.client = types.SimpleNamespace(usage=USAGE.usage, prompt_budget=lambda role, tokens=None: None)  # type: ignore
+    return s
+
+
+def cell(i: int):
+    import numpy as np
+
+    from nas.spaces.nb201.space import NB201Space
+
+    return NB201Space().sample(np.random.default_rng(i))
+
+
+def rec(values, accuracy, flops=None, params=None, error=None, iteration=1):
+    return collm.Record(values, values, accuracy, flops, params, error, iteration)
+
+
+def test_collm_s_defaults():
+    from nas.spaces.nb201.space import NB201Space
+
+    s = collm.CoLLMStrategy(NB201Space(), 0)
+    assert (s.k, s.max_iterations, s.target, s.temperature, s.navigator_memory, s.generator_memory, s.single_llm) == (
+        5, None, None, 0.6, True, False, False)
+    assert (s.memory_turns, s.max_retries, s.shown_visited, s.shown_best, s.max_attempts) == (2, 2, 20, 5, 1000)
+    assert (s.client, s.iteration, s.queue, s.reported, s.strategy_text, s.counts) == (None, 0, [], [0, 0], None,
+                                                                                      collm.Counts())
+    assert collm.CoLLMStrategy.random_moves is False
+
+
+@pytest.mark.parametrize("kwargs, ok", [
+    ({"candidates_per_iteration": 1}, True), ({"candidates_per_iteration": 0}, False),
+    ({"max_retries": 0}, True), ({"max_retries": -1}, False),
+    ({"max_iterations": 1}, True), ({"max_iterations": 0}, False), ({"max_iterations": None}, True),
+    ({"memory_turns": 0}, True), ({"memory_turns": -1}, False), ({"memory_turns": None}, True)])
+def test_collm_s_counts_at_and_below_their_least(kwargs, ok):
+    built_or_refused(collm_strategy, kwargs, ok, "^strategy 'collm': candidates_per_iteration and max_iterations")
+
+
+def test_collm_needs_a_categorical_space():
+    with pytest.raises(ConfigError, match="^strategy 'collm' needs a categorical space .*not 'nader'$"):
+        collm.CoLLMStrategy(BlockSpace(), 0)
+
+
+@pytest.mark.parametrize("target, accuracies, reached", [
+    (None, [99.0], None), (90.0, [], None), (90.0, [89.9, None], None),
+    (90.0, [90.0], "reached target accuracy 90 (best 90)"), (90.0, [80.0, 95.25], "reached target accuracy 90 (best 95.25)")])
+def test_the_target_is_reached_at_or_above_it(target, accuracies, reached):
+    s = collm_strategy(target_accuracy=target)
+    s.records = [rec(f"v{i}", a) for i, a in enumerate(accuracies)]
+    assert s._target_reached() == reached
+
+
+def test_ask_serves_the_queue_and_stops_at_max_iterations():
+    from nas.core.trial import SearchExhausted
+
+    s = collm_strategy(max_iterations=1)
+    s.client = None
+    with pytest.raises(RuntimeError, match="attach"):
+        s.ask(1)
+    s = collm_strategy(max_iterations=1)
+    s.iteration = 1
+    a, b = cell(1), cell(2)
+    s.queue = [(a.encode(), {"origin": "llm"}), (b.encode(), {"origin": "random_fill"})]
+    got = s.ask(3)  # two queued, then the limit: what it has
+    assert [c.arch.key() for c in got] == [a.key(), b.key()] and [c.info["origin"] for c in got] == ["llm", "random_fill"]
+    with pytest.raises(SearchExhausted, match=r"^collm: reached max_iterations \(1\)$"):
+        s.ask(1)
+    s = collm_strategy(target_accuracy=50.0)
+    s.records = [rec("v", 60.0)]
+    s.queue = [(a.encode(), {})]
+    with pytest.raises(SearchExhausted, match="reached target accuracy 50"):
+        s.ask(1)
+
+
+def proposal(arch=None, text="t", error=None):
+    return types.SimpleNamespace(arch=arch, text=text, error=error)
+
+
+def test_the_coordinator_keeps_legal_unvisited_feasible_proposals_up_to_the_need():
+    from nas.core.constraint import Constraint
+
+    s = collm_strategy()
+    s.iteration = 2
+    seen, good, big = cell(1), cell(2), cell(3)
+    s.seen.add(seen)
+    s.constraint = types.SimpleNamespace(violation=lambda space, a: "too big" if a.key() == big.key() else None)
+    got = s._screen([proposal(None, "x", "no such op"), proposal(None, "y"), proposal(seen, "s"), proposal(big, "b"),
+                     proposal(good, "g"), proposal(cell(4), "surplus")], need=1)
+    assert [a.key() for a in got] == [good.key()] and good in s.seen
+    assert [(r.iteration, r.kind, r.text, r.reason) for r in s.rejections] == [
+        (2, "illegal", "x", "no such op"), (2, "illegal", "y", "not an architecture of the space"),
+        (2, "duplicate", "s", "already evaluated or proposed"), (2, "infeasible", "b", "too big")]
+    c = s.counts
+    assert (c.proposals, c.accepted, c.illegal, c.duplicate, c.infeasible) == (5, 1, 2, 1, 1)
+    assert Constraint().violation(s.space, good) is None
+
+
+def test_one_iteration_asks_again_for_the_shortfall_then_fills_at_random(monkeypatch):
+    s = collm_strategy(candidates_per_iteration=3, max_retries=1)
+    replies = [types.SimpleNamespace(text="reply")]
+    monkeypatch.setattr(collm, "navigate", lambda *a, **k: types.SimpleNamespace(ok=True, value="explore", errors=[],
+                                                                                  replies=replies))
+    asked = []
+
+    def generate(client, space, messages, template, k, attempt):
+        asked.append((k, attempt))
+        if attempt == 0:
+            return types.SimpleNamespace(ok=True, value=[proposal(cell(1)), proposal(cell(1))], errors=[],
+                                         replies=replies)
+        return types.SimpleNamespace(ok=False, value=None, errors=["bad json"], replies=replies)
+
+    monkeypatch.setattr(collm, "generate", generate)
+    s._iterate()
+    assert asked == [(3, 0), (2, 1)] and s.strategy_text == "explore" and s.iteration == 1
+    assert [info["origin"] for _, info in s.queue] == ["llm", "random_fill", "random_fill"]
+    assert (s.counts.accepted, s.counts.duplicate, s.counts.random_fill, s.counts.generator_failures) == (1, 1, 2, 1)
+    assert s.errors == [{"iteration": 1, "role": "generator", "error": "bad json"}]
+    assert s.nav_log[-1] == {"role": "assistant", "content": "reply"} and s.gen_log == []  # generator_memory off
+    assert s.reported == [0, 0]  # the Navigator's strategy saw no rejection yet
+
+
+def test_a_failed_navigator_costs_its_turn_and_is_counted(monkeypatch):
+    s = collm_strategy()
+    monkeypatch.setattr(collm, "navigate", lambda *a, **k: types.SimpleNamespace(ok=False, value=None, errors=[]))
+    s._navigate()
+    assert s.counts.navigator_failures == 1 and s.strategy_text is None
+    assert s.errors == [{"iteration": 0, "role": "navigator", "error": "no reply"}] and s.nav_log == []
+
+
+@pytest.mark.parametrize("turns, kept", [(None, 6), (0, 0), (1, 2), (2, 4), (3, 6), (5, 6)])
+def test_memory_keeps_the_last_exchanges_or_all_there_are(turns, kept):
+    s = collm_strategy(memory_turns=turns)
+    log = [{"role": "user", "content": str(i)} for i in range(6)]  # three exchanges
+    assert s._window(log) == log[6 - kept:]
+
+
+def test_the_oldest_remembered_exchanges_go_first_when_the_prompt_is_too_long():
+    s = collm_strategy()
+    s.client = types.SimpleNamespace(prompt_budget=lambda role, tokens=None: 4,
+                                     prompt_tokens=lambda messages: len(messages))
+    history = [{"content": str(i)} for i in range(6)]
+    got = s._fit("navigator", {"content": "s"}, history, {"content": "u"})
+    assert got == [{"content": "s"}, {"content": "4"}, {"content": "5"}, {"content": "u"}] and s.counts.trimmed_turns == 2
+    s.client = types.SimpleNamespace(prompt_budget=lambda role, tokens=None: None)
+    assert len(s._fit("navigator", {"content": "s"}, history, {"content": "u"})) == 8
+
+
+@pytest.mark.parametrize("flops, params, text", [(None, None, "none"), (200e6, None, "at most 200 MFLOPs"),
+                                                 (None, 1.5e6, "at most 1.5 M parameters"),
+                                                 (2e6, 3e5, "at most 2 MFLOPs and at most 0.3 M parameters")])
+def test_the_constraint_as_the_llms_read_it(flops, params, text):
+    from nas.core.constraint import Constraint
+
+    s = collm_strategy()
+    s.constraint = Constraint(flops, params)
+    assert s._constraint_text() == text
+
+
+@pytest.mark.parametrize("target, text", [(None, "the highest accuracy you can find"),
+                                          (93.5, "an accuracy of at least 93.5%")])
+def test_the_target_as_the_llms_read_it(target, text):
+    values = collm_strategy(target_accuracy=target)._space_values()
+    assert values["target"] == text and values["n"] == 6
+
+
+def test_the_best_and_the_visited_as_the_llms_read_them():
+    s = collm_strategy(shown_visited=2)
+    assert s._visited_text() == "none yet"
+    s.records = [rec("a", 50.0), rec("b", None, error="x")]
+    assert s._visited_text() == "a\nb"  # at the limit: all
+    s.records.append(rec("c", 70.0))
+    assert s._visited_text() == "c\na\n(and 1 lower-scoring ones)"
+    s.records.append(rec("d", 60.0))
+    assert [r.values for r in s._best(2)] == ["c", "d"] and [r.values for r in s._best(9)] == ["c", "d", "a"]
+
+
+def test_result_lines_give_accuracy_and_costs_or_the_failure():
+    lines = collm.CoLLMStrategy._lines
+    assert lines([]) == "none"
+    assert lines([rec("a", 91.234, flops=12.34e6, params=0.1234e6), rec("b", 50.0), rec("c", None, error="boom"),
+                  rec("d", None)]) == (
+        "- a -> accuracy 91.23, 12.3 MFLOPs, 0.123 M params\n- b -> accuracy 50.00\n- c -> failed: boom\n"
+        "- d -> failed: no accuracy")
+
+
+def test_refinement_shows_the_results_and_rejections_since_the_last_strategy():
+    s = collm_strategy()
+    s.records = [rec("old", 10.0), rec("new", 20.0)]
+    s.rejections = [collm.Rejection(1, "illegal", f"r{i}", "why") for i in range(12)]
+    s.reported = [1, 1]
+    values = s._refine_values()
+    assert values["results"] == "- new -> accuracy 20.00" and values["evaluated"] == 2
+    assert values["rejected"].splitlines() == [f"- r{i}: illegal, why" for i in range(2, 12)]  # the last 10
+    s.reported = [2, 12]
+    assert (s._refine_values()["results"], s._refine_values()["rejected"]) == ("none", "none")
+
+
+def test_tell_records_each_trial_as_the_llms_are_shown_it():
+    s = collm_strategy()
+    a, b = cell(1), cell(2)
+    s.tell([Trial.of(0, Candidate(a, {"iteration": 3}), EvalResult(accuracy=91.0)),
+            Trial.of(1, Candidate(b, {}), EvalResult.failure("out of memory\ntraceback"))])
+    cost = s.space.cost(a)
+    assert s.records[0] == collm.Record(collm.values_text(s.space, a), a.key(), 91.0, float(cost.flops),
+                                        float(cost.params), None, 3)
+    assert (s.records[1].accuracy, s.records[1].error, s.records[1].iteration) == (None, "out of memory", None)
+    assert a in s.seen and b in s.seen
+
+
+def test_collm_s_state_round_trips_an_older_state_lacks_later_counts_and_a_broken_one_is_one_line():
+    s = collm_strategy()
+    s.iteration, s.strategy_text, s.reported = 2, "go", [1, 0]
+    s.records = [rec("a", 1.0)]
+    s.counts.trimmed_turns = 3
+    state = s.state_dict()
+    again = collm_strategy()
+    again.load_state_dict(state)
+    assert (again.iteration, again.strategy_text, again.records, again.counts) == (2, "go", s.records, s.counts)
+    older = {**state, "counts": {k: v for k, v in state["counts"].items() if k != "trimmed_turns"}}
+    again.load_state_dict(older)
+    assert again.counts.trimmed_turns == 0
+    for bad in ({**state, "reported": [1]}, {**state, "strategy_text": 3},
+                {**state, "counts": {k: v for k, v in state["counts"].items() if k != "accepted"}}):
+        with pytest.raises(RunDirError, match="^strategy 'collm' state: "):
+            collm_strategy().load_state_dict(bad)
+    s.client = None
+    report = s.report([])["collm"]
+    assert (report["iterations"], report["trimmed_turns"], report["strategy"]) == (2, 3, "go")
