@@ -747,3 +747,59 @@ def test_collm_s_state_round_trips_an_older_state_lacks_later_counts_and_a_broke
     s.client = None
     report = s.report([])["collm"]
     assert (report["iterations"], report["trimmed_turns"], report["strategy"]) == (2, 3, "go")
+
+
+# ---------------------------------------------------------------- CoLLM's agents: what they are shown and read
+
+def decisions_space(*decisions):
+    from nas.core.space import Decision
+
+    return types.SimpleNamespace(decisions=lambda: [Decision(n, c) for n, c in decisions])
+
+
+def test_the_decision_table_groups_runs_of_the_same_choices():
+    from nas.agents.collm.agents import decision_table
+
+    space = decisions_space(("op", ("a", "b")), ("k1", (3, 5)), ("k2", (3, 5)), ("w", (1,)))
+    assert decision_table(space) == ("- position 1 (op): one of \"a\", \"b\"\n"
+                                     "- positions 2-3 (k1, k2): each one of 3, 5\n- position 4 (w): one of 1")
+    many = decisions_space(*[(f"k{i}", (3, 5)) for i in range(9)])
+    assert decision_table(many) == "- positions 1-9 (k0 .. k8): each one of 3, 5"
+    eight = decisions_space(*[(f"k{i}", (3, 5)) for i in range(8)])
+    assert decision_table(eight) == f"- positions 1-8 ({', '.join(f'k{i}' for i in range(8))}): each one of 3, 5"
+
+
+def test_the_candidates_grammar_asks_for_exactly_k_arrays_of_legal_values():
+    from nas.agents.collm.agents import candidates_grammar
+
+    space = decisions_space(("op", ("a", "b")), ("k", (3, 5)), ("j", (3, 5)))
+    assert candidates_grammar(space, 1) == ('root ::= "[\\n" cand "\\n]"\ncand ::= "[" v0 ", " v1 ", " v1 "]"\n'
+                                            'v0 ::= "\\"a\\"" | "\\"b\\""\nv1 ::= "3" | "5"\n')
+    assert candidates_grammar(space, 3).splitlines()[0] == 'root ::= "[\\n" cand ("," "\\n" cand){2} "\\n]"'
+
+
+def test_the_strategy_grammar_has_a_direction_per_decision_up_to_eight():
+    from nas.agents.collm.agents import strategy_grammar
+
+    eight = strategy_grammar(decisions_space(*[(f"d{i}", (1, 2)) for i in range(8)]))
+    assert eight.splitlines()[0].count("phrase") == 8 and "bullet{1,8}" not in eight
+    nine = strategy_grammar(decisions_space(*[(f"d{i}", (1, 2)) for i in range(9)]))
+    assert nine.splitlines()[0].endswith('"# DIRECTIONS\\n" bullet{1,8}') and "phrase \"" not in nine
+
+
+def test_a_strategy_is_the_text_before_the_candidates_cut_at_its_limit():
+    from nas.agents.collm.agents import CANDIDATES_HEADER, parse_strategy
+    from nas.llm.parse import ParseError
+
+    assert parse_strategy(f"  go wide \n{CANDIDATES_HEADER}\n[1]") == "go wide"
+    assert parse_strategy("abcdef", limit=4) == "abcd"
+    with pytest.raises(ParseError, match="empty strategy"):
+        parse_strategy(f" \n{CANDIDATES_HEADER}[1]")
+
+
+@pytest.mark.parametrize("choice, value, same", [("a", "a", True), (4, 4.0, True), (3, "3", True), (3, 4, False),
+                                                 (True, 1, False), (1, True, False), ("a", "b", False)])
+def test_a_written_value_names_a_choice(choice, value, same):
+    from nas.agents.collm.agents import _same
+
+    assert _same(choice, value) is same
