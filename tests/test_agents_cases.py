@@ -803,3 +803,127 @@ def test_a_written_value_names_a_choice(choice, value, same):
     from nas.agents.collm.agents import _same
 
     assert _same(choice, value) is same
+
+
+# ---------------------------------------------------------------- FairNAD's feedback loop
+
+def failure(name, error="bad", retry=None, **detail):
+    return types.SimpleNamespace(failure=types.SimpleNamespace(name=name, error=error, retry=retry, detail=detail))
+
+
+def feedback_revise(monkeypatch, s):
+    """`_feedback`'s revise, with the chain and the loop stood in: the revise function it hands the loop."""
+    got = {}
+    monkeypatch.setattr(fairnad, "source_chain", lambda *a, **k: "chain")
+    monkeypatch.setattr(fairnad, "verify_and_retry", lambda chain, first, revise, attempts, retry_no_reply:
+                        got.update(revise=revise, retry_no_reply=retry_no_reply) or (None, ""))
+    s._feedback(fairnad.Try({"action": "mutate"}, "code"), model(0), "request", [])
+    assert got["retry_no_reply"] is False
+    return got["revise"]
+
+
+def test_parse_and_execution_errors_are_debugged_up_to_max_debug(monkeypatch):
+    s = fair(max_debug=2)
+    asked = []
+    monkeypatch.setattr(fairnad, "debug", lambda client, code, parent, request, error, trace, attempt:
+                        asked.append((code, error, trace, attempt)) or answer("fixed"))
+    revise = feedback_revise(monkeypatch, s)
+    first = revise(failure("parse", "syntax", traceback="tb"), "e", "code1")
+    assert (first.label, first.text, first.extra) == ({"action": "debug"}, "fixed", {})
+    assert revise(failure("execute", "boom"), "e", "code2").text == "fixed"
+    assert revise(failure("parse", "syntax"), "e", "code3") is None  # the third: past max_debug
+    assert asked == [("code1", "syntax", "tb", 0), ("code2", "boom", None, 1)]
+
+
+@pytest.mark.parametrize("outcome, code", [(None, "c"), (failure("parse", None), "c"), (failure("parse"), None),
+                                           (failure("dedup"), "c"), (failure("budget", retry=None), "c")])
+def test_no_retry_without_a_checked_draft_or_for_a_failure_that_none_fixes(monkeypatch, outcome, code):
+    s = fair()
+    monkeypatch.setattr(fairnad, "debug", lambda *a, **k: pytest.fail("no debug"))
+    assert feedback_revise(monkeypatch, s)(outcome, "e", code) is None
+
+
+@pytest.mark.parametrize("params, flops, once", [(1.0, 1.0, False), (1.5, 1.0, False), (1.51, 1.0, True),
+                                                 (1.0, 1.51, True)])
+def test_a_model_over_budget_is_downscaled_once_over_1_5_times_else_shrunk(monkeypatch, params, flops, once):
+    s = fair(max_downscale=1, width_multiple=8)
+    max_params, max_flops = fairnad.budget_limits(s.budget)
+    asked = []
+    monkeypatch.setattr(fairnad, "downscale", lambda client, code, parent, request, over, how, attempt, multiple:
+                        asked.append((over, how, attempt, multiple)) or answer("class Net: width = 20"))
+    monkeypatch.setattr(fairnad, "off_multiple", lambda source, multiple: ["line 1: 20"] * 10)
+    revise = feedback_revise(monkeypatch, s)
+    over = failure("budget", "budget: 2 M params > 1.5 M", retry="downscale", params=params * max_params,
+                   flops=flops * max_flops)
+    got = revise(over, "e", "code")
+    assert (got.label, got.text, got.extra) == ({"action": "downscale"}, "class Net: width = 20",
+                                                {"off_multiple": ["line 1: 20"] * 8})
+    [(text, how, attempt, multiple)] = asked
+    assert (text, attempt, multiple) == ("2 M params > 1.5 M", 0, 8)
+    assert (how == fairnad.DOWNSCALE_ONCE) is once and (how in fairnad.DOWNSCALE_SHRINK) is not once
+    assert revise(over, "e", "code") is None  # past max_downscale
+
+
+def test_a_retry_without_a_reply_says_why(monkeypatch):
+    s = fair()
+    monkeypatch.setattr(fairnad, "debug", lambda *a, **k: answer(errors=["timeout", "refused"]))
+    revise = feedback_revise(monkeypatch, s)
+    got = revise(failure("parse"), "e", "code")
+    assert (got.label, got.text, got.error) == ({"action": "debug"}, None, "refused")
+    monkeypatch.setattr(fairnad, "debug", lambda *a, **k: answer())
+    assert revise(failure("parse"), "e", "code").error == "no reply"
+
+
+def test_a_verified_child_becomes_a_model_with_its_measured_size(monkeypatch):
+    s = fair()
+    s.models = [model(0, accuracy=50.0)]
+    pool(s, [("x", "M", "S")])
+    monkeypatch.setattr(fairnad, "mutate", lambda client, source, request: answer("class Net: pass\n"))
+    from nas.spaces.source.arch import SourceArch
+
+    arch = SourceArch("class Net: pass\n")
+    checks = [types.SimpleNamespace(name="budget", detail={"params": 5.0, "flops": 6.0})]
+    outcome = types.SimpleNamespace(ok=True, arch=arch, checks=checks, failure=None)
+    monkeypatch.setattr(s, "_feedback", lambda first, parent, request, attempts: attempts.append(
+        {"action": "debug"}) or (outcome, "class Net: pass\n"))
+    cand = s._design(s._fair_job("fair", 0))
+    assert cand.rejected is None and cand.info["node"] == 1 and cand.info["valid"] is True
+    assert (cand.info["debug_retries"], cand.info["downscale_retries"]) == (1, 0)
+    m = s.models[1]
+    assert (m.id, m.parent, m.stage, m.idea, m.params, m.flops, m.status) == (1, 0, "fair", "x", 5.0, 6.0, "pending")
+    assert arch.key() in s.seen
+    dup = types.SimpleNamespace(ok=False, arch=None, checks=[], failure=types.SimpleNamespace(name="dedup",
+                                                                                            error="seen at model 1"))
+    monkeypatch.setattr(s, "_feedback", lambda first, parent, request, attempts: (dup, "class Net: pass\n"))
+    cand = s._design(s._fair_job("fair", 0))
+    assert cand.rejected == "dedup: seen at model 1" and cand.info["duplicate"] is True and len(s.models) == 2
+
+
+@pytest.mark.parametrize("grand, parent, variant, base", [(50.0, 60.0, "improved", 1), (60.0, 50.0, "degraded", 0),
+                                                          (60.0, 60.0, "degraded", 0), (None, 60.0, "degraded", 0)])
+def test_an_iterative_step_refines_an_improvement_and_rewrites_a_degradation_s_grandparent(
+        monkeypatch, grand, parent, variant, base):
+    s = fair()
+    s.models = [model(0, accuracy=grand), model(1, parent=0, accuracy=parent, idea="add SE")]
+    asked = []
+    design = types.SimpleNamespace(idea="", source="class Net: pass\n")
+    monkeypatch.setattr(fairnad, "iterate", lambda client, gsrc, psrc, idea, gacc, pacc, attrs:
+                        asked.append((idea, gacc, pacc)) or answer(design))
+    monkeypatch.setattr(s, "_feedback", lambda first, parent, request, attempts: attempts.append(
+        {"action": "mutate", "error": "no"}) or (None, first.text))
+    cand = s._design(fairnad.Job("iterative", 1, step=1, chain=1))
+    assert cand.info["variant"] == variant and cand.info["parent"] == base and cand.info["target"] == "iterative"
+    assert cand.info["idea"] == "refine the model after the mutation 'add SE'" and asked == [("add SE", grand, parent)]
+
+
+@pytest.mark.parametrize("temperature, roles", [
+    (0.6, {"navigator": {"temperature": 0.6}, "generator": {"temperature": 0.6, "max_tokens": 9}, "x": {}}),
+    (None, {"generator": {"max_tokens": 9}, "x": {}})])
+def test_attach_sets_both_roles_temperature_unless_it_is_null(monkeypatch, tmp_path, temperature, roles):
+    from nas.spaces.nb201.space import NB201Space
+
+    made = []
+    monkeypatch.setattr(collm, "LLMClient", lambda settings, run_dir, calls: made.append(settings) or "client")
+    s = collm.CoLLMStrategy(NB201Space(), 0, llm={**LLM, "roles": {"generator": {"max_tokens": 9}, "x": None}}, temperature=temperature)
+    s.attach(tmp_path)
+    assert made[0]["roles"] == roles and s.client == "client" and made[0]["model"] == "m"

@@ -385,3 +385,68 @@ def test_model_source_trains_on_the_gpu_when_asked_or_when_auto_finds_one(monkey
 
 def test_every_registered_evaluator_is_listed():
     assert {"table", "simulated", "proxy", "train"} <= set(EVALUATORS.names())
+
+
+def test_the_fingerprint_follows_what_changes_results_only():
+    fp = train.TrainEvaluator(SPACE, DIGITS, RECIPE, **SIZING).fingerprint()
+    same = [train.TrainEvaluator(SPACE, DIGITS, RECIPE, trust_self_reported=True, proxies=[], **SIZING),
+            train.TrainEvaluator(SPACE, DIGITS, RECIPE, sandbox={"wall_s": 5.0}, **SIZING)]
+    assert all(ev.fingerprint() == fp for ev in same)
+    other = [train.TrainEvaluator(SPACE, DIGITS, {**RECIPE, "epochs": 2}, **SIZING),
+             train.TrainEvaluator(SPACE, DIGITS, RECIPE, seeds=[1], **SIZING),
+             train.TrainEvaluator(SPACE, DIGITS, RECIPE, channels=8, cells_per_stage=1),
+             train.TrainEvaluator(SPACE, DIGITS, RECIPE, engine={"kind": "fast"}, **SIZING)]
+    assert len({fp, *(ev.fingerprint() for ev in other)}) == 5
+
+
+def test_model_source_s_fingerprint_names_how_its_networks_start(monkeypatch):
+    from nas.spaces.source.space import SourceSpace
+
+    monkeypatch.setattr(train, "isolation", lambda: None)
+    ev = train.TrainEvaluator(SourceSpace(), DIGITS, RECIPE)
+    assert ev.fingerprint() == train.stable_hash("train", ev.data_cfg, ev.recipe.to_dict(), ev.engine.to_dict(),
+                                                 ev.build, None, train.SOURCE_INIT)
+
+
+def test_trusted_candidates_train_together_and_one_that_does_not_build_gets_its_error(monkeypatch):
+    ev = train.TrainEvaluator(SPACE, DIGITS, RECIPE, seeds=[7, 8], proxies=[], **SIZING)
+    good, bad = SPACE.sample(np.random.default_rng(1)), SPACE.sample(np.random.default_rng(2))
+    real_build = train.build_model
+
+    def build(space, arch, *args):
+        if arch is bad:
+            raise NasError("no network")
+        return real_build(space, arch, *args)
+
+    trained = []
+
+    def train_many(nets, data, recipe, seed, engine, on_epoch, labels):
+        trained.append((len(nets), seed, labels))
+        return [run(90.0 + seed) for _ in nets]
+
+    monkeypatch.setattr(train, "build_model", build)
+    monkeypatch.setattr(train.training_run, "train_many", train_many)
+    got = ev.evaluate_batch([good, bad], seed=3)
+    assert trained == [(1, 7, [f"nb201 {good.key()} seed 7"]), (1, 8, [f"nb201 {good.key()} seed 8"])]
+    assert got[0].accuracy == 97.5 and got[1] == EvalResult.failure("no network")
+    plain = train.TrainEvaluator(SPACE, DIGITS, RECIPE, proxies=[], **SIZING)
+    trained.clear()
+    plain.evaluate_batch([good], seed=3)
+    assert trained == [(1, 3, [f"nb201 {good.key()}"])]  # the run's seed: no seed in the label
+
+
+def test_with_several_devices_each_candidate_trains_in_its_own_process(monkeypatch):
+    ev = train.TrainEvaluator(SPACE, DIGITS, RECIPE, proxies=[], engine={"devices": 2}, **SIZING)
+    a, b = SPACE.sample(np.random.default_rng(1)), SPACE.sample(np.random.default_rng(2))
+    asked = []
+
+    def train_in_subprocess(space, arch, data, recipe, engine, build, seed, timeout_s):
+        asked.append((arch.key(), seed, timeout_s))
+        if arch is b:
+            raise NasError("worker died")
+        return run(80.0)
+
+    monkeypatch.setattr(train, "train_in_subprocess", train_in_subprocess)
+    got = ev.evaluate_batch([a, b], seed=4)
+    assert asked == [(a.key(), 4, ev.limits.wall_s), (b.key(), 4, ev.limits.wall_s)]
+    assert got[0].accuracy == 80.0 and got[1].error == "worker died"
