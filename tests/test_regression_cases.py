@@ -312,16 +312,16 @@ def test_the_default_run_folder_is_dated_under_runs_regression(tmp_path, monkeyp
 def test_finish_counts_the_statuses_and_passes_only_without_failures(tmp_path, monkeypatch):
     monkeypatch.setattr(J, "plot_ratios", lambda rows, path: path.write_text("png"))
     base = {"suite": "u", "metrics": {"p.a": metric(1.0, tolerance={"abs": 0}), "p.b": metric(1.0, tolerance={"abs": 0})}}
-    p = J.Plan(Suite("u", (), False), tmp_path / "b.json", base, tmp_path / "o", False)
+    p = J.Plan(Suite("u", (), False), tmp_path / "b.json", base, tmp_path / "new" / "o", False)  # made with its parent
     report = J.finish(p, [result("p", {"p.a": metric(1.0), "p.b": metric(2.0), "p.c": metric(0.0)})], ["x=1"], 2.5)
     assert report["counts"] == {"improved": 1, "new": 1, "ok": 1} and list(report["counts"]) == ["improved", "new", "ok"]
     assert (report["ok"], report["failures"], report["baseline_updated"], report["wall_s"]) == (True, [], False, 2.5)
-    assert report["overrides"] == ["x=1"] and json.loads((tmp_path / "o" / "report.json").read_text()) == report
-    assert (tmp_path / "o" / "report.md").read_text() == J.render_markdown(report)
+    assert report["overrides"] == ["x=1"] and json.loads((tmp_path / "new" / "o" / "report.json").read_text()) == report
+    assert (tmp_path / "new" / "o" / "report.md").read_text() == J.render_markdown(report)
     report = J.finish(p, [result("p", {"p.a": metric(0.0)})])
     assert not report["ok"] and report["counts"] == {"missing": 1, "regressed": 1}
     # no baseline to compare with: nothing fails; an update without errors writes it
-    p = J.Plan(Suite("u", (), False), tmp_path / "b.json", None, tmp_path / "o", True)
+    p = J.Plan(Suite("u", (), False), tmp_path / "b.json", None, tmp_path / "new" / "o", True)
     report = J.finish(p, [result("p", {"p.a": metric(1.0)})])
     assert report["ok"] and report["baseline_updated"] and report["counts"] == {"new": 1}
     assert J.load_baseline(tmp_path / "b.json", "u")["metrics"] == {"p.a": metric(1.0)}
