@@ -927,3 +927,56 @@ def test_attach_sets_both_roles_temperature_unless_it_is_null(monkeypatch, tmp_p
     s = collm.CoLLMStrategy(NB201Space(), 0, llm={**LLM, "roles": {"generator": {"max_tokens": 9}, "x": None}}, temperature=temperature)
     s.attach(tmp_path)
     assert made[0]["roles"] == roles and s.client == "client" and made[0]["model"] == "m"
+
+
+def test_sillm_writes_strategy_and_candidates_in_one_call_remembering_only_its_first_try(monkeypatch):
+    s = collm_strategy(single_llm=True, candidates_per_iteration=2, max_retries=2)
+    s.client.config = types.SimpleNamespace(role=lambda r: types.SimpleNamespace(max_tokens=100))
+    replies = [types.SimpleNamespace(text="strategy + candidates")]
+    asked = []
+
+    def single(client, space, messages, template, k, attempt):
+        asked.append((k, attempt, template.split("#")[1]))
+        return types.SimpleNamespace(ok=True, value=(f"plan {attempt}", [proposal(cell(attempt))]), errors=[],
+                                     replies=replies)
+
+    monkeypatch.setattr(collm, "single", single)
+    monkeypatch.setattr(collm, "navigate", lambda *a, **k: pytest.fail("SiLLM has no Navigator call"))
+    s._iterate()
+    assert asked == [(2, 0, "seed=0"), (1, 1, "seed=0")] and s.strategy_text == "plan 1"
+    assert len(s.nav_log) == 2 and [info["origin"] for _, info in s.queue] == ["llm", "llm"]
+    s._iterate()  # a refinement: tries 0 and 1 propose what it has; try 2 a new one; one exchange remembered
+    assert s.strategy_text == "plan 2" and len(s.nav_log) == 4 and s.counts.duplicate == 2
+
+
+def test_a_refinement_turn_carries_the_remembered_exchanges_and_the_new_results():
+    s = collm_strategy(memory_turns=1)
+    opening = s._stateful("collm_navigator", "collm_navigator_refine", s._refine_values())
+    assert len(opening.messages) == 2 and opening.user == opening.messages[1]
+    s.strategy_text = "go"
+    s.nav_log = [{"role": "user", "content": "u1"}, {"role": "assistant", "content": "a1"},
+                 {"role": "user", "content": "u2"}, {"role": "assistant", "content": "a2"}]
+    s.records = [rec("[1]", 55.5)]
+    turn = s._stateful("collm_navigator", "collm_navigator_refine", s._refine_values())
+    assert turn.messages[1:3] == s.nav_log[2:] and turn.messages[-1] is turn.user and len(turn.messages) == 4
+    assert "- [1] -> accuracy 55.50" in turn.user["content"] and turn.template.endswith("#seed=0")
+    s.navigator_memory = False
+    assert len(s._stateful("collm_navigator", "collm_navigator_refine", s._refine_values()).messages) == 2
+
+
+def test_the_generator_is_told_this_iteration_s_rejections_when_it_retries():
+    s = collm_strategy()
+    s.iteration = 2
+    s.rejections = [collm.Rejection(1, "illegal", "old", "x"), collm.Rejection(2, "duplicate", "[1]", "seen")]
+    retry = s._generator_turn(3, retry=True).user["content"]
+    assert "Your last candidates were rejected" in retry and "- [1]: duplicate, seen" in retry and "old" not in retry
+    assert "Your last candidates were rejected" not in s._generator_turn(3, retry=False).user["content"]
+
+
+def test_ask_stops_when_an_iteration_finds_nothing_left():
+    from nas.core.trial import SearchExhausted
+
+    s = collm_strategy()
+    s._iterate = lambda: None  # type: ignore[method-assign]
+    with pytest.raises(SearchExhausted, match="^collm: no unvisited feasible architecture left$"):
+        s.ask(1)
