@@ -65,8 +65,7 @@ class JacobCov(Proxy):
     K = 1e-5
 
     def score(self, net: nn.Module, batch: Batch) -> float:
-        net.train()
-        net.zero_grad(set_to_none=True)
+        net.train()  # only the input's gradient is read: the weights' need no clearing
         x = batch.images.clone().requires_grad_(True)
         out = net(x)
         out.backward(torch.ones_like(out))
