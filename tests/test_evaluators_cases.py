@@ -450,3 +450,31 @@ def test_with_several_devices_each_candidate_trains_in_its_own_process(monkeypat
     got = ev.evaluate_batch([a, b], seed=4)
     assert asked == [(a.key(), 4, ev.limits.wall_s), (b.key(), 4, ev.limits.wall_s)]
     assert got[0].accuracy == 80.0 and got[1].error == "worker died"
+
+
+def test_the_proxy_reference_is_each_proxy_s_sorted_scores_kept_and_a_damaged_file_scored_again(monkeypatch, tmp_path):
+    monkeypatch.setenv("NASFLOW_HOME", str(tmp_path))
+    ev = proxy.ProxyEvaluator(SPACE, DIGITS, proxies=["snip", "synflow"], reference=3, seed=2, **SIZING)
+    scored = []
+    values = iter([3.0, 1.0, 2.0])
+
+    def scores(cell):
+        scored.append(cell.key())
+        v = next(values)
+        return {"snip": v, "synflow": -v}, None
+
+    monkeypatch.setattr(ev, "_scores", scores)
+    got = ev.reference_scores()
+    rng = np.random.default_rng(2)
+    assert scored == [SPACE.sample(rng).key() for _ in range(3)]  # the reference: 3 cells drawn with the seed
+    assert {n: v.tolist() for n, v in got.items()} == {"snip": [1.0, 2.0, 3.0], "synflow": [-3.0, -2.0, -1.0]}
+    assert ev.reference_scores() is got and len(scored) == 3  # once per evaluator
+    [path] = (tmp_path / "proxy_reference").glob("*.json")
+    path.write_text('{"snip": [1.0]}')  # a proxy missing: scored again
+    again = proxy.ProxyEvaluator(SPACE, DIGITS, proxies=["snip", "synflow"], reference=3, seed=2, **SIZING)
+    values = iter([5.0, 4.0, 6.0])
+    monkeypatch.setattr(again, "_scores", scores)
+    assert again.reference_scores()["snip"].tolist() == [4.0, 5.0, 6.0] and len(scored) == 6
+    kept = proxy.ProxyEvaluator(SPACE, DIGITS, proxies=["snip", "synflow"], reference=3, seed=2, **SIZING)
+    monkeypatch.setattr(kept, "_scores", lambda cell: pytest.fail("scored again"))
+    assert kept.reference_scores()["synflow"].tolist() == [-6.0, -5.0, -4.0]
