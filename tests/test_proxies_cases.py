@@ -190,6 +190,11 @@ def test_a_data_batch_is_resized_bilinearly_without_aligning_corners():
     grey = data_batch(data, 1, seed=0, shape=(3, 2, 2))
     assert grey.shape == (3, 2, 2) and all(torch.equal(grey.images[0, c], grey.images[0, 0]) for c in (1, 2))
     assert data_batch(data, 1, seed=0).shape == (1, 1, 2)  # no shape: as the data is
+    rgb = fake_data([10, 20], channels=3, size=(2, 2), mean=(0.0,), std=(1.0,))  # three channels, two rows
+    assert data_batch(rgb, 2, seed=0, shape=(3, 4, 4)).shape == (3, 4, 4)
+    tall = fake_data([10, 20], size=(3, 2))  # grey, three rows: made three channels all the same
+    got = data_batch(tall, 2, seed=0, shape=(3, 3, 2))
+    assert got.shape == (3, 3, 2) and torch.equal(got.images[:, 1], got.images[:, 0])
 
 
 def test_random_batches_are_seeded_normal_images_with_every_label():
