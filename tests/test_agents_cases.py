@@ -980,3 +980,19 @@ def test_ask_stops_when_an_iteration_finds_nothing_left():
     s._iterate = lambda: None  # type: ignore[method-assign]
     with pytest.raises(SearchExhausted, match="^collm: no unvisited feasible architecture left$"):
         s.ask(1)
+
+
+def test_the_idea_pool_is_the_store_s_ideas_sorted_or_with_knowledge_off_the_tree_s_leaves():
+    ns = types.SimpleNamespace
+    leaves = [ns(granularity="network", main="M", sub="S"), ns(granularity="block", main="N", sub="T")]
+    tree = ns(tags=lambda: leaves, describe=lambda t: f"about {t.main}", targets=["a", "b"],
+              render=lambda t: f"<{t}>")
+    ideas = [ns(text="zeta", tag=ns(granularity="block", main="M", sub="S")), ns(text="alpha", tag=None)]
+    kcfg = ns(load_tree=lambda: tree, open_ideas=lambda progress: ns(ideas=lambda: ideas))
+    off = fair(use_knowledge=False)
+    off._open_knowledge(kcfg, progress=False)
+    assert off.attributes == "<a>\n<b>"
+    assert off.pool == [fairnad.PoolIdea("about M", "network", "M", "S"), fairnad.PoolIdea("about N", "block", "N", "T")]
+    on = fair()
+    on._open_knowledge(kcfg, progress=False)
+    assert on.pool == [fairnad.PoolIdea("alpha"), fairnad.PoolIdea("zeta", "block", "M", "S")]
