@@ -50,6 +50,7 @@ NAS = [sys.executable, "-m", "nas.cli.main"]
 #   prefect  starts Prefect: a flow in-process, a server, or `nas search` on the default runner
 #   cli      runs the `nas` CLI in a subprocess
 MARKERS: dict[str, tuple[str, ...]] = {
+    "test_agents_cases.py": (),
     "test_async_search.py": (),
     "test_async_search.py::test_cli_kill_9_mid_async_search_then_resume_loses_and_repeats_nothing": ("cli",),
     "test_base_models.py": ("sandbox",),
@@ -194,6 +195,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_docs.py": ("cli",),  # mkdocs build --strict runs `nas COMMAND --help` for the CLI reference
     "test_docs.py::test_readme_is_short_and_links_to_pages_that_exist": (),
     "test_regression.py": (),
+    "test_regression_cases.py": (),
     "test_released_autoformer.py": (),
     "test_released_checkpoints.py": (),
     "test_released_checkpoints.py::test_cli_search_with_a_released_file_of_another_width_scores_nothing": ("cli",),
@@ -254,6 +256,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_strategy_mutants.py::test_evaluations_as_prefect_tasks_come_back_by_ticket_and_a_ticket_runs_once":
         ("prefect",),
     "test_evaluator_contract.py": (),
+    "test_evaluators_cases.py": (),
     "test_trial_record.py": (),
     "test_layering.py": (),
     "test_supernet_eval_bench.py": (),
@@ -266,6 +269,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_supernet_train.py::test_cli_trains_a_supernet_then_searches_with_it": ("cli",),
     "test_plugins.py": ("cli", "slow"),
     "test_proxies.py": (),
+    "test_proxies_cases.py": (),
     "test_proxies.py::test_model_source_gets_its_proxies_from_the_exported_graph": ("sandbox",),
     "test_status.py": (),
     "test_table_evaluator.py": (),

@@ -53,6 +53,7 @@ def test_collapsed_and_unchanged_designs_are_sent_back_with_their_error(tmp_path
 def test_a_design_that_never_keeps_the_parent_is_a_named_rejection(tmp_path):
     cand, prompts = design(tmp_path, [ONE_CONV, ONE_CONV], lif_tries=2)
     assert cand.rejected.startswith("dropped the parent's structure") and not cand.info["valid"]
+    assert "duplicate" not in cand.info and cand.info["node"] == 1  # a tree node, not a duplicate
     assert len(prompts) == 2
 
 

@@ -65,8 +65,7 @@ class JacobCov(Proxy):
     K = 1e-5
 
     def score(self, net: nn.Module, batch: Batch) -> float:
-        net.train()
-        net.zero_grad(set_to_none=True)
+        net.train()  # only the input's gradient is read: the weights' need no clearing
         x = batch.images.clone().requires_grad_(True)
         out = net(x)
         out.backward(torch.ones_like(out))
@@ -85,14 +84,12 @@ class Naswot(Proxy):
 
     def score(self, net: nn.Module, batch: Batch) -> float:
         n = len(batch.images)
-        kernel = torch.zeros((n, n), dtype=torch.float64)
-        seen = []
+        kernel = torch.zeros((n, n), dtype=torch.float64)  # no ReLU ran: all zeros, singular: LOWEST
 
         def hook(_module: nn.Module, _inputs: object, out: torch.Tensor) -> None:
             # agreements of the codes (both on + both off), accumulated per ReLU: no huge concatenation
             c = (out.detach() > 0).reshape(n, -1).float()
             kernel.add_((c @ c.T + (1 - c) @ (1 - c).T).double())
-            seen.append(True)
 
         handles = [m.register_forward_hook(hook) for m in net.modules() if isinstance(m, nn.ReLU)]
         try:
@@ -102,8 +99,6 @@ class Naswot(Proxy):
         finally:
             for h in handles:
                 h.remove()
-        if not seen:
-            return LOWEST
         sign, logdet = torch.linalg.slogdet(kernel)
         return _finite(float(logdet)) if sign > 0 else LOWEST
 

@@ -256,7 +256,7 @@ class CoLLMStrategy(Deduplicating, Strategy):
     def _window(self, log: list[dict[str, str]]) -> list[dict[str, str]]:
         if self.memory_turns is None:
             return list(log)
-        return log[len(log) - 2 * self.memory_turns:] if self.memory_turns else []
+        return log[-2 * self.memory_turns:] if self.memory_turns else []  # fewer so far: all of them
 
     def _fit(self, role: str, system: dict[str, str], history: list[dict[str, str]], user: dict[str, str],
              max_tokens: int | None = None) -> list[dict[str, str]]:
