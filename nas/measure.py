@@ -82,6 +82,13 @@ def _attention(inputs: list, outputs: list) -> int:
     return math.prod(q[:-1]) * k[-2] * (q[-1] + v[-1])
 
 
+def _convolution_mode(inputs: list, outputs: list) -> int:
+    """A convolution padded by name (`padding="same"` or `"valid"`): fvcore's count of a convolution,
+    batch * weight elements * output positions."""
+    (batch, *_), weight = _shapes(inputs[:2])
+    return batch * math.prod(weight) * math.prod(_shapes(outputs[:1])[0][2:])
+
+
 def _bilinear(inputs: list, outputs: list) -> int:
     """bilinear (x1, x2, weight [out, in1, in2]): in1*in2 products per output element."""
     x1, _, w = _shapes(inputs[:3])
@@ -131,4 +138,4 @@ def einsum_macs(equation: str, shapes: list[list[int]]) -> int:
 # grows factorially with its operands (`_einsum`).
 _HANDLES = {"aten::baddbmm": _batched_products, "aten::addbmm": _batched_products, "aten::mv": _matrix_vector,
             "aten::addmv": _matrix_vector, "aten::dot": _dot, "aten::scaled_dot_product_attention": _attention,
-            "aten::bilinear": _bilinear, "aten::einsum": _einsum}
+            "aten::bilinear": _bilinear, "aten::einsum": _einsum, "aten::_convolution_mode": _convolution_mode}

@@ -63,8 +63,11 @@ MAX_GRAPH_BYTES = 32 << 20
 # `aten_ops.WorkCounter.total`) at the verification batch: this process runs the graph, and a
 # graph of a few nodes can ask for hours of compute (a ResNet-50 at 224 px, batch 2: 8e9).
 MAX_WORK = 5e10
+# `padding`: conv*.padding's "same"/"valid" (torch refuses any other); `assert_msg`: _assert_scalar's.
+# A string's bytes are counted as carried bits like any literal's.
 _STR_OPTIONS = frozenset({"reduce", "reduction", "rounding_mode", "approximate", "padding_mode", "mode",
-                          "interpolation_mode", "equation", "indexing", "side", "pad_mode", "padding_side"})
+                          "interpolation_mode", "equation", "indexing", "side", "pad_mode", "padding_side",
+                          "padding", "assert_msg"})
 _OP_NAME = re.compile(r"aten\.[A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*")
 _KINDS = ("PARAMETER", "BUFFER", "CONSTANT_TENSOR", "USER_INPUT")
 _DTYPES = {str(t).removeprefix("torch."): t for t in (
