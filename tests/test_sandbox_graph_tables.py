@@ -314,3 +314,42 @@ def test_a_dry_run_meters_the_bytes_of_new_tensors_not_views_within_their_base_n
     assert meter.used == 1000
     with pytest.raises(GraphError, match=r"^graph needs over 0 MB for a test \(at aten\.add\.Tensor\)$"):
         meter.take(torch.ops.aten.add.Tensor, torch.zeros(1), ((x,), {}))
+
+
+class _Signed:
+    """What `compare` reads of a network: its layers' parameter shapes and its operations."""
+
+    def __init__(self, ops: str, layers: tuple[str, ...] = ("[[4, 3]]",)) -> None:
+        self.ops, self.layers = list(ops), list(layers)
+
+    def signature(self) -> tuple[list[str], list[str]]:
+        return self.layers, self.ops
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ("abc", "abc", (False, 0)),
+    ("abc", "abd", (True, 1)),    # the last operation replaced: the common end stops before it
+    ("abc", "xbc", (True, 1)),    # the first replaced: the common start stops before it
+    ("abc", "axbc", (True, 1)),   # one inserted in the middle
+    ("abc", "ab", (True, 1)),     # one deleted at the end
+    ("abc", "bc", (True, 1)),     # one deleted at the start
+    ("ab", "cd", (True, 2)),
+    ("abcb", "abdb", (True, 1)),  # the common end is one operation, then the changed one
+    ("", "ab", (True, 2)),
+])
+def test_compare_counts_the_operations_changed_between_the_common_start_and_end(old, new, expected) -> None:
+    assert loader.compare(_Signed(old), _Signed(new)) == expected
+    assert loader.compare(_Signed(new), _Signed(old)) == expected
+
+
+def test_compare_sees_a_change_of_layers_alone_and_counts_no_operation() -> None:
+    assert loader.compare(_Signed("abc"), _Signed("abc", ("[[8, 3]]",))) == (True, 0)
+
+
+def test_past_its_pairs_compare_counts_what_one_side_has_and_the_other_lacks(monkeypatch) -> None:
+    monkeypatch.setattr(loader, "MAX_DIFF_PAIRS", 8)
+    # middles "bcd" vs "dcb": 9 pairs, over 8: the operations in common are counted, not their order
+    assert loader.compare(_Signed("abcde"), _Signed("adcbe")) == (False, 0)
+    assert loader.compare(_Signed("abcde"), _Signed("axcye")) == (True, 2)
+    monkeypatch.setattr(loader, "MAX_DIFF_PAIRS", 9)  # 9 pairs, within it: difflib's edits, in order
+    assert loader.compare(_Signed("abcde"), _Signed("adcbe")) == (True, 4)  # "dc" inserted, "cd" deleted

@@ -6,10 +6,15 @@ or operator changes one."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
 
+from nas.sandbox import trusted
 from nas.sandbox.aten_ops import MAX_PIECES, WorkCounter, allowed, pieces, zero_filled
 
 aten = torch.ops.aten
@@ -154,3 +159,15 @@ def test_a_split_returns_at_most_the_pieces_its_arguments_say(func, args, kwargs
     more than its entries and a scalar tensor's unknown sections more than MAX_PIECES; any other
     operator, or a split of no tensor, one."""
     assert pieces(func, args, kwargs) == expected
+
+
+def test_a_processs_resident_memory_is_read_in_bytes_and_none_once_it_is_gone() -> None:
+    """What the trusted worker's memory limit is held to (`_rss`, VmRSS of /proc/<pid>/status)."""
+    held = bytearray(64 << 20)  # touched: resident
+    rss = trusted._rss(os.getpid())
+    with open(f"/proc/{os.getpid()}/statm", encoding="ascii") as fh:
+        resident = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    assert rss is not None and len(held) < rss and abs(rss - resident) < 16 << 20
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert trusted._rss(gone.pid) is None
