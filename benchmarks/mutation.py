@@ -522,6 +522,24 @@ def _clean_check(chosen: list[Mutant], timeout: float) -> list[str]:
     return [t for t in failed.splitlines() if t in killers]
 
 
+def _without_flaky_killers(chosen: list[Mutant], plan: Plan, args: argparse.Namespace) -> list[str]:
+    """`_clean_check`, then the mutants those tests killed run again without them. Returns the tests."""
+    flaky = _clean_check(chosen, args.timeout)
+    if flaky:
+        again = [m for m in chosen if m.outcome == "killed" and m.killer in flaky]
+        print(f"mutation: {len(flaky)} killing tests fail on the unmutated tree too; {len(again)} mutants again "
+              f"without them", flush=True)
+
+        def plan_again(m: Mutant) -> tuple[list[str], float]:
+            picked, limit = plan(m)
+            return [t for t in picked if t not in flaky], limit
+
+        for m in again:
+            m.outcome = ""
+        _run_all(again, plan_again, None, args.timeout, args.jobs)
+    return flaky
+
+
 # ---- the numbers ------------------------------------------------------------------------------------
 
 COUNTED = ("killed", "timeout", "survived", "uncovered")
@@ -702,25 +720,14 @@ def main(argv: list[str] | None = None) -> int:
         raw = json.loads(Path(args.map).read_text())
         selector_made, selector_args = raw.get("made"), raw.get("pytest_args")
         del raw
-    baseline, _ = _run_all(chosen, plan, None if selector is not None else tests, args.timeout, args.jobs,
-                           lambda s: write(True))
+    # the given tests (with a map: those newer than it) must pass on the unmutated tree, or every
+    # mutant would count as killed by them
+    baseline, _ = _run_all(chosen, plan, tests, args.timeout, args.jobs, lambda s: write(True))
     if baseline != "survived":
         print(f"mutation: the tests do not pass on the unmutated tree ({baseline}); nothing to measure",
               file=sys.stderr)
         return 1
-    flaky = _clean_check(chosen, args.timeout) if selector is not None else []
-    if flaky:
-        again = [m for m in chosen if m.outcome == "killed" and m.killer in flaky]
-        print(f"mutation: {len(flaky)} killing tests fail on the unmutated tree too; {len(again)} mutants again "
-              f"without them", flush=True)
-
-        def plan_again(m: Mutant) -> tuple[list[str], float]:
-            picked, limit = plan(m)
-            return [t for t in picked if t not in flaky], limit
-
-        for m in again:
-            m.outcome = ""
-        _run_all(again, plan_again, None, args.timeout, args.jobs)
+    flaky = _without_flaky_killers(chosen, plan, args) if selector is not None else []
     result = write(False, flaky)
     o = result["overall"]
     print(f"mutation: killed {o['killed']}/{o['tried']} ({o['kill_rate']}); {out}")
@@ -779,12 +786,15 @@ def _recheck(out: Path, tests: list[str], selector: Selector | None, args: argpa
         atomic_write_json(out, result)
         return numbers
 
-    baseline, _ = _run_all(again, plan, None if selector is not None else tests, args.timeout, args.jobs,
-                           lambda s: finish(True))
+    baseline, _ = _run_all(again, plan, tests, args.timeout, args.jobs, lambda s: finish(True))
     if baseline != "survived":
         print(f"mutation: the tests do not pass on the unmutated tree ({baseline})", file=sys.stderr)
         return 1
+    flaky = _without_flaky_killers(again, plan, args)
     numbers = finish(False)
+    if flaky:
+        result["final"]["flaky_killers"] = flaky
+        atomic_write_json(out, result)
     o = numbers["overall"]
     print(f"mutation: final killed {o['killed']}/{o['tried']} ({o['kill_rate']}; less equivalent "
           f"{o['kill_rate_less_equivalent']}); {out}")

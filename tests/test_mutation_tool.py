@@ -180,3 +180,36 @@ def test_a_first_run_with_file_tests_runs_the_uncovered_mutants_on_their_files_t
     assert outcomes == {**{(n, "file"): "killed" for n in range(1, 10)}, (10, "line"): "killed"}
     assert with_file["overall"]["uncovered"] == 0 and with_file["selection"]["uncovered_ran_file_tests"]
     assert ["t::fast", "t::slow"] in ran
+
+
+def test_tests_newer_than_the_map_must_pass_on_the_unmutated_tree_in_a_first_run_and_a_recheck(
+        monkeypatch, tmp_path, capsys):
+    """`--tests` beside a map was never run on the clean tree: a new test that fails anyway (here
+    always) counted every mutant as killed, in a recheck with no clean check of its killers at all."""
+    import json
+
+    (tmp_path / "pkg").mkdir()
+    source = tmp_path / "pkg" / "m.py"
+    source.write_text("x = 1\n" + "y = 0\n" * 8 + "z = a == b\n")
+    covmap = tmp_path / "covmap.json"
+    covmap.write_text(json.dumps(COVMAP))
+    broken = "t::new"
+
+    def run_tests(copy, tests, limit, first=True):
+        return ("killed", 1.0, broken) if broken in tests else ("survived", 1.0, "")
+
+    monkeypatch.setattr(mutation, "ROOT", tmp_path)
+    monkeypatch.setattr(mutation, "target_groups", lambda targets: {"pkg/m.py": [source]})
+    monkeypatch.setattr(mutation, "_copy_tree", lambda copy: (copy / "pkg").mkdir() or (
+        copy / "pkg" / "m.py").write_text(source.read_text()))
+    monkeypatch.setattr(mutation, "run_tests", run_tests)
+    out = tmp_path / "out.json"
+    common = ["--target", "pkg/m.py", "--map", str(covmap), "--sample", "0", "--out", str(out)]
+    assert mutation.main(common) == 0
+    assert len(json.loads(out.read_text())["survivors"]) == 10  # none of the map's tests kills one
+    assert mutation.main([*common, "--tests", broken]) == 1
+    assert "do not pass on the unmutated tree" in capsys.readouterr().err
+    assert mutation.main(common) == 0
+    assert mutation.main([*common, "--recheck", "--tests", broken]) == 1
+    assert "do not pass on the unmutated tree" in capsys.readouterr().err
+    assert "final" not in json.loads(out.read_text())
