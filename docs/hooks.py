@@ -394,11 +394,13 @@ BENCHMARK_GROUPS: dict[str, dict[str, str]] = {  # the nav's groups: result stem
         "graph_information": "What honest networks carry besides their inputs",
         "op_costs": "Operators timed against the work model",
         "mutation_library": "Mutation testing: the whole library, by package",
+        "mutation_library_seed52": "Mutation testing: the whole library, the first sample (seed 52)",
         "mutation_core": "Mutation testing: the core",
         "mutation_core_2": "Mutation testing: the core, second pass",
         "mutation_sandbox": "Mutation testing: the sandbox",
         "mutation_sandbox_fresh": "Mutation testing: the sandbox, a fresh sample",
         "mutation_sandbox_fresh2": "Mutation testing: the sandbox, a second fresh sample",
+        "mutation_sandbox_fresh3": "Mutation testing: the sandbox, a third fresh sample",
         "mutation_strategies_tasks": "Mutation testing: strategies and tasks",
     },
 }
