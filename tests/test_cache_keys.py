@@ -401,6 +401,19 @@ def test_llm_prompt_text_names_the_template():
     assert len({base, template("B {{x}}"), template("A {{x}}", version=2), template("A {{x}}", name="u")}) == 4
 
 
+def test_a_prompt_parsed_once_and_shared_cannot_be_edited_in_place():
+    """`load_prompt` hands every caller the same parsed prompt: one that edited its text would change
+    every later call's prompt while its template id (the cache key's part) still named the old text."""
+    from nas.llm.prompts import load_prompt, packaged_prompts
+
+    name = sorted(packaged_prompts())[0]
+    prompt = load_prompt(name)
+    assert load_prompt(name) is prompt
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        prompt.user = "something else"  # type: ignore[misc]
+    assert {prompt: 1}[load_prompt(name)] == 1  # hashable by value: usable as a key
+
+
 def test_llm_task_key_is_the_call_key():
     """The Prefect task of a call is cached by the call's key alone: its role and its fetch are no input."""
     from tasks.llm import cache_key, llm_call

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import nas
 from nas.cli.main import main as nas_main
 from nas.search.loop import LocalExecutor, SearchLoop
 from nas.search.spec import Component, SearchSpec
@@ -126,6 +127,7 @@ def test_table_run_exports_source_weights_and_onnx_that_agree(table_run, capsys,
     assert (manifest["params"], manifest["flops"]) == (best["params"], best["flops"])
     assert manifest["weights"]["origin"] == "initial" and "no weights" in manifest["weights"]["note"]
     assert manifest["input_shape"] == [1, 3, 32, 32] and manifest["graph"]["check"]["passed"]
+    assert (manifest["nasflow_version"], manifest["torch"]) == (nas.__version__, torch.__version__)
     assert manifest["source_check"] == {"method": "in-process: model.py + model.pt", "max_abs_diff": 0.0,
                                         "passed": True}
     net = load_network(out, 10)
