@@ -377,9 +377,14 @@ def test_a_reply_streaming_at_the_machines_pace_is_not_cut(tmp_path):
     words = " ".join(f"w{i}" for i in range(30))
     with ScriptedServer([Step(words, fault="slow", delay_s=3.0)]) as srv:
         client, sleeps = make_client(srv, tmp_path, timeout_s=1.0)
+        start = time.perf_counter()
         reply = client.complete("reader", "x y", max_tokens=30)
+        wall = time.perf_counter() - start
     assert reply.text == words and sleeps == [] and len(srv.requests) == 1
     assert client.speed.generate_tps is not None and 5 < client.speed.generate_tps < 20
+    # the prompt was read before its first token came, within the call: at least its tokens per wall second
+    prompt_tokens = client.usage.to_dict()["total"]["prompt_tokens"]
+    assert prompt_tokens > 0 and client.speed.prompt_tps is not None and client.speed.prompt_tps >= prompt_tokens / wall
 
 
 def test_a_retry_is_never_the_same_request(tmp_path, caplog):
