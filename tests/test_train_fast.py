@@ -267,3 +267,15 @@ def test_capture_failure_falls_back_to_eager_with_one_line(data, caplog):
     assert len(caplog.records) == 1
     message = caplog.records[0].getMessage()
     assert message.startswith("CUDA graph capture of the training step failed, running it eagerly")
+
+
+@pytest.mark.parametrize("name", ["devices", "concurrent"])
+@pytest.mark.parametrize("value, refused", [(1, False), (4, False), (0, True), (-1, True), (1.0, True), ("2", True)])
+def test_an_engine_takes_devices_and_concurrent_as_integers_of_one_or_more(name, value, refused) -> None:
+    if not refused:
+        kind = "fast" if name == "concurrent" else "plain"  # concurrent > 1 needs kind=fast, devices > 1 plain
+        assert getattr(Engine(kind=kind, **{name: value}), name) == value
+        return
+    with pytest.raises(ConfigError) as info:
+        Engine(kind="fast", **{name: value})
+    assert str(info.value) == f"engine.{name} must be an integer >= 1, got {value!r}"
