@@ -171,3 +171,89 @@ def test_a_processs_resident_memory_is_read_in_bytes_and_none_once_it_is_gone() 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     assert trusted._rss(gone.pid) is None
+
+
+class _Usage:
+    ru_utime, ru_stime = 1.25, 0.5
+
+
+@pytest.mark.parametrize("seconds, threads, expected", [(2.0, 3, 8), (2.0, 1, 4), (0.25, 4, 3), (0.0, 2, 2)])
+def test_the_worker_s_cpu_limit_is_what_it_used_plus_its_seconds_on_every_thread_rounded_up(
+        monkeypatch, seconds, threads, expected) -> None:
+    """`_cpu_limit`: RLIMIT_CPU soft at ceil(user + system + seconds x threads), hard one more."""
+    from nas.sandbox import trusted_worker as w
+
+    limits: list[tuple[int, tuple[int, int]]] = []
+    monkeypatch.setattr(w.resource, "getrusage", lambda who: _Usage())
+    monkeypatch.setattr(w.resource, "setrlimit", lambda which, pair: limits.append((which, pair)))
+    w._cpu_limit(seconds, threads)
+    assert limits == [(w.resource.RLIMIT_CPU, (expected, expected + 1))]
+
+
+@pytest.mark.parametrize("hard, soft", [(-1, 8), (100, 8), (8, 8), (7, 7)])
+def test_a_worker_phase_s_clock_is_an_alarm_and_a_cpu_soft_limit_under_the_hard_one(monkeypatch, hard, soft) -> None:
+    """`_phase`: a named phase sets its clock (the alarm at `seconds`, RLIMIT_CPU's soft limit at
+    ceil(used + seconds x threads), no higher than a finite hard limit) and both signals end it;
+    None stops the clock: no alarm, the soft limit back at the hard one, the signals at their default."""
+    import signal as sig
+
+    from nas.sandbox import trusted_worker as w
+
+    hard = w.resource.RLIM_INFINITY if hard == -1 else hard
+    calls: list[tuple[str, object, object]] = []
+    monkeypatch.setattr(w.resource, "getrusage", lambda who: _Usage())
+    monkeypatch.setattr(w.resource, "getrlimit", lambda which: (0, hard))
+    monkeypatch.setattr(w.resource, "setrlimit", lambda which, pair: calls.append(("rlimit", which, pair)))
+    monkeypatch.setattr(w.signal, "setitimer", lambda which, s: calls.append(("timer", which, s)))
+    monkeypatch.setattr(w.signal, "signal", lambda s, handler: calls.append(("signal", s, handler)))
+    monkeypatch.setattr(w, "_CLOCK", {"what": None, "seconds": 0.0})
+    w._phase("its dry run", 2.0, 3)
+    assert calls == [("signal", sig.SIGALRM, w._out_of_time), ("signal", sig.SIGXCPU, w._out_of_time),
+                     ("rlimit", w.resource.RLIMIT_CPU, (soft, hard)), ("timer", sig.ITIMER_REAL, 2.0)]
+    assert w._CLOCK == {"what": "its dry run", "seconds": 2.0}
+    calls.clear()
+    w._phase(None, 0.0, 3)
+    assert calls == [("signal", sig.SIGALRM, sig.SIG_IGN), ("signal", sig.SIGXCPU, sig.SIG_IGN),
+                     ("timer", sig.ITIMER_REAL, 0), ("rlimit", w.resource.RLIMIT_CPU, (hard, hard)),
+                     ("signal", sig.SIGALRM, sig.SIG_DFL), ("signal", sig.SIGXCPU, sig.SIG_DFL)]
+    with pytest.raises(w._OutOfTime):
+        w._out_of_time(sig.SIGALRM, None)
+    assert not issubclass(w._OutOfTime, Exception)
+
+
+def test_the_worker_caps_its_data_segment_above_what_it_holds_and_reports_its_resident_memory(monkeypatch) -> None:
+    """`_limit`: RLIMIT_DATA at VmData plus the budget (0 where unread), no core files, then "ready"
+    with VmRSS (0 where unread)."""
+    from nas.sandbox import trusted_worker as w
+
+    limits: list[tuple[int, tuple[int, int]]] = []
+    sent: list[dict] = []
+    monkeypatch.setattr(w.resource, "setrlimit", lambda which, pair: limits.append((which, pair)))
+    monkeypatch.setattr(w, "_send", sent.append)
+    monkeypatch.setattr(w, "_status", lambda pid, key: {"VmData": 3000, "VmRSS": 2000}[key])
+    w._limit(2)
+    assert limits == [(w.resource.RLIMIT_DATA, (3000 + 2 * w.MB,) * 2), (w.resource.RLIMIT_CORE, (0, 0))]
+    assert sent == [{"ready": 2000}]
+    limits.clear()
+    sent.clear()
+    monkeypatch.setattr(w, "_status", lambda pid, key: None)
+    w._limit(1)
+    assert limits == [(w.resource.RLIMIT_DATA, (w.MB, w.MB)), (w.resource.RLIMIT_CORE, (0, 0))]
+    assert sent == [{"ready": 0}]
+
+
+@pytest.mark.parametrize("memory_mb, device_mb, expected", [(1, 4, 0.25), (4, 4, 1.0), (8, 4, 1.0), (3, 4, 0.75)])
+def test_a_training_s_gpu_share_is_its_budget_over_the_device_s_memory_at_most_all(memory_mb, device_mb, expected) -> None:
+    from nas.sandbox import trusted_worker as w
+
+    assert w.gpu_fraction(memory_mb, device_mb * w.MB) == expected
+
+
+def test_a_worker_phase_past_its_clock_is_a_limits_failure_naming_the_phase_and_its_seconds(monkeypatch) -> None:
+    from nas.sandbox import trusted_worker as w
+
+    monkeypatch.setattr(w, "_CLOCK", {"what": "its dry run (12 nodes)", "seconds": 30.4})
+    late = w._late("check")
+    assert (late["ok"], late["stage"]) == (False, "limits")
+    assert late["error"] == ("limits: refused: the parent's check of the graph exceeded its clock for "
+                             "its dry run (12 nodes) (30 s)")
