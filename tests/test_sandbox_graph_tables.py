@@ -319,7 +319,7 @@ def test_a_dry_run_meters_the_bytes_of_new_tensors_not_views_within_their_base_n
 class _Signed:
     """What `compare` reads of a network: its layers' parameter shapes and its operations."""
 
-    def __init__(self, ops: str, layers: tuple[str, ...] = ("[[4, 3]]",)) -> None:
+    def __init__(self, ops: str | list[str], layers: tuple[str, ...] = ("[[4, 3]]",)) -> None:
         self.ops, self.layers = list(ops), list(layers)
 
     def signature(self) -> tuple[list[str], list[str]]:
@@ -353,3 +353,13 @@ def test_past_its_pairs_compare_counts_what_one_side_has_and_the_other_lacks(mon
     assert loader.compare(_Signed("abcde"), _Signed("axcye")) == (True, 2)
     monkeypatch.setattr(loader, "MAX_DIFF_PAIRS", 9)  # 9 pairs, within it: difflib's edits, in order
     assert loader.compare(_Signed("abcde"), _Signed("adcbe")) == (True, 4)  # "dc" inserted, "cd" deleted
+
+
+@pytest.mark.parametrize("first, exact", [(2048, True), (2049, False)])
+def test_compare_matches_in_order_up_to_two_to_the_24_pairs_and_counts_linearly_past_them(first, exact) -> None:
+    """Two blocks swapped: difflib (within `MAX_DIFF_PAIRS`, 1 << 24: 4096 x 4096) keeps the longer
+    and deletes and inserts the other; past it (4097 x 4097) the same operations count as none."""
+    a, b = [f"a{i}" for i in range(first)], [f"b{i}" for i in range(2048)]
+    changed, edits = loader.compare(_Signed(a + b), _Signed(b + a))
+    assert len(a + b) ** 2 <= 1 << 24 if exact else len(a + b) ** 2 > 1 << 24
+    assert (changed, edits) == ((True, 2 * 2048) if exact else (False, 0))

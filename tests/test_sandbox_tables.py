@@ -257,3 +257,46 @@ def test_a_worker_phase_past_its_clock_is_a_limits_failure_naming_the_phase_and_
     assert (late["ok"], late["stage"]) == (False, "limits")
     assert late["error"] == ("limits: refused: the parent's check of the graph exceeded its clock for "
                              "its dry run (12 nodes) (30 s)")
+
+
+@pytest.mark.parametrize("past, timed_out", [(-0.5, False), (0.0, True), (0.5, True)])
+def test_collect_stops_waiting_for_the_child_s_exit_at_its_deadline(monkeypatch, past, timed_out) -> None:
+    """`_collect`, its pipes closed and the child not yet exited: at or past the deadline the run is
+    timed out; before it, it waits (sleeping) until the child has exited."""
+    import types
+
+    from nas.sandbox import verify
+
+    deadline, exits = 1000.0, []
+
+    def exited(pid: int) -> bool:
+        exits.append(pid)
+        return len(exits) > 1
+
+    clock = types.SimpleNamespace(monotonic=lambda: deadline + past if exits else deadline - 1, sleep=lambda s: None)
+    monkeypatch.setattr(verify, "time", clock)
+    monkeypatch.setattr(verify, "_exited", exited)
+    report, report_w = os.pipe()
+    out, out_w = os.pipe()
+    os.close(report_w)
+    os.close(out_w)
+    with os.fdopen(out, "rb") as stdout:
+        run = verify._collect(types.SimpleNamespace(pid=4321, stdout=stdout), report, None, deadline)
+    os.close(report)
+    assert run.timed_out is timed_out and exits == ([4321] if timed_out else [4321, 4321])
+
+
+def test_the_protocol_s_specs_are_immutable_so_no_reader_can_loosen_a_shared_one() -> None:
+    """Every field type, rule, record and channel of `nas.sandbox.protocol` is a frozen dataclass:
+    a spec shared by several messages (`_SECONDS`, `_VERDICT_FIELDS`' types) cannot be widened."""
+    import dataclasses
+
+    from nas.sandbox import protocol as p
+
+    specs = [p.Int(0, 1), p.Num(0, 1), p.Flag(), p.Text(1), p.Seq(p.Flag(), 1), p.Names(p.Flag(), 1),
+             p.Rule("holds", bool), p.Record("r", {}), p.Channel("c", ())]
+    for spec in specs:
+        name = dataclasses.fields(spec)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(spec, name, None)
+    assert len({p.Int(0, 1), p.Int(0, 1), p.Num(0, 1), p.Flag(), p.Text(1), p.Seq(p.Flag(), 1)}) == 5
