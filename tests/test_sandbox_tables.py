@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from nas.sandbox import trusted
 from nas.sandbox.aten_ops import MAX_PIECES, WorkCounter, allowed, pieces, zero_filled
+from nas.sandbox.limits import MB
 
 aten = torch.ops.aten
 
@@ -300,3 +301,95 @@ def test_the_protocol_s_specs_are_immutable_so_no_reader_can_loosen_a_shared_one
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(spec, name, None)
     assert len({p.Int(0, 1), p.Int(0, 1), p.Num(0, 1), p.Flag(), p.Text(1), p.Seq(p.Flag(), 1)}) == 5
+
+
+class _ScriptedWorker:
+    """A trusted worker's process as `_talk` sees it: its stdout holds `lines` then ends; it exits with `rc`."""
+
+    def __init__(self, lines: list[dict], rc: int) -> None:
+        import io
+        import json
+
+        read, write = os.pipe()
+        os.write(write, b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+        os.close(write)
+        self.stdout, self.stdin, self.pid, self.rc, self.killed = os.fdopen(read, "rb"), io.BytesIO(), 4321, rc, 0
+
+    def kill(self) -> None:
+        self.killed += 1
+
+    def wait(self) -> int:
+        return self.rc
+
+
+_VERDICT = {"ok": False, "stage": "measure", "error": "measure: it failed", "traceback": None, "params": None,
+            "flops": None, "output_shape": None, "changed": None, "changed_layers": None, "layers": None,
+            "self_reported": False, "export_error": None, "wall_s": 1.0, "graph": None}
+_MALFORMED = "the parent's check of the graph sent a malformed message "
+
+
+@pytest.mark.parametrize("lines, rc, rss, expected", [
+    ([], 0, 0, ("the parent's check of the graph ended without a verdict (exit status 0)", "crash")),
+    ([], -15, 0, ("the parent's check of the graph ended without a verdict (exit status -15)", "crash")),
+    ([], -24, 0, ("refused: the parent's check of the graph exceeded its CPU-time limit (the counted work's)", "limits")),
+    ([], -9, 0, ("refused: the parent's check of the graph exceeded its CPU-time limit (the counted work's)", "limits")),
+    ([{"work": 1}], 0, 0, (_MALFORMED + "(a first message other than its resident memory (work))", "crash")),
+    ([{"ready": 5}, {"ready": 5}], 0, 0, (_MALFORMED + "(its resident memory a second time)", "crash")),
+    ([{"ready": 5}, {"work": 1}, {"work": 1}], 0, 0, (_MALFORMED + "(a second set of work counts)", "crash")),
+    ([{"ready": 5}, {"limit": "gpu"}], 0, 0, ("refused: the parent's check of the graph exceeded its GPU memory limit "
+                                             "(2 MB)", "limits")),
+    ([{"ready": 5}, {"limit": "memory"}], 0, 0, ("refused: the parent's check of the graph exceeded its memory limit "
+                                                "(2 MB)", "limits")),
+    ([{"ready": 5}, {"work": 1}, {"verdict": _VERDICT}], 0, 0, _VERDICT),
+    ([{"ready": 5}], 0, 5 + 2 * MB, ("the parent's check of the graph ended without a verdict (exit status 0)", "crash")),
+    ([{"ready": 5}], 0, 6 + 2 * MB, ("refused: the parent's check of the graph exceeded its memory limit (2 MB)",
+                                     "limits")),
+])
+def test_the_parent_reads_a_check_worker_s_messages_in_their_turn_and_holds_it_to_its_limits(
+        monkeypatch, lines, rc, rss, expected) -> None:
+    """`TrustedWorker._talk` on a scripted worker: its resident memory first and once, its work once,
+    a cap's refusal, its verdict; a memory over `memory_mb` above its base refused, at it not; an
+    exit without a verdict a crash, or the CPU-time limit by SIGXCPU or SIGKILL."""
+    worker = object.__new__(trusted.TrustedWorker)
+    worker.memory_mb, worker.job, worker.proc = 2, "check", _ScriptedWorker(lines, rc)
+    monkeypatch.setattr(trusted, "_rss", lambda pid: rss)
+    got = worker.check(b"graph", {"input_shape": [2, 3, 8, 8]})
+    assert got == (expected if isinstance(expected, dict) else trusted.Refusal(*expected))
+    assert worker.proc.killed == (not isinstance(expected, dict))
+
+
+@pytest.mark.parametrize("late, refused", [(0.0, True), (1.0, True), (-1.0, False)])
+def test_the_parent_refuses_a_worker_at_its_start_up_clock_and_not_before(monkeypatch, late, refused) -> None:
+    calls: list[int] = []
+
+    def clock() -> float:
+        calls.append(1)
+        return 0.0 if len(calls) == 1 else trusted.STARTUP_SECONDS + late
+
+    worker = object.__new__(trusted.TrustedWorker)
+    worker.memory_mb, worker.job, worker.proc = 2, "check", _ScriptedWorker([], 0)
+    monkeypatch.setattr(trusted.time, "monotonic", clock)
+    got = worker.check(b"graph", {"input_shape": [2, 3, 8, 8]})
+    assert isinstance(got, trusted.Refusal)
+    assert (got.line == "refused: the parent's check of the graph exceeded its wall clock (its start and dry run)"
+            ) is refused
+
+
+@pytest.mark.parametrize("msg, names, expected", [
+    ({"proxies": {"a": 1.0, "b": 2.0}}, ("b", "a"), {"b": 2.0, "a": 1.0}),
+    ({"proxies": {"a": 1.0}}, ("a", "b"), None),
+    ({"proxies": {"a": 1.0, "b": 2.0}}, ("a",), None),
+    ({"proxies": {"a": 1.0}}, (), None),
+    ({"no_proxies": "it cannot run"}, ("a",), "it cannot run"),
+    ({"no_proxies": "it cannot run"}, (), None),
+])
+def test_proxy_scores_are_exactly_the_names_asked_for_in_their_order(msg, names, expected) -> None:
+    got = trusted.proxy_scores(msg, names)
+    assert got == expected and (not isinstance(got, dict) or list(got) == list(names))
+
+
+def test_the_worker_s_clocks_are_its_base_plus_its_counted_work_s_cost() -> None:
+    assert trusted.check_seconds(0, 4) == trusted.BASE_SECONDS
+    assert trusted.check_seconds(10 ** 8, 3) == pytest.approx(30.0 + 10 ** 8 * 10 * 2e-8)
+    assert trusted.train_seconds(0, 0, 0) == trusted.BASE_SECONDS
+    assert trusted.train_seconds(10 ** 6, 1000, 2) == pytest.approx(30.0 + 2 * 30.0 + 1000 * (1e-4 + 3 * 10 ** 6 * 2e-8))
