@@ -393,3 +393,51 @@ def test_the_worker_s_clocks_are_its_base_plus_its_counted_work_s_cost() -> None
     assert trusted.check_seconds(10 ** 8, 3) == pytest.approx(30.0 + 10 ** 8 * 10 * 2e-8)
     assert trusted.train_seconds(0, 0, 0) == trusted.BASE_SECONDS
     assert trusted.train_seconds(10 ** 6, 1000, 2) == pytest.approx(30.0 + 2 * 30.0 + 1000 * (1e-4 + 3 * 10 ** 6 * 2e-8))
+
+
+def _run_bpf(program: bytes, arch: int, nr: int) -> int:
+    """What a classic-BPF seccomp program returns for a system call `nr` of the ABI `arch`
+    (the instructions `seccomp_filter` uses: load, jump if equal / at least, return)."""
+    import struct
+
+    data = {0: nr, 4: arch}
+    code = [struct.unpack("HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    while True:
+        op, jt, jf, k = code[pc]
+        if op == 0x06:
+            return k
+        if op == 0x20:
+            acc, pc = data[k], pc + 1
+        else:
+            pc += 1 + (jt if (acc == k if op == 0x15 else acc >= k) else jf)
+
+
+def test_the_seccomp_filter_refuses_each_denied_call_allows_the_rest_and_kills_other_abis() -> None:
+    from nas.sandbox import isolation as iso
+
+    program = iso.seccomp_filter()
+    if program is None:
+        pytest.skip("seccomp filter is x86_64 only")
+    allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | 1
+    assert all(_run_bpf(program, 0xC000003E, nr) == eperm for nr in iso._DENIED_SYSCALLS)
+    assert [_run_bpf(program, 0xC000003E, nr) for nr in (0, 1, 59, 102, 300, 451)] == [allow] * 6
+    assert _run_bpf(program, 0xC000003E, 0x40000000) == eperm  # the x32 ABI's numbers, from its bit
+    assert _run_bpf(program, 0xC000003E, 0x40000000 - 1) == allow
+    assert _run_bpf(program, 0x40000003, 0) == kill  # i386
+
+
+def test_the_isolated_command_sizes_tmp_sets_exactly_env_and_starts_in_the_writable_folder(monkeypatch) -> None:
+    from nas.sandbox import isolation as iso
+
+    monkeypatch.setattr(iso.glob, "glob", lambda pattern: [])
+    args = iso.Isolation("bwrap").command(["python", "x"], {"A": "1"}, writable="/w", tmp_mb=3, seccomp=7)
+    assert args[0] == "bwrap" and args[-3:] == ["--", "python", "x"]
+    pairs = list(zip(args, args[1:]))
+    assert ("--size", str(3 << 20)) in pairs and ("--uid", "65534") in pairs and ("--seccomp", "7") in pairs
+    assert ("--chdir", "/w") in pairs and ("--bind", "/w") in pairs and ("--setenv", "A") in pairs
+    assert "/sys" not in args
+    bare = iso.Isolation("bwrap").command(["p"], {}, gpu=True)
+    assert list(zip(bare, bare[1:])).count(("--chdir", "/tmp")) == 1 and "--seccomp" not in bare
+    assert "--setenv" not in bare and ("--ro-bind-try", "/sys") in list(zip(bare, bare[1:]))
+    assert iso.Isolation(None).command(["p"], {"A": "1"}) == ["p"] and not iso.Isolation(None).isolated
