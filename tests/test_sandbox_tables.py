@@ -441,3 +441,109 @@ def test_the_isolated_command_sizes_tmp_sets_exactly_env_and_starts_in_the_writa
     assert list(zip(bare, bare[1:])).count(("--chdir", "/tmp")) == 1 and "--seccomp" not in bare
     assert "--setenv" not in bare and ("--ro-bind-try", "/sys") in list(zip(bare, bare[1:]))
     assert iso.Isolation(None).command(["p"], {"A": "1"}) == ["p"] and not iso.Isolation(None).isolated
+
+
+@pytest.mark.parametrize("num_classes, input_shape, refused", [
+    (1, (2, 3), None), (10, (2, 3, 8, 8), None), (0, (2, 3), "num_classes"), (1, (1, 3), "input_shape"),
+    (1, (2,), "input_shape"), (1, (3, 1), None),
+])
+def test_a_check_s_arguments_need_a_batch_of_two_and_a_class(num_classes, input_shape, refused) -> None:
+    from nas.sandbox import verify
+
+    if refused is None:
+        verify._check_args("model.py", num_classes, input_shape)
+    else:
+        with pytest.raises(ValueError, match=f"^{refused}"):
+            verify._check_args("model.py", num_classes, input_shape)
+
+
+@pytest.mark.parametrize("graph, data, expected", [(3, 1, True), (3, 3, False), (1, 1, False), (1, 3, False)])
+def test_only_a_colour_graph_takes_grey_data_as_colour(graph, data, expected) -> None:
+    from nas.sandbox import verify
+
+    assert verify._grey_as_rgb(graph, data) is expected
+
+
+@pytest.mark.parametrize("extra, refused", [(0, False), (1, True)])
+def test_a_source_up_to_one_mb_is_parsed_and_one_byte_more_refused(extra, refused) -> None:
+    from nas.sandbox import verify
+
+    verdict = verify.check_syntax("#" * ((1 << 20) + extra), "model.py")
+    assert (verdict is not None) is refused
+    if verdict is not None:
+        assert (verdict.stage, verdict.error) == ("syntax", "syntax: source is over 1 MB")
+
+
+def _collected(monkeypatch, report: bytes, artifact: bytes = b"", output: bytes = b""):
+    """`_collect` on pipes holding what a child wrote, then closed; the child exited."""
+    import types
+
+    from nas.sandbox import verify
+
+    monkeypatch.setattr(verify, "_exited", lambda pid: True)
+    fds = []
+    for data in (report, artifact, output):
+        read, write = os.pipe()
+        os.write(write, data)
+        os.close(write)
+        fds.append(read)
+    with os.fdopen(fds[2], "rb") as stdout:
+        run = verify._collect(types.SimpleNamespace(pid=4321, stdout=stdout), fds[0], fds[1],
+                              verify.time.monotonic() + 60)
+    os.close(fds[0])
+    os.close(fds[1])
+    return run
+
+
+@pytest.mark.parametrize("size, malformed", [(8, False), (9, True)])
+def test_collect_reads_a_report_up_to_its_cap_and_calls_one_byte_more_malformed(monkeypatch, size, malformed) -> None:
+    from nas.sandbox import verify
+
+    monkeypatch.setattr(verify, "_MAX_REPORT", 8)
+    run = _collected(monkeypatch, b" " * (size - 1) + b"\n")
+    assert run.malformed is malformed
+    monkeypatch.setattr(verify, "_MAX_REPORT", 1 << 20)
+    run = _collected(monkeypatch, b'{"stage": "forward"}\n{"stage": "export"}\n')
+    assert (run.stage, run.malformed) == ("export", False)
+    run = _collected(monkeypatch, b'{"stage": "forward"}')
+    assert (run.stage, run.malformed, run.problem) == ("startup", True, "a last line without its newline")
+
+
+@pytest.mark.parametrize("size, malformed", [(8, False), (9, True)])
+def test_collect_keeps_an_artifact_up_to_its_cap_and_the_output_s_last_bytes(monkeypatch, size, malformed) -> None:
+    from nas.sandbox import verify
+
+    monkeypatch.setattr(verify, "_MAX_ARTIFACT", 8)
+    monkeypatch.setattr(verify, "_OUTPUT_TAIL", 4)
+    run = _collected(monkeypatch, b"", b"x" * size, b"abcdef")
+    assert run.malformed is malformed and run.artifact == (b"" if malformed else b"x" * size)
+    assert run.output == b"cdef" and not run.timed_out
+
+
+def test_a_child_s_training_reports_are_taken_up_to_one_per_seed_it_may_have() -> None:
+    import json
+
+    from nas.sandbox import verify
+    from nas.sandbox.protocol import MAX_SEEDS
+
+    trained = {"valid_accuracy": 50.0, "test_accuracy": 40.0, "loss_curve": [1.0], "epochs": 1, "terminated": None,
+               "wall_seconds": 1.0, "device_seconds": 1.0, "params": 10, "flops": 10, "device": "cpu",
+               "world_size": 1, "cuda_graphs": "off", "compile_seconds": 0.0, "eval_seconds": 0.0}
+    run = verify.ChildRun()
+    for _ in range(MAX_SEEDS):
+        verify._take(run, json.dumps({"trained": trained}).encode())
+    assert len(run.trained) == MAX_SEEDS == 16 and not run.malformed
+    verify._take(run, json.dumps({"trained": trained}).encode())
+    assert len(run.trained) == 16 and run.malformed and run.problem == "a trained message once too often"
+
+
+@pytest.mark.parametrize("rc, stage, says", [
+    (-24, "limits", "limits: CPU time "), (-25, "limits", "limits: file size limit "),
+    (-9, "limits", "limits: killed by SIGKILL during forward (CPU or memory)"), (-15, "crash", "crash: sandbox killed by SIGTERM"),
+    (0, "crash", "crash: sandbox exited with status 0 during forward without a verdict"),
+])
+def test_a_child_s_exit_without_a_verdict_names_the_limit_its_signal_says(rc, stage, says) -> None:
+    from nas.sandbox import verify
+
+    verdict = verify.conclude(verify.ChildRun(returncode=rc, stage="forward"), verify.Limits())
+    assert verdict.stage == stage and verdict.error.startswith(says)
