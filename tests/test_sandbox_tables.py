@@ -495,13 +495,13 @@ def _collected(monkeypatch, report: bytes, artifact: bytes = b"", output: bytes 
     return run
 
 
-@pytest.mark.parametrize("size, malformed", [(8, False), (9, True)])
-def test_collect_reads_a_report_up_to_its_cap_and_calls_one_byte_more_malformed(monkeypatch, size, malformed) -> None:
+@pytest.mark.parametrize("line, malformed", [(b'{"stage":"import"}\n', False), (b'{"stage": "import"}\n', True)])
+def test_collect_reads_a_report_up_to_its_cap_and_calls_one_byte_more_malformed(monkeypatch, line, malformed) -> None:
     from nas.sandbox import verify
 
-    monkeypatch.setattr(verify, "_MAX_REPORT", 8)
-    run = _collected(monkeypatch, b" " * (size - 1) + b"\n")
-    assert run.malformed is malformed
+    monkeypatch.setattr(verify, "_MAX_REPORT", 19)  # the first line's bytes
+    run = _collected(monkeypatch, line)
+    assert (run.malformed, run.stage) == (malformed, "startup" if malformed else "import")
     monkeypatch.setattr(verify, "_MAX_REPORT", 1 << 20)
     run = _collected(monkeypatch, b'{"stage": "forward"}\n{"stage": "export"}\n')
     assert (run.stage, run.malformed) == ("export", False)
