@@ -363,3 +363,25 @@ def test_compare_matches_in_order_up_to_two_to_the_24_pairs_and_counts_linearly_
     changed, edits = loader.compare(_Signed(a + b), _Signed(b + a))
     assert len(a + b) ** 2 <= 1 << 24 if exact else len(a + b) ** 2 > 1 << 24
     assert (changed, edits) == ((True, 2 * 2048) if exact else (False, 0))
+
+
+@pytest.mark.parametrize("kind, used, value, expected", [
+    ("BUFFER", {"running_mean"}, torch.zeros(3), "running_mean"),
+    ("BUFFER", {"running_var"}, torch.ones(3), "running_var"),
+    ("BUFFER", {"counter"}, torch.tensor(5), "counter"),
+    ("BUFFER", {"counter"}, torch.tensor([5]), "counter"),
+    ("BUFFER", {"counter"}, torch.tensor(5.0), None),       # a float: a value of the model's
+    ("BUFFER", {"counter"}, torch.tensor([5, 6]), None),    # more than a step counter
+    ("BUFFER", {"running_mean", "weight"}, torch.zeros(3), None),  # used as something else too
+    ("BUFFER", {"weight"}, torch.zeros(3), None),
+    ("CONSTANT", {"running_mean"}, torch.zeros(3), None),
+    ("BUFFER", {"running_mean"}, None, None),               # no such slot
+])
+def test_only_a_buffer_used_as_one_normalisation_statistic_or_step_counter_is_the_data_s(
+        kind, used, value, expected) -> None:
+    """`GraphNet._statistics`: the buffers whose values training redraws (`carried` counts their shape only)."""
+    import types
+
+    holder = types.SimpleNamespace(t=value)
+    net = types.SimpleNamespace(_slots={} if value is None else {(kind, "b"): (holder, "t")})
+    assert GraphNet._statistics(net, {(kind, "b"): used}) == ({} if expected is None else {(kind, "b"): expected})
