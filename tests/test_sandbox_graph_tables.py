@@ -385,3 +385,41 @@ def test_only_a_buffer_used_as_one_normalisation_statistic_or_step_counter_is_th
     holder = types.SimpleNamespace(t=value)
     net = types.SimpleNamespace(_slots={} if value is None else {(kind, "b"): (holder, "t")})
     assert GraphNet._statistics(net, {(kind, "b"): used}) == ({} if expected is None else {(kind, "b"): expected})
+
+
+@pytest.mark.parametrize("train_batch, over, refused", [
+    (0, 0, None), (0, 1, "eval graph needs 5e+10 operations for one forward pass of 2 images, over the limit of 5e+10"),
+    (8, 0, None), (8, 1, "eval graph needs 2e+11 operations for one forward pass of 8 images, over the limit of 2e+11"),
+])
+def test_a_dry_run_holds_each_graph_to_max_work_per_batch_scaled_to_the_training_s(
+        monkeypatch, train_batch, over, refused) -> None:
+    """`GraphNet.dry_run` at batch 2 (and at `train_batch` when larger): each graph's work at most
+    `MAX_WORK` x (size / batch), one operation more refused; the output shape at batch 2 and the
+    eval graph's work at the larger size come back."""
+    import types
+
+    class Work:
+        total = 0
+
+    class Meter:
+        def __init__(self, *args) -> None:
+            pass
+
+        training = classmethod(lambda cls, *args: cls())
+
+    def meta_run(program, size, meter, work):
+        work.total = int(loader.MAX_WORK * size / 2) + (over if program == "eval" and size == max(2, train_batch) else 0)
+        return torch.empty(size, 10)
+
+    monkeypatch.setattr(loader, "WorkCounter", Work)
+    monkeypatch.setattr(loader, "_Meter", Meter)
+    net = types.SimpleNamespace(programs={"train": "train", "eval": "eval"}, _meta_run=meta_run)
+    if refused is not None:
+        with pytest.raises(GraphError, match=f"^{re.escape(refused)}$"):
+            GraphNet.dry_run(net, 2, 1 << 30, train_batch)
+        return
+    shape, work = GraphNet.dry_run(net, 2, 1 << 30, train_batch)
+    assert shape == [2, 10] and work.total == int(loader.MAX_WORK * max(2, train_batch) / 2)
+    net._meta_run = lambda program, size, meter, work: torch.empty(size, 10 if program == "train" else 9)
+    with pytest.raises(GraphError, match=r"^train and eval graphs disagree on the output shape \(\[2, 10\] vs \[2, 9\]\)$"):
+        GraphNet.dry_run(net, 2, 1 << 30, train_batch)
