@@ -547,3 +547,69 @@ def test_a_child_s_exit_without_a_verdict_names_the_limit_its_signal_says(rc, st
 
     verdict = verify.conclude(verify.ChildRun(returncode=rc, stage="forward"), verify.Limits())
     assert verdict.stage == stage and verdict.error.startswith(says)
+
+
+def _worker_recorders(monkeypatch):
+    from nas.sandbox import trusted_worker as w
+
+    calls: list[tuple] = []
+    monkeypatch.setattr(w, "_phase", lambda what, s, threads: calls.append(("phase", what, s, threads)))
+    monkeypatch.setattr(w, "_cpu_limit", lambda s, threads: calls.append(("cpu", s, threads)))
+    monkeypatch.setattr(w, "_send", lambda msg: calls.append(("send", msg)))
+    monkeypatch.setattr(w, "_CLOCK", {"what": "its dry run", "seconds": 9.0})
+    return w, calls
+
+
+@pytest.mark.parametrize("raised", [None, MemoryError, "late"])
+def test_the_worker_s_check_stops_each_phase_s_clock_sets_the_work_s_and_sends_one_verdict_or_limit(
+        monkeypatch, raised) -> None:
+    w, calls = _worker_recorders(monkeypatch)
+
+    def measure(artifact, on_work, on_phase, **request):
+        on_phase("its dry run", 9.0)
+        on_work(100)
+        if raised is not None:
+            raise w._OutOfTime if raised == "late" else raised
+        return {"ok": True, "request": request}
+
+    monkeypatch.setattr(w, "measure", measure)
+    w._check({"input_shape": [4, 3, 8, 8]}, b"graph", 2)
+    start = [("phase", "its dry run", 9.0, 2), ("phase", None, 0.0, 2),
+             ("cpu", trusted.check_seconds(100, 4), 2), ("send", {"work": 100}), ("phase", None, 0.0, 2)]
+    last = {None: {"verdict": {"ok": True, "request": {"input_shape": [4, 3, 8, 8]}}},
+            MemoryError: {"limit": "memory"}, "late": {"verdict": w._late("check")}}[raised]
+    assert calls == [*start, ("send", last)]
+
+
+@pytest.mark.parametrize("raised", [None, MemoryError, "late", ValueError])
+def test_the_worker_s_training_relays_its_work_epochs_and_proxies_then_sends_its_result_or_limit(
+        monkeypatch, raised) -> None:
+    from nas.train.progress import EpochProgress
+
+    w, calls = _worker_recorders(monkeypatch)
+    progress = EpochProgress("m", 1, 2, 0.5, 3.0)
+
+    def train_artifact(artifact, images, on_work, on_epoch, on_proxies, on_phase, **request):
+        on_phase("its dry run", 9.0)
+        on_work(10, 20, 3)
+        on_proxies({"naswot": 1.5})
+        on_proxies("it cannot run")
+        on_epoch(progress)
+        if raised is not None:
+            raise w._OutOfTime if raised == "late" else raised("no")
+        return {"trained": [images]}
+
+    monkeypatch.setattr(w, "train_artifact", train_artifact)
+    if raised is ValueError:
+        with pytest.raises(ValueError, match="^no$"):
+            w._train({}, b"graph", "images", 3)
+        return
+    w._train({}, b"graph", "images", 3)
+    start = [("phase", "its dry run", 9.0, 3), ("phase", None, 0.0, 3), ("cpu", trusted.train_seconds(10, 20, 3), 3),
+             ("send", {"work": 10, "images": 20, "epochs": 3}), ("send", {"proxies": {"naswot": 1.5}}),
+             ("send", {"no_proxies": "it cannot run"}),
+             ("send", {"epoch": {"label": "m", "epoch": 1, "epochs": 2, "loss": 0.5, "elapsed": 3.0, "terminated": None}})]
+    end = {None: [("phase", None, 0.0, 3), ("send", {"trained": ["images"]})],
+           MemoryError: [("send", {"limit": "memory"})],
+           "late": [("phase", None, 0.0, 3), ("send", {"verdict": w._late("training")})]}[raised]
+    assert calls == [*start, *end]
