@@ -319,7 +319,7 @@ def test_a_dry_run_meters_the_bytes_of_new_tensors_not_views_within_their_base_n
 class _Signed:
     """What `compare` reads of a network: its layers' parameter shapes and its operations."""
 
-    def __init__(self, ops: str, layers: tuple[str, ...] = ("[[4, 3]]",)) -> None:
+    def __init__(self, ops: str | list[str], layers: tuple[str, ...] = ("[[4, 3]]",)) -> None:
         self.ops, self.layers = list(ops), list(layers)
 
     def signature(self) -> tuple[list[str], list[str]]:
@@ -353,3 +353,73 @@ def test_past_its_pairs_compare_counts_what_one_side_has_and_the_other_lacks(mon
     assert loader.compare(_Signed("abcde"), _Signed("axcye")) == (True, 2)
     monkeypatch.setattr(loader, "MAX_DIFF_PAIRS", 9)  # 9 pairs, within it: difflib's edits, in order
     assert loader.compare(_Signed("abcde"), _Signed("adcbe")) == (True, 4)  # "dc" inserted, "cd" deleted
+
+
+@pytest.mark.parametrize("first, exact", [(2048, True), (2049, False)])
+def test_compare_matches_in_order_up_to_two_to_the_24_pairs_and_counts_linearly_past_them(first, exact) -> None:
+    """Two blocks swapped: difflib (within `MAX_DIFF_PAIRS`, 1 << 24: 4096 x 4096) keeps the longer
+    and deletes and inserts the other; past it (4097 x 4097) the same operations count as none."""
+    a, b = [f"a{i}" for i in range(first)], [f"b{i}" for i in range(2048)]
+    changed, edits = loader.compare(_Signed(a + b), _Signed(b + a))
+    assert len(a + b) ** 2 <= 1 << 24 if exact else len(a + b) ** 2 > 1 << 24
+    assert (changed, edits) == ((True, 2 * 2048) if exact else (False, 0))
+
+
+@pytest.mark.parametrize("kind, used, value, expected", [
+    ("BUFFER", {"running_mean"}, torch.zeros(3), "running_mean"),
+    ("BUFFER", {"running_var"}, torch.ones(3), "running_var"),
+    ("BUFFER", {"counter"}, torch.tensor(5), "counter"),
+    ("BUFFER", {"counter"}, torch.tensor([5]), "counter"),
+    ("BUFFER", {"counter"}, torch.tensor(5.0), None),       # a float: a value of the model's
+    ("BUFFER", {"counter"}, torch.tensor([5, 6]), None),    # more than a step counter
+    ("BUFFER", {"running_mean", "weight"}, torch.zeros(3), None),  # used as something else too
+    ("BUFFER", {"weight"}, torch.zeros(3), None),
+    ("CONSTANT", {"running_mean"}, torch.zeros(3), None),
+    ("BUFFER", {"running_mean"}, None, None),               # no such slot
+])
+def test_only_a_buffer_used_as_one_normalisation_statistic_or_step_counter_is_the_data_s(
+        kind, used, value, expected) -> None:
+    """`GraphNet._statistics`: the buffers whose values training redraws (`carried` counts their shape only)."""
+    import types
+
+    holder = types.SimpleNamespace(t=value)
+    net = types.SimpleNamespace(_slots={} if value is None else {(kind, "b"): (holder, "t")})
+    assert GraphNet._statistics(net, {(kind, "b"): used}) == ({} if expected is None else {(kind, "b"): expected})
+
+
+@pytest.mark.parametrize("train_batch, over, refused", [
+    (0, 0, None), (0, 1, "eval graph needs 5e+10 operations for one forward pass of 2 images, over the limit of 5e+10"),
+    (8, 0, None), (8, 1, "eval graph needs 2e+11 operations for one forward pass of 8 images, over the limit of 2e+11"),
+])
+def test_a_dry_run_holds_each_graph_to_max_work_per_batch_scaled_to_the_training_s(
+        monkeypatch, train_batch, over, refused) -> None:
+    """`GraphNet.dry_run` at batch 2 (and at `train_batch` when larger): each graph's work at most
+    `MAX_WORK` x (size / batch), one operation more refused; the output shape at batch 2 and the
+    eval graph's work at the larger size come back."""
+    import types
+
+    class Work:
+        total = 0
+
+    class Meter:
+        def __init__(self, *args) -> None:
+            pass
+
+        training = classmethod(lambda cls, *args: cls())
+
+    def meta_run(program, size, meter, work):
+        work.total = int(loader.MAX_WORK * size / 2) + (over if program == "eval" and size == max(2, train_batch) else 0)
+        return torch.empty(size, 10)
+
+    monkeypatch.setattr(loader, "WorkCounter", Work)
+    monkeypatch.setattr(loader, "_Meter", Meter)
+    net = types.SimpleNamespace(programs={"train": "train", "eval": "eval"}, _meta_run=meta_run)
+    if refused is not None:
+        with pytest.raises(GraphError, match=f"^{re.escape(refused)}$"):
+            GraphNet.dry_run(net, 2, 1 << 30, train_batch)
+        return
+    shape, work = GraphNet.dry_run(net, 2, 1 << 30, train_batch)
+    assert shape == [2, 10] and work.total == int(loader.MAX_WORK * max(2, train_batch) / 2)
+    net._meta_run = lambda program, size, meter, work: torch.empty(size, 10 if program == "train" else 9)
+    with pytest.raises(GraphError, match=r"^train and eval graphs disagree on the output shape \(\[2, 10\] vs \[2, 9\]\)$"):
+        GraphNet.dry_run(net, 2, 1 << 30, train_batch)

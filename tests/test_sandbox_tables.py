@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from nas.sandbox import trusted
 from nas.sandbox.aten_ops import MAX_PIECES, WorkCounter, allowed, pieces, zero_filled
+from nas.sandbox.limits import MB
 
 aten = torch.ops.aten
 
@@ -171,3 +172,444 @@ def test_a_processs_resident_memory_is_read_in_bytes_and_none_once_it_is_gone() 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     assert trusted._rss(gone.pid) is None
+
+
+class _Usage:
+    ru_utime, ru_stime = 1.25, 0.5
+
+
+@pytest.mark.parametrize("seconds, threads, expected", [(2.0, 3, 8), (2.0, 1, 4), (0.25, 4, 3), (0.0, 2, 2)])
+def test_the_worker_s_cpu_limit_is_what_it_used_plus_its_seconds_on_every_thread_rounded_up(
+        monkeypatch, seconds, threads, expected) -> None:
+    """`_cpu_limit`: RLIMIT_CPU soft at ceil(user + system + seconds x threads), hard one more."""
+    from nas.sandbox import trusted_worker as w
+
+    limits: list[tuple[int, tuple[int, int]]] = []
+    monkeypatch.setattr(w.resource, "getrusage", lambda who: _Usage())
+    monkeypatch.setattr(w.resource, "setrlimit", lambda which, pair: limits.append((which, pair)))
+    w._cpu_limit(seconds, threads)
+    assert limits == [(w.resource.RLIMIT_CPU, (expected, expected + 1))]
+
+
+@pytest.mark.parametrize("hard, soft", [(-1, 8), (100, 8), (8, 8), (7, 7)])
+def test_a_worker_phase_s_clock_is_an_alarm_and_a_cpu_soft_limit_under_the_hard_one(monkeypatch, hard, soft) -> None:
+    """`_phase`: a named phase sets its clock (the alarm at `seconds`, RLIMIT_CPU's soft limit at
+    ceil(used + seconds x threads), no higher than a finite hard limit) and both signals end it;
+    None stops the clock: no alarm, the soft limit back at the hard one, the signals at their default."""
+    import signal as sig
+
+    from nas.sandbox import trusted_worker as w
+
+    hard = w.resource.RLIM_INFINITY if hard == -1 else hard
+    calls: list[tuple[str, object, object]] = []
+    monkeypatch.setattr(w.resource, "getrusage", lambda who: _Usage())
+    monkeypatch.setattr(w.resource, "getrlimit", lambda which: (0, hard))
+    monkeypatch.setattr(w.resource, "setrlimit", lambda which, pair: calls.append(("rlimit", which, pair)))
+    monkeypatch.setattr(w.signal, "setitimer", lambda which, s: calls.append(("timer", which, s)))
+    monkeypatch.setattr(w.signal, "signal", lambda s, handler: calls.append(("signal", s, handler)))
+    monkeypatch.setattr(w, "_CLOCK", {"what": None, "seconds": 0.0})
+    w._phase("its dry run", 2.0, 3)
+    assert calls == [("signal", sig.SIGALRM, w._out_of_time), ("signal", sig.SIGXCPU, w._out_of_time),
+                     ("rlimit", w.resource.RLIMIT_CPU, (soft, hard)), ("timer", sig.ITIMER_REAL, 2.0)]
+    assert w._CLOCK == {"what": "its dry run", "seconds": 2.0}
+    calls.clear()
+    w._phase(None, 0.0, 3)
+    assert calls == [("signal", sig.SIGALRM, sig.SIG_IGN), ("signal", sig.SIGXCPU, sig.SIG_IGN),
+                     ("timer", sig.ITIMER_REAL, 0), ("rlimit", w.resource.RLIMIT_CPU, (hard, hard)),
+                     ("signal", sig.SIGALRM, sig.SIG_DFL), ("signal", sig.SIGXCPU, sig.SIG_DFL)]
+    with pytest.raises(w._OutOfTime):
+        w._out_of_time(sig.SIGALRM, None)
+    assert not issubclass(w._OutOfTime, Exception)
+
+
+def test_the_worker_caps_its_data_segment_above_what_it_holds_and_reports_its_resident_memory(monkeypatch) -> None:
+    """`_limit`: RLIMIT_DATA at VmData plus the budget (0 where unread), no core files, then "ready"
+    with VmRSS (0 where unread)."""
+    from nas.sandbox import trusted_worker as w
+
+    limits: list[tuple[int, tuple[int, int]]] = []
+    sent: list[dict] = []
+    monkeypatch.setattr(w.resource, "setrlimit", lambda which, pair: limits.append((which, pair)))
+    monkeypatch.setattr(w, "_send", sent.append)
+    monkeypatch.setattr(w, "_status", lambda pid, key: {"VmData": 3000, "VmRSS": 2000}[key])
+    w._limit(2)
+    assert limits == [(w.resource.RLIMIT_DATA, (3000 + 2 * w.MB,) * 2), (w.resource.RLIMIT_CORE, (0, 0))]
+    assert sent == [{"ready": 2000}]
+    limits.clear()
+    sent.clear()
+    monkeypatch.setattr(w, "_status", lambda pid, key: None)
+    w._limit(1)
+    assert limits == [(w.resource.RLIMIT_DATA, (w.MB, w.MB)), (w.resource.RLIMIT_CORE, (0, 0))]
+    assert sent == [{"ready": 0}]
+
+
+@pytest.mark.parametrize("memory_mb, device_mb, expected", [(1, 4, 0.25), (4, 4, 1.0), (8, 4, 1.0), (3, 4, 0.75)])
+def test_a_training_s_gpu_share_is_its_budget_over_the_device_s_memory_at_most_all(memory_mb, device_mb, expected) -> None:
+    from nas.sandbox import trusted_worker as w
+
+    assert w.gpu_fraction(memory_mb, device_mb * w.MB) == expected
+
+
+def test_a_worker_phase_past_its_clock_is_a_limits_failure_naming_the_phase_and_its_seconds(monkeypatch) -> None:
+    from nas.sandbox import trusted_worker as w
+
+    monkeypatch.setattr(w, "_CLOCK", {"what": "its dry run (12 nodes)", "seconds": 30.4})
+    late = w._late("check")
+    assert (late["ok"], late["stage"]) == (False, "limits")
+    assert late["error"] == ("limits: refused: the parent's check of the graph exceeded its clock for "
+                             "its dry run (12 nodes) (30 s)")
+
+
+@pytest.mark.parametrize("past, timed_out", [(-0.5, False), (0.0, True), (0.5, True)])
+def test_collect_stops_waiting_for_the_child_s_exit_at_its_deadline(monkeypatch, past, timed_out) -> None:
+    """`_collect`, its pipes closed and the child not yet exited: at or past the deadline the run is
+    timed out; before it, it waits (sleeping) until the child has exited."""
+    import types
+
+    from nas.sandbox import verify
+
+    deadline, exits = 1000.0, []
+
+    def exited(pid: int) -> bool:
+        exits.append(pid)
+        return len(exits) > 1
+
+    clock = types.SimpleNamespace(monotonic=lambda: deadline + past if exits else deadline - 1, sleep=lambda s: None)
+    monkeypatch.setattr(verify, "time", clock)
+    monkeypatch.setattr(verify, "_exited", exited)
+    report, report_w = os.pipe()
+    out, out_w = os.pipe()
+    os.close(report_w)
+    os.close(out_w)
+    with os.fdopen(out, "rb") as stdout:
+        run = verify._collect(types.SimpleNamespace(pid=4321, stdout=stdout), report, None, deadline)
+    os.close(report)
+    assert run.timed_out is timed_out and exits == ([4321] if timed_out else [4321, 4321])
+
+
+def test_the_protocol_s_specs_are_immutable_so_no_reader_can_loosen_a_shared_one() -> None:
+    """Every field type, rule, record and channel of `nas.sandbox.protocol` is a frozen dataclass:
+    a spec shared by several messages (`_SECONDS`, `_VERDICT_FIELDS`' types) cannot be widened."""
+    import dataclasses
+
+    from nas.sandbox import protocol as p
+
+    specs = [p.Int(0, 1), p.Num(0, 1), p.Flag(), p.Text(1), p.Seq(p.Flag(), 1), p.Names(p.Flag(), 1),
+             p.Rule("holds", bool), p.Record("r", {}), p.Channel("c", ())]
+    for spec in specs:
+        name = dataclasses.fields(spec)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(spec, name, None)
+    assert len({p.Int(0, 1), p.Int(0, 1), p.Num(0, 1), p.Flag(), p.Text(1), p.Seq(p.Flag(), 1)}) == 5
+
+
+class _ScriptedWorker:
+    """A trusted worker's process as `_talk` sees it: its stdout holds `lines` then ends; it exits with `rc`."""
+
+    def __init__(self, lines: list[dict], rc: int) -> None:
+        import io
+        import json
+
+        read, write = os.pipe()
+        os.write(write, b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+        os.close(write)
+        self.stdout, self.stdin, self.pid, self.rc, self.killed = os.fdopen(read, "rb"), io.BytesIO(), 4321, rc, 0
+
+    def kill(self) -> None:
+        self.killed += 1
+
+    def wait(self) -> int:
+        return self.rc
+
+
+_VERDICT = {"ok": False, "stage": "measure", "error": "measure: it failed", "traceback": None, "params": None,
+            "flops": None, "output_shape": None, "changed": None, "changed_layers": None, "layers": None,
+            "self_reported": False, "export_error": None, "wall_s": 1.0, "graph": None}
+_MALFORMED = "the parent's check of the graph sent a malformed message "
+
+
+@pytest.mark.parametrize("lines, rc, rss, expected", [
+    ([], 0, 0, ("the parent's check of the graph ended without a verdict (exit status 0)", "crash")),
+    ([], -15, 0, ("the parent's check of the graph ended without a verdict (exit status -15)", "crash")),
+    ([], -24, 0, ("refused: the parent's check of the graph exceeded its CPU-time limit (the counted work's)", "limits")),
+    ([], -9, 0, ("refused: the parent's check of the graph exceeded its CPU-time limit (the counted work's)", "limits")),
+    ([{"work": 1}], 0, 0, (_MALFORMED + "(a first message other than its resident memory (work))", "crash")),
+    ([{"ready": 5}, {"ready": 5}], 0, 0, (_MALFORMED + "(its resident memory a second time)", "crash")),
+    ([{"ready": 5}, {"work": 1}, {"work": 1}], 0, 0, (_MALFORMED + "(a second set of work counts)", "crash")),
+    ([{"ready": 5}, {"limit": "gpu"}], 0, 0, ("refused: the parent's check of the graph exceeded its GPU memory limit "
+                                             "(2 MB)", "limits")),
+    ([{"ready": 5}, {"limit": "memory"}], 0, 0, ("refused: the parent's check of the graph exceeded its memory limit "
+                                                "(2 MB)", "limits")),
+    ([{"ready": 5}, {"work": 1}, {"verdict": _VERDICT}], 0, 0, _VERDICT),
+    ([{"ready": 5}], 0, 5 + 2 * MB, ("the parent's check of the graph ended without a verdict (exit status 0)", "crash")),
+    ([{"ready": 5}], 0, 6 + 2 * MB, ("refused: the parent's check of the graph exceeded its memory limit (2 MB)",
+                                     "limits")),
+])
+def test_the_parent_reads_a_check_worker_s_messages_in_their_turn_and_holds_it_to_its_limits(
+        monkeypatch, lines, rc, rss, expected) -> None:
+    """`TrustedWorker._talk` on a scripted worker: its resident memory first and once, its work once,
+    a cap's refusal, its verdict; a memory over `memory_mb` above its base refused, at it not; an
+    exit without a verdict a crash, or the CPU-time limit by SIGXCPU or SIGKILL."""
+    worker = object.__new__(trusted.TrustedWorker)
+    worker.memory_mb, worker.job, worker.proc = 2, "check", _ScriptedWorker(lines, rc)
+    monkeypatch.setattr(trusted, "_rss", lambda pid: rss)
+    got = worker.check(b"graph", {"input_shape": [2, 3, 8, 8]})
+    assert got == (expected if isinstance(expected, dict) else trusted.Refusal(*expected))
+    assert worker.proc.killed == (not isinstance(expected, dict))
+
+
+@pytest.mark.parametrize("late, refused", [(0.0, True), (1.0, True), (-1.0, False)])
+def test_the_parent_refuses_a_worker_at_its_start_up_clock_and_not_before(monkeypatch, late, refused) -> None:
+    calls: list[int] = []
+
+    def clock() -> float:
+        calls.append(1)
+        return 0.0 if len(calls) == 1 else trusted.STARTUP_SECONDS + late
+
+    worker = object.__new__(trusted.TrustedWorker)
+    worker.memory_mb, worker.job, worker.proc = 2, "check", _ScriptedWorker([], 0)
+    monkeypatch.setattr(trusted.time, "monotonic", clock)
+    got = worker.check(b"graph", {"input_shape": [2, 3, 8, 8]})
+    assert isinstance(got, trusted.Refusal)
+    assert (got.line == "refused: the parent's check of the graph exceeded its wall clock (its start and dry run)"
+            ) is refused
+
+
+@pytest.mark.parametrize("msg, names, expected", [
+    ({"proxies": {"a": 1.0, "b": 2.0}}, ("b", "a"), {"b": 2.0, "a": 1.0}),
+    ({"proxies": {"a": 1.0}}, ("a", "b"), None),
+    ({"proxies": {"a": 1.0, "b": 2.0}}, ("a",), None),
+    ({"proxies": {"a": 1.0}}, (), None),
+    ({"no_proxies": "it cannot run"}, ("a",), "it cannot run"),
+    ({"no_proxies": "it cannot run"}, (), None),
+])
+def test_proxy_scores_are_exactly_the_names_asked_for_in_their_order(msg, names, expected) -> None:
+    got = trusted.proxy_scores(msg, names)
+    assert got == expected and (not isinstance(got, dict) or list(got) == list(names))
+
+
+def test_the_worker_s_clocks_are_its_base_plus_its_counted_work_s_cost() -> None:
+    assert trusted.check_seconds(0, 4) == trusted.BASE_SECONDS
+    assert trusted.check_seconds(10 ** 8, 3) == pytest.approx(30.0 + 10 ** 8 * 10 * 2e-8)
+    assert trusted.train_seconds(0, 0, 0) == trusted.BASE_SECONDS
+    assert trusted.train_seconds(10 ** 6, 1000, 2) == pytest.approx(30.0 + 2 * 30.0 + 1000 * (1e-4 + 3 * 10 ** 6 * 2e-8))
+
+
+def _run_bpf(program: bytes, arch: int, nr: int) -> int:
+    """What a classic-BPF seccomp program returns for a system call `nr` of the ABI `arch`
+    (the instructions `seccomp_filter` uses: load, jump if equal / at least, return)."""
+    import struct
+
+    data = {0: nr, 4: arch}
+    code = [struct.unpack("HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    while True:
+        op, jt, jf, k = code[pc]
+        if op == 0x06:
+            return k
+        if op == 0x20:
+            acc, pc = data[k], pc + 1
+        else:
+            pc += 1 + (jt if (acc == k if op == 0x15 else acc >= k) else jf)
+
+
+def test_the_seccomp_filter_refuses_each_denied_call_allows_the_rest_and_kills_other_abis() -> None:
+    from nas.sandbox import isolation as iso
+
+    program = iso.seccomp_filter()
+    if program is None:
+        pytest.skip("seccomp filter is x86_64 only")
+    allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | 1
+    assert all(_run_bpf(program, 0xC000003E, nr) == eperm for nr in iso._DENIED_SYSCALLS)
+    assert [_run_bpf(program, 0xC000003E, nr) for nr in (0, 1, 59, 102, 300, 451)] == [allow] * 6
+    assert _run_bpf(program, 0xC000003E, 0x40000000) == eperm  # the x32 ABI's numbers, from its bit
+    assert _run_bpf(program, 0xC000003E, 0x40000000 - 1) == allow
+    assert _run_bpf(program, 0x40000003, 0) == kill  # i386
+
+
+def test_the_isolated_command_sizes_tmp_sets_exactly_env_and_starts_in_the_writable_folder(monkeypatch) -> None:
+    from nas.sandbox import isolation as iso
+
+    monkeypatch.setattr(iso.glob, "glob", lambda pattern: [])
+    args = iso.Isolation("bwrap").command(["python", "x"], {"A": "1"}, writable="/w", tmp_mb=3, seccomp=7)
+    assert args[0] == "bwrap" and args[-3:] == ["--", "python", "x"]
+    pairs = list(zip(args, args[1:]))
+    assert ("--size", str(3 << 20)) in pairs and ("--uid", "65534") in pairs and ("--seccomp", "7") in pairs
+    assert ("--chdir", "/w") in pairs and ("--bind", "/w") in pairs and ("--setenv", "A") in pairs
+    assert "/sys" not in args
+    bare = iso.Isolation("bwrap").command(["p"], {}, gpu=True)
+    assert list(zip(bare, bare[1:])).count(("--chdir", "/tmp")) == 1 and "--seccomp" not in bare
+    assert "--setenv" not in bare and ("--ro-bind-try", "/sys") in list(zip(bare, bare[1:]))
+    assert iso.Isolation(None).command(["p"], {"A": "1"}) == ["p"] and not iso.Isolation(None).isolated
+
+
+@pytest.mark.parametrize("num_classes, input_shape, refused", [
+    (1, (2, 3), None), (10, (2, 3, 8, 8), None), (0, (2, 3), "num_classes"), (1, (1, 3), "input_shape"),
+    (1, (2,), "input_shape"), (1, (3, 1), None),
+])
+def test_a_check_s_arguments_need_a_batch_of_two_and_a_class(num_classes, input_shape, refused) -> None:
+    from nas.sandbox import verify
+
+    if refused is None:
+        verify._check_args("model.py", num_classes, input_shape)
+    else:
+        with pytest.raises(ValueError, match=f"^{refused}"):
+            verify._check_args("model.py", num_classes, input_shape)
+
+
+@pytest.mark.parametrize("graph, data, expected", [(3, 1, True), (3, 3, False), (1, 1, False), (1, 3, False)])
+def test_only_a_colour_graph_takes_grey_data_as_colour(graph, data, expected) -> None:
+    from nas.sandbox import verify
+
+    assert verify._grey_as_rgb(graph, data) is expected
+
+
+@pytest.mark.parametrize("extra, refused", [(0, False), (1, True)])
+def test_a_source_up_to_one_mb_is_parsed_and_one_byte_more_refused(extra, refused) -> None:
+    from nas.sandbox import verify
+
+    verdict = verify.check_syntax("#" * ((1 << 20) + extra), "model.py")
+    assert (verdict is not None) is refused
+    if verdict is not None:
+        assert (verdict.stage, verdict.error) == ("syntax", "syntax: source is over 1 MB")
+
+
+def _collected(monkeypatch, report: bytes, artifact: bytes = b"", output: bytes = b""):
+    """`_collect` on pipes holding what a child wrote, then closed; the child exited."""
+    import types
+
+    from nas.sandbox import verify
+
+    monkeypatch.setattr(verify, "_exited", lambda pid: True)
+    fds = []
+    for data in (report, artifact, output):
+        read, write = os.pipe()
+        os.write(write, data)
+        os.close(write)
+        fds.append(read)
+    with os.fdopen(fds[2], "rb") as stdout:
+        run = verify._collect(types.SimpleNamespace(pid=4321, stdout=stdout), fds[0], fds[1],
+                              verify.time.monotonic() + 60)
+    os.close(fds[0])
+    os.close(fds[1])
+    return run
+
+
+@pytest.mark.parametrize("line, malformed", [(b'{"stage":"import"}\n', False), (b'{"stage": "import"}\n', True)])
+def test_collect_reads_a_report_up_to_its_cap_and_calls_one_byte_more_malformed(monkeypatch, line, malformed) -> None:
+    from nas.sandbox import verify
+
+    monkeypatch.setattr(verify, "_MAX_REPORT", 19)  # the first line's bytes
+    run = _collected(monkeypatch, line)
+    assert (run.malformed, run.stage) == (malformed, "startup" if malformed else "import")
+    monkeypatch.setattr(verify, "_MAX_REPORT", 1 << 20)
+    run = _collected(monkeypatch, b'{"stage": "forward"}\n{"stage": "export"}\n')
+    assert (run.stage, run.malformed) == ("export", False)
+    run = _collected(monkeypatch, b'{"stage": "forward"}')
+    assert (run.stage, run.malformed, run.problem) == ("startup", True, "a last line without its newline")
+
+
+@pytest.mark.parametrize("size, malformed", [(8, False), (9, True)])
+def test_collect_keeps_an_artifact_up_to_its_cap_and_the_output_s_last_bytes(monkeypatch, size, malformed) -> None:
+    from nas.sandbox import verify
+
+    monkeypatch.setattr(verify, "_MAX_ARTIFACT", 8)
+    monkeypatch.setattr(verify, "_OUTPUT_TAIL", 4)
+    run = _collected(monkeypatch, b"", b"x" * size, b"abcdef")
+    assert run.malformed is malformed and run.artifact == (b"" if malformed else b"x" * size)
+    assert run.output == b"cdef" and not run.timed_out
+
+
+def test_a_child_s_training_reports_are_taken_up_to_one_per_seed_it_may_have() -> None:
+    import json
+
+    from nas.sandbox import verify
+    from nas.sandbox.protocol import MAX_SEEDS
+
+    trained = {"valid_accuracy": 50.0, "test_accuracy": 40.0, "loss_curve": [1.0], "epochs": 1, "terminated": None,
+               "wall_seconds": 1.0, "device_seconds": 1.0, "params": 10, "flops": 10, "device": "cpu",
+               "world_size": 1, "cuda_graphs": "off", "compile_seconds": 0.0, "eval_seconds": 0.0}
+    run = verify.ChildRun()
+    for _ in range(MAX_SEEDS):
+        verify._take(run, json.dumps({"trained": trained}).encode())
+    assert len(run.trained) == MAX_SEEDS == 16 and not run.malformed
+    verify._take(run, json.dumps({"trained": trained}).encode())
+    assert len(run.trained) == 16 and run.malformed and run.problem == "a trained message once too often"
+
+
+@pytest.mark.parametrize("rc, stage, says", [
+    (-24, "limits", "limits: CPU time "), (-25, "limits", "limits: file size limit "),
+    (-9, "limits", "limits: killed by SIGKILL during forward (CPU or memory)"), (-15, "crash", "crash: sandbox killed by SIGTERM"),
+    (0, "crash", "crash: sandbox exited with status 0 during forward without a verdict"),
+])
+def test_a_child_s_exit_without_a_verdict_names_the_limit_its_signal_says(rc, stage, says) -> None:
+    from nas.sandbox import verify
+
+    verdict = verify.conclude(verify.ChildRun(returncode=rc, stage="forward"), verify.Limits())
+    assert verdict.stage == stage and verdict.error.startswith(says)
+
+
+def _worker_recorders(monkeypatch):
+    from nas.sandbox import trusted_worker as w
+
+    calls: list[tuple] = []
+    monkeypatch.setattr(w, "_phase", lambda what, s, threads: calls.append(("phase", what, s, threads)))
+    monkeypatch.setattr(w, "_cpu_limit", lambda s, threads: calls.append(("cpu", s, threads)))
+    monkeypatch.setattr(w, "_send", lambda msg: calls.append(("send", msg)))
+    monkeypatch.setattr(w, "_CLOCK", {"what": "its dry run", "seconds": 9.0})
+    return w, calls
+
+
+@pytest.mark.parametrize("raised", [None, MemoryError, "late"])
+def test_the_worker_s_check_stops_each_phase_s_clock_sets_the_work_s_and_sends_one_verdict_or_limit(
+        monkeypatch, raised) -> None:
+    w, calls = _worker_recorders(monkeypatch)
+
+    def measure(artifact, on_work, on_phase, **request):
+        on_phase("its dry run", 9.0)
+        on_work(100)
+        if raised is not None:
+            raise w._OutOfTime if raised == "late" else raised
+        return {"ok": True, "request": request}
+
+    monkeypatch.setattr(w, "measure", measure)
+    w._check({"input_shape": [4, 3, 8, 8]}, b"graph", 2)
+    start = [("phase", "its dry run", 9.0, 2), ("phase", None, 0.0, 2),
+             ("cpu", trusted.check_seconds(100, 4), 2), ("send", {"work": 100}), ("phase", None, 0.0, 2)]
+    last = {None: {"verdict": {"ok": True, "request": {"input_shape": [4, 3, 8, 8]}}},
+            MemoryError: {"limit": "memory"}, "late": {"verdict": w._late("check")}}[raised]
+    assert calls == [*start, ("send", last)]
+
+
+@pytest.mark.parametrize("raised", [None, MemoryError, "late", ValueError])
+def test_the_worker_s_training_relays_its_work_epochs_and_proxies_then_sends_its_result_or_limit(
+        monkeypatch, raised) -> None:
+    from nas.train.progress import EpochProgress
+
+    w, calls = _worker_recorders(monkeypatch)
+    progress = EpochProgress("m", 1, 2, 0.5, 3.0)
+
+    def train_artifact(artifact, images, on_work, on_epoch, on_proxies, on_phase, **request):
+        on_phase("its dry run", 9.0)
+        on_work(10, 20, 3)
+        on_proxies({"naswot": 1.5})
+        on_proxies("it cannot run")
+        on_epoch(progress)
+        if raised is not None:
+            raise w._OutOfTime if raised == "late" else raised("no")
+        return {"trained": [images]}
+
+    monkeypatch.setattr(w, "train_artifact", train_artifact)
+    if raised is ValueError:
+        with pytest.raises(ValueError, match="^no$"):
+            w._train({}, b"graph", "images", 3)
+        return
+    w._train({}, b"graph", "images", 3)
+    start = [("phase", "its dry run", 9.0, 3), ("phase", None, 0.0, 3), ("cpu", trusted.train_seconds(10, 20, 3), 3),
+             ("send", {"work": 10, "images": 20, "epochs": 3}), ("send", {"proxies": {"naswot": 1.5}}),
+             ("send", {"no_proxies": "it cannot run"}),
+             ("send", {"epoch": {"label": "m", "epoch": 1, "epochs": 2, "loss": 0.5, "elapsed": 3.0, "terminated": None}})]
+    end = {None: [("phase", None, 0.0, 3), ("send", {"trained": ["images"]})],
+           MemoryError: [("send", {"limit": "memory"})],
+           "late": [("phase", None, 0.0, 3), ("send", {"verdict": w._late("training")})]}[raised]
+    assert calls == [*start, *end]
