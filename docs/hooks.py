@@ -401,6 +401,7 @@ BENCHMARK_GROUPS: dict[str, dict[str, str]] = {  # the nav's groups: result stem
         "mutation_sandbox_fresh": "Mutation testing: the sandbox, a fresh sample",
         "mutation_sandbox_fresh2": "Mutation testing: the sandbox, a second fresh sample",
         "mutation_sandbox_fresh3": "Mutation testing: the sandbox, a third fresh sample",
+        "mutation_sandbox_fresh4": "Mutation testing: the sandbox, a fourth fresh sample",
         "mutation_strategies_tasks": "Mutation testing: strategies and tasks",
     },
 }
