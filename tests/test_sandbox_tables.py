@@ -55,8 +55,10 @@ COSTS = {
     "adaptive_avg_pool2d 9 to 1 x 3": ([(1, 1, 9, 9)], lambda x: F.adaptive_avg_pool2d(x, (1, 3)), (0, 0, 81, 81, 4 * 81)),
     "adaptive_avg_pool2d exact": ([(1, 1, 9, 9)], lambda x: F.adaptive_avg_pool2d(x, 3), (0, 0, 81, 81, 4 * 81)),
     # an interpolation: its 64 outputs x its mode's taps (bilinear 4, not linear's 2; bicubic 16; nearest 1)
+    "bilinear": ([(1, 1, 4, 4)], lambda x: F.interpolate(x, size=(8, 8), mode="bilinear"), (0, 0, 256, 0, 4 * 64)),
     "bicubic": ([(1, 1, 4, 4)], lambda x: F.interpolate(x, size=(8, 8), mode="bicubic"), (0, 0, 1024, 1024, 0)),
     "nearest": ([(1, 1, 4, 4)], lambda x: F.interpolate(x, size=(8, 8), mode="nearest"), (0, 0, 64, 3 * 64, 4 * 64)),
+    "trilinear": ([(1, 1, 2, 2, 2)], lambda x: F.interpolate(x, size=(4, 4, 4), mode="trilinear"), (0, 0, 64 * 8, 0, 0)),
     "linear": ([(1, 1, 4)], lambda x: F.interpolate(x, size=8, mode="linear"), (0, 0, 16, 0, 0)),
     # antialiased 16x16 -> 4x4: 4 taps x the downscaling of 256 to 16 inputs an output
     "bilinear antialiased": ([(1, 1, 16, 16)],
@@ -99,6 +101,21 @@ def test_each_operator_counts_its_exact_work(name: str) -> None:
         call(*inputs)
     assert (work.macs, work.traffic, work.other, work.slow, work.fvcore_bound) == expected
     assert work.total == sum(expected[:4])
+
+
+@pytest.mark.parametrize("name", ["bilinear", "trilinear", "bicubic", "linear", "scaled_dot_product_attention"])
+def test_the_count_is_the_same_under_the_python_dispatcher(name: str) -> None:
+    """A process that traced a graph may be left under the Python dispatcher, where interpolations
+    run their Python decompositions: the counter leaves it for its own run, and enters it again after."""
+    from torch._dispatch.python import enable_python_dispatcher
+
+    shapes, call, expected = COSTS[name]
+    inputs = [_meta(*shape) for shape in shapes]
+    with enable_python_dispatcher():
+        with WorkCounter() as work:
+            call(*inputs)
+        assert "PythonDispatcher" in str(torch._C._dispatch_tls_local_include_set())
+    assert (work.macs, work.traffic, work.other, work.slow, work.fvcore_bound) == expected
 
 
 def test_a_factory_without_a_device_runs_on_meta_and_one_naming_another_device_is_refused() -> None:

@@ -27,6 +27,7 @@ from itertools import zip_longest
 from typing import Any
 
 import torch
+from torch._dispatch.python import no_python_dispatcher
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
@@ -291,6 +292,25 @@ class WorkCounter(TorchDispatchMode):
         self.other = 0
         self.slow = 0
         self.fvcore_bound = 0
+
+    def __enter__(self) -> WorkCounter:
+        # The same count whatever this process ran before: under the Python dispatcher (entered by
+        # torch.export and make_fx, and left on by a trace that never unwound) interpolations run
+        # their Python decompositions, so a bilinear upsample would count as its pieces.
+        self._dispatcher = no_python_dispatcher()
+        self._dispatcher.__enter__()
+        try:
+            super().__enter__()
+        except BaseException:
+            self._dispatcher.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            self._dispatcher.__exit__(None, None, None)
 
     @property
     def total(self) -> int:
