@@ -316,6 +316,21 @@ def build_map(pytest_args: list[str], out: Path, jobs: int, work: Path) -> dict:
     return result
 
 
+def _words(name: str) -> set[str]:
+    """A name's words, each also without a plural's `s`: `supernets` meets `supernet`."""
+    words = {w for w in name.split("_") if w}
+    return words | {w[:-1] for w in words if w.endswith("s") and len(w) > 3}
+
+
+def own_test(test_id: str, file: str) -> bool:
+    """Whether a test's file is named for the module's file or folder: tests/test_llm_client.py for
+    nas/llm/client.py, tests/test_supernet_ranking.py for supernets/train.py (not `nas`, the whole library)."""
+    stem = Path(test_id.split("::", 1)[0]).stem.removeprefix("test_")
+    module = Path(file)
+    names = {module.stem} | ({module.parent.name} if module.parent.name not in ("", "nas") else set())
+    return bool(_words(stem) & set().union(*(_words(n) for n in names if n != "__init__")))
+
+
 class Selector:
     """Picks, for a mutant, the passing tests that ran its lines (the statement's first line to the
     change's last), fastest first, at most `cap`. A line run at import outside any test (at
@@ -323,9 +338,10 @@ class Selector:
     so those are added. A line no passing test ran is "none": the mutant is not run, and counts as
     survived."""
 
-    def __init__(self, covmap: dict, cap: int, budget: float = 0.0):
+    def __init__(self, covmap: dict, cap: int, budget: float = 0.0, own_first: bool = False):
         self.cap = cap
         self.budget = budget
+        self.own_first = own_first
         self.covmap = covmap
         ids = covmap["test_ids"]
         tests = covmap["tests"]
@@ -346,20 +362,24 @@ class Selector:
         found = {i for i in found if self.ok[i]}
         if not found:
             return "none", [], 0.0
-        picked = self._fastest(found)
+        picked = self._fastest(found, m.file)
         return how, [self.ids[i] for i in picked], sum(self.seconds[i] for i in picked)
 
-    def _fastest(self, found: set[int]) -> list[int]:
-        """Fastest first, at most `cap`, and (with a budget) while their recorded seconds add up to
-        at most `budget`: always the fastest one."""
-        ordered = sorted(found, key=lambda i: (self.seconds[i], self.ids[i]))[:self.cap]
+    def _fastest(self, found: set[int], file: str) -> list[int]:
+        """Fastest first, at most `cap`, and (with a budget) those that fit while their recorded seconds
+        add up to at most `budget`: always the first. With `own_first`, the module's own tests
+        (`own_test`) come before the rest, so a line every test runs still gets the tests written for it."""
+        def order(i: int) -> tuple:
+            return (self.own_first and not own_test(self.ids[i], file), self.seconds[i], self.ids[i])
+
+        ordered = sorted(found, key=order)[:self.cap]
         if not self.budget:
             return ordered
         picked: list[int] = []
         spent = 0.0
         for i in ordered:
             if picked and spent + self.seconds[i] > self.budget:
-                break
+                continue
             picked.append(i)
             spent += self.seconds[i]
         return picked
@@ -376,7 +396,7 @@ class Selector:
         a line coverage could not see, run only in a process it does not measure (a sandbox child
         under bubblewrap, the trusted worker's checks: both get an empty environment)."""
         found = {i for v in self.lines.get(m.file, {}).values() for i in v if self.ok[i]}
-        picked = self._fastest(found)
+        picked = self._fastest(found, m.file)
         return ("file" if picked else "none"), [self.ids[i] for i in picked], sum(self.seconds[i] for i in picked)
 
 
@@ -607,6 +627,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=0,
                         help="with --map: the fastest tests a mutant only while their recorded seconds add up to at "
                              "most this (the fastest one always); 0: no budget")
+    parser.add_argument("--own-tests-first", action="store_true",
+                        help="with --map: the module's own tests (their file named for its file or folder) before "
+                             "the rest, then the fastest")
     parser.add_argument("--sample", type=int, default=50, help="mutants to try (0: all)")
     parser.add_argument("--minimum", type=int, default=4, help="mutants at least from each group (package or module)")
     parser.add_argument("--seed", type=int, default=0)
@@ -635,7 +658,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mutation: coverage map of {len(made['test_ids'])} tests {counts} in {made['seconds']:.0f} s, "
               f"{len(made['lines'])} files; {args.build_map}")
         return 0
-    selector = Selector(json.loads(Path(args.map).read_text()), args.cap, args.budget) if args.map else None
+    selector = (Selector(json.loads(Path(args.map).read_text()), args.cap, args.budget, args.own_tests_first)
+                if args.map else None)
     if selector is None and not tests:
         parser.error("--tests is required without --map")
     if args.recheck:
@@ -688,6 +712,7 @@ def main(argv: list[str] | None = None) -> int:
                   "runtime_seconds": round(time.perf_counter() - clock, 1),
                   "selection": ({"map": args.map, "map_made": selector_made, "map_tests": selector_args,
                                  "cap": args.cap, "budget_seconds": args.budget,
+                                 "own_tests_first": args.own_tests_first,
                                  "cap_rule": "the fastest by the map's recorded duration, at most `cap`, and only "
                                              "while their recorded seconds add up to `budget_seconds` (the fastest "
                                              "always runs)",
@@ -748,7 +773,8 @@ def _recheck(out: Path, tests: list[str], selector: Selector | None, args: argpa
     again = [Mutant(**{**m, "outcome": "", "seconds": 0.0}) for m in kept]
 
     first = result.get("selection", {})
-    before = (Selector(selector.covmap, first["cap"], first.get("budget_seconds", 0.0))
+    before = (Selector(selector.covmap, first["cap"], first.get("budget_seconds", 0.0),
+                       first.get("own_tests_first", False))
               if selector is not None and args.only_new and "cap" in first else None)
 
     def plan(m: Mutant) -> tuple[list[str], float]:
@@ -777,6 +803,7 @@ def _recheck(out: Path, tests: list[str], selector: Selector | None, args: argpa
                            "partial": partial, "rerun": sum(1 for m in again if m.outcome), "to_rerun": len(again),
                            "uncovered_ran_file_tests": bool(args.file_tests),
                            "selection": {"cap": args.cap, "budget_seconds": args.budget,
+                                         "own_tests_first": args.own_tests_first,
                                          "left_out_first_run_s_tests": bool(before is not None)},
                            "equivalent": equivalent,
                            "killed_by_new_tests": [asdict(m) for m in again if m.outcome in ("killed", "timeout")],

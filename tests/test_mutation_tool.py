@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -132,6 +134,45 @@ def test_a_time_budget_keeps_the_fastest_tests_that_fit_and_always_the_fastest()
     assert Selector(COVMAP, cap=60, budget=1.0).select(_at(10))[1] == ["t::fast"]
     assert Selector(COVMAP, cap=60, budget=5.1).select(_at(10))[1] == ["t::fast", "t::slow"]
     assert Selector(COVMAP, cap=60, budget=0.01).select(_at(10))[1] == ["t::fast"]
+
+
+OWN = {"test_ids": ["tests/test_other.py::a", "tests/test_other.py::b", "tests/test_llm_client.py::slow",
+                    "tests/test_llm_cases.py::c", "tests/test_client.py::d"],
+       "tests": {"tests/test_other.py::a": {"seconds": 0.1, "outcome": "passed"},
+                 "tests/test_other.py::b": {"seconds": 0.2, "outcome": "passed"},
+                 "tests/test_llm_client.py::slow": {"seconds": 9.0, "outcome": "passed"},
+                 "tests/test_llm_cases.py::c": {"seconds": 0.5, "outcome": "passed"},
+                 "tests/test_client.py::d": {"seconds": 0.3, "outcome": "passed"}},
+       "lines": {"nas/llm/client.py": {"7": [0, 1, 2, 3, 4]}}, "import_lines": {}}
+
+
+@pytest.mark.parametrize("test, file, own", [
+    ("tests/test_llm_client.py::t", "nas/llm/client.py", True),  # file and folder
+    ("tests/test_llm_cases.py::t", "nas/llm/client.py", True),  # the folder
+    ("tests/test_client.py::t", "nas/llm/client.py", True),  # the file
+    ("tests/test_clients.py::t", "nas/llm/client.py", True),  # a plural
+    ("tests/test_supernet_ranking.py::t", "supernets/train.py", True),  # the folder's singular
+    ("tests/test_llmclient.py::t", "nas/llm/client.py", False),  # words, not substrings
+    ("tests/test_nas_cli.py::t", "nas/secrets.py", False),  # `nas` is the whole library
+    ("tests/test_secrets.py::t", "nas/secrets.py", True),
+    ("tests/test_init.py::t", "nas/llm/__init__.py", False),  # a package's own file is its folder's
+    ("tests/test_llm_cases.py::t", "nas/llm/__init__.py", True),
+    ("tests/test_bus.py::t", "nas/bu.py", False),  # no `s` taken off a word of three letters
+])
+def test_own_tests_are_those_named_for_the_module_file_or_folder(test, file, own):
+    assert mutation.own_test(test, file) is own
+
+
+def test_own_tests_first_come_before_faster_tests_and_a_slow_one_over_budget_is_skipped_not_an_end():
+    at = Mutant("nas/llm/client.py", 7, "compare", "a == b", "a != b", (7, 0), (7, 6), first_line=7)
+    assert Selector(OWN, cap=60).select(at)[1][:2] == ["tests/test_other.py::a", "tests/test_other.py::b"]
+    own = Selector(OWN, cap=60, own_first=True)
+    assert own.select(at)[1] == ["tests/test_client.py::d", "tests/test_llm_cases.py::c",
+                                 "tests/test_llm_client.py::slow", "tests/test_other.py::a", "tests/test_other.py::b"]
+    # over budget: the slow own test is skipped and the faster others still fit
+    assert Selector(OWN, cap=60, budget=1.2, own_first=True).select(at)[1] == [
+        "tests/test_client.py::d", "tests/test_llm_cases.py::c", "tests/test_other.py::a", "tests/test_other.py::b"]
+    assert Selector(OWN, cap=2, own_first=True).select(at)[1] == ["tests/test_client.py::d", "tests/test_llm_cases.py::c"]
 
 
 def test_file_tests_give_an_uncovered_line_the_tests_of_its_file_and_no_other():

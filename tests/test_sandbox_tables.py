@@ -33,6 +33,9 @@ COSTS = {
     # a transposed convolution: its 162 output elements' traffic 32 times (31 of them slow)
     "conv_transpose2d": ([(1, 4, 4, 4), (4, 2, 3, 3)], lambda x, w: F.conv_transpose2d(x, w, stride=2),
                          (64 * 2 * 9, 162, 0, 31 * 162, 64 * 2 * 9)),
+    # F.bilinear as aten._trilinear: x1 (2, 3), x2 (2, 4), weight (5, 3, 4) broadcast to one 2 x 5 x 3 x 4
+    # product; traffic the 6 + 8 + 60 elements read; other its views and sum
+    "bilinear product": ([(2, 3), (2, 4), (5, 3, 4)], F.bilinear, (2 * 5 * 3 * 4, 6 + 8 + 60, 24, 0, 120)),
     "mm": ([(4, 8), (8, 5)], lambda a, b: a @ b, (4 * 8 * 5, 32 + 40, 0, 0, 160)),
     "dot": ([(8,), (8,)], torch.dot, (8, 16, 0, 0, 8)),
     "addbmm": ([(3, 5), (2, 3, 4), (2, 4, 5)], torch.addbmm, (2 * 3 * 4 * 5, 15 + 24 + 40, 0, 0, 120)),

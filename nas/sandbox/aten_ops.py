@@ -213,7 +213,7 @@ def _addbmm(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
 def _trilinear(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
     """`bilinear`'s kernel: the three operands, unsqueezed as it says, broadcast to one product."""
     shapes = []
-    for tensor, expand in zip(args[:3], args[3:6]):
+    for tensor, expand in zip(args[:3], args[3:6], strict=True):
         shape = _shape(tensor)
         for d in sorted(expand):
             shape.insert(d, 1)
