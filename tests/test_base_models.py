@@ -77,6 +77,24 @@ def test_within_the_cifar_budget(verdicts, name, classes):
 
 
 @pytest.mark.parametrize("name", BASE_MODELS)
+def test_runs_here_at_the_paper_s_size(name):
+    """Our own source, so it may run in this process (compiled under its file name, so coverage sees
+    its lines, and without the sandbox's start-up): its output at 100 classes, and the size Table 8 gives."""
+    import torch
+
+    from nas.measure import count_flops, count_params
+
+    namespace: dict = {}
+    exec(compile(base_source(name), str(SOURCES / f"{name}.py"), "exec"), namespace)
+    net = namespace["Network"](num_classes=100).eval()
+    with torch.no_grad():
+        assert list(net(torch.randn(2, 3, 32, 32)).shape) == [2, 100]
+    params, flops = EXPECTED_100[name]
+    assert abs(count_params(net) - params) <= TOLERANCE * params
+    assert abs(count_flops(net, (1, 3, 32, 32)) - flops) <= TOLERANCE * flops
+
+
+@pytest.mark.parametrize("name", BASE_MODELS)
 def test_source_follows_the_contract(name):
     source = base_source(name)
     assert source == (SOURCES / f"{name}.py").read_text(encoding="utf-8")

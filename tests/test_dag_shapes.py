@@ -245,10 +245,14 @@ def test_expression_parser_rejects_garbage():
             eval_int(bad, {"C": 4})
 
 
-def test_to_python_uses_integer_division():
-    assert to_python("C/4/4") == "C // 4 // 4"
-    assert to_python("dim-(C-1)") == "dim - (C - 1)"
-    assert to_python("C*(H+1)") == "C * (H + 1)"
+@pytest.mark.parametrize("text, python", [
+    ("C/4/4", "C // 4 // 4"), ("dim-(C-1)", "dim - (C - 1)"), ("C*(H+1)", "C * (H + 1)"),
+    # products and divisions bind alike: a right-hand one keeps its brackets, a left-hand one needs none
+    ("C/(4*2)", "C // (4 * 2)"), ("C*4/2", "C * 4 // 2"), ("C*(4/2)", "C * (4 // 2)"), ("C/4*2", "C // 4 * 2"),
+    ("C-(H-1)+W", "C - (H - 1) + W"), ("C+H*W", "C + H * W"), ("-(C*2)", "-(C * 2)"), ("C-H-W", "C - H - W"),
+])
+def test_to_python_uses_integer_division_and_brackets_only_where_needed(text, python):
+    assert to_python(text) == python
 
 
 EXPRS = st.recursive(

@@ -298,12 +298,20 @@ def test_executability_counts_only_valid_designs_that_trained():
     from nas.core.trial import TrialRecord
     from nas.design.metrics import design_metrics
 
-    def rec(node, accuracy, parent=None, valid=True):
-        return TrialRecord(node, f"k{node}", {}, accuracy, strategy={"node": node, "parent": parent, "valid": valid})
+    def rec(node, accuracy, parent=None, valid=True, **info):
+        return TrialRecord(node, f"k{node}", {}, accuracy,
+                           strategy={"node": node, "parent": parent, "valid": valid, **info})
 
-    designs = [rec(1, 60.0, parent=0), rec(2, None, parent=0), rec(3, 40.0, parent=0), rec(4, None, valid=False)]
+    designs = [rec(1, 60.0, parent=0, tokens=30), rec(2, None, parent=0, duplicate=True, tokens=12),
+               rec(3, 40.0, parent=0, duplicate=False), rec(4, None, valid=False, duplicate=True, tokens=3)]
     got = design_metrics(designs, [rec(0, 50.0), *designs])
-    assert (got["proposals"], got["valid"], got["executability"], got["success_rate"]) == (4, 3, 2 / 3, 1 / 2)
+    assert got == {"proposals": 4, "valid": 3, "pass_rate": 3 / 4, "duplicates": 2, "executability": 2 / 3,
+                   "success_rate": 1 / 2, "tokens_per_valid_design": 45 / 3}
+    assert design_metrics([]) == {"proposals": 0, "valid": 0, "pass_rate": 0.0, "duplicates": 0,
+                                  "executability": 0.0, "success_rate": 0.0, "tokens_per_valid_design": None}
+    # a parent without an accuracy is beaten by nobody; a record without `valid` is no design
+    assert design_metrics([rec(5, 70.0, parent=4)], designs)["success_rate"] == 0.0
+    assert design_metrics([TrialRecord(9, "k9", {}, 1.0)])["proposals"] == 0
 
 
 def test_an_evaluation_that_fails_costs_the_seconds_it_took():
@@ -922,3 +930,22 @@ def test_a_batch_s_tickets_come_after_those_still_running():
     executor._running = {}
     finished = iter([0])
     assert executor.evaluate(["c0"]) == ["outcome 0"] and submitted[-1] == 0
+
+
+@pytest.mark.parametrize("sources, shown", [
+    (5, "a0 5, a1 4, a2 3, a3 2, a4 1"),  # all five, no ellipsis
+    (6, "a0 6, a1 5, a2 4, a3 3, a4 2, ..."),  # the first five, then an ellipsis
+    (1, "a0 1"),
+])
+def test_stats_name_at_most_five_sources_and_say_when_there_are_more(sources, shown):
+    from nas.knowledge.stats import render_stats
+
+    stats = {"ideas": 10, "papers": 3, "untagged": 1, "experiences": 2,
+             "by_source": {f"a{i}": sources - i for i in range(sources)},
+             "by_main": [{"target": "block", "granularity": "coarse", "main": "attention", "ideas": 5, "share": 0.5}],
+             "by_granularity": {"coarse": 5, "fine": 5}, "mention_attention": 4, "mention_attention_share": 0.4}
+    lines = render_stats(stats).splitlines()
+    assert lines[0] == f"10 ideas from 3 papers (1 untagged), 2 experiences; sources: {shown}"
+    assert lines[3] == f"{'block':<12} {'coarse':<10} {'attention':<52} {5:>6}  50.0% " + "#" * 15
+    assert lines[-2:] == ["by granularity: coarse 5, fine 5", "ideas mentioning attention/transformers: 4 "
+                          "(40.0 %; FairNAD saw ~70 % attention in raw extraction)"]

@@ -427,7 +427,8 @@ def test_propose_request_and_ranking(tmp_path):
     req = srv.requests[0]
     text = user_text(req)
     for part in ("##Residual##", "0.7123", "not measured yet", "use GELU -> scored 0.70", "add dropout -> failed",
-                 "1. [block*attention] add a squeeze-and-excitation gate", "3. [block*shortcut]", "at most 2"):
+                 "1. [block*attention] add a squeeze-and-excitation gate", "3. [block*shortcut]", "at most 2",
+                 "(for example: 1, 2)."):
         assert part in text, part
     assert req["grammar"].startswith("root ::= number") and '"3"' in req["grammar"] and '"4"' not in req["grammar"]
     assert "{0,1}" in req["grammar"]

@@ -141,6 +141,7 @@ def test_a_factory_without_a_device_runs_on_meta_and_one_naming_another_device_i
     ("add", "out", False), ("max", "dim_max", False), ("sort", "values", False),  # write into an argument
     ("sort", "int", False), ("mul_", "t", False),  # into `self` without the in-place name, into another one with it
     ("as_strided", "default", False), ("_reshape_alias", "default", False),  # not listed
+    ("as_strided_", "default", False), ("cauchy_", "default", False),  # in place, but of an operator not listed
     ("add", "no_such_overload", False), ("mul__", "Tensor", False), ("relux", "default", False),
 ])
 def test_an_operator_is_allowed_by_its_name_and_its_schema(op: str, overload: str, expected: bool) -> None:

@@ -369,10 +369,16 @@ def test_a_file_without_network_names_its_module_classes_and_a_network_that_is_n
     with pytest.raises(worker.Stop) as stop:
         worker.instantiate(module, "m.py", 10)
     assert stop.value.verdict.error == "instantiate: m.py defines no `Network` class (nn.Module classes found: A, B)"
+    assert (stop.value.verdict.ok, stop.value.verdict.stage) == (False, "instantiate")
+    path.write_text("x = 1\n")
+    with pytest.raises(worker.Stop) as stop:
+        worker.instantiate(worker.import_file(path, "nas_test_found"), "m.py", 10)
+    assert stop.value.verdict.error == "instantiate: m.py defines no `Network` class (nn.Module classes found: none)"
     path.write_text("class Network:\n    def __init__(self, num_classes):\n        pass\n")
     with pytest.raises(worker.Stop) as stop:
         worker.instantiate(worker.import_file(path, "nas_test_found"), "m.py", 7)
     assert stop.value.verdict.error == "instantiate: Network(num_classes=7) returned Network, not an nn.Module"
+    assert (stop.value.verdict.ok, stop.value.verdict.stage) == (False, "instantiate")
 
 
 def test_the_first_in_channels_are_the_first_layer_s_that_has_them():
