@@ -99,6 +99,15 @@ def _detach_logs_in(run_dir: Path) -> None:
                 handler.close()
 
 
+def discard_failed_start(run: RunDir, existing: set[Path]) -> None:
+    """After a failed start: the run dir is removed unless it was there before this command
+    (`existing`) or the search wrote to it; once removed, its log files are closed too."""
+    if run.path not in existing:
+        run.discard_unstarted()
+        if not run.path.exists():
+            _detach_logs_in(run.path)
+
+
 def _hydra_entry(existing: set[Path], built: Search | None) -> None:
     """Hydra's main: a sweep (-m), Hydra's own flags (--cfg, --help), a `hydra.verbose` run."""
     @hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
@@ -133,10 +142,7 @@ def search_job(cfg: Any, existing: set[Path], built: Search | None) -> None:
                 summary = run_session(Session(search, run, resume), container.get("runner") or {},
                                       bool(container.get("progress", True)))
             except BaseException:  # a start that failed (Prefect's, a runner setting's) leaves no dir
-                if run_dir not in existing:
-                    run.discard_unstarted()
-                    if not run_dir.exists():
-                        _detach_logs_in(run_dir)
+                discard_failed_start(run, existing)
                 raise
         print_summary(run_dir, summary)
     except NasError as err:
