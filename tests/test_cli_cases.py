@@ -85,6 +85,26 @@ def test_a_bad_job_is_refused_before_hydra(capsys):
     assert capsys.readouterr().err.startswith("nas: error: ")
 
 
+def test_given_run_dirs_already_there_are_kept_sweep_dirs_and_interpolations_not(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "sweep").mkdir()
+    argv = [f"hydra.run.dir={tmp_path / 'run'}", f"+hydra.sweep.dir={tmp_path / 'sweep'}",
+            f"hydra.run.dir={tmp_path / 'new'}", "hydra.run.dir=runs/${now:%H}", "seed=1"]
+    assert S.output_dirs(argv) == {(tmp_path / "run").resolve()}
+    assert S.output_dirs([f"+hydra.run.dir={tmp_path / 'run'}"]) == {(tmp_path / "run").resolve()}
+    assert S.output_dirs([f"run.dir={tmp_path / 'run'}", "hydra.run.dir=${x}"]) == set()
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_file_in_the_way_of_a_sweep_dir_is_refused(capsys, tmp_path):
+    (tmp_path / "f").write_text("x")
+    exits(S.output_dirs, [f"hydra.sweep.dir={tmp_path / 'f'}"], code=2)
+    assert capsys.readouterr().err.startswith(f"nas: error: {tmp_path / 'f'}")
+    exits(S.output_dirs, [f"hydra.sweep.dir={tmp_path / 'f'}/${{now:%H}}", "hydra.run.dir= "], code=2)
+    assert capsys.readouterr().err == ("nas: error: hydra.run.dir is empty: give a directory (an empty one would "
+                                       "write into the current one)\n")
+
+
 JOB = ["space=nb201", "evaluator=simulated", "budget.trials=2", "progress=false"]
 
 
@@ -93,6 +113,11 @@ def test_one_job_is_built_once_for_its_run_a_sweep_builds_none():
     assert built is not None and built.spec.seed == 0 and checked.container["seed"] == 0
     checked, built = S.check_jobs([[*JOB, "seed=3"], [*JOB, "seed=4"]])
     assert built is None and checked.container["seed"] == 3
+
+
+def test_check_run_dir_of_a_new_dir_makes_it_and_resumes_nothing(tmp_path):
+    spec = S.check_jobs([JOB])[1].spec
+    assert S.check_run_dir(RunDir(tmp_path / "new"), spec) is None and (tmp_path / "new").is_dir()
 
 
 def file_logger(path: Path) -> logging.FileHandler:
@@ -380,6 +405,68 @@ def test_load_arch_refusals(tmp_path):
 def test_load_arch_reads_a_cell_string():
     space, a = train.load_arch("|nor_conv_3x3~0|+|nor_conv_3x3~0|skip_connect~1|+|none~0|none~1|none~2|")
     assert (space.name, a.space) == ("nb201", "nb201")
+
+
+def cell():
+    return train.load_arch("|nor_conv_3x3~0|+|nor_conv_3x3~0|skip_connect~1|+|none~0|none~1|none~2|")[1]
+
+
+def test_train_result_lines():
+    from nas.core.trial import SELF_REPORTED, EvalResult
+    a = cell()
+    ok = EvalResult(90.0, {"valid_accuracy": 90.0, "test_accuracy": 89.125, "epochs": 3.0}, 100, 2000, 1.25)
+    assert train.result_line(a, ok) == (f"nb201 {a.key()}: ok; valid 90.00%, test 89.12%, 100 params, 2000 FLOPs, "
+                                        "3 epochs, 1.2 s")
+    cut = EvalResult(None, {"valid_accuracy": 50.0, "test_accuracy": 40.0, "self_reported": True}, 1, 2, 0.0,
+                     error="seed 2 \x1b")
+    assert train.result_line(a, cut) == (
+        f"nb201 {a.key()}: failed: seed 2 \\x1b ({SELF_REPORTED}: the model could not be exported as a graph, so it "
+        "trained inside the sandbox and reported these numbers itself); valid 50.00%, test 40.00% (mean of the "
+        "seeds that finished), 1 params, 2 FLOPs, 0 epochs, 0.0 s")
+    assert train.result_line(a, EvalResult.failure("boom")) == (
+        f"nb201 {a.key()}: failed: boom; no accuracy measured, None params, None FLOPs, 0 epochs, 0.0 s")
+
+
+def manifest(**changes):
+    base = {"trial": 3, "accuracy": 91.234, "params": 1234567, "out": "/o", "evaluator": "train",
+            "input_shape": [2, 3, 32, 32], "metrics": {}, "weights": {"origin": "retrained"},
+            "source_check": {"passed": True},
+            "graph": {"format": "onnx", "file": "model.onnx", "batch": "dynamic",
+                      "check": {"max_abs_diff": 1.5e-6, "method": "onnxruntime", "passed": True}}}
+    return base | changes
+
+
+def test_export_line_of_a_good_onnx_export():
+    assert export.export_lines(manifest()) == (
+        "exported trial 3 (91.23%, 1,234,567 params, weights: retrained) to /o: model.py, model.pt, model.onnx "
+        "(any batch size; onnxruntime: max abs diff 1.50e-06, ok)", None)
+
+
+def test_export_line_of_a_fixed_batch_torchscript_with_a_mismatch():
+    graph = {"format": "torchscript", "file": "model.torchscript.pt", "batch": "fixed", "onnx_error": "bad\x1b",
+             "check": {"max_abs_diff": None, "method": "torch", "passed": False}}
+    line, error = export.export_lines(manifest(graph=graph, metrics={"self_reported": True},
+                                               weights={"origin": "initial", "self_reported": True},
+                                               evaluator="table", source_check={"passed": False}))
+    from nas.core.trial import SELF_REPORTED
+    assert line == (f"exported trial 3 (table accuracy 91.23% {SELF_REPORTED} (not these weights: untrained), "
+                    f"1,234,567 params, weights: initial, {SELF_REPORTED}) to /o: model.py, model.pt, "
+                    "model.torchscript.pt (batch fixed at 2 by the network's code; torch: not run, MISMATCH); "
+                    "ONNX failed: bad\\x1b")
+    assert error == "nas: error: the graph and source output check failed (files kept in /o; see export.json)"
+
+
+def test_export_line_without_a_graph():
+    line, error = export.export_lines(manifest(graph={"format": None, "check": None}, source_check=None,
+                                               weights={"origin": "initial"}))
+    assert line == ("exported trial 3 (search accuracy 91.23% (not these weights: untrained), 1,234,567 params, "
+                    "weights: initial) to /o: model.py, model.pt, no graph (ONNX and TorchScript export failed; "
+                    "see export.json)")
+    assert error == "nas: error: no ONNX or TorchScript graph (files kept in /o; see export.json)"
+    graph = {"format": "onnx", "file": "m.onnx", "check": {"max_abs_diff": 0.0, "method": "m", "passed": True}}
+    line, error = export.export_lines(manifest(graph=graph, source_check={"passed": False}))
+    assert line.endswith("model.py, model.pt, m.onnx (m: max abs diff 0.00e+00, ok)")
+    assert error == "nas: error: the source output check failed (files kept in /o; see export.json)"
 
 
 # ---------------------------------------------------------------- nas arch, knowledge, supernet, export, compare, ui

@@ -37,18 +37,7 @@ MULTIRUN = ("-m", "--multirun")
 def main(argv: list[str]) -> None:
     check_group_overrides(argv)
     flags = [a for a in argv if a.startswith("-")]
-    existing: set[Path] = set()  # given run dirs that are there before Hydra makes its own: never removed
-    for arg in argv:  # Hydra makes its output dir itself, where a file in the way is a traceback
-        key, _, value = arg.partition("=")
-        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and not value.strip():
-            fail(f"{key.lstrip('+')} is empty: give a directory (an empty one would write into the current one)")
-        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
-            try:
-                check_output(Path(value), directory=True)
-            except NasError as err:
-                fail(str(err))
-            if key.lstrip("+") == "hydra.run.dir" and Path(value).is_dir():
-                existing.add(Path(value).resolve())
+    existing = output_dirs(argv)
     checked, built = None, None
     if not set(flags) - set(MULTIRUN):  # --help, --cfg job, ...: Hydra's own, nothing is written
         try:
@@ -60,6 +49,24 @@ def main(argv: list[str]) -> None:
         run_composed(checked.config, lambda cfg: search_job(cfg, existing, built))  # composes nothing again
     else:
         _hydra_entry(existing, built)
+
+
+def output_dirs(argv: list[str]) -> set[Path]:
+    """The given run dirs that are there before Hydra makes its own (never removed), after checking
+    each given output dir: Hydra makes it itself, where a file in the way is a traceback."""
+    existing: set[Path] = set()
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and not value.strip():
+            fail(f"{key.lstrip('+')} is empty: give a directory (an empty one would write into the current one)")
+        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
+            try:
+                check_output(Path(value), directory=True)
+            except NasError as err:
+                fail(str(err))
+            if key.lstrip("+") == "hydra.run.dir" and Path(value).is_dir():
+                existing.add(Path(value).resolve())
+    return existing
 
 
 def check_jobs(jobs: list[list[str]]) -> tuple[Checked, Search | None]:
