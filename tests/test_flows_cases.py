@@ -576,3 +576,62 @@ def test_plain_parameters_flow_sends_json_data_as_is():
                                                             "runner_settings": None}
     assert S.search_flow.serialize_parameters({"p": Path("x")}) == {"p": "x"}  # Prefect's own
     assert type(S.search_flow.with_options(name="x")) is S.PlainParametersFlow
+
+
+# ---------------------------------------------------------------- more of prefect.yaml, the API a command reports to
+
+
+def test_a_dropped_deployments_cron_is_dropped_with_it(tmp_path):
+    (b,) = D.load(write(tmp_path, OK), ["a=null", "a.cron=0 4 * * *"])
+    assert b.name == "b"
+
+
+def test_an_override_that_does_not_parse_is_one_line(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        D.load(write(tmp_path, OK), ["a.tags=[x"])
+    assert str(err.value).startswith("override 'a.tags=[x': ")
+    assert "\n" not in str(err.value)
+
+
+def test_a_file_that_is_not_text_cannot_be_read(tmp_path):
+    path = tmp_path / "prefect.yaml"
+    path.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError) as err:
+        D.load(path)
+    assert str(err.value).startswith(f"{path}: cannot read (")
+
+
+def test_the_checkouts_file_is_the_default():
+    assert D.default_file() == D.PROJECT_FILE
+    assert {e.name for e in D.load()} == {e.name for e in D.load(D.PROJECT_FILE)}
+
+
+def test_build_gives_the_deployment_as_checked():
+    entry = D.Entry("b", "flows/regression.py:regression_flow", {"suite": "quick"},
+                    (D.Schedule("0 3 * * *", "Europe/Berlin", False),), None, 2, ("t",), "v1")
+    deployment = D.build(entry)
+    assert (deployment.name, deployment.flow_name, deployment.parameters) == ("b", "nas-regression",
+                                                                               {"suite": "quick"})
+    assert (deployment.tags, deployment.version) == (["t"], "v1")
+    assert deployment.description == D.load_flow(entry).description
+    (schedule,) = deployment.schedules
+    assert (schedule.schedule.cron, schedule.schedule.timezone, schedule.active) == ("0 3 * * *", "Europe/Berlin",
+                                                                                     False)
+
+
+def test_a_configured_api_is_used_as_is():
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:9/api"}):
+        assert PS.start_temporary_server(show=False) is None
+        with PS.prefect_api(show=False) as url:
+            assert url is None
+        for name in ("prefect", "dask"):
+            with T.shared_api({"name": name}):
+                assert PREFECT_API_URL.value() == "http://127.0.0.1:9/api"
+
+
+def test_serve_without_a_configured_api_in_temporary_mode_starts_none(monkeypatch):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    monkeypatch.setenv(PS.SERVER_MODE, "temporary")
+    with temporary_settings(updates={PREFECT_API_URL: None}), PS.prefect_api(show=False, temporary=False) as url:
+        assert url is None
