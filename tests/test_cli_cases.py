@@ -10,6 +10,8 @@ import logging
 import os
 import signal
 import socket
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -721,3 +723,75 @@ def test_reap_sends_each_childs_exit_or_signal():
     b.close()
     d.close()
 
+
+
+# ---------------------------------------------------------------- the warm process's conversation, scripted
+
+
+def devnull_streams(monkeypatch):
+    for name in warm.STDIO:
+        monkeypatch.setattr(sys, name, open(os.devnull, "r" if name == "stdin" else "w"))  # noqa: SIM115
+
+
+@pytest.mark.parametrize("replies, code", [
+    ([{"pid": 1}, {"exit": 5}], 5),
+    ([{"pid": "1"}], None),
+    ([{"pid": 1, "x": 2}], None),
+    ([[1]], None),
+])
+def test_warm_run_against_a_scripted_warm_process(tmp_path, monkeypatch, replies, code):
+    env = {"NASFLOW_HOME": str(tmp_path)}
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(warm.address(tmp_path, warm.fingerprint(env, warm.project_root())))
+    listener.listen(1)
+    seen: dict = {}
+
+    def serve_one():
+        conn, _ = listener.accept()
+        with conn:
+            fds: list[int] = []
+            seen["request"] = warm_server.parse_request(warm.read_message(conn, fds))
+            seen["fds"] = len(fds)
+            warm.close_fds(fds)
+            for reply in replies:
+                warm.send_message(conn, reply)
+
+    thread = threading.Thread(target=serve_one)
+    thread.start()
+    devnull_streams(monkeypatch)
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        assert warm.run(["search", "x=1"], env, tmp_path) == code
+    finally:
+        thread.join(5)
+        listener.close()
+    assert signal.getsignal(signal.SIGINT) == before
+    assert (seen["request"]["argv"], seen["request"]["env"], seen["fds"]) == (["search", "x=1"], env, 3)
+    assert seen["request"]["cwd"] == os.getcwd() and seen["request"]["argv0"] == sys.argv[0]
+
+
+def test_warm_run_with_a_stream_that_is_gone_is_none(tmp_path, monkeypatch):
+    devnull_streams(monkeypatch)
+    monkeypatch.setattr(sys, "stdout", None)
+    assert warm.run(["search"], {}, tmp_path) is None
+
+
+@pytest.mark.parametrize("send, refused", [
+    (lambda s: warm.send_message(s, request()), "refused a request: 0 descriptors, not 3"),
+    (lambda s: warm.send_message(s, request(), fds=[0, 1, 2]),
+     "refused a request: stale: the code or the environment changed"),
+    (lambda s: warm.send_message(s, {"x": 1}, fds=[0, 1, 2]), "refused a request: a request has the keys"),
+])
+def test_warm_process_refuses_a_request_without_forking(capsys, tmp_path, send, refused):
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(b"\0nasflow-test-" + str(tmp_path).encode()[-40:])
+    listener.listen(1)
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with listener, client:
+        client.connect(listener.getsockname())
+        send(client)
+        children: dict = {}
+        assert warm_server._accept(listener, children, "print", tmp_path, []) is False
+        assert children == {}
+        assert client.recv(1) == b""  # closed on it
+    assert refused in capsys.readouterr().err
