@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import types
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -635,3 +636,43 @@ def test_serve_without_a_configured_api_in_temporary_mode_starts_none(monkeypatc
     monkeypatch.setenv(PS.SERVER_MODE, "temporary")
     with temporary_settings(updates={PREFECT_API_URL: None}), PS.prefect_api(show=False, temporary=False) as url:
         assert url is None
+
+
+# ---------------------------------------------------------------- entry: a deployment run's name and composed job
+
+JOB = ["space=nb201", "evaluator=simulated", "budget.trials=2", "progress=false"]
+
+
+def run_parameters(monkeypatch, parameters):
+    """The flow run's parameters as Prefect's runtime gives them inside the run (a stand-in outside one)."""
+    monkeypatch.setattr(E, "flow_run", types.SimpleNamespace(parameters=parameters))
+    E._COMPOSED.set(None)  # none left by an earlier test
+
+
+def test_the_run_is_named_from_its_overrides_and_its_body_takes_that_compose(monkeypatch, tmp_path):
+    run_parameters(monkeypatch, {"overrides": [*JOB, f"hydra.run.dir={tmp_path}", "seed=4"]})
+    assert E.overrides_run_name() == "bananas-nb201-s4"
+    job, composed = E._COMPOSED.get()
+    assert job == [*JOB, "seed=4"]
+    assert E._composed(job) is composed  # taken: composed once
+    assert E._COMPOSED.get() is None
+    again = E._composed(job)  # nothing handed: composed here
+    assert again is not composed and again[0].seed == 4
+
+
+def test_a_compose_for_another_job_is_not_taken(monkeypatch):
+    run_parameters(monkeypatch, {"overrides": JOB})
+    assert E.overrides_run_name() == "bananas-nb201-s0"
+    spec, progress, _ = E._composed([*JOB, "seed=2"])
+    assert (spec.seed, progress) == (2, False) and E._COMPOSED.get() is None
+
+
+def test_overrides_that_do_not_compose_keep_the_flows_name(monkeypatch):
+    run_parameters(monkeypatch, {"overrides": ["space=nope"]})
+    assert E.overrides_run_name() == "nas-search"
+    assert E._COMPOSED.get() is None
+
+
+def test_an_ingest_run_checks_its_overrides_before_reading():
+    with pytest.raises(ConfigError, match="^unknown key 'llm.nope' "):
+        E.ingest_overrides_flow.fn(paths=None, overrides=["llm.nope=1"])
