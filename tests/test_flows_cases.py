@@ -161,6 +161,8 @@ def test_dask_runner_built_per_case_without_starting_a_cluster():
     slots = T.build_task_runner({"name": "dask", "per_gpu": 2, "max_retries": 1}, gpus=["0"])
     assert slots.cluster_class is T.slot_cluster
     assert slots.cluster_kwargs == {"slots": [("0", 0.5), ("0", 0.5)], "max_retries": 1, "dashboard_address": None}
+    whole = T.build_task_runner({"name": "dask"}, gpus=["0", "1"])
+    assert whole.cluster_kwargs["slots"] == [("0", 1.0), ("1", 1.0)] and whole.cluster_kwargs["max_retries"] == 2
     remote = T.build_task_runner({"name": "dask", "address": "tcp://h:8786"}, gpus=["0"])
     assert remote.address == "tcp://h:8786"
     with pytest.raises(ConfigError, match=r"^runner.max_retries: "):
@@ -481,8 +483,8 @@ def test_free_port_is_bindable():
 
 
 def test_server_dir_is_prefect_home(monkeypatch, tmp_path):
-    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "ph"))
-    assert PS._server_dir() == (tmp_path / "ph").resolve() and (tmp_path / "ph").is_dir()
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "a" / "ph"))
+    assert PS._server_dir() == (tmp_path / "a" / "ph").resolve() and (tmp_path / "a" / "ph").is_dir()
 
 
 def test_check_server_without_a_url(monkeypatch):
@@ -676,3 +678,47 @@ def test_overrides_that_do_not_compose_keep_the_flows_name(monkeypatch):
 def test_an_ingest_run_checks_its_overrides_before_reading():
     with pytest.raises(ConfigError, match="^unknown key 'llm.nope' "):
         E.ingest_overrides_flow.fn(paths=None, overrides=["llm.nope=1"])
+
+
+def test_heartbeat_resources_name_the_run_its_flow_deployment_and_tags():
+    import uuid
+
+    from prefect import __version__
+    from prefect.client.schemas.objects import FlowRun
+    run = FlowRun(id=uuid.UUID(int=1), name="re-nb201-s0", flow_id=uuid.UUID(int=2),
+                  deployment_id=uuid.UUID(int=3), tags=["b", "a"])
+    resource, related = H.heartbeat_resources(run, "nas-search")
+    assert resource == {"prefect.resource.id": f"prefect.flow-run.{uuid.UUID(int=1)}",
+                        "prefect.resource.name": "re-nb201-s0", "prefect.version": __version__}
+    assert related[:2] == [{"prefect.resource.id": f"prefect.flow.{uuid.UUID(int=2)}", "prefect.resource.role": "flow",
+                            "prefect.resource.name": "nas-search"},
+                           {"prefect.resource.id": f"prefect.deployment.{uuid.UUID(int=3)}",
+                            "prefect.resource.role": "deployment"}]
+    assert sorted(r["prefect.resource.id"] for r in related[2:]) == ["prefect.tag.a", "prefect.tag.b"]
+    bare = types.SimpleNamespace(id=1, name=None, flow_id=None, deployment_id=None, tags=None)  # as a run's may be
+    resource, related = H.heartbeat_resources(bare, "")
+    assert resource["prefect.resource.name"] == "" and related == []
+
+
+def test_a_read_and_a_probe_are_retried_once():
+    from flows import knowledge as K
+    from flows import regression as R
+    assert (K.read_task.retries, K.read_task.retry_delay_seconds) == (1, 1)
+    assert (R.probe_task.retries, R.probe_task.retry_delay_seconds) == (1, 5)
+
+
+def test_flow_parameters_go_unvalidated_as_given():
+    """Pydantic's validation of each call's parameters would coerce a spec's values and cost a compose."""
+    from flows import knowledge as K
+    from flows import regression as R
+    for flow_ in (S.search_flow, R.regression_flow, K.ingest_flow):
+        assert flow_.should_validate_parameters is False
+    assert S.search_flow.name == "nas-search" and S.search_flow.persist_result is False
+
+
+def test_a_supernet_run_refuses_ddp_before_the_data_loads():
+    from flows import supernet as SN
+    with pytest.raises(ConfigError) as err:
+        SN.train_supernet_flow.fn(["supernet.devices=2", "out=/nonexistent/sn"])
+    assert str(err.value) == ("supernet.devices > 1 needs `nas train-supernet`: Lightning's DDP relaunches the "
+                              "command per rank, which in a flow run would start the run again")
