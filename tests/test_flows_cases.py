@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import types
 from contextlib import nullcontext
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -722,3 +724,75 @@ def test_a_supernet_run_refuses_ddp_before_the_data_loads():
         SN.train_supernet_flow.fn(["supernet.devices=2", "out=/nonexistent/sn"])
     assert str(err.value) == ("supernet.devices > 1 needs `nas train-supernet`: Lightning's DDP relaunches the "
                               "command per rank, which in a flow run would start the run again")
+
+
+# ---------------------------------------------------------------- against a scripted API (a stand-in HTTP server)
+
+
+class _Api(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 - http.server's name
+        if self.path == "/api/health":
+            code, body = 200, b"true"
+        elif self.path == "/ui-settings" and self.server.ui_api is not False:
+            code, body = 200, json.dumps({"api_url": self.server.ui_api}).encode()
+        else:
+            code, body = 404, b""
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def api():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
+    server.ui_api = None
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, f"http://127.0.0.1:{server.server_port}/api"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_server_that_answers_is_checked_and_its_ui_compared(api):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    server, url = api
+    assert SS.healthy(url) is True and SS.healthy(url + "/") is True
+    with temporary_settings(updates={PREFECT_API_URL: url}):
+        assert PS.check_server() == url
+    assert PS.ui_warning(url) is None            # no api_url: nothing to compare
+    server.ui_api = url + "/"
+    assert PS.ui_warning(url) is None            # the same address
+    server.ui_api = "http://127.0.0.1:4200/api"
+    assert PS.ui_warning(url) == (f"nas serve: warning: the server's UI calls the API at http://127.0.0.1:4200/api, "
+                                  f"not {url}; restart it with PREFECT_UI_API_URL={url} prefect server start ...")
+    server.ui_api = False
+    assert PS.ui_warning(url) is None            # no UI
+
+
+@pytest.mark.parametrize("saved", [None, "http://saved/api"])
+def test_the_shared_local_server_found_running_is_used_and_held(api, monkeypatch, tmp_path, saved):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    _, url = api
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path))
+    monkeypatch.setenv(PS.SERVER_MODE, "local")
+    if saved is None:
+        monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    else:
+        monkeypatch.setenv("PREFECT_API_URL", saved)
+    state = {"url": url, "port": 1, "pid": 1, "idle_minutes": 5}
+    (tmp_path / SS.STATE).write_text(json.dumps(state))
+    (tmp_path / SS.USERS).touch()
+    os.utime(tmp_path / SS.USERS, (0, 0))
+    assert PS.running_local_server() == state
+    assert PS._start_local_server(tmp_path, False, tmp_path / SS.LOG) == url  # one runs: none started
+    with temporary_settings(updates={PREFECT_API_URL: None}):
+        with PS.prefect_api(show=False) as got:
+            assert got == url and os.environ["PREFECT_API_URL"] == url and PREFECT_API_URL.value() == url
+            assert os.stat(tmp_path / SS.USERS).st_mtime == 0  # held: the idle clock starts as it lets go
+        assert os.environ.get("PREFECT_API_URL") == saved and PREFECT_API_URL.value() is None
+    assert os.stat(tmp_path / SS.USERS).st_mtime > 0
+    assert not (tmp_path / SS.LOG).exists()
