@@ -12,6 +12,7 @@ import signal
 import socket
 import sys
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -554,6 +555,36 @@ def test_ui_on_temporary_servers_and_no_local_one(capsys, monkeypatch, tmp_path)
         monkeypatch.setenv("PREFECT_HOME", str(tmp_path))
         exits(ui.main, ["--no-start"], code=1)
         assert capsys.readouterr().out == "no local Prefect server runs for this NASFLOW_HOME; `nas ui` starts one\n"
+
+
+class _Health(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.send_response(200 if self.path == "/api/health" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("argv, state, minutes", [([], {"idle_minutes": 5}, "5"), (["--no-start"], {}, "30")])
+def test_ui_names_the_running_local_server(capsys, monkeypatch, tmp_path, argv, state, minutes):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/api"
+    (tmp_path / "local-server.json").write_text(json.dumps({"url": url, **state}))
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path))
+    monkeypatch.setenv("NASFLOW_PREFECT_SERVER", "local")
+    monkeypatch.delenv("NASFLOW_SERVER_IDLE_MINUTES", raising=False)
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: None}):
+            ui.main(argv)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert capsys.readouterr().out == (f"Prefect UI: http://127.0.0.1:{server.server_port} (the local server nas "
+                                       f"commands share; it stops after {minutes} idle minutes)\n")
 
 
 # ---------------------------------------------------------------- the warm process
