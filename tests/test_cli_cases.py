@@ -786,16 +786,18 @@ def test_warm_run_against_a_scripted_warm_process(tmp_path, monkeypatch, replies
             warm.close_fds(fds)
             for reply in replies:
                 warm.send_message(conn, reply)
+            conn.recv(1)  # held until the caller lets go, as the warm process holds it
 
     thread = threading.Thread(target=serve_one)
     thread.start()
     devnull_streams(monkeypatch)
     before = signal.getsignal(signal.SIGINT)
     try:
-        assert warm.run(["search", "x=1"], env, tmp_path) == code
+        got = warm.run(["search", "x=1"], env, tmp_path)
     finally:
         thread.join(5)
         listener.close()
+    assert got == code, seen
     assert signal.getsignal(signal.SIGINT) == before
     assert (seen["request"]["argv"], seen["request"]["env"], seen["fds"]) == (["search", "x=1"], env, 3)
     assert seen["request"]["cwd"] == os.getcwd() and seen["request"]["argv0"] == sys.argv[0]
