@@ -828,3 +828,97 @@ def test_warm_process_refuses_a_request_without_forking(capsys, tmp_path, send, 
         assert children == {}
         assert client.recv(1) == b""  # closed on it
     assert refused in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- nas arch's pieces on a block file
+
+BLOCKS = Path(__file__).resolve().parent / "data" / "blocks"
+
+
+@pytest.mark.parametrize("argv, depths, size, classes", [
+    ([], (5, 5, 5), 32, 10),
+    (["--depth", "2", "--input-size", "16", "--num-classes", "120"], (2, 2, 2), 16, 120),
+    (["--skeleton", "imagenet", "--input-size", "64"], (2, 3, 5, 2), 64, 10),
+])
+def test_arch_skeleton_per_choice(argv, depths, size, classes):
+    skeleton = arch._skeleton(arch._parser("show").parse_args(["f.txt", *argv]))
+    assert (skeleton.depths, skeleton.input_size, skeleton.num_classes) == (depths, size, classes)
+
+
+def test_block_errors_of_a_valid_file_at_a_searched_or_fixed_width():
+    text = (BLOCKS / "residual.txt").read_text()
+    assert arch.block_errors(text, "r.txt", arch._parser("validate").parse_args(["r.txt"])) == []
+    assert arch.block_errors(text, "r.txt", arch._parser("validate").parse_args(["r.txt", "--width", "8"])) == []
+
+
+def test_block_errors_name_the_file_once():
+    text = (BLOCKS / "residual.txt").read_text()
+    tight = arch.block_errors(text, "r.txt", arch._parser("validate").parse_args(["r.txt", "--max-params", "10"]))
+    assert len(tight) == 1 and tight[0].startswith("r.txt: ") and not tight[0].startswith("r.txt: r.txt")
+    assert arch.block_errors("not a block file", "x.txt", arch._parser("validate").parse_args(["x.txt"]))[0] \
+        .startswith("x.txt")
+
+
+def test_validate_a_valid_block_file_says_so(capsys):
+    exits(arch.main, ["validate", str(BLOCKS / "residual.txt")], code=0)
+    assert capsys.readouterr().out == f"{BLOCKS / 'residual.txt'}: valid\n"
+
+
+# ---------------------------------------------------------------- nas knowledge's tree and search checks
+
+
+def knowledge_tree():
+    from nas.knowledge.config import KnowledgeConfig
+    return KnowledgeConfig.from_dict({}).load_tree()
+
+
+def test_knowledge_tree_prints_each_target_then_its_size(capsys):
+    tree = knowledge_tree()
+    n_main, n_sub = tree.size()
+    knowledge.main(["tree"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"{tree.targets[0]}:" and lines[-1] == f"{n_main} main categories, {n_sub} sub-categories"
+    assert [line for line in lines if line.endswith(":") and not line.startswith(" ")] == [f"{t}:" for t in tree.targets]
+    knowledge.main(["tree", "--target", "efficiency"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "efficiency:" and lines[1].startswith("  ")
+    assert [line for line in lines if not line.startswith(" ")] == ["efficiency:", lines[-1]]
+    knowledge.main(["tree", "--json"])
+    assert json.loads(capsys.readouterr().out) == tree.to_dict()
+
+
+def test_knowledge_search_refuses_an_unknown_main_category(capsys):
+    exits(knowledge.main, ["search", "q", "--main-category", "nope"], code=2)
+    assert capsys.readouterr().err.startswith(
+        f"nas: error: unknown main category 'nope' (valid: {', '.join(knowledge_tree().mains())})")
+
+
+def test_code_stamp_names_a_site_packages_folder_that_is_gone(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "gone" / "site-packages"), str(tmp_path)])
+    assert warm.code_stamp(tmp_path) == [(str(tmp_path / "gone" / "site-packages"), -1, 0)]
+
+
+def test_a_warm_child_draws_its_own_random_numbers():
+    import random
+
+    import numpy
+    random.seed(1)
+    numpy.random.seed(1)
+    before = random.getstate(), numpy.random.get_state()[1].tolist()
+    warm_server._reseed()
+    assert random.getstate() != before[0] and numpy.random.get_state()[1].tolist() != before[1]
+
+
+def test_knowledge_search_takes_one_hit(capsys):
+    exits(knowledge.main, ["search", "q", "-k", "1", "--main-category", "nope"], code=2)
+    assert capsys.readouterr().err.startswith("nas: error: unknown main category 'nope' (valid: ")
+
+
+def test_train_out_is_checked_before_anything_else(capsys, tmp_path):
+    out = tmp_path / "no" / "dir" / "r.json"
+    (tmp_path / "no").write_text("a file in the way")
+    exits(train.main, ["x.txt", "--out", str(out), "seed=1"], code=2)
+    err = capsys.readouterr().err
+    assert err.startswith("nas: error: ") and str(tmp_path / "no") in err and "no such file" not in err
+    exits(train.main, ["x.txt", "--out", str(tmp_path / "r.json"), "seed=1"], code=2)  # taken out; then ARCH
+    assert capsys.readouterr().err == f"nas: error: x.txt: no such file ({HINT})\n"
