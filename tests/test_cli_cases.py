@@ -922,3 +922,60 @@ def test_train_out_is_checked_before_anything_else(capsys, tmp_path):
     assert err.startswith("nas: error: ") and str(tmp_path / "no") in err and "no such file" not in err
     exits(train.main, ["x.txt", "--out", str(tmp_path / "r.json"), "seed=1"], code=2)  # taken out; then ARCH
     assert capsys.readouterr().err == f"nas: error: x.txt: no such file ({HINT})\n"
+
+
+def test_warm_process_forks_a_child_per_good_request_and_reports_its_exit(tmp_path):
+    env = {"A": "b"}
+    parent = os.getpid()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(b"\0nasflow-test-fork-" + str(tmp_path).encode()[-40:])
+    listener.listen(1)
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with listener, client:
+        client.connect(listener.getsockname())
+        warm.send_message(client, request(env=env, cwd=str(tmp_path)), fds=[0, 1, 2])
+        children: dict = {}
+        child = warm_server._accept(listener, children, warm.fingerprint(env, tmp_path), tmp_path, [])
+        if os.getpid() != parent:  # the child, now its caller's process: it ends here
+            os._exit(7 if child is True and os.getcwd() == str(tmp_path) and os.environ == env else 9)
+        assert child is False
+        (pid,) = children
+        assert warm.read_message(client) == {"pid": pid}
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        warm_server._reap(children, set())
+        assert warm.read_message(client) == {"exit": 7}
+
+
+@pytest.fixture
+def own_logging():
+    """Hydra's job logging (dictConfig) replaces handlers: put every logger's back as it was."""
+    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]
+    saved = {lg: (list(lg.handlers), lg.level, lg.propagate, lg.disabled) for lg in loggers}
+    yield
+    for lg in [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]:
+        handlers, level, propagate, disabled = saved.get(lg, ([], logging.NOTSET, True, False))
+        for h in lg.handlers:
+            if h not in handlers:
+                h.close()
+        lg.handlers[:] = handlers
+        lg.level, lg.propagate, lg.disabled = level, propagate, disabled
+
+
+def test_a_composed_job_runs_as_hydras_main_with_its_logging(tmp_path, own_logging):
+    from hydra.core.hydra_config import HydraConfig
+    checked, _ = S.check_jobs([[*JOB, f"hydra.run.dir={tmp_path / 'run'}"]])
+    assert hydra_job.plain_run(checked.config)
+    seen = {}
+
+    def task(cfg):
+        seen["dir"] = HydraConfig.get().runtime.output_dir
+        seen["mode"] = str(HydraConfig.get().mode)
+        seen["seed"] = cfg.seed
+        logging.getLogger("nas.progress").info("batch 1")
+
+    hydra_job.run_composed(checked.config, task)
+    assert seen == {"dir": str(tmp_path / "run"), "mode": "RunMode.RUN", "seed": 0}
+    assert (tmp_path / "run" / "search.log").read_text().endswith("batch 1\n")
+    assert "hydra.mode=RUN" in checked.config.hydra.overrides.hydra

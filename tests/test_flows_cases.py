@@ -606,9 +606,19 @@ def test_a_file_that_is_not_text_cannot_be_read(tmp_path):
     assert str(err.value).startswith(f"{path}: cannot read (")
 
 
-def test_the_checkouts_file_is_the_default():
-    assert D.default_file() == D.PROJECT_FILE
-    assert {e.name for e in D.load()} == {e.name for e in D.load(D.PROJECT_FILE)}
+def test_the_checkouts_file_is_the_default_else_the_current_directorys(monkeypatch, tmp_path):
+    monkeypatch.setattr(D, "PROJECT_FILE", tmp_path / "checkout" / "prefect.yaml")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        D.default_file()
+    assert str(err.value) == (f"no prefect.yaml at {tmp_path / 'checkout' / 'prefect.yaml'} or in the current "
+                              "directory; pass --file PATH")
+    write(tmp_path, OK)
+    assert D.default_file() == Path("prefect.yaml")
+    (tmp_path / "checkout").mkdir()
+    write(tmp_path / "checkout", OK.replace("name: a", "name: c"))
+    assert D.default_file() == tmp_path / "checkout" / "prefect.yaml"
+    assert [e.name for e in D.load()] == ["c", "b"]
 
 
 def test_build_gives_the_deployment_as_checked():
@@ -796,3 +806,56 @@ def test_the_shared_local_server_found_running_is_used_and_held(api, monkeypatch
         assert os.environ.get("PREFECT_API_URL") == saved and PREFECT_API_URL.value() is None
     assert os.stat(tmp_path / SS.USERS).st_mtime > 0
     assert not (tmp_path / SS.LOG).exists()
+
+
+# ---------------------------------------------------------------- the shared server's watchdog, around a stand-in server
+
+STUB_SERVER = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/api/health" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+@pytest.fixture
+def own_signals():
+    """The watchdog installs its SIGTERM and SIGINT handlers: put pytest's back."""
+    import signal
+    saved = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGTERM, saved[0])
+    signal.signal(signal.SIGINT, saved[1])
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_watchdog_serves_then_stops_once_idle(monkeypatch, tmp_path, capsys, own_signals):
+    import sys
+    monkeypatch.setattr(SS, "server_command", lambda port: [sys.executable, "-c", STUB_SERVER, str(port)])
+    monkeypatch.setattr(SS, "POLL_S", 0.05)
+    (tmp_path / SS.USERS).touch()
+    os.utime(tmp_path / SS.USERS, (0, 0))  # last let go long ago
+    port = free_port()
+    assert SS.main(["--dir", str(tmp_path), "--port", str(port), "--idle-minutes", "0.5"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"serving http://127.0.0.1:{port}/api (UI at http://127.0.0.1:{port}); stops after 0.5 idle minutes",
+                   "idle for 0.5 minutes: stopping"]
+    assert not (tmp_path / SS.STATE).exists() and not SS.healthy(f"http://127.0.0.1:{port}/api", timeout=0.5)
+
+
+def test_the_watchdog_of_a_server_that_does_not_start_says_so(monkeypatch, tmp_path, capsys, own_signals):
+    import sys
+    monkeypatch.setattr(SS, "server_command", lambda port: [sys.executable, "-c", "raise SystemExit(3)"])
+    assert SS.main(["--dir", str(tmp_path), "--port", "9", "--startup-timeout", "60"]) == 1
+    assert capsys.readouterr().err == "local Prefect server on port 9 did not start (exit 3)\n"
+    assert not (tmp_path / SS.STATE).exists()
