@@ -859,3 +859,23 @@ def test_the_watchdog_of_a_server_that_does_not_start_says_so(monkeypatch, tmp_p
     assert SS.main(["--dir", str(tmp_path), "--port", "9", "--startup-timeout", "60"]) == 1
     assert capsys.readouterr().err == "local Prefect server on port 9 did not start (exit 3)\n"
     assert not (tmp_path / SS.STATE).exists()
+
+
+# ---------------------------------------------------------------- the process pool's exit, a local cluster's retries
+
+
+def test_the_process_pool_exits_plainly_and_on_an_interrupt():
+    with T.InterruptibleProcessPool(max_workers=1) as pool:  # no task: no worker started
+        assert pool._executor is not None
+    with pytest.raises(KeyboardInterrupt), T.InterruptibleProcessPool(max_workers=1):
+        raise KeyboardInterrupt
+    with pytest.raises(ValueError), T.InterruptibleProcessPool(max_workers=1):
+        raise ValueError("an evaluation's error: the workers are left to finish")
+
+
+def test_a_local_clusters_scheduler_reruns_a_lost_task_max_retries_times():
+    cluster = T.local_cluster(max_retries=3, n_workers=0, processes=False, dashboard_address=None)
+    try:
+        assert cluster.scheduler.allowed_failures == 3
+    finally:
+        cluster.close()
