@@ -879,3 +879,14 @@ def test_a_local_clusters_scheduler_reruns_a_lost_task_max_retries_times():
         assert cluster.scheduler.allowed_failures == 3
     finally:
         cluster.close()
+
+
+def test_the_regression_comparison_task_is_the_judges_finish(tmp_path):
+    from flows import regression as R
+    from nas.regression.judge import failed_probe, plan
+    from nas.regression.probes import get_suite
+    p = plan(get_suite("smoke"), None, tmp_path / "out")
+    results = [failed_probe(probe.name, RuntimeError("gone")) for probe in p.suite.probes]
+    report = R.compare_task.fn("smoke", p, results, 1.5)
+    assert (report["suite"], report["wall_s"], report["out"]) == ("smoke", 1.5, str((tmp_path / "out").resolve()))
+    assert report["failures"] and json.loads((tmp_path / "out" / "report.json").read_text())["wall_s"] == 1.5
