@@ -979,3 +979,15 @@ def test_a_composed_job_runs_as_hydras_main_with_its_logging(tmp_path, own_loggi
     assert seen == {"dir": str(tmp_path / "run"), "mode": "RunMode.RUN", "seed": 0}
     assert (tmp_path / "run" / "search.log").read_text().endswith("batch 1\n")
     assert "hydra.mode=RUN" in checked.config.hydra.overrides.hydra
+
+
+def test_compare_says_the_files_it_wrote(capsys, tmp_path):
+    from nas.io import atomic_write_json
+    run = tmp_path / "runs" / "random_nb201_s0"
+    run.mkdir(parents=True)
+    RunDir(run).append([rec(0, 50.0), rec(1, 70.0)])
+    atomic_write_json(run / "summary.json", {"strategy": "random", "space": "nb201", "evaluator": "table", "seed": 0})
+    compare_cli.main([str(tmp_path / "runs"), "--at", "1", "2"])
+    out = tmp_path / "runs"
+    assert capsys.readouterr().out.splitlines()[-1] == (f"wrote {out / 'compare.json'}, {out / 'compare.md'}, "
+                                                        f"{out / 'compare.png'}")
