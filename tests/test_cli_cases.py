@@ -12,6 +12,7 @@ import signal
 import socket
 import sys
 import threading
+import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -991,3 +992,30 @@ def test_compare_says_the_files_it_wrote(capsys, tmp_path):
     out = tmp_path / "runs"
     assert capsys.readouterr().out.splitlines()[-1] == (f"wrote {out / 'compare.json'}, {out / 'compare.md'}, "
                                                         f"{out / 'compare.png'}")
+
+
+@pytest.mark.parametrize("flags, asked", [
+    ([], {"out": None, "trial": None, "train": True, "force": False}),
+    (["--no-train", "--force", "--trial", "2", "--out", "x"], {"out": Path("x"), "trial": 2, "train": False,
+                                                               "force": True}),
+])
+def test_export_passes_its_flags_and_fails_on_a_mismatch(capsys, monkeypatch, tmp_path, flags, asked):
+    (tmp_path / "summary.json").write_text("{}")
+    calls = []
+
+    def export_run(run_dir, out, trial, *, train, force, say):  # the export itself is not what is tested here
+        calls.append({"out": out, "trial": trial, "train": train, "force": force})
+        say("export: step \x1b")
+        return manifest(source_check={"passed": not train})
+
+    monkeypatch.setattr(export, "exporting", types.SimpleNamespace(export_run=export_run))
+    if asked["train"]:
+        exits(export.main, [str(tmp_path), *flags], code=1)
+    else:
+        export.main([str(tmp_path), *flags])
+    assert calls == [asked]
+    out, err = capsys.readouterr()
+    assert out.startswith("exported trial 3 (91.23%")
+    assert err.splitlines()[0] == "export: step \\x1b"
+    assert err.splitlines()[1:] == (["nas: error: the source output check failed (files kept in /o; see export.json)"]
+                                    if asked["train"] else [])
