@@ -56,8 +56,7 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     job = [o for o in overrides if not o.startswith(RUN_DIR)]
     spec, _, checked = _composed(job)  # the flow shows no progress of its own
     cfg = checked.container
-    run_dir = Path(dirs[-1]).resolve() if dirs else new_run_dir(Path(root).resolve(), run_name(spec))
-    made = not dirs or not run_dir.exists()  # a given dir that is not there yet is this run's too
+    run_dir, made = target_dir(dirs, Path(root).resolve(), run_name(spec))
     run = RunDir(run_dir)
     with run.lock():  # once for the whole search (its `Session`), so a failed start can remove the dir it made
         try:
@@ -77,6 +76,15 @@ def _composed(job: list[str]) -> tuple[SearchSpec, bool, Checked]:
     composed = _COMPOSED.get()
     _COMPOSED.set(None)
     return composed[1] if composed is not None and composed[0] == job else checked_job(job)
+
+
+def target_dir(dirs: list[str], root: Path, name: str) -> tuple[Path, bool]:
+    """The run's dir (the last `hydra.run.dir=` given, else a new ROOT/NAME[-N]) and whether this run
+    made it: a given dir that is not there yet is this run's too, one already there never is."""
+    if dirs:
+        path = Path(dirs[-1]).resolve()
+        return path, not path.exists()
+    return new_run_dir(root, name), True
 
 
 def new_run_dir(root: Path, name: str) -> Path:

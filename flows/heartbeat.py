@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 from prefect import __version__ as prefect_version
 from prefect.context import FlowRunContext, SettingsContext, get_settings_context
@@ -53,15 +54,7 @@ def heartbeats() -> Iterator[None]:
     if interval is None or context is None or context.flow_run is None:
         yield
         return
-    run = context.flow_run
-    resource = {"prefect.resource.id": f"prefect.flow-run.{run.id}", "prefect.resource.name": run.name or "",
-                "prefect.version": prefect_version}
-    related = [{"prefect.resource.id": f"prefect.flow.{run.flow_id}", "prefect.resource.role": "flow",
-                "prefect.resource.name": context.flow.name if context.flow else ""}] if run.flow_id else []
-    if run.deployment_id:
-        related.append({"prefect.resource.id": f"prefect.deployment.{run.deployment_id}",
-                        "prefect.resource.role": "deployment"})
-    related += [dict(r) for r in tags_as_related_resources(set(run.tags or []))]
+    resource, related = heartbeat_resources(context.flow_run, context.flow.name if context.flow else "")
     stop = threading.Event()
 
     def beat() -> None:
@@ -85,6 +78,20 @@ def heartbeats() -> Iterator[None]:
         _INTERVAL.reset(token)
         stop.set()
         thread.join()
+
+
+def heartbeat_resources(run: Any, flow_name: str) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """A heartbeat event's resource (the flow run) and related resources (its flow, deployment and
+    tags), as the engine names them."""
+    resource = {"prefect.resource.id": f"prefect.flow-run.{run.id}", "prefect.resource.name": run.name or "",
+                "prefect.version": prefect_version}
+    related = [{"prefect.resource.id": f"prefect.flow.{run.flow_id}", "prefect.resource.role": "flow",
+                "prefect.resource.name": flow_name}] if run.flow_id else []
+    if run.deployment_id:
+        related.append({"prefect.resource.id": f"prefect.deployment.{run.deployment_id}",
+                        "prefect.resource.role": "deployment"})
+    related += [dict(r) for r in tags_as_related_resources(set(run.tags or []))]
+    return resource, related
 
 
 @contextmanager

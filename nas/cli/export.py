@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from nas.cli.main import fail
 from nas.core.trial import SELF_REPORTED
@@ -47,6 +48,16 @@ def main(argv: list[str]) -> None:
                                         force=args.force, say=say)
     except NasError as err:
         fail(str(err))
+    line, error = export_lines(manifest)
+    print(line)
+    if error is not None:
+        print(error, file=sys.stderr)
+        raise SystemExit(1)
+
+
+def export_lines(manifest: dict[str, Any]) -> tuple[str, str | None]:
+    """What the export says of its manifest: the line naming the files, and the error line when
+    an output check failed or no graph was written (the command then exits 1)."""
     graph = manifest["graph"]
     if graph["format"] is None:
         kind = "no graph (ONNX and TorchScript export failed; see export.json)"
@@ -66,11 +77,11 @@ def main(argv: list[str]) -> None:
     if manifest["weights"]["origin"] == "initial":  # the search's number belongs to other (or no) weights
         source = "table" if manifest["evaluator"] == "table" else "search"
         accuracy = f"{source} accuracy {accuracy} (not these weights: untrained)"
-    print(f"exported trial {manifest['trial']} ({accuracy}, {manifest['params']:,} params, "
-          f"weights: {manifest['weights']['origin']}{retrained}) to {manifest['out']}: model.py, model.pt, {kind}")
+    line = (f"exported trial {manifest['trial']} ({accuracy}, {manifest['params']:,} params, "
+            f"weights: {manifest['weights']['origin']}{retrained}) to {manifest['out']}: model.py, model.pt, {kind}")
     failed = [name for name, check in (("graph", graph["check"]), ("source", manifest["source_check"]))
               if check is not None and not check["passed"]]
     if failed or graph["format"] is None:
         what = f"the {' and '.join(failed)} output check failed" if failed else "no ONNX or TorchScript graph"
-        print(f"nas: error: {what} (files kept in {manifest['out']}; see export.json)", file=sys.stderr)
-        raise SystemExit(1)
+        return line, f"nas: error: {what} (files kept in {manifest['out']}; see export.json)"
+    return line, None

@@ -37,18 +37,7 @@ MULTIRUN = ("-m", "--multirun")
 def main(argv: list[str]) -> None:
     check_group_overrides(argv)
     flags = [a for a in argv if a.startswith("-")]
-    existing: set[Path] = set()  # given run dirs that are there before Hydra makes its own: never removed
-    for arg in argv:  # Hydra makes its output dir itself, where a file in the way is a traceback
-        key, _, value = arg.partition("=")
-        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and not value.strip():
-            fail(f"{key.lstrip('+')} is empty: give a directory (an empty one would write into the current one)")
-        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
-            try:
-                check_output(Path(value), directory=True)
-            except NasError as err:
-                fail(str(err))
-            if key.lstrip("+") == "hydra.run.dir" and Path(value).is_dir():
-                existing.add(Path(value).resolve())
+    existing = output_dirs(argv)
     checked, built = None, None
     if not set(flags) - set(MULTIRUN):  # --help, --cfg job, ...: Hydra's own, nothing is written
         try:
@@ -60,6 +49,24 @@ def main(argv: list[str]) -> None:
         run_composed(checked.config, lambda cfg: search_job(cfg, existing, built))  # composes nothing again
     else:
         _hydra_entry(existing, built)
+
+
+def output_dirs(argv: list[str]) -> set[Path]:
+    """The given run dirs that are there before Hydra makes its own (never removed), after checking
+    each given output dir: Hydra makes it itself, where a file in the way is a traceback."""
+    existing: set[Path] = set()
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and not value.strip():
+            fail(f"{key.lstrip('+')} is empty: give a directory (an empty one would write into the current one)")
+        if key.lstrip("+") in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
+            try:
+                check_output(Path(value), directory=True)
+            except NasError as err:
+                fail(str(err))
+            if key.lstrip("+") == "hydra.run.dir" and Path(value).is_dir():
+                existing.add(Path(value).resolve())
+    return existing
 
 
 def check_jobs(jobs: list[list[str]]) -> tuple[Checked, Search | None]:
@@ -99,6 +106,15 @@ def _detach_logs_in(run_dir: Path) -> None:
                 handler.close()
 
 
+def discard_failed_start(run: RunDir, existing: set[Path]) -> None:
+    """After a failed start: the run dir is removed unless it was there before this command
+    (`existing`) or the search wrote to it; once removed, its log files are closed too."""
+    if run.path not in existing:
+        run.discard_unstarted()
+        if not run.path.exists():
+            _detach_logs_in(run.path)
+
+
 def _hydra_entry(existing: set[Path], built: Search | None) -> None:
     """Hydra's main: a sweep (-m), Hydra's own flags (--cfg, --help), a `hydra.verbose` run."""
     @hydra.main(config_path="pkg://conf", config_name="config", version_base="1.3")
@@ -133,10 +149,7 @@ def search_job(cfg: Any, existing: set[Path], built: Search | None) -> None:
                 summary = run_session(Session(search, run, resume), container.get("runner") or {},
                                       bool(container.get("progress", True)))
             except BaseException:  # a start that failed (Prefect's, a runner setting's) leaves no dir
-                if run_dir not in existing:
-                    run.discard_unstarted()
-                    if not run_dir.exists():
-                        _detach_logs_in(run_dir)
+                discard_failed_start(run, existing)
                 raise
         print_summary(run_dir, summary)
     except NasError as err:

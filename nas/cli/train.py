@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from nas.cli.main import check_group_overrides, fail
 from nas.config import check_config
 from nas.core.arch import Architecture
-from nas.core.trial import SELF_REPORTED
+from nas.core.trial import SELF_REPORTED, EvalResult
 from nas.errors import ConfigError, EncodingError, InputError, MissingDependencyError, NasError
 from nas.evaluators import EVALUATORS
 from nas.io import atomic_write_json, check_output, read_input_text
@@ -66,6 +66,23 @@ def compose(overrides: list[str]) -> tuple[dict, int]:
     return cfg["evaluator"], cfg["seed"]
 
 
+def result_line(arch: Architecture, result: EvalResult) -> str:
+    """The one line a training ends with: its state (the model's error quoted, escaped), accuracies,
+    size and time."""
+    m = result.metrics
+    state = "ok" if result.ok else f"failed: {result.error}"
+    if m.get("self_reported"):  # trained inside the sandbox: its numbers are its own claim
+        state += (f" ({SELF_REPORTED}: the model could not be exported as a graph, so it trained inside "
+                  "the sandbox and reported these numbers itself)")
+    accuracy = "no accuracy measured"  # a terminated (or unbuilt) network is never evaluated
+    if "valid_accuracy" in m:
+        accuracy = f"valid {m['valid_accuracy']:.2f}%, test {m['test_accuracy']:.2f}%"
+        if not result.ok:  # a seed terminated early: the mean is of those that finished
+            accuracy += " (mean of the seeds that finished)"
+    return printable(f"{arch.space} {arch.key()}: {state}; {accuracy}, {result.params} params, {result.flops} FLOPs, "
+                     f"{m.get('epochs', 0):g} epochs, {result.cost_seconds:.1f} s")  # `state`: the model's error
+
+
 def main(argv: list[str]) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__.strip() + "\n\n" + USAGE)
@@ -97,18 +114,7 @@ def main(argv: list[str]) -> None:
         print(printable(f"nas: error: {err}", lines=True), file=sys.stderr)  # it may quote the model
         raise SystemExit(1) from None
     record = {"key": arch.key(), "space": arch.space, **result.to_dict()}
-    m = result.metrics
-    state = "ok" if result.ok else f"failed: {result.error}"
-    if m.get("self_reported"):  # trained inside the sandbox: its numbers are its own claim
-        state += (f" ({SELF_REPORTED}: the model could not be exported as a graph, so it trained inside "
-                  "the sandbox and reported these numbers itself)")
-    accuracy = "no accuracy measured"  # a terminated (or unbuilt) network is never evaluated
-    if "valid_accuracy" in m:
-        accuracy = f"valid {m['valid_accuracy']:.2f}%, test {m['test_accuracy']:.2f}%"
-        if not result.ok:  # a seed terminated early: the mean is of those that finished
-            accuracy += " (mean of the seeds that finished)"
-    print(printable(f"{arch.space} {arch.key()}: {state}; {accuracy}, {result.params} params, {result.flops} FLOPs, "
-                    f"{m.get('epochs', 0):g} epochs, {result.cost_seconds:.1f} s"))  # `state`: the model's error
+    print(result_line(arch, result))
     if out is not None:
         try:
             atomic_write_json(out, record)
