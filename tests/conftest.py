@@ -109,6 +109,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_config_compose_once.py": (),
     "test_config_compose_once.py::test_a_table_search_composes_its_config_once": ("cli",),
     "test_constraint.py": (),
+    "test_core_cases.py": (),
     "test_core_mutants.py": (),
     "test_dag_canon.py": (),
     "test_dag_compile.py": (),
