@@ -83,6 +83,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_cli_config.py::test_a_run_dir_in_use_gets_no_hydra_files_and_a_free_one_gets_progress_in_search_log":
         ("cli",),
     "test_cli_e2e.py": ("cli", "prefect"),
+    "test_data_cases.py": (),
     "test_data_imagenet.py": (),
     "test_cli_latency_imports.py": ("cli",),
     "test_cli_latency_imports.py::test_a_table_search_imports_neither_torch_nor_matplotlib": ("cli", "prefect"),
