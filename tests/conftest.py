@@ -118,6 +118,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_dag_parse.py": (),
     "test_dag_shapes.py": (),
     "test_executor_close.py": (),
+    "test_export_cases.py": (),
     "test_export.py": (),
     "test_export.py::test_a_path_that_is_no_run_fails_before_torch_loads": ("cli",),
     "test_export_fast.py": (),
