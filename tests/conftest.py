@@ -283,6 +283,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_terminal_safe.py::test_prefect_artifact_tables_escape_encodings_and_metric_text": ("prefect",),
     "test_terminal_safe.py::test_the_cli_prints_one_plain_line_per_hostile_file_on_any_terminal": ("sandbox", "cli",
                                                                                                    "slow"),
+    "test_top_cases.py": (),
     "test_trusted_worker.py": (),
     "test_trusted_worker.py::test_a_kept_verdict_vouches_for_no_other_graph": ("sandbox", "slow"),
     "test_trusted_worker.py::test_model_source_a_proxy_cannot_run_gets_one_warning_no_proxies_and_trains":

@@ -1,0 +1,434 @@
+"""nas's own top-level modules case by case (issue 52, the library mutation run): the worker pool's
+death accounting (a scripted process stands in for a worker), the secret scrubber's lengths and its
+log filter, the terminal escapes and clips at their bounds, the lazy import, the status line, and the
+crash-safe file helpers' every message. In-process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import types
+from collections import deque
+from pathlib import Path
+
+import pytest
+
+from nas import home, io, lazy, secrets, status, terminal
+from nas.core.trial import Candidate, EvalResult
+from nas.errors import ConfigError, InputError, OutputPathError, RunDirError
+from nas.pool import PoolStats, WorkerPool, _Worker
+from nas.search.slots import Slot
+
+# ---------------------------------------------------------------- the worker pool
+
+
+class Arch:
+    def key(self) -> str:
+        return "k"
+
+    def encode(self) -> str:
+        return "e"
+
+
+class Process:
+    """A worker process that has exited with `code`."""
+
+    pid = 4242
+
+    def __init__(self, code: int = -9) -> None:
+        self.code = code
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.code
+
+
+class Conn:
+    def __init__(self) -> None:
+        self.sent: list = []
+        self.closed = False
+
+    def send(self, obj: object) -> None:
+        self.sent.append(obj)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Pool(WorkerPool):
+    """The pool's bookkeeping with scripted workers: `_spawn` gives a fresh stand-in, ready at once."""
+
+    def __init__(self, max_attempts: int) -> None:
+        self.spec_dict, self.max_attempts, self.stats = {}, max_attempts, PoolStats()
+        self._queue, self._running, self._deaths, self._done = deque(), {}, {}, deque()
+        self.spawned = 0
+        self._workers = [self._spawn(Slot(0, None))]
+
+    def _spawn(self, slot: Slot) -> _Worker:
+        self.spawned += 1
+        return _Worker(slot, Process(), Conn())  # type: ignore[arg-type]
+
+    def _await_ready(self, worker: _Worker) -> None:
+        pass
+
+
+@pytest.mark.parametrize("attempts, deaths_to_fail", [(1, 1), (2, 2), (3, 3)])
+def test_a_candidate_fails_after_exactly_max_attempts_deaths_and_is_rerun_before(attempts, deaths_to_fail):
+    pool = Pool(attempts)
+    pool.submit(0, Candidate(Arch()))  # type: ignore[arg-type]
+    for death in range(1, deaths_to_fail + 1):
+        worker = pool._workers[0]
+        assert worker.ticket == 0 and worker.conn.sent == [(0, "e")]  # type: ignore[attr-defined]
+        pool._died(worker)
+        assert worker.conn.closed and pool.stats.deaths == death and pool.spawned == death + 1  # type: ignore
+        if death < deaths_to_fail:
+            assert list(pool._done) == [] and [t for t, _ in pool._queue] == [0]
+            pool._dispatch()
+    ticket, (result, cached, wall) = pool._done.popleft()
+    assert ticket == 0 and cached is False and wall >= 0 and not pool._queue and not pool._running
+    assert result.error == f"worker process died {deaths_to_fail} times evaluating it (last exit code -9)"
+    assert not result.ok and result.accuracy is None
+
+
+def test_a_finished_evaluation_is_not_cached_and_frees_its_worker():
+    pool = Pool(3)
+    pool.submit(5, Candidate(Arch()))  # type: ignore[arg-type]
+    worker = pool._workers[0]
+    pool._finish(worker, 5, EvalResult(70.0).to_dict(), 1.5)
+    assert worker.ticket is None and pool._done.popleft() == (5, (EvalResult(70.0), False, 1.5))
+    assert pool.pids == {}
+
+
+def test_the_pool_queues_behind_a_busy_worker_and_reports_pids():
+    pool = Pool(3)
+    pool.submit(0, Candidate(Arch()))  # type: ignore[arg-type]
+    pool.submit(1, Candidate(Arch()))  # type: ignore[arg-type]
+    assert pool.pids == {0: 4242} and [t for t, _ in pool._queue] == [1]
+    with pytest.raises(RuntimeError, match=r"^next_done\(\) with nothing submitted$"):
+        Pool(1).next_done()
+
+
+@pytest.mark.parametrize("slots, attempts, message", [
+    ([], 3, "runner.workers: a worker pool needs at least one slot"),
+    ([Slot(0, None)], 0, "runner.max_attempts: expected a positive integer, got 0"),
+    ([Slot(0, None)], True, "runner.max_attempts: expected a positive integer, got True"),
+    ([Slot(0, None)], 1.0, "runner.max_attempts: expected a positive integer, got 1.0"),
+])
+def test_a_pool_needs_a_slot_and_a_positive_attempt_count(slots, attempts, message):
+    with pytest.raises(ConfigError) as info:
+        WorkerPool({}, slots, max_attempts=attempts)
+    assert str(info.value) == message
+
+
+# ---------------------------------------------------------------- secrets
+
+
+@pytest.mark.parametrize("value, min_len, masked", [
+    ("abcd", 4, True), ("abc", 4, False), ("", 4, False), (None, 4, False),
+    ("abcdefgh", 8, True), ("abcdefg", 8, False),
+])
+def test_a_secret_is_masked_from_its_minimum_length(value, min_len, masked):
+    s = secrets.Scrubber()
+    s.register(value, min_len=min_len)
+    assert s.scrub(f"x {value} y") == (f"x {secrets.MASK} y" if masked else f"x {value} y")
+
+
+def test_the_configured_key_s_minimum_is_four_and_an_environment_token_s_eight():
+    s = secrets.Scrubber()
+    s.register("wxyz")
+    s.register("pqr")
+    s.register_env({"MY_API_KEY": "1234567", "A_TOKEN": "tok-12345", "other_token": "low-er-case", "PATH": "/usr/b"})
+    assert s.scrub("wxyz pqr 1234567 tok-12345 low-er-case /usr/b") == "*** pqr 1234567 *** *** /usr/b"
+
+
+def test_the_longest_secret_is_masked_whole_and_key_like_text_too():
+    s = secrets.Scrubber()
+    s.register("abcd")
+    s.register("abcdefgh")
+    s.register("abcd")  # again: nothing changes
+    assert s.scrub("abcdefgh abcd sk-123456 sk-12345") == "*** *** *** sk-12345"
+
+
+def test_scrub_data_scrubs_every_string_keys_paths_and_sequences():
+    s = secrets.Scrubber()
+    s.register("hush")
+    out = s.scrub_data({"hush": ["hush", ("a", "hush"), {"hush"}], 3: Path("/hush/x"), "n": 1.5, "b": None})
+    assert out == {"***": ["***", ["a", "***"], ["***"]], 3: "/***/x", "n": 1.5, "b": None}
+
+
+def log_record(msg: str, *args: object, exc: bool = False) -> logging.LogRecord:
+    info = None
+    if exc:
+        try:
+            raise ValueError("sk-abcdefgh inside")
+        except ValueError:
+            info = sys.exc_info()
+    return logging.LogRecord("n", logging.INFO, "f", 1, msg, args, info)
+
+
+def test_a_log_line_s_tab_is_four_columns_its_controls_escaped_and_its_secrets_masked():
+    record = log_record("a\tb %s\x1b[2J\n", "sk-abcdefgh")
+    assert secrets.ScrubFilter().filter(record) is True
+    assert (record.msg, record.args) == ("a   b ***\\x1b[2J\n", None)
+    assert record.getMessage() == "a   b ***\\x1b[2J\n"
+
+
+def test_a_log_record_s_traceback_and_stack_are_scrubbed_and_bad_args_kept():
+    record = log_record("m", exc=True)
+    record.stack_info = "stack sk-abcdefgh\x07"
+    secrets.ScrubFilter().filter(record)
+    assert record.exc_text.endswith("ValueError: *** inside") and "sk-" not in record.exc_text
+    assert record.stack_info == "stack ***\\x07"
+    bad = log_record("%d", "x")
+    assert secrets.ScrubFilter().filter(bad) is True and bad.msg == "%d" and bad.args == ("x",)
+    plain = log_record("m")
+    secrets.ScrubFilter().filter(plain)
+    assert plain.exc_text is None and plain.stack_info is None
+
+
+def test_log_scrubbing_is_installed_once(monkeypatch):
+    monkeypatch.setattr(logging, "_logRecordFactory", logging.LogRecord)
+    secrets.install_log_scrubbing()
+    factory = logging.getLogRecordFactory()
+    assert factory.scrubs is True  # type: ignore[attr-defined]
+    secrets.install_log_scrubbing()
+    assert logging.getLogRecordFactory() is factory
+    made = factory("n", logging.INFO, "f", 1, "key sk-abcdefgh", (), None)
+    assert made.msg == "key ***"
+
+
+# ---------------------------------------------------------------- terminal
+
+
+@pytest.mark.parametrize("text, lines, out", [
+    ("plain ascii ~", False, "plain ascii ~"),
+    ("é ü 中", False, "é ü 中"),
+    ("a\nb", False, "a\\x0ab"),
+    ("a\nb", True, "a\nb"),
+    ("\x1b[31m\x7f\x9b", True, "\\x1b[31m\\x7f\\x9b"),
+    ("\u202e\u200b\ufeff", False, "\\u202e\\u200b\\ufeff"),
+    ("\U000e0041\U000f0000", False, "\\U000e0041\\U000f0000"),
+    ("\ud800", False, "\\ud800"),
+    ("\u2028\u2029", True, "\\u2028\\u2029"),
+    ("\\x1b", False, "\\x1b"),
+])
+def test_printable_escapes_the_unsafe_categories_only(text, lines, out):
+    assert terminal.printable(text, lines=lines) == out
+    assert terminal.printable(out, lines=lines) == out  # escaping twice changes nothing
+
+
+@pytest.mark.parametrize("text, n, tail, out", [
+    ("abcde", 5, False, "abcde"), ("abcdef", 5, False, "abcd…"), ("abcdef", 5, True, "…cdef"),
+    ("abcde", 5, True, "abcde"), ("ab", 1, False, "…"), ("", 0, False, ""),
+])
+def test_clipped_keeps_n_characters_with_the_ellipsis(text, n, tail, out):
+    assert terminal.clipped(text, n, tail=tail) == out and len(terminal.clipped(text, n, tail=tail)) <= max(n, 0)
+
+
+def test_safe_streams_make_unencodable_text_escapes(monkeypatch):
+    import io as stdio
+
+    raw = stdio.BytesIO()
+    stream = stdio.TextIOWrapper(raw, encoding="ascii")
+    monkeypatch.setattr(sys, "stdout", stream)
+    monkeypatch.setattr(sys, "stderr", types.SimpleNamespace())  # not a text stream: left alone
+    terminal.safe_streams()
+    print("é", file=stream)
+    stream.flush()
+    assert raw.getvalue() == b"\\xe9\n"
+
+
+# ---------------------------------------------------------------- lazy, home, status
+
+
+def test_a_lazy_module_imports_on_first_read_and_says_whether_it_has():
+    name = "json.tool"
+    sys.modules.pop(name, None)
+    mod = lazy.LazyImport(name)
+    assert repr(mod) == "<lazy module 'json.tool' (not loaded yet)>"
+    assert callable(mod.main) and repr(mod) == "<lazy module 'json.tool' (loaded)>"
+    with pytest.raises(ModuleNotFoundError):
+        lazy.LazyImport("nas.no_such_module_here").x  # noqa: B018
+
+
+def test_home_is_nasflow_home_absolute_or_the_default(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NASFLOW_HOME", "rel")
+    assert home.home() == tmp_path / "rel"
+    monkeypatch.delenv("NASFLOW_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert home.home() == tmp_path / ".nasflow"
+
+
+class Clock:
+    def __init__(self, *readings: float) -> None:
+        self.readings = list(readings)
+
+    def monotonic(self) -> float:
+        return self.readings.pop(0)
+
+
+def test_off_a_terminal_a_counted_status_speaks_once_at_two_seconds(monkeypatch, capsys):
+    monkeypatch.setattr(status, "time", Clock(10.0, 11.9, 12.0, 13.0))
+    with status.status("checking", total=3, tty=False) as advance:
+        advance()
+        assert capsys.readouterr().err == ""
+        advance()
+        advance()
+    assert capsys.readouterr().err == "checking ...\n"
+
+
+def test_off_a_terminal_an_uncounted_status_speaks_at_once_and_show_false_never(monkeypatch, capsys):
+    monkeypatch.setattr(status, "time", Clock(0.0, 100.0))
+    with status.status("starting", tty=False) as advance:
+        assert capsys.readouterr().err == "starting ...\n"
+        advance()
+    assert capsys.readouterr().err == ""
+    with status.status("hidden", show=False, tty=False) as advance:
+        advance()
+    assert capsys.readouterr().err == ""
+
+
+def test_on_a_terminal_a_status_is_a_transient_bar(capsys):
+    with status.status("working", total=2, tty=True) as advance:
+        advance()
+    with status.status("spinning", tty=True) as advance:
+        advance()
+    capsys.readouterr()
+
+
+# ---------------------------------------------------------------- io
+
+
+def test_atomic_writes_give_open_s_mode_and_scrub_secrets(tmp_path, monkeypatch):
+    secrets.register("sekrit-value")
+    io.atomic_write_text(tmp_path / "a" / "t.txt", "k=sekrit-value")
+    assert (tmp_path / "a" / "t.txt").read_text() == "k=***"
+    assert (tmp_path / "a" / "t.txt").stat().st_mode & 0o777 == io._FILE_MODE
+    io.atomic_write_json(tmp_path / "j.json", {"b": (1, 2), "a": Path("/p"), "s": {"sekrit-value"}}, sync=False)
+    assert (tmp_path / "j.json").read_text() == '{\n  "a": "/p",\n  "b": [\n    1,\n    2\n  ],\n  "s": [\n    "***"\n  ]\n}\n'
+    (tmp_path / "other").write_text("x")
+    io.atomic_write_bytes(tmp_path / "b", b"data", sync_also=tmp_path / "other")
+    assert (tmp_path / "b").read_bytes() == b"data" and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_an_fsync_of_the_other_file_that_fails_is_raised_and_no_temp_file_stays(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        io.atomic_write_bytes(tmp_path / "b", b"data", sync_also=tmp_path / "missing")
+    assert list(tmp_path.iterdir()) == []
+    io.atomic_write_bytes(tmp_path / "b", b"data", sync_also=tmp_path / "missing", sync=False)
+    assert (tmp_path / "b").read_bytes() == b"data"
+
+
+def test_the_umask_is_read_from_proc():
+    mask = os.umask(0o027)
+    os.umask(mask)
+    assert io._umask() == mask
+
+
+def test_check_output_and_make_dir_name_what_is_in_the_way(tmp_path):
+    (tmp_path / "f").write_text("")
+    (tmp_path / "d").mkdir()
+    with pytest.raises(OutputPathError, match=rf"^{tmp_path}/d: is a directory, expected a file path$"):
+        io.check_output(tmp_path / "d")
+    with pytest.raises(OutputPathError, match=rf"^{tmp_path}/f: is a file, expected a directory$"):
+        io.check_output(tmp_path / "f", directory=True)
+    with pytest.raises(OutputPathError, match=rf"^{tmp_path}/f: is a file, cannot hold {tmp_path}/f/x/y$"):
+        io.check_output(tmp_path / "f" / "x" / "y")
+    assert io.check_output(tmp_path / "d" / "new") == tmp_path / "d" / "new"
+    assert io.make_dir(tmp_path / "d" / "n" / "m") == tmp_path / "d" / "n" / "m" and (tmp_path / "d/n/m").is_dir()
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    with pytest.raises(OutputPathError, match=r"link: is a file, cannot hold"):
+        io.check_output(tmp_path / "link" / "x")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_a_read_only_parent_is_named(tmp_path):
+    (tmp_path / "ro").mkdir(mode=0o500)
+    with pytest.raises(OutputPathError, match=r"ro/x: cannot create directory \(Permission denied\)$"):
+        io.make_dir(tmp_path / "ro" / "x")
+    with pytest.raises(OutputPathError, match=r"ro/x: cannot write \(Permission denied\)$"):
+        io.atomic_write_bytes(tmp_path / "ro" / "x", b"")
+
+
+def test_keyed_files_read_none_a_record_or_why_not(tmp_path):
+    files = io.KeyedFiles(tmp_path)
+    assert files.path("abcdef") == tmp_path / "ab" / "abcdef.json"
+    assert files.read("abcdef") == (None, None)
+    files.write("abcdef", {"x": 1})
+    assert files.read("abcdef") == ({"x": 1}, None)
+    files.path("abcdef").write_text("{bad")
+    record, why = files.read("abcdef")
+    assert record is None and why == "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+    files.path("abcdef").write_text("[" * 100_000)
+    assert files.read("abcdef")[1] is not None and len(files.read("abcdef")[1]) <= 120
+
+
+def test_input_text_and_json_errors_are_one_line(tmp_path):
+    with pytest.raises(InputError, match=rf"^{tmp_path}/none: no such file$"):
+        io.read_input_text(tmp_path / "none")
+    with pytest.raises(InputError, match=rf"^{tmp_path}: is a directory, not a file$"):
+        io.read_input_text(tmp_path)
+    (tmp_path / "bin").write_bytes(b"\xff")
+    with pytest.raises(InputError, match=r"bin: cannot read \(UnicodeDecodeError: "):
+        io.read_input_text(tmp_path / "bin")
+    with pytest.raises(RunDirError, match=r"bin: not UTF-8 text \(byte 0: invalid start byte\)$"):
+        io.read_json(tmp_path / "bin")
+    (tmp_path / "j").write_text('{\n "a": }')
+    with pytest.raises(RunDirError, match=r"j: corrupt JSON at line 2 col 7: Expecting value$"):
+        io.read_json(tmp_path / "j")
+    (tmp_path / "deep").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(RunDirError, match=r"deep: JSON nested too deeply$"):
+        io.read_json(tmp_path / "deep")
+    (tmp_path / "list").write_text(json.dumps(list(range(30))))
+    with pytest.raises(RunDirError) as info:
+        io.read_json_object(tmp_path / "list")
+    assert str(info.value) == f"{tmp_path}/list: expected a JSON object, found list ({json.dumps(list(range(30)))[:40]})"
+    (tmp_path / "o").write_text('{"a": 1}')
+    assert io.read_json_object(tmp_path / "o") == {"a": 1} and io.read_input_text(tmp_path / "o") == '{"a": 1}'
+
+
+def test_jsonl_appends_whole_lines_and_reads_back_dropping_a_torn_end(tmp_path):
+    path = tmp_path / "h.jsonl"
+    io.append_jsonl(path, [])
+    assert not path.exists() and io.read_jsonl(path) == []
+    io.append_jsonl(path, [{"b": 1, "a": (1,)}, {"c": None}], sync=False)
+    assert path.read_text() == '{"a":[1],"b":1}\n{"c":null}\n'
+    with open(path, "a") as fh:
+        fh.write("\n\n{\"torn")
+    assert io.read_jsonl(path) == [{"a": [1], "b": 1}, {"c": None}] and path.read_text().endswith("torn")
+    assert io.read_jsonl(path, repair=True, numbered=True) == [{"a": [1], "b": 1}, {"c": None}]
+    assert path.read_text() == '{"a":[1],"b":1}\n{"c":null}\n'
+    io.rewrite_jsonl(path, [{"x": 1}])
+    assert path.read_text() == '{"x":1}\n' and io.read_jsonl(path, repair=True) == [{"x": 1}]
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"a":1}\n\n{"b":2}\n', None),
+    ('{"a":1}\nnope\n', ":2: corrupt JSON line: Expecting value"),
+    ('{"a":1}\n\xff\n', ":2: not UTF-8 text (invalid start byte)"),
+    ("[" * 100_000 + "\n", ":1: JSON nested too deeply"),
+])
+def test_a_bad_line_inside_a_jsonl_file_is_named_by_its_number(tmp_path, text, message):
+    path = tmp_path / "h.jsonl"
+    path.write_bytes(text.encode("latin-1") if "\xff" in text else text.encode())
+    if message is None:
+        assert io.read_jsonl(path) == [{"a": 1}, {"b": 2}]
+        with pytest.raises(RunDirError) as info:
+            io.read_jsonl(path, numbered=True)
+        assert str(info.value) == f"{path}:2: empty line between records"
+        return
+    with pytest.raises(RunDirError) as info:
+        io.read_jsonl(path)
+    assert str(info.value) == f"{path}{message}"
+
+
+def test_json_default_takes_numpy_scalars_sets_tuples_and_paths_only():
+    import numpy as np
+
+    assert io.dumps_line({"n": np.float32(0.5), "t": (1,), "p": Path("/x"), "i": np.int64(3)}) == (
+        '{"i":3,"n":0.5,"p":"/x","t":[1]}')
+    assert json.loads(io.dumps_line({"s": {2}})) == {"s": [2]}
+    with pytest.raises(TypeError, match=r"^not JSON serialisable: object$"):
+        io.dumps_line(object())
