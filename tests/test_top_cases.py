@@ -432,3 +432,80 @@ def test_json_default_takes_numpy_scalars_sets_tuples_and_paths_only():
     assert json.loads(io.dumps_line({"s": {2}})) == {"s": [2]}
     with pytest.raises(TypeError, match=r"^not JSON serialisable: object$"):
         io.dumps_line(object())
+
+
+# ---------------------------------------------------------------- config
+
+
+def test_one_line_joins_hydra_s_lines_drops_its_hints_and_lists_options_after_their_colon():
+    from nas.config import one_line
+
+    err = ValueError("Could not override 'x'.\nTo append to your config use +x=1\n"
+                     "Available options in 'space':\n\tnb201\n\tnader\nfull_key: x\n"
+                     "Config search path:\n\tprovider=hydra")
+    assert one_line(err) == "Could not override 'x'; Available options in 'space': nb201, nader"
+    assert one_line(ValueError("")) == "ValueError"
+    assert one_line(ValueError("a.\n\nb\nSee https://x\nSet the environment variable HYDRA_FULL_ERROR=1")) == "a; b"
+
+
+def test_the_data_source_is_its_loading_keys_only():
+    from nas.config import data_source
+
+    assert data_source({"name": "cifar10", "root": None, "num_classes": 10, "channels": 3}) == {
+        "name": "cifar10", "root": None}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["experiment=x"], "experiment presets are added, not overridden: write +experiment=x"),
+    (["space=nb201,nope"], "unknown space 'nope' (valid: "),
+    (["+experiment=nope"], "unknown experiment 'nope' (valid: "),
+    (["space=choice(nb201)", "seed", "~experiment"], None),
+])
+def test_group_choices_are_checked_before_hydra_composes(args, message):
+    from nas.config import available, validate_group_overrides
+
+    if message is None:
+        validate_group_overrides(args)
+        return
+    with pytest.raises(ConfigError) as info:
+        validate_group_overrides(args)
+    assert str(info.value).startswith(message)
+    if "valid: " in message:
+        group = message.split()[1]
+        assert str(info.value) == f"{message}{', '.join(available(group))})"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["space=nb201", "strategy=optuna", "strategy.sampler_params.x=1"],
+     "unknown key 'strategy.sampler_params.x' (valid keys of strategy.sampler_params: ); a key "
+     "strategy.sampler_params does not list is added with +strategy.sampler_params.x=1"),
+    (["space=nb201", "evaluator=table", "evaluator.nope.deeper=1"],
+     "unknown key 'evaluator.nope.deeper' (valid keys of evaluator: name, path, metric, num_classes, resolution, "
+     "simulated_cost_seconds)"),
+    (["space=nb201", "evaluator=train", "evaluator.sizing=1"],
+     "unknown key 'evaluator.sizing' (valid keys of evaluator: name, data, recipe, engine, channels, "
+     "cells_per_stage, skeleton, budget, width_multiple, seeds, proxies, sandbox, trust_self_reported); it is a "
+     "parameter: add it with +evaluator.sizing=VALUE"),
+    (["space=nb201", "space.nope=1"], "unknown key 'space.nope' (valid keys of space: name, channels, cells_per_stage)"),
+    (["space=nb201", "strategy=rea", "strategy.max_flops=1"],
+     "unknown key 'strategy.max_flops' (valid keys of strategy: name, population_size, sample_size, unique, "
+     "max_attempts); size limits live in the evaluator now: evaluator.budget.flops=VALUE"),
+    (["space=nb201", "strategy=rea", "+strategy.sub.x=1"],
+     "unknown key 'strategy.sub.x' (valid keys of strategy: name, population_size, sample_size, unique, "
+     "max_attempts)"),
+    (["space=nb201", "evaluator=table", "evaluator.metric.x=1"],
+     "unknown key 'evaluator.metric.x': 'evaluator.metric' is a value, not a section"),
+    (["+seed=1"], "'seed' is already in the config: write seed=1 (+ adds only keys the config does not have)"),
+    (["space=nb201", "strategy=rea", "+strategy.x=1", "~strategy.unique", "evaluator=table",
+      "evaluator.metric=null"], None),
+])
+def test_each_key_an_override_names_is_checked_in_one_line(args, message):
+    from nas.config import check_config
+
+    if message is None:
+        cfg = check_config(args)
+        assert cfg["strategy"]["x"] == 1 and "unique" not in cfg["strategy"] and cfg["evaluator"]["metric"] is None
+        return
+    with pytest.raises(ConfigError) as info:
+        check_config(args)
+    assert str(info.value) == message
