@@ -509,3 +509,108 @@ def test_each_key_an_override_names_is_checked_in_one_line(args, message):
     with pytest.raises(ConfigError) as info:
         check_config(args)
     assert str(info.value) == message
+
+
+# ---------------------------------------------------------------- report
+
+
+def rrec(trial: int, acc: float | None, *, forged: bool = False, error: str | None = None, strategy=None,
+         encoding="e", params=None, flops=None, screened: bool = False):
+    from nas.core.trial import TrialRecord
+
+    return TrialRecord(trial, f"k{trial}", encoding, acc, {"self_reported": True} if forged else {}, params, flops,
+                       error, strategy=strategy or {}, screened=screened)
+
+
+def summary(**kw):
+    return {"strategy": "rea", "space": "nb201", "evaluator": "table", "seed": 0, "trials": 4, "failed": 1,
+            "cache_hits": 0, "wall_seconds": 1.234, **kw}
+
+
+def test_the_report_ranks_what_counts_for_best_and_says_what_was_self_reported():
+    from nas import report
+
+    history = [rrec(0, 50.0, params=1234.0, flops=5e6), rrec(1, 90.0, forged=True), rrec(2, None, error="x"),
+               rrec(3, 70.0, encoding="a|b")]
+    text = report.render_markdown(history, summary(best={"trial": 3, "accuracy": 70.0, "encoding": "a|b"},
+                                                   self_reported=1, best_at={"2": 50.0, "4": None}), top=2)
+    assert text.split("\n") == [
+        "# Search report: rea on nb201", "", "| field | value |", "| --- | --- |", "| evaluator | table |",
+        "| seed | 0 |", "| trials | 4 (failed 1, cache hits 0, self-reported 1: not ranked) |",
+        "| best accuracy | 70.00 |", "| best encoding | `a\\|b` |", "| wall seconds | 1.23 |",
+        "| best at 2 trials | 50.00 |", "| best at 4 trials | - |", "", "## Top 2 architectures", "",
+        "| rank | trial | accuracy | params | FLOPs | encoding |", "| --- | --- | --- | --- | --- | --- |",
+        "| 1 | 3 | 70.00 | - | - | `a\\|b` |", "| 2 | 0 | 50.00 | 1,234 | 5,000,000 | `e` |", "",
+        "![best so far](best_so_far.png)", ""]
+    trusted = report.render_markdown(history, summary(best={"trial": 1, "accuracy": 90.0, "encoding": "e"},
+                                                      self_reported=1, screened=2,
+                                                      spec={"evaluator": {"params": {"trust_self_reported": True}}}))
+    lines = trusted.split("\n")
+    assert "| trials | 4 (failed 1, cache hits 0, self-reported 1) |" in lines
+    assert "| screened out | 2 (asked, scored, not evaluated) |" in lines
+    assert "| best accuracy | 90.00 (self-reported by the model's own code, not verified) |" in lines
+    assert "| 1 | 1 | 90.00 (self-reported, not verified) | - | - | `e` |" in lines and "## Top 3 architectures" in lines
+    plain = report.render_markdown([], summary(best=None, failed=0))
+    assert "| trials | 4 (failed 0, cache hits 0) |" in plain and "| best accuracy | - |" in plain
+    assert "| best encoding | - |" in plain and "## Top 0 architectures" in plain
+
+
+def test_a_multi_line_best_design_is_fenced_past_its_own_backticks_and_named_by_its_size():
+    from nas import report
+
+    design = "def f():\n    return '````'\x1b\n"
+    text = report.render_markdown([rrec(0, 5.0, encoding=design)], summary(best={"trial": 0, "accuracy": 5.0,
+                                                                                 "encoding": design}))
+    assert "| best encoding | 2-line design (see history.jsonl) |" in text
+    assert text.endswith("## Best design\n\n`````\ndef f():\n    return '````'\\x1b\n`````\n")
+    assert report._fenced("x") == ["## Best design", "", "```", "x", "```", ""]
+
+
+def test_the_design_section_tables_each_stage_and_each_design():
+    from nas import report
+
+    design = {"proposals": 4, "valid": 3, "pass_rate": 0.75, "duplicates": 1, "executability": 0.5,
+              "success_rate": 0.255, "tokens_per_valid_design": 12345.4}
+    history = [rrec(0, 60.0, strategy={"valid": True, "stage": "s1", "parent": 2, "idea": "wider | deeper",
+                                       "retries": 2}),
+               rrec(1, None, error="boom\nline", strategy={"valid": False, "debug_retries": 1, "downscale_retries": 2}),
+               rrec(2, None, strategy={"valid": True}, screened=True),
+               rrec(3, None, strategy={"valid": True}),
+               rrec(4, 1.0, strategy={"origin": "random"})]
+    llm = {"total": {"calls": 5, "live": 3, "cached": 2, "prompt_tokens": 1000, "completion_tokens": 20}}
+    lines = report._design_section(history, {"design": design, "stages": {"s2": {**design, "tokens_per_valid_design": None},
+                                                                          "s1": design}, "llm": llm})
+    assert lines == [
+        "## Design quality", "",
+        "| designs | proposals | valid (pass rate) | duplicates | executability | success rate | tokens / valid |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| all | 4 | 3 (75%) | 1 | 50% | 26% | 12,345 |", "| s1 | 4 | 3 (75%) | 1 | 50% | 26% | 12,345 |",
+        "| s2 | 4 | 3 (75%) | 1 | 50% | 26% | - |", "",
+        "LLM: 5 calls (3 live, 2 cached, 0 replayed, 0 failed), 1,000 prompt + 20 completion tokens.",
+        "", "## Designs", "", "| trial | stage | parent | idea | retries | outcome | accuracy |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| 0 | s1 | 2 | `wider \\| deeper` | 2 | trained | 60.00 |",
+        "| 1 | - | - | - | 3 | `boom line` | - |",
+        "| 2 | - | - | - | 0 | screened out | - |",
+        "| 3 | - | - | - | 0 | failed | - |", ""]
+    assert report._design_section([], {"design": design, "llm": {"total": {}}})[5] == ""
+
+
+@pytest.mark.parametrize("text, span", [
+    ("", ""), ("a", "`a`"), ("a`b", "``a`b``"), ("`a", "`` `a ``"), ("a ", "` a  `"), ("  ", "`  `"),
+    ("a``b`", "``` a``b` ```"),
+])
+def test_a_code_span_is_fenced_past_its_backticks_and_padded_where_it_starts_or_ends_with_one(text, span):
+    from nas.report import code_span
+
+    assert code_span(text) == span
+
+
+def test_cells_clip_escape_and_join_lines():
+    from nas import report
+
+    assert report._cell("a\n b\x07|c", 80) == "`a b\\x07\\|c`"
+    assert report._cell("x" * 10, 5) == "`xxxx…`"
+    assert report._code(None) == "-" and report._code(["a", 1]) == "`['a', 1]`"
+    assert report._fmt(None) == "-" and report._fmt(1.005) == "1.00" and report._fmt_int(1234.9) == "1,234"
+    assert report._accuracy(rrec(0, None)) == float("-inf") and report._accuracy(rrec(0, 3.0)) == 3.0
