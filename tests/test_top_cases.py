@@ -614,3 +614,267 @@ def test_cells_clip_escape_and_join_lines():
     assert report._code(None) == "-" and report._code(["a", 1]) == "`['a', 1]`"
     assert report._fmt(None) == "-" and report._fmt(1.005) == "1.00" and report._fmt_int(1234.9) == "1,234"
     assert report._accuracy(rrec(0, None)) == float("-inf") and report._accuracy(rrec(0, 3.0)) == 3.0
+
+
+# ---------------------------------------------------------------- compare
+
+
+def cmp_summary(**spec):
+    return {"space": "nb201", "evaluator": "table", "strategy": "rea", "spec": spec}
+
+
+def test_a_run_s_setting_is_its_dataset_space_evaluator_budget_and_constraint_less_what_changes_no_result():
+    from nas import compare as C
+
+    spec = {"space": {"name": "nb201", "params": {"channels": 16}},
+            "evaluator": {"name": "train", "params": {"data": {"name": "cifar10", "root": "/d"}, "sandbox": {"x": 1},
+                                                      "recipe": {"epochs": 2}}},
+            "trials": 50, "constraint": {"flops": None, "params": 1e6}}
+    assert C.run_setting({"spec": spec}) == {
+        "dataset": "cifar10", "space": "nb201", "space.channels": 16, "evaluator": "train",
+        "evaluator.recipe.epochs": 2, "budget.trials": 50, "constraint.flops": None, "constraint.params": 1e6}
+    assert C.run_setting({"space": "s", "evaluator": "e"}) == {"space": "s", "evaluator": "e"}
+    assert C.run_setting({"space": "s", "evaluator": "e", "spec": {"evaluator": {"name": "t", "params": {
+        "data": "cifar10"}}}}) == {"space": "s", "evaluator": "t", "evaluator.data": "cifar10"}
+
+
+def test_runs_that_differ_in_a_setting_are_refused_naming_two_and_the_count_of_others():
+    from nas import compare as C
+
+    a, b, c = Path("a"), Path("b"), Path("c")
+    assert C.mixed_fields({a: {"x": 1, "y": [1]}, b: {"x": 1, "z": 2}, c: {"y": [1]}}) == []
+    C.check_compatible({a: {"x": 1}, b: {"x": 1}})
+    with pytest.raises(ConfigError) as info:
+        C.check_compatible({a: {"x": 1, "y": 1}, b: {"y": 1}, c: {"x": 2, "y": 3, "w": 0}})
+    assert str(info.value) == ("compare: a has x=1 but c has x=2 (and 1 more field): refusing to put them on one "
+                               "axis (pass --allow-mixed to compare them anyway, one group per setting)")
+    with pytest.raises(ConfigError, match=r"has x=\{\"k\": 1\} but b has x=s \(and 2 more fields\)"):
+        C.check_compatible({a: {"x": {"k": 1}, "y": 1, "z": 1}, b: {"x": "s", "y": 2, "z": 2}})
+
+
+def test_strategy_settings_and_the_screen_label():
+    from nas import compare as C
+
+    assert C.strategy_settings({"spec": {"strategy": {"params": {"population_size": 5, "llm": {"timeout_s": 3}}},
+                                         "batch_size": 2, "in_flight": 1}}) == {
+        "population_size": 5, "budget.batch_size": 2, "budget.in_flight": 1}
+    assert C.strategy_settings({}) == {}
+    assert C.screen_label({"screen": {"factor": 4, "scorer": "predictor"}}) == "+screen(x4,predictor)"
+    assert C.screen_label({"screen": {"factor": 2}}) == "+screen(x2,?)"
+    assert C.screen_label({"screen": {"factor": 1, "scorer": "p"}}) == "" and C.screen_label({}) == ""
+    assert C.screen_label({"screen": {"factor": 4.0}}) == ""
+
+
+def crun(seed, curve, strategy="rea", setting="nb201/table", run=None, points=(), random_only=None, screened=0):
+    return {"seed": seed, "curve": curve, "strategy": strategy, "setting": setting, "space": "nb201",
+            "evaluator": "table", "run": run or f"r{seed}", "points": list(points), "random_only": random_only,
+            "screened": screened}
+
+
+def test_the_default_trial_counts_are_quartiles_of_the_shortest_run():
+    from nas import compare as C
+
+    assert C.auto_at({"g": [crun(0, [1.0] * 10), crun(1, [1.0] * 12)]}) == [3, 5, 8, 10]
+    assert C.auto_at({"g": [crun(0, [1.0])]}) == [1]
+    assert C.auto_at({"g": [crun(0, [1.0] * 2)]}) == [1, 2]
+
+
+def test_counts_beyond_some_runs_and_duplicate_seeds_and_random_starts_are_said():
+    from nas import compare as C
+
+    groups = {"g": [crun(0, [1.0] * 4, run="x"), crun(0, [1.0] * 6, run="y"), crun(1, [1.0] * 5)],
+              "h": [crun(0, [1.0] * 6, random_only="only random", run="z"), crun(1, [1.0] * 6)]}
+    assert C.beyond_warning(groups, [4]) is None
+    assert C.beyond_warning(groups, [3, 5, 6]) == (
+        "--at 5 6: beyond the length of 2 of 5 runs (shortest: 4 trials); those runs are left out of these cells "
+        "('-' where none is left)")
+    assert C.duplicate_seed_warnings(groups) == [
+        "g: duplicate seeds 0 (2 runs), e.g. x and y: each run counts in the mean and std, so these seeds weigh more"]
+    assert C.random_only_notes(groups) == {"h": "1 of 2 runs: only random"}
+    assert C.random_only_notes({"h": [crun(0, [1.0], random_only="r")]}) == {"h": "r"}
+
+
+def test_aggregate_gives_the_mean_the_sample_std_and_the_count_at_each_trial_count():
+    from nas import compare as C
+
+    groups = {"g": [crun(1, [None, 50.0, 60.0], screened=2), crun(0, [40.0, 70.0])], "h": [crun(0, [None])]}
+    assert C.aggregate(groups, [1, 2, 3]) == {
+        "g": {"runs": 2, "seeds": [0, 1], "screened": 1.0, "at": {
+            "1": {"mean": 40.0, "std": 0.0, "n": 1}, "2": {"mean": 60.0, "std": pytest.approx(14.142135623730951),
+                                                          "n": 2},
+            "3": {"mean": 60.0, "std": 0.0, "n": 1}}},
+        "h": {"runs": 1, "seeds": [0], "screened": 0.0, "at": {"1": None, "2": None, "3": None}}}
+
+
+def test_the_baseline_is_a_label_or_a_strategy_with_one_group_per_axis():
+    from nas import compare as C
+
+    groups = {"rea @ a": [crun(0, [1.0])], "random @ a": [crun(0, [1.0], strategy="random")],
+              "random[x=1] @ a": [crun(0, [1.0], strategy="random[x=1]")]}
+    assert C.baseline_groups(groups, "rea @ a") == ["rea @ a"] and C.baseline_groups(groups, "rea") == ["rea @ a"]
+    with pytest.raises(ConfigError) as info:
+        C.baseline_groups(groups, "bananas")
+    assert str(info.value) == ("compare: --baseline 'bananas' matches no group (groups: random @ a; "
+                               "random[x=1] @ a; rea @ a)")
+    groups["rea @ b"] = [crun(0, [1.0])]
+    groups["rea @ b"][0]["space"] = "ofa"
+    assert C.baseline_groups(groups, "rea") == ["rea @ a", "rea @ b"]
+    groups["rea @ c"] = [crun(0, [1.0])]
+    with pytest.raises(ConfigError, match=r"^compare: --baseline 'rea' is ambiguous, it matches 3 groups "
+                                          r"\(rea @ a; rea @ b; rea @ c\): name one in full$"):
+        C.baseline_groups(groups, "rea")
+
+
+@pytest.mark.parametrize("diffs, reason, stats", [
+    ([1.0, 2.0, -1.0, 0.0], "too few pairs (4 < 5)", (4, 2, 1, 1, 0.5)),
+    ([0.0] * 5, "all differences are zero", (5, 0, 0, 5, 0.0)),
+    ([], "too few pairs (0 < 5)", (0, 0, 0, 0, None)),
+])
+def test_the_wilcoxon_test_needs_five_pairs_and_a_difference(diffs, reason, stats):
+    from nas import compare as C
+
+    res = C.wilcoxon_paired(diffs)
+    assert res["reason"] == reason and res["p_value"] is None and res["statistic"] is None
+    assert (res["pairs"], res["better"], res["worse"], res["tied"], res["median_diff"]) == stats
+
+
+def test_the_wilcoxon_test_of_five_pairs_all_better_gives_the_exact_p():
+    from nas import compare as C
+
+    res = C.wilcoxon_paired([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert (res["p_value"], res["statistic"], res["reason"], res["better"]) == (0.0625, 0.0, None, 5)
+
+
+def test_holm_multiplies_the_sorted_p_values_by_their_remaining_count_monotonically():
+    from nas import compare as C
+
+    cells = [{"p_value": p} for p in (0.04, 0.01, 0.03, None, 0.5)]
+    C._holm({"a": {"at": {"1": cells[0], "2": cells[1]}}, "b": {"at": {"1": cells[2], "2": cells[3], "3": cells[4]}}})
+    assert [c.get("p_holm") for c in cells] == [pytest.approx(0.09), 0.04, pytest.approx(0.09), None, 0.5]
+    big = [{"p_value": 0.6}, {"p_value": 0.7}]
+    C._holm({"a": {"at": {"1": big[0], "2": big[1]}}})
+    assert [c["p_holm"] for c in big] == [1.0, 1.0]
+
+
+def test_paired_tests_pair_runs_by_seed_and_leave_out_seeds_with_several_runs():
+    from nas import compare as C
+
+    base = [crun(s, [50.0, 50.0], strategy="random") for s in range(6)]
+    mine = [crun(s, [50.0 + s + 1, 55.0], strategy="rea") for s in range(6)] + [crun(5, [1.0, 1.0])]
+    groups = {"random @ a": base, "rea @ a": mine, "other @ b": [crun(0, [1.0], setting="x/y")],
+              "far @ a": [crun(9, [1.0])]}
+    tests = C.paired_tests(groups, "random", [1, 3])
+    assert tests["other @ b"] == {"baseline": None, "note": "no baseline group on x/y", "at": {}}
+    assert tests["far @ a"] == {"baseline": "random @ a", "seeds": [], "at": {},
+                                "note": "no seeds in common with random @ a"}
+    rea = tests["rea @ a"]
+    assert rea["seeds"] == [0, 1, 2, 3, 4] and rea["note"] == "seeds with several runs left out: [5]"
+    assert rea["at"]["1"]["pairs"] == 5 and rea["at"]["1"]["p_value"] == 0.0625
+    assert rea["at"]["1"]["p_holm"] == 0.0625 and rea["at"]["3"]["pairs"] == 0
+    text = C.render_tests(tests, "random")
+    assert "| rea @ a | random @ a | 1 | 5 | +3.00 | 5/0/0 | 0.062 | 0.062 |" in text
+    assert "| rea @ a | random @ a | 3 | 0 | - | 0/0/0 | too few pairs (0 < 5) | - |" in text
+    assert text.endswith("- far @ a: no seeds in common with random @ a\n- other @ b: no baseline group on x/y\n"
+                         "- rea @ a: seeds with several runs left out: [5]\n")
+    assert C.render_tests({}, "random").endswith("\n\n- no group besides the baseline\n")
+
+
+@pytest.mark.parametrize("p, text", [(0.0625, "0.062"), (0.001, "0.001"), (0.00099, "0.00099"), (1e-7, "1e-07")])
+def test_p_values_show_three_places_or_two_significant_digits_below_a_thousandth(p, text):
+    from nas import compare as C
+
+    assert C._fmt_p(p) == text
+
+
+@pytest.mark.parametrize("v, text", [(999.0, "999"), (999.5, "1k"), (1234.0, "1.23k"), (999_499.0, "999k"),
+                                     (999_500.0, "1M"), (2.5e9, "2.5G"), (0.5, "0.5")])
+def test_sizes_show_three_digits_and_the_unit_after_rounding(v, text):
+    from nas import compare as C
+
+    assert C._fmt_int(v) == text
+
+
+def test_the_pareto_front_keeps_the_most_accurate_per_size_and_drops_the_dominated():
+    from nas import compare as C
+
+    pts = [{"accuracy": 60.0, "params": 10, "flops": None}, {"accuracy": 70.0, "params": 20, "flops": None},
+           {"accuracy": 65.0, "params": 20, "flops": None}, {"accuracy": 50.0, "params": 30, "flops": None},
+           {"accuracy": 80.0, "params": True, "flops": None}, {"accuracy": float("nan"), "params": 5, "flops": None}]
+    fronts = C.pareto_fronts({"g": [crun(0, [1.0], points=pts)]})
+    g = fronts["params"]["groups"]["g"]
+    assert g["trials"] == 4 and [(p["params"], p["accuracy"]) for p in g["front"]] == [(10, 60.0), (20, 70.0)]
+    assert g["front"][0]["seed"] == 0 and g["front"][0]["run"] == "r0"
+    assert fronts["flops"] == {"groups": {}, "note": "no successful trial has flops"}
+    assert fronts["params"]["note"] is None
+    text = C.render_pareto(fronts)
+    assert "| g | params | 4 | 2 | 70.00% at 20 | 60.00% at 10 |" in text and text.endswith(
+        "\n\n- flops: no successful trial has flops\n")
+    assert C._finite(1) and C._finite(1.5) and not C._finite(True) and not C._finite(math_inf()) and not C._finite("1")
+
+
+def math_inf() -> float:
+    return float("inf")
+
+
+def test_the_table_marks_random_starts_screening_and_the_random_search_reference():
+    from nas import compare as C
+
+    table = {"g": {"runs": 2, "screened": 1.5, "at": {"1": {"mean": 50.0, "std": 1.0, "n": 2}, "3": None}}}
+    ref = {"source": "NB201 table", "optimum": 94.37, "random_expected": [80.0, 85.0]}
+    assert C.render_table(table, [1, 3], {"g": "random"}, ref).split("\n") == [
+        "| strategy @ space/evaluator | runs | screened / run | best @ 1 | best @ 3 |",
+        "| --- | --- | --- | --- | --- |",
+        "| g † | 2 | 2 | 50.00 ± 1.00 (n=2) | - |",
+        "| random search, expected (NB201 table) | - | - | 80.00 | - |", "",
+        "Optimum of the NB201 table: 94.37.",
+        "Screened / run: candidates asked and scored but not evaluated (screen.factor); not trials, not failures.",
+        "- † g: random", ""]
+    plain = {"g": {"runs": 1, "screened": 0.0, "at": {"2": {"mean": 1.0, "std": 0.0, "n": 1}}}}
+    assert C.render_table(plain, [2]) == ("| strategy @ space/evaluator | runs | best @ 2 |\n| --- | --- | --- |\n"
+                                          "| g | 1 | 1.00 ± 0.00 (n=1) |\n")
+
+
+def test_the_report_has_its_warnings_tests_and_figures_only_when_there_are_some():
+    from nas import compare as C
+
+    groups = {"g": {"runs": 3, "screened": 0.0, "at": {"1": None}}}
+    pareto = {"params": {"groups": {}, "note": "n"}}
+    report = {"groups": groups, "at": [1], "notes": {}, "reference": None, "band": "iqr", "warnings": ["w1"],
+              "tests": None, "pareto": pareto, "figures": {"pareto": None}}
+    text = C.render_report(report)
+    assert text.startswith("# Comparison of 3 runs\n\n## Warnings\n\n- w1\n\n## Best accuracy so far")
+    assert "![best-so-far curves, mean with interquartile range](compare.png)" in text
+    assert "Paired tests" not in text and "![Pareto fronts]" not in text
+    text = C.render_report({**report, "band": "std", "warnings": [], "tests": {}, "baseline": "b",
+                            "figures": {"pareto": "pareto.png"}})
+    assert "## Warnings" not in text and "mean with ±1 std" in text and "## Paired tests against the baseline" in text
+    assert text.endswith("![Pareto fronts](pareto.png)\n")
+
+
+@pytest.mark.parametrize("at, band, message", [
+    ([], "std", "compare: trial counts must be positive integers, got []"),
+    ([1, 0], "std", "compare: trial counts must be positive integers, got [1, 0]"),
+    ([1], "max", "compare: unknown band 'max' (valid: std, iqr)"),
+])
+def test_compare_refuses_bad_counts_and_bands_before_reading_a_run(tmp_path, at, band, message):
+    from nas import compare as C
+    from nas.errors import NasError
+
+    with pytest.raises(NasError) as info:
+        C.compare([tmp_path / "none"], tmp_path / "out", at=at, band=band)
+    assert str(info.value) == message
+
+
+def test_find_runs_names_a_missing_path_or_one_without_runs(tmp_path):
+    from nas import compare as C
+    from nas.errors import NasError
+
+    with pytest.raises(NasError, match=rf"^compare: {tmp_path}/none does not exist$"):
+        C.find_runs([tmp_path / "none"])
+    with pytest.raises(NasError, match=rf"^compare: no summary.json found under {tmp_path}$"):
+        C.find_runs([tmp_path])
+    (tmp_path / "b" / "r").mkdir(parents=True)
+    (tmp_path / "b" / "r" / "summary.json").write_text("{}")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "summary.json").write_text("{}")
+    assert C.find_runs([tmp_path, tmp_path / "a"]) == [tmp_path / "a", tmp_path / "b" / "r"]
