@@ -121,6 +121,88 @@ def test_a_pool_needs_a_slot_and_a_positive_attempt_count(slots, attempts, messa
     assert str(info.value) == message
 
 
+def test_a_worker_starts_when_it_says_ready_and_otherwise_says_why():
+    from multiprocessing import Pipe
+
+    from nas.errors import EvaluationError
+
+    pool = Pool(1)
+    for told, message in (("ready", None), ("ValueError: bad spec", "worker 0 could not build the evaluator: "
+                                                                   "ValueError: bad spec")):
+        ours, theirs = Pipe()
+        theirs.send(told)
+        worker = _Worker(Slot(0, None), Process(3), ours)  # type: ignore[arg-type]
+        if message is None:
+            WorkerPool._await_ready(pool, worker)
+            continue
+        with pytest.raises(EvaluationError) as info:
+            WorkerPool._await_ready(pool, worker)
+        assert str(info.value) == message
+    ours, theirs = Pipe()
+    theirs.close()
+    with pytest.raises(EvaluationError, match=r"^worker 0 exited while starting \(exit code 3\)$"):
+        WorkerPool._await_ready(pool, _Worker(Slot(0, None), Process(3), ours))  # type: ignore[arg-type]
+
+
+def test_next_done_takes_a_worker_s_answer_and_a_closed_end_as_its_death():
+    from multiprocessing import Pipe
+
+    pool = Pool(1)
+    ours, theirs = Pipe()
+    pool._workers = [_Worker(Slot(0, None), Process(), ours)]  # type: ignore[arg-type]
+    pool.submit(0, Candidate(Arch()))  # type: ignore[arg-type]
+    assert theirs.recv() == (0, "e")
+    theirs.send((0, EvalResult(12.5).to_dict(), 0.25))
+    assert pool.next_done() == (0, (EvalResult(12.5), False, 0.25))
+    pool.submit(1, Candidate(Arch()))  # type: ignore[arg-type]
+    theirs.close()
+    ticket, (result, cached, _) = pool.next_done()  # max_attempts 1: its one death fails it
+    assert ticket == 1 and result.error == "worker process died 1 times evaluating it (last exit code -9)"
+    assert pool.stats.deaths == 1 and pool._workers[0].conn is not ours
+
+
+def test_a_batch_is_evaluated_in_its_order_and_close_kills_what_overstays():
+    import subprocess
+
+    class Slow(Process):
+        killed = False
+
+        def wait(self, timeout: float | None = None) -> int:
+            if timeout is not None and not self.killed:
+                raise subprocess.TimeoutExpired("w", timeout)
+            return self.code
+
+        def kill(self) -> None:
+            self.killed = True
+
+    pool = Pool(1)
+    answers = iter([(1, EvalResult(2.0).to_dict(), 0.1), (0, EvalResult(1.0).to_dict(), 0.1)])
+
+    def next_done():
+        ticket, result, wall = next(answers)
+        return ticket, (EvalResult.from_dict(result), False, wall)
+
+    pool.next_done = next_done  # type: ignore[method-assign]
+    assert [r.accuracy for r, _, _ in pool.evaluate([Candidate(Arch()), Candidate(Arch())])] == [1.0, 2.0]  # type: ignore
+    slow = Slow()
+    pool._workers = [_Worker(Slot(0, None), slow, Conn())]  # type: ignore[arg-type]
+    conn = pool._workers[0].conn
+    pool.close(grace=0.0)
+    assert slow.killed and conn.sent == [None] and conn.closed and pool._workers == []  # type: ignore[attr-defined]
+
+
+def test_a_worker_reads_none_once_the_pool_s_end_closes():
+    from multiprocessing import Pipe
+
+    from nas.pool import _receive
+
+    ours, theirs = Pipe()
+    theirs.send((1, "x"))
+    assert _receive(ours) == (1, "x")
+    theirs.close()
+    assert _receive(ours) is None
+
+
 # ---------------------------------------------------------------- secrets
 
 
