@@ -358,6 +358,22 @@ def test_mutate_redraws_a_move_that_changes_nothing_and_samples_after_a_hundred(
     assert rng.bounds == [2] * 100 + [1, 1]  # a hundred draws of a decision, then the sample's two
 
 
+def test_a_space_s_class_defaults_are_a_trusted_closed_untrainable_space_without_a_table():
+    assert (SearchSpace.open_ended, SearchSpace.trusted, SearchSpace.source_trusted, SearchSpace.trainable,
+            SearchSpace.tabular, SearchSpace.sizing, SearchSpace.file_suffix) == (False, True, True, False, False,
+                                                                                 None, None)
+    assert OpenEndedSpace.open_ended is True and CategoricalSpace.open_ended is False
+
+
+def test_a_decision_and_a_cost_are_frozen_values():
+    import dataclasses
+
+    for value, name in ((Decision("a", (1,)), "name"), (Cost(1, 2), "params")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, name, 0)
+    assert Decision("a", (1, 2)) == Decision("a", (1, 2)) and hash(Decision("a", (1,))) == hash(Decision("a", (1,)))
+
+
 def test_a_space_s_defaults_say_what_it_lacks():
     toy = Toy()
     assert SearchSpace.cost(toy, Pair(1)) is None and toy.cost_mismatch({}) is None
@@ -402,6 +418,7 @@ def test_the_default_source_rebuilds_through_nasflow():
     text = Bare().source(Pair(1, "x"), 10, 1, 28)
     assert "SPACE = 'toy'\nPARAMS = {}\nENCODING = [1, 'x']\n" in text
     assert "def Network(num_classes=10, in_channels=1, input_size=28):" in text
+    assert "def Network(num_classes=5, in_channels=3, input_size=32):" in Bare().source(Pair(1, "x"), 5)
 
 
 def test_sizing_options_accept_only_the_sizing_keys_and_every_trainable_space_s_when_asked():
@@ -497,6 +514,9 @@ def test_the_optional_fields_are_written_only_when_set():
     (record(score=float("inf")), "h:3: field 'score' must be null or a finite number, got inf"),
     (record(error="e"), "h:3: fields 'error' and 'accuracy' are both set; a failed trial has no accuracy"),
     (record(encoding="x" * 39), None),
+    (record(key=["x" * 40]), "h:3: field 'key' must be a string, got ['" + "x" * 37 + "…"),
+    (record(key=[1, 22, 333, 4444, 55555, 666666, 7777]), "h:3: field 'key' must be a string, got "
+                                                          "[1, 22, 333, 4444, 55555, 666666, 7777]"),
 ])
 def test_each_field_of_a_history_line_is_checked_with_a_one_line_error(line, message):
     if message is None:
