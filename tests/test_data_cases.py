@@ -193,6 +193,21 @@ def test_a_split_one_byte_over_the_budget_is_streamed_each_time(tmp_path):
     assert cache.decodes == 6 and cache.held == {} and cache.used() == 0
 
 
+@pytest.mark.parametrize("workers, n, threaded", [(2, 2, True), (1, 2, False), (2, 1, False)])
+def test_decoding_runs_in_the_worker_threads_when_there_are_two_images_and_two_workers(tmp_path, workers, n,
+                                                                                      threaded):
+    import threading
+
+    split, where = split_of(tmp_path, n), []
+
+    def recorded(img: Image.Image, size: int, k: int) -> np.ndarray:
+        where.append(threading.current_thread() is threading.main_thread())
+        return corner(img, size, k)
+
+    Decoded(0, workers)._decode(split, range(n), 2, recorded)
+    assert where == [not threaded] * n
+
+
 def test_the_decode_threads_default_to_the_cpus_up_to_eight():
     assert Decoded(0).workers == min(8, os.cpu_count() or 1) and Decoded(0, 3).workers == 3
 
@@ -529,3 +544,15 @@ def test_load_data_notes_the_location_and_reads_once(monkeypatch, tmp_path):
     assert S.load_data("fake_cases", str(tmp_path)) == "data" and S.load_data("fake_cases", str(tmp_path)) == "data"
     assert calls == [{"root": str(tmp_path), "split_file": None}] and str(tmp_path) in L.locations()
     S.load_data.cache_clear()
+
+
+def test_grey_images_become_three_equal_channels_and_other_counts_are_refused():
+    grey = data(2)
+    rgb = grey.rgb()
+    assert rgb.shape == (3, 2, 2) and rgb.mean == (0.0, 0.0, 0.0) and rgb.std == (1 / 255,) * 3
+    assert torch.equal(rgb.test.images[:, 2], grey.test.images[:, 0]) and (rgb.pad, rgb.mirror) == (1, True)
+    assert rgb.rgb() is rgb and rgb.num_classes == 2 and rgb.name == "toy"
+    two = S.ImageData("two", *(S.Split(torch.zeros(1, 2, 1, 1, dtype=torch.uint8), torch.zeros(1)),) * 3, 2,
+                      (0.0, 0.0), (1.0, 1.0), 0)
+    with pytest.raises(ValueError, match=r"^two: cannot make 2-channel images RGB$"):
+        two.rgb()

@@ -379,3 +379,29 @@ def test_our_own_source_is_checked_in_process_and_a_broken_one_is_a_failed_check
     assert T.source_check(built, net, x, tmp_path, None, trusted) == {
         "method": "in-process: model.py + model.pt", "max_abs_diff": None, "passed": False, "error": "KeyError: 'w'"}
 
+
+
+class FixedBatch(nn.Module):
+    """A network whose code fixes the batch size at 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x).reshape(1, 2)
+
+
+def test_a_plain_network_exports_with_a_dynamic_batch_checked_at_1_and_7(tmp_path):
+    torch.manual_seed(0)
+    entry = G.export_graph(nn.Linear(3, 2), torch.randn(1, 3), tmp_path)
+    assert (entry["format"], entry["file"], entry["batch"], "dynamic_error" in entry) == (
+        "onnx", "model.onnx", "dynamic", False)
+    assert entry["check"]["passed"] is True and entry["check"]["batches"] == [1, 7]
+    assert entry["check"]["method"] in ("onnxruntime", "onnx.reference") and (tmp_path / "model.onnx").is_file()
+
+
+def test_a_network_that_fails_at_batch_7_exports_a_fixed_batch_and_says_why(tmp_path):
+    entry = G.export_graph(FixedBatch(), torch.randn(1, 3), tmp_path)
+    assert (entry["format"], entry["batch"], entry["check"]["batches"]) == ("onnx", "fixed", [1])
+    assert entry["dynamic_error"].startswith("the network fails at batch 7: RuntimeError: ")

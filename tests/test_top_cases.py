@@ -960,3 +960,59 @@ def test_find_runs_names_a_missing_path_or_one_without_runs(tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "summary.json").write_text("{}")
     assert C.find_runs([tmp_path, tmp_path / "a"]) == [tmp_path / "a", tmp_path / "b" / "r"]
+
+
+# ---------------------------------------------------------------- measure
+
+
+class Op(__import__("torch").nn.Module):
+    """One product fvcore has no handle for, on fixed operands (its FLOPs are what the handle says)."""
+
+    def __init__(self, fn, *operands) -> None:
+        super().__init__()
+        self.fn, self.operands = fn, operands
+
+    def forward(self, x):
+        return self.fn(*self.operands) + x.sum() * 0
+
+
+def _ops():
+    import torch
+    import torch.nn.functional as F
+
+    z = torch.zeros
+    return [
+        ("baddbmm", Op(torch.baddbmm, z(2, 3, 5), z(2, 3, 4), z(2, 4, 5)), 2 * 3 * 4 * 5),
+        ("addbmm", Op(torch.addbmm, z(3, 5), z(2, 3, 4), z(2, 4, 5)), 2 * 3 * 4 * 5),
+        ("mv", Op(torch.mv, z(3, 4), z(4)), 12),
+        ("addmv", Op(torch.addmv, z(3), z(3, 4), z(4)), 12),
+        ("dot", Op(torch.dot, z(7), z(7)), 7),
+        ("attention", Op(F.scaled_dot_product_attention, z(2, 4, 5, 8), z(2, 4, 6, 8), z(2, 4, 6, 3)),
+         2 * 4 * 5 * 6 * (8 + 3)),
+        ("bilinear", Op(F.bilinear, z(2, 3), z(2, 4), z(5, 3, 4)), 2 * 5 * 3 * 4),
+        ("conv same", Op(lambda x, w: F.conv2d(x, w, padding="same"), z(2, 3, 5, 5), z(4, 3, 3, 3)),
+         2 * 4 * 3 * 3 * 3 * 25),
+    ]
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_the_products_fvcore_has_no_handle_for_are_counted(case):
+    from nas.measure import count_flops
+
+    name, module, flops = _ops()[case]
+    assert count_flops(module, (1,)) == flops, name
+
+
+def test_a_count_leaves_the_module_in_the_mode_it_was_and_params_add_what_a_class_carries(monkeypatch):
+    import torch
+
+    from nas import measure
+
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    net.train()
+    assert measure.flops_by_module(net, (1, 3)) == {"": 6, "0": 6} and net.training
+    net.eval()
+    measure.count_flops(net, (1, 3))
+    assert not net.training and measure.count_params(net) == 8
+    monkeypatch.setitem(measure.EXTRA_PARAMETERS, torch.nn.Sequential, lambda m: 100)
+    assert measure.count_params(net) == 108 and measure.count_params(torch.nn.Linear(3, 2)) == 8
