@@ -298,7 +298,7 @@ class Ev:
         return self.scores
 
     def input_shape(self, arch: Any) -> tuple[int, ...]:
-        return (1, 3, 16, 16)
+        return (1, 3, 16, 12)
 
     def network_config(self) -> dict[str, Any]:
         return {"num_classes": 10, "in_channels": 3}
@@ -318,7 +318,7 @@ def test_an_evaluator_with_neither_weights_nor_training_nor_a_table_s_size_has_n
 
 
 @pytest.mark.parametrize("valid, recorded, ok", [(51.0, 50.0, True), (49.0, 50.0, True), (51.01, 50.0, False),
-                                                 (48.99, 50.0, False), (10.0, None, True)])
+                                                 (48.99, 50.0, False), (10.123456, None, True)])
 def test_stored_weights_are_refused_when_they_score_more_than_a_point_off_the_search(valid, recorded, ok):
     said: list[str] = []
     ev = Ev(nn.Linear(2, 2), scores=(valid, 33.33333))
@@ -330,11 +330,26 @@ def test_stored_weights_are_refused_when_they_score_more_than_a_point_off_the_se
         return
     built = T.rebuild(ev, None, Space(), None, record(accuracy=recorded), True, said.append)
     assert (built.net, built.shape, built.source, built.source_kind, built.num_classes) == (
-        ev.sub, (1, 3, 16, 16), "src 10 3 16", "kind", 10)
+        ev.sub, (1, 3, 16, 12), "src 10 3 12", "kind", 10)
     assert built.weights == {"origin": "supernet", "checkpoint": "c.pt", "sha256": "ab",
                              "valid_accuracy": round(valid, 4), "test_accuracy": 33.3333}
     assert said == ["weights from evaluator 'ev' (checkpoint c.pt, sha256 ab), rescoring",
                     f"rescored: valid {valid:.2f}% (the search recorded {recorded}), test 33.33%"]
+
+
+def test_a_trained_trial_is_rebuilt_at_its_seed_and_data_untrained_with_no_train():
+    from nas.spaces.nb201.arch import NB201Cell
+    from nas.spaces.nb201.space import NB201Space
+
+    space, cell = NB201Space(channels=4, cells_per_stage=1), NB201Cell(("nor_conv_1x1",) * 6)
+    ev = Ev(trains=True, seeds=[9, 1], data=NS(shape=(1, 8, 8), num_classes=3), build=None,
+            data_cfg={"name": "digits"})
+    built = T.rebuild(ev, NS(seed=4), space, cell, record(), False, print)
+    assert (built.shape, built.num_classes, built.source_kind) == ((1, 1, 8, 8), 3, space.source_kind)
+    assert built.weights == {"seed": 9, "data": {"name": "digits"}, "origin": "initial",
+                             "note": "--no-train: seeded initial weights, not trained"}
+    assert "def __init__(self, num_classes=3, channels=4, cells_per_stage=1, in_channels=1):" in built.source
+    assert tuple(built.net(torch.zeros(2, 1, 8, 8)).shape) == (2, 3)
 
 
 def test_a_table_s_cell_gets_seeded_initial_weights_at_the_table_s_size():
@@ -405,3 +420,219 @@ def test_a_network_that_fails_at_batch_7_exports_a_fixed_batch_and_says_why(tmp_
     entry = G.export_graph(FixedBatch(), torch.randn(1, 3), tmp_path)
     assert (entry["format"], entry["batch"], entry["check"]["batches"]) == ("onnx", "fixed", [1])
     assert entry["dynamic_error"].startswith("the network fails at batch 7: RuntimeError: ")
+
+
+# ---------------------------------------------------------------- the sandboxed child's work, in-process
+
+MODEL = """import torch
+from torch import nn
+
+
+class Network(nn.Module):
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = nn.Linear(4, num_classes)
+
+    def forward(self, x):
+        return self.fc(self.conv(x).mean((2, 3)))
+"""
+
+
+class Reporter:
+    """The child's pipe to its parent: what it was told, in order."""
+
+    def __init__(self) -> None:
+        self.told: list = []
+
+    def enter(self, stage: str) -> None:
+        self.told.append(stage)
+
+    def send(self, **msg: Any) -> None:
+        self.told.append(msg)
+
+
+def job(tmp_path: Path, trainer=None, **request: Any):
+    from nas.sandbox.limits import Limits
+    from nas.sandbox.worker import Job
+
+    (tmp_path / "model.py").write_text(MODEL, encoding="utf-8")
+    request = {"num_classes": 5, "input_shape": [1, 3, 6, 6], "weights": False, "reference": False, "seed": 0,
+               "train": None, **request}
+    return Job(request, tmp_path, {str(tmp_path / "model.py"): "model.py"}, Limits(), Reporter(), trainer)
+
+
+def test_the_child_exports_the_initial_network_when_given_no_weights(tmp_path):
+    from nas.export import child
+
+    j = job(tmp_path)
+    verdict = child.export(j)
+    assert (verdict.ok, verdict.stage, verdict.output_shape, verdict.params) == (True, "done", [1, 5], 137)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["input_shape"] == [1, 3, 6, 6] and report["state_keys"] == ["conv.weight", "conv.bias",
+                                                                               "fc.weight", "fc.bias"]
+    assert report["graph"]["format"] == "onnx" and "reference" not in report
+    io_pt = torch.load(tmp_path / "io.pt", weights_only=True)
+    torch.manual_seed(0)
+    assert torch.equal(io_pt["input"], torch.randn(1, 3, 6, 6)) and tuple(io_pt["output"].shape) == (1, 5)
+    assert (tmp_path / "model.pt").is_file() and j.reporter.told[-1] == "done"
+
+
+def test_the_child_loads_given_weights_strictly_and_compares_with_the_reference(tmp_path):
+    from nas.export import child
+    from nas.sandbox.worker import import_file
+
+    torch.manual_seed(1)
+    j = job(tmp_path, weights=True, reference=True, export=False)
+    net = import_file(tmp_path / "model.py", "m_cases").Network(5)
+    torch.save(net.state_dict(), tmp_path / "weights.pt")
+    x = torch.randn(2, 3, 6, 6)
+    torch.save(x, tmp_path / "input.pt")
+    with torch.no_grad():
+        torch.save(net(x), tmp_path / "reference.pt")
+    verdict = child.export(j)
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert verdict.output_shape == [2, 5] and report["input_shape"] == [2, 3, 6, 6]
+    assert report["reference"] == {"method": "sandbox: model.py + model.pt", "max_abs_diff": 0.0, "passed": True}
+    assert "graph" not in report and not (tmp_path / "io.pt").exists()
+
+
+def test_exporting_from_a_trained_graph_s_weights_takes_only_the_network_s_entries(tmp_path):
+    from nas.export import child
+    from nas.sandbox.worker import import_file
+
+    (tmp_path / "model.py").write_text(MODEL, encoding="utf-8")
+    net = import_file(tmp_path / "model.py", "m_cases2").Network(5)
+    torch.save({**net.state_dict(), "extra.buffer": torch.zeros(1)}, tmp_path / "weights.pt")
+    verdict = child.export(job(tmp_path, weights=True, export=True))
+    assert verdict.ok and json.loads((tmp_path / "report.json").read_text())["graph"]["format"] == "onnx"
+    from nas.sandbox.worker import Stop
+
+    with pytest.raises(Stop) as info:  # strictly, an entry the network lacks is refused
+        child.export(job(tmp_path, weights=True))
+    assert info.value.verdict.stage == "instantiate" and "extra.buffer" in info.value.verdict.error
+
+
+def test_grey_input_is_fed_as_rgb_to_a_network_whose_first_layer_takes_three_channels(tmp_path):
+    from nas.export import child
+
+    verdict = child.export(job(tmp_path, input_shape=[1, 1, 6, 6]))
+    assert verdict.ok and json.loads((tmp_path / "report.json").read_text())["input_shape"] == [1, 3, 6, 6]
+
+
+def test_the_child_trains_under_the_first_seed_and_reports_the_training(tmp_path):
+    from nas.export import child
+
+    seen = []
+
+    def trainer(net: nn.Module, seed: int, rgb: bool):
+        seen.append((seed, rgb, torch.equal(net.fc.bias, fresh.fc.bias)))
+        return NS(to_dict=lambda: {"epochs": 1})
+
+    from nas.sandbox.worker import import_file, instantiate
+
+    fresh = instantiate(import_file(job(tmp_path).workdir / "model.py", "m_cases3"), "model.py", 5, seed=7)
+    j = job(tmp_path, trainer, train={"seeds": [7, 8]}, input_shape=[1, 1, 6, 6])
+    assert child.export(j).ok and seen == [(7, True, True)]
+    assert {"trained": {"epochs": 1}} in j.reporter.told and j.reporter.told.index("train") < j.reporter.told.index(
+        {"trained": {"epochs": 1}})
+
+
+# ---------------------------------------------------------------- the trial chosen, and a whole trusted export
+
+
+def fake_run(run_dir: Path, records: list[dict], trust: bool = False) -> Path:
+    """A finished NB201 table run with these history lines (no search ran)."""
+    from nas.search.spec import Component, SearchSpec
+
+    params = {"trust_self_reported": True} if trust else {}
+    spec = SearchSpec(space=Component("nb201", {"channels": 4, "cells_per_stage": 1}), strategy=Component("random"),
+                      evaluator=Component("table", params), seed=2, trials=len(records))
+    run_dir.mkdir(parents=True)
+    lines = [{"trial": i, "key": "k", "encoding": "e", "accuracy": None, "metrics": {}, "params": None,
+              "flops": None, "error": "boom", **r} for i, r in enumerate(records)]
+    (run_dir / "history.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (run_dir / "summary.json").write_text(json.dumps({"trials": len(records), "spec": spec.to_dict()}))
+    return run_dir
+
+
+def ok(acc: float, **kw: Any) -> dict:
+    return {"accuracy": acc, "error": None, **kw}
+
+
+def test_the_best_trial_is_chosen_by_the_summary_s_trust_rule(tmp_path):
+    from nas.export.selection import load_trial
+
+    forged = ok(99.0, metrics={"self_reported": True})
+    run = fake_run(tmp_path / "a", [ok(50.0), forged, ok(60.0), ok(60.0)])
+    spec, best = load_trial(run, None)
+    assert best.trial == 2 and spec.seed == 2
+    assert load_trial(fake_run(tmp_path / "t", [ok(50.0), forged], trust=True), None)[1].trial == 1
+    with pytest.raises(ExportError) as info:
+        load_trial(fake_run(tmp_path / "f", [forged, {}]), None)
+    assert str(info.value) == (f"{tmp_path / 'f'}: every successful trial is self-reported and the evaluator does "
+                               "not trust those (evaluator.trust_self_reported=false); choose one with --trial N")
+    with pytest.raises(ExportError) as info:
+        load_trial(fake_run(tmp_path / "n", [{}, {}]), None)
+    assert str(info.value) == f"{tmp_path / 'n'}: no successful trial (2 trials, all failed); nothing to export"
+
+
+@pytest.mark.parametrize("trial, message", [
+    (0, None), (1, None),
+    (2, "{r}: trial 2 failed (boom); nothing to export"),
+    (3, "{r}: trial 3 was screened out (score 0.5), never evaluated; nothing to export"),
+    (4, "{r}: trial 4 out of range (history.jsonl has trials 0..3)"),
+    (-1, "{r}: trial -1 out of range (history.jsonl has trials 0..3)"),
+])
+def test_a_chosen_trial_must_have_been_evaluated_and_succeeded(tmp_path, trial, message):
+    from nas.export.selection import load_trial
+
+    run = fake_run(tmp_path / "r", [ok(50.0), ok(40.0, metrics={"self_reported": True}), {},
+                                    {"screened": True, "score": 0.5}])
+    if message is None:
+        assert load_trial(run, trial)[1].trial == trial
+        return
+    with pytest.raises(ExportError) as info:
+        load_trial(run, trial)
+    assert str(info.value) == message.format(r=run)
+
+
+def test_a_summary_without_a_readable_spec_is_one_line(tmp_path):
+    from nas.export.selection import load_trial
+
+    (tmp_path / "summary.json").write_text(json.dumps({"spec": {"space": 1}}))
+    with pytest.raises(RunDirError, match=rf"^{tmp_path}/summary\.json: no readable 'spec' \("):
+        load_trial(tmp_path, None)
+    (tmp_path / "summary.json").write_text("{}")
+    with pytest.raises(RunDirError, match=rf"^{tmp_path}/summary\.json: no readable 'spec' \(KeyError: 'spec'\)$"):
+        load_trial(tmp_path, None)
+
+
+def test_a_table_run_exports_into_export_or_export_trial_n_with_its_manifest(tmp_path, monkeypatch):
+    from nas.spaces.nb201.arch import NB201Cell
+
+    monkeypatch.chdir(tmp_path)
+    cell = NB201Cell(("skip_connect", "nor_conv_1x1", "avg_pool_3x3", "none", "skip_connect", "nor_conv_3x3"))
+    line = ok(70.0, key=cell.key(), encoding=cell.encode(), params=1, flops=2)
+    run = fake_run(tmp_path / "run", [line, {**line, "accuracy": 60.0}])
+    said: list[str] = []
+    manifest = R.export_run(run, say=said.append)
+    out = run / "export"
+    assert manifest["out"] == str(out) and manifest["run_dir"] == str(run) and manifest["trial"] == 0
+    assert (out / "export.json").read_text() == json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    assert sorted(manifest["files"]) == ["model.onnx", "model.pt", "model.py"] and (out.stat().st_mode & 0o777) == 0o755
+    assert (manifest["nasflow_version"], manifest["seed"], manifest["evaluator"]) == (__import__("nas").__version__,
+                                                                                     2, "table")
+    assert (manifest["search_params"], manifest["search_flops"], manifest["input_shape"]) == (1, 2, [1, 3, 32, 32])
+    assert said[0] == f"exporting trial 0 (nb201, key {cell.key()}) to {out}"
+    with pytest.raises(ExportError, match=rf"^{out}: already exists \(remove it or pass --force\)$"):
+        R.export_run(run)
+    assert R.export_run(run, trial=1, train=False)["out"] == str(run / "export-trial1")
+    assert R.export_run(run, force=True)["trial"] == 0
+    assert [p.name for p in run.iterdir() if p.name.endswith(".tmp")] == []
+    wrong = fake_run(tmp_path / "wrong", [{**line, "key": "0123456789abcdef"}])
+    with pytest.raises(ExportError) as info:
+        R.export_run(wrong, tmp_path / "elsewhere")
+    assert str(info.value) == (f"{wrong}: trial 0: encoding decodes to key {cell.key()}, history says "
+                               "0123456789abcdef (space changed since the search?)")
+    assert not (tmp_path / "elsewhere").exists()
