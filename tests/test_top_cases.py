@@ -1016,3 +1016,131 @@ def test_a_count_leaves_the_module_in_the_mode_it_was_and_params_add_what_a_clas
     assert not net.training and measure.count_params(net) == 8
     monkeypatch.setitem(measure.EXTRA_PARAMETERS, torch.nn.Sequential, lambda m: 100)
     assert measure.count_params(net) == 108 and measure.count_params(torch.nn.Linear(3, 2)) == 8
+
+
+# ---------------------------------------------------------------- more (self-check survivors)
+
+
+class Recorded(WorkerPool):
+    """`from_settings`' choice of slots and attempts, without starting a worker."""
+
+    def __init__(self, spec_dict, slots, *, max_attempts: int = 3) -> None:
+        self.args = (spec_dict, slots, max_attempts)
+
+
+@pytest.mark.parametrize("env, settings, in_flight, slots, attempts", [
+    ("0,1", {}, 5, [Slot(0, "0"), Slot(1, "1")], 3),                      # one worker per GPU by default
+    ("0,1", {"per_gpu": 2, "max_attempts": 1}, 5, [Slot(i, g, 0.5) for i, g in enumerate("0101")], 1),
+    ("", {}, 3, [Slot(0, None), Slot(1, None), Slot(2, None)], 3),        # no GPU: budget.in_flight workers
+    ("", {"workers": 2}, 3, [Slot(0, None), Slot(1, None)], 3),
+])
+def test_the_pool_s_slots_follow_the_gpus_per_gpu_and_in_flight(monkeypatch, env, settings, in_flight, slots,
+                                                                 attempts):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", env)
+    pool = Recorded.from_settings({"s": 1}, settings, in_flight)
+    assert pool.args == ({"s": 1}, slots, attempts)  # type: ignore[attr-defined]
+
+
+def test_einsum_counts_one_operand_and_a_product_as_fvcore_does():
+    from nas.measure import einsum_macs
+
+    assert einsum_macs("i->i", [[3]]) == 1
+    assert einsum_macs("ij,jk->ik", [[2, 3], [3, 4]]) == 24
+    assert einsum_macs("ij,jk", [[2, 3], [3, 4]]) == 24  # implicit output: ik
+
+
+def test_expected_best_of_n_distinct_draws():
+    from nas.compare import expected_best
+
+    assert expected_best([3.0, 1.0, 2.0], 5) == pytest.approx([2.0, 8 / 3, 3.0])
+    assert expected_best([1.0, 2.0], 1) == [1.5]
+
+
+def write_run(run: Path, summary: dict, lines: list[dict]) -> Path:
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "history.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return run
+
+
+def hline(i: int, acc, **kw) -> dict:
+    return {"trial": i, "key": f"k{i}", "encoding": "e", "accuracy": acc, "metrics": {}, "params": 10 + i,
+            "flops": None, "error": None if acc is not None else "x", **kw}
+
+
+def test_runs_of_other_settings_are_refused_unless_mixed_and_then_grouped_by_what_differs(tmp_path):
+    from nas import compare as C
+
+    def summary(seed: int, metric: str, pop: int) -> dict:
+        spec = {"space": {"name": "nb201"}, "evaluator": {"name": "table", "params": {"metric": metric}},
+                "strategy": {"name": "rea", "params": {"population_size": pop}}, "trials": 3}
+        return {"space": "nb201", "evaluator": "table", "strategy": "rea", "seed": seed, "spec": spec}
+
+    lines = [hline(0, None), hline(1, 50.0), hline(2, 60.0, screened=True)]
+    runs = [write_run(tmp_path / "a", summary(0, "valid", 5), lines),
+            write_run(tmp_path / "b", summary(1, "test", 5), lines),
+            write_run(tmp_path / "c", summary(2, "test", 9), lines)]
+    with pytest.raises(ConfigError, match=r"has evaluator\.metric=valid but .* has evaluator\.metric=test: refusing"):
+        C.load_curves(runs)
+    groups = C.load_curves(runs, allow_mixed=True)
+    assert sorted(groups) == ["rea[population_size=5] @ nb201/table [evaluator.metric=test]",
+                              "rea[population_size=5] @ nb201/table [evaluator.metric=valid]",
+                              "rea[population_size=9] @ nb201/table [evaluator.metric=test]"]
+    run = groups["rea[population_size=9] @ nb201/table [evaluator.metric=test]"][0]
+    assert (run["seed"], run["curve"], run["screened"], run["run"]) == (2, [None, 50.0], 1, str(tmp_path / "c"))
+    assert [p["trial"] for p in run["points"]] == [1, 2] and run["random_only"] is not None
+
+
+def test_a_sweep_s_jobs_are_the_product_of_its_values_and_a_run_is_one_job():
+    from nas.config import job_overrides
+
+    assert job_overrides(["seed=1,2", "space=nb201"], multirun=True) == [["seed=1", "space=nb201"],
+                                                                          ["seed=2", "space=nb201"]]
+    assert job_overrides(["seed=1"], multirun=False) == [["seed=1"]]
+    with pytest.raises(ConfigError, match=r"^override 'seed' has no value: write seed=VALUE$"):
+        job_overrides(["seed"], multirun=False)
+
+
+def test_the_parameter_hint_is_empty_for_a_class_the_registry_does_not_know():
+    from omegaconf import OmegaConf
+
+    from nas.config import _add_hint
+
+    assert _add_hint(OmegaConf.create({"evaluator": {"name": "bogus"}}), ["evaluator", "x"]) == ""
+    assert _add_hint(OmegaConf.create({"evaluator": {"name": "train"}}), ["evaluator", "sizing"]) == (
+        "; it is a parameter: add it with +evaluator.sizing=VALUE")
+    assert _add_hint(OmegaConf.create({"seed": 1}), ["seed", "x"]) == ""
+    assert _add_hint(OmegaConf.create({"evaluator": {"name": "train"}}), ["evaluator", "a", "b"]) == ""
+
+
+def test_the_run_report_draws_from_a_first_failed_trial_on(tmp_path):
+    from nas import report
+
+    run = write_run(tmp_path / "r", {}, [hline(0, None), hline(1, 50.0), hline(2, 40.0)])
+    report.write_run_report(run, summary(best={"trial": 1, "accuracy": 50.0, "encoding": "e"}, trials=3))
+    assert (run / "best_so_far.png").read_bytes()[:4] == b"\x89PNG"
+    assert (run / "report.md").read_text().startswith("# Search report: rea on nb201\n")
+
+
+def test_the_report_child_writes_nothing_when_discarded_and_warns_in_one_line_when_it_fails(tmp_path, capsys):
+    from nas import report
+
+    (tmp_path / "d").mkdir()
+    child = report.RunReport.start(tmp_path / "d")
+    child.discard()
+    assert list((tmp_path / "d").iterdir()) == [] and child.proc.returncode is not None
+    (tmp_path / "f").mkdir()
+    failing = report.RunReport(tmp_path / "f", {"no": "strategy"})
+    failing.wait()
+    assert capsys.readouterr().err == (f"warning: {tmp_path / 'f'}: best_so_far.png and report.md not written "
+                                       "(KeyError: 'strategy')\n")
+    good = write_run(tmp_path / "g", {}, [hline(0, 5.0)])
+    fine = report.RunReport(good, summary(best=None))
+    fine.wait()
+    assert capsys.readouterr().err == "" and (good / "report.md").is_file()
+
+
+def test_on_a_terminal_the_bar_is_drawn_on_stderr_even_when_it_is_captured(capsys):
+    with status.status("working", total=2, tty=True) as advance:
+        advance()
+    assert "working" in capsys.readouterr().err
