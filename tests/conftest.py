@@ -84,6 +84,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_cli_config.py::test_a_run_dir_in_use_gets_no_hydra_files_and_a_free_one_gets_progress_in_search_log":
         ("cli",),
     "test_cli_e2e.py": ("cli", "prefect"),
+    "test_data_cases.py": (),
     "test_data_imagenet.py": (),
     "test_cli_latency_imports.py": ("cli",),
     "test_cli_latency_imports.py::test_a_table_search_imports_neither_torch_nor_matplotlib": ("cli", "prefect"),
@@ -110,6 +111,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_config_compose_once.py": (),
     "test_config_compose_once.py::test_a_table_search_composes_its_config_once": ("cli",),
     "test_constraint.py": (),
+    "test_core_cases.py": (),
     "test_core_mutants.py": (),
     "test_dag_canon.py": (),
     "test_dag_compile.py": (),
@@ -117,6 +119,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_dag_parse.py": (),
     "test_dag_shapes.py": (),
     "test_executor_close.py": (),
+    "test_export_cases.py": (),
     "test_export.py": (),
     "test_export.py::test_a_path_that_is_no_run_fails_before_torch_loads": ("cli",),
     "test_export_fast.py": (),
@@ -282,6 +285,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_terminal_safe.py::test_prefect_artifact_tables_escape_encodings_and_metric_text": ("prefect",),
     "test_terminal_safe.py::test_the_cli_prints_one_plain_line_per_hostile_file_on_any_terminal": ("sandbox", "cli",
                                                                                                    "slow"),
+    "test_top_cases.py": (),
     "test_trusted_worker.py": (),
     "test_trusted_worker.py::test_a_kept_verdict_vouches_for_no_other_graph": ("sandbox", "slow"),
     "test_trusted_worker.py::test_model_source_a_proxy_cannot_run_gets_one_warning_no_proxies_and_trains":

@@ -147,7 +147,7 @@ class SearchSpace(ABC, Generic[A]):
         accepted, each value checked by every space that reads it, so a bad value fails whichever
         space the run has (evaluator=train's config serves them all); otherwise this space's alone.
         Returns this space's (`build_options`)."""
-        readers = [s for s in map(SPACES.get, SPACES.names()) if s.trainable and s.sizing is not None] \
+        readers = [s for s in map(SPACES.get, SPACES.names()) if s.trainable] \
             if every_space else [cls]
         known = {f.name for reader in readers if reader.sizing is not None for f in fields(reader.sizing)}
         unknown = sorted(set(options) - known)

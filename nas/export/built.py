@@ -23,6 +23,11 @@ class Built:
     num_classes: int
 
 
+def training_seed(ev: Any, spec: Any) -> int:
+    """The seed a retraining uses: the evaluator's first (the one the search trained under), else the run's."""
+    return ev.seeds[0] if ev.seeds else spec.seed
+
+
 def note_retraining(weights: dict[str, Any], result: Any, ev: Any, say: Callable[[str], None],
                     self_reported: bool = False) -> None:
     """Record a retraining's outcome (a `TrainResult` under `ev`'s recipe) in the manifest's weights entry;

@@ -107,7 +107,7 @@ def _export(spec, space, arch, record: TrialRecord, tmp: Path, train: bool,
                             "net.load_state_dict(torch.load('model.pt', weights_only=True))"},
         "weights": {"file": "model.pt", **built.weights},
         "graph": graph, "source_check": check,
-        "torch": torch.__version__, "nasflow_version": _version(),
+        "torch": torch.__version__, "nasflow_version": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
@@ -118,7 +118,3 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def _version() -> str:
-    return __version__

@@ -22,7 +22,7 @@ from torch import nn
 
 from nas.core.trial import TrialRecord
 from nas.export import ExportError
-from nas.export.built import Built, note_retraining
+from nas.export.built import Built, note_retraining, training_seed
 from nas.export.graph import one_line, output_diff
 from nas.export.untrusted import run_sandboxed, sandbox_limits
 from nas.train.build import build_model
@@ -67,7 +67,7 @@ def from_weights(ev: Any, sub: nn.Module, origin: dict[str, Any], space: Any, ar
 def from_training(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRecord, train: bool, say: Say) -> Built:
     """Retrained as the run trained it (the evaluator's `weights` is None), or seeded initial weights."""
 
-    seed = ev.seeds[0] if ev.seeds else spec.seed
+    seed = training_seed(ev, spec)
     data = ev.data
     net = build_model(space, arch, data.shape, data.num_classes, ev.build, seed)
     source = space.source(arch, data.num_classes, data.shape[0], data.shape[1], ev.build)

@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 from nas.core.trial import SELF_REPORTED, TrialRecord
 from nas.evaluators.train import SANDBOX_DEFAULTS
 from nas.export import ExportError
-from nas.export.built import Built, note_retraining
+from nas.export.built import Built, note_retraining, training_seed
 from nas.export.graph import one_line
 from nas.sandbox.limits import Limits
 from nas.sandbox.protocol import decode
@@ -58,7 +58,7 @@ def export_untrusted(ev: Any, spec: Any, space: Any, arch: Any, record: TrialRec
     if not ev.trains:
         raise ExportError(f"evaluator '{ev.name}' does not train: space '{space.name}' is model source, "
                           "rebuilt only by retraining it in the sandbox; no network to export")
-    seed = ev.seeds[0] if ev.seeds else spec.seed
+    seed = training_seed(ev, spec)
     data = ev.data
     source = space.source(arch, data.num_classes, data.shape[0], data.shape[1])
     if not train:
