@@ -165,6 +165,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_library_mutants.py": (),
     "test_lifecycle.py": ("cli",),
     "test_lifecycle.py::test_a_search_builds_each_part_once_and_opens_its_run_dir_once": ("cli", "prefect"),
+    "test_llm_cases.py": ("llm",),
     "test_llm_client.py": ("llm",),
     "test_llm_terminal.py": ("llm",),
     "test_llm_local.py": ("llm",),
