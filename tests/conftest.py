@@ -268,6 +268,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_supernet_scoring.py": (),
     "test_supernet_train.py": (),
     "test_supernet_train.py::test_cli_trains_a_supernet_then_searches_with_it": ("cli",),
+    "test_supernets_cases.py": (),
     "test_plugins.py": ("cli", "slow"),
     "test_proxies.py": (),
     "test_proxies_cases.py": (),
