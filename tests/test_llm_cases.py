@@ -10,12 +10,14 @@ import dataclasses
 import hashlib
 import json
 import logging
+import signal
+import sys
 import types
 
 import pytest
 
-from nas.errors import ConfigError
-from nas.llm import accounting, speed
+from nas.errors import ConfigError, NasError
+from nas.llm import accounting, guard, local, speed
 from nas.llm.accounting import RoleUsage, Usage
 from nas.llm.cache import ReplayBook, ReplyCache, Transcript, _reply_problem, call_key
 from nas.llm.client import Answer, LLMClient, LLMError, Reply, _retry_after, reply_text
@@ -594,3 +596,217 @@ def test_a_replay_asks_with_the_recorded_settings_and_fits_prompts_to_the_record
     assert again.text == "one" and again.source == "replay"
     with pytest.raises(LLMError, match=r"^replay: no recorded reader call with key \w+ \(template -, attempt 0\)"):
         replay.complete("reader", "q1", temperature=0.9)
+
+
+def test_a_replayed_call_has_no_retries_and_a_recorded_failure_fails_again(tmp_path):
+    run = tmp_path / "run"
+    with ScriptedServer(["one", Step(fault="500")]) as srv:
+        live, _ = client_for(srv, tmp_path, run_dir=run, max_retries=0)
+        live.complete("reader", "q1")
+        with pytest.raises(LLMError):
+            live.complete("reader", "q2")
+    replay = LLMClient({"backend": "replay", "replay_from": str(run), "api_key_env": KEY, "cache": False})
+    assert replay.complete("reader", "q1").text == "one"
+    with pytest.raises(LLMError) as err:
+        replay.complete("reader", "q2")
+    assert str(err.value) == "llm: server error (HTTP 500); gave up after 1 tries"
+    assert replay.usage.roles["reader"] == RoleUsage(calls=1, replayed=1, failures=1, prompt_tokens=1,
+                                                     completion_tokens=1)
+
+
+def test_the_cache_answers_a_repeat_and_a_calls_hook_runs_each_fetch(tmp_path):
+    seen = []
+
+    def calls(role, key, fetch, cached):
+        seen.append((role, len(key), cached))
+        return fetch()
+
+    with ScriptedServer(["one"]) as srv:
+        client, _ = client_for(srv, tmp_path, cache=True)
+        client.calls = calls
+        first, again = client.complete("reader", "q"), client.complete("reader", "q")
+    assert (first.source, again.source, again.text, len(srv.requests)) == ("live", "cache", "one", 1)
+    assert seen == [("reader", 32, True), ("reader", 32, True)]
+    record = ReplyCache(tmp_path / "cache").get(first.key)
+    assert record is not None and record["reply"] == "one" and record["role"] == "reader"
+
+
+def test_ask_tries_at_least_once_from_its_first_attempt_and_a_cut_reply_names_its_setting(tmp_path):
+    prompt = parse_prompt("---\nname: t\nversion: 1\nrole: proposer\n---\n[user]\ngo\n", "t.md")
+    with ScriptedServer([Step("a b c d", fault="truncated"), "no", "yes"]) as srv:
+        client, _ = client_for(srv, tmp_path)
+        cut = client.ask("proposer", prompt, {}, lambda r: r.text, tries=0, first_attempt=2)
+        answer = client.ask("proposer", prompt, {}, lambda r: int(r.text == "yes") or int("x"), tries=2)
+    assert not cut.ok and [r.attempt for r in cut.replies] == [2]
+    assert cut.errors == ["attempt 2: reply cut at max_tokens (2 tokens); raise llm.roles.proposer.max_tokens"]
+    assert answer.value == 1 and answer.errors == ["attempt 0: invalid literal for int() with base 10: 'x'"]
+    assert [r.attempt for r in answer.replies] == [0, 1]
+
+
+def test_each_transient_fault_is_said_as_what_it_was(tmp_path):
+    cases = [("garbage", "garbage reply: "), ("disconnect", "connection failed ("), ("badjson", "garbage reply: ")]
+    for fault, start in cases:
+        with ScriptedServer([Step(fault=fault)]) as srv:
+            client, _ = client_for(srv, tmp_path, max_retries=0)
+            with pytest.raises(LLMError) as err:
+                client.complete("reader", "x")
+        message = str(err.value)
+        assert message.startswith(f"llm: {start}") and message.endswith("; gave up after 1 tries"), message
+        assert "\n" not in message
+
+
+def test_a_call_that_never_starts_streaming_is_abandoned_at_its_limit(tmp_path):
+    with ScriptedServer([Step("late words here", fault="slow", delay_s=3.0)]) as srv:
+        client, _ = client_for(srv, tmp_path, max_retries=0, timeout_s=0.3)
+        with pytest.raises(LLMError) as err:
+            client.complete("reader", "x")
+    assert str(err.value) in ("llm: timed out after 0.3 s (generation cancelled); gave up after 1 tries",
+                              "llm: no reply within 0 s (0 tokens; limit from the measured speed: not measured "
+                              "yet; generation cancelled); gave up after 1 tries")
+
+
+def test_local_accounting_asks_the_local_tokenizer_only_for_the_local_backend(tmp_path):
+    client, _ = client_for(None, tmp_path)
+    messages = [{"role": "user", "content": "x" * 9}]
+    assert client._counted("m", messages) == 5 + 6
+    client._base_url = "http://127.0.0.1:9/v1"      # openai backend: never asked
+    assert client._counted("m", messages) == 11
+    local = LLMClient({"backend": "local", "cache": False})
+    assert local._counted("m", messages) == 11      # no server started: the estimate
+    local._base_url = "http://127.0.0.1:9/v1"       # nothing listening: the estimate
+    assert local._counted("m", messages) == 11
+
+
+def test_an_error_is_one_masked_line(tmp_path):
+    client, _ = client_for(None, tmp_path)
+    err = client._error("first line sk-test-cases\nsecond", 2)
+    assert str(err) == "llm: first line ***" and err.retries == 2
+
+
+# -- the local server's lifecycle, with a stand-in child ----------------------------------------------
+
+READY = """
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        code = 200 if self.path == "/v1/models" else 404
+        self.send_response(code); self.send_header("content-length", "0"); self.end_headers()
+    def log_message(self, *a): pass
+print("listening", flush=True)
+http.server.HTTPServer(("127.0.0.1", PORT), H).serve_forever()
+"""
+
+
+class Stand(local.LocalServer):
+    """LocalServer whose child is `script` (PORT filled in) instead of llama.cpp's server."""
+
+    def __init__(self, script: str, **kwargs) -> None:
+        super().__init__("unused.gguf", alias="stand", **kwargs)
+        self.script = script
+
+    def command(self, port: int) -> list[str]:
+        return [sys.executable, "-c", self.script.replace("PORT", str(port))]
+
+
+def test_a_local_server_starts_once_answers_and_stops(tmp_path):
+    srv = Stand(READY, log_path=tmp_path / "new" / "dir" / "s.log", startup_timeout_s=20)
+    assert (srv.running, srv.pid, srv.base_url) == (False, None, None)
+    try:
+        url = srv.start()
+        assert url == f"http://127.0.0.1:{url.rsplit(':', 1)[1].split('/')[0]}/v1" and url == srv.base_url
+        pid = srv.pid
+        assert srv.running and pid is not None and srv.start() == url and srv.pid == pid   # started once
+        assert repr(srv) == f"LocalServer(alias='stand', base_url='{url}', running=True)"
+    finally:
+        srv.stop()
+    assert (srv.running, srv.pid, srv.base_url, srv._log_fh) == (False, None, None, None)
+    assert "listening" in (tmp_path / "new" / "dir" / "s.log").read_text()
+    srv.stop()  # stopping twice is nothing
+
+
+def test_a_local_server_that_dies_or_hangs_is_one_line_naming_its_log(tmp_path):
+    log = tmp_path / "s.log"
+    log.write_text("from an earlier run\n")
+    dies = Stand("import sys; print('loading'); print('  bad magic  '); print(); sys.exit(3)", log_path=log)
+    with pytest.raises(NasError) as err:
+        dies.start()
+    assert str(err.value) == f"local LLM server (stand) exited with status 3 before it was ready: bad magic (log: {log})"
+    assert not dies.running and dies.base_url is None
+    hangs = Stand("import time; time.sleep(60)", log_path=tmp_path / "h.log", startup_timeout_s=0.3)
+    with pytest.raises(NasError) as err:
+        hangs.start()
+    assert str(err.value) == (f"local LLM server (stand) was not ready after 0.3 s: (log is empty) "
+                              f"(log: {tmp_path / 'h.log'})")
+    assert not hangs.running and hangs._proc is None
+
+
+def test_the_last_log_line_is_clipped_and_read_from_the_offset(tmp_path):
+    log = tmp_path / "l.log"
+    log.write_bytes(b"old line\nnew \xff\n" + b"x" * 301 + b"\n\n")
+    assert local.log_since(log, 9) == "new \ufffd\n" + "x" * 301 + "\n\n"
+    assert local._last_line(log, 0) == "x" * 297 + "..."
+    log.write_text("a\n" + "y" * 300 + "\n")
+    assert local._last_line(log, 0) == "y" * 300 and local._last_line(log, 1000) == ""
+    assert local.log_since(tmp_path / "none", 0) == "" and local._last_line(tmp_path / "none", 0) == ""
+
+
+def test_shared_servers_are_one_per_settings_and_all_stop(tmp_path, monkeypatch):
+    made = []
+
+    class Recorded(Stand):
+        def __init__(self, **settings):
+            super().__init__(READY, log_path=tmp_path / f"{len(made)}.log", startup_timeout_s=20)
+            made.append(settings)
+
+    monkeypatch.setattr(local, "LocalServer", Recorded)
+    monkeypatch.setattr(local, "_shared", {})
+    try:
+        a = local.shared_server(model=tmp_path / "m.gguf", n_ctx=1)
+        b = local.shared_server(n_ctx=1, model=str(tmp_path / "m.gguf"))
+        c = local.shared_server(n_ctx=2)
+        assert a is b and a is not c and a.running and c.running and len(made) == 2
+        assert local._settings_key({"b": 1, "a": tmp_path}) == (("a", str(tmp_path)), ("b", 1))
+    finally:
+        local.stop_shared()
+    assert not a.running and not c.running and local._shared == {}
+
+
+def test_the_guard_runs_its_command_and_says_how_to_call_it(capsys):
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        assert guard.main([]) == 2
+        assert capsys.readouterr().err == "usage: python -m nas.llm.guard COMMAND [ARGS...]\n"
+        assert guard.main([sys.executable, "-c", "raise SystemExit(3)"]) == 3
+        assert guard.main([sys.executable, "-c", "pass"]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_idle_cores_leave_at_least_one_and_an_unreadable_machine_looks_idle(tmp_path, monkeypatch):
+    assert local.idle_cores(4, lambda: 10) == 1 and local.idle_cores(4, lambda: 1) == 4
+    assert local.idle_cores(4, iter([9, 1, 3, 2, 9]).__next__) == 2   # the median look: 3 running, 2 others
+    monkeypatch.setattr(local.os, "cpu_count", lambda: None)
+    assert local.idle_cores(None, lambda: 1) == 1
+    assert local._running_processes(tmp_path / "none") == 1
+    (tmp_path / "loadavg").write_text("0.5 0.4 0.3 7/300 12\n")
+    assert local._running_processes(tmp_path / "loadavg") == 7
+
+
+def test_the_prompt_cache_counts_the_logits_and_tokens_it_keeps():
+    from nas.llm.llama_server import _held_bytes
+
+    def state(size, scores, ids):
+        return types.SimpleNamespace(llama_state_size=size, scores=types.SimpleNamespace(nbytes=scores),
+                                     input_ids=types.SimpleNamespace(nbytes=ids))
+
+    cache = types.SimpleNamespace(cache_state={"a": state(100, 20, 3), "b": state(1000, 200, 30)})
+    assert _held_bytes(cache) == 1353 and _held_bytes(types.SimpleNamespace(cache_state={})) == 0
+
+
+def test_a_retry_is_logged_with_its_number_and_what_it_asks_with(tmp_path, caplog):
+    with ScriptedServer([Step(fault="500"), "ok"]) as srv:
+        client, _ = client_for(srv, tmp_path, backoff_s=0.001)
+        with caplog.at_level(logging.WARNING, logger="nas.llm"):
+            client.complete("reader", "x")
+    assert [r.getMessage() for r in caplog.records] == [
+        "llm: server error (HTTP 500); retry 1/3 in 0.0 s, with temperature 0.15 and seed 1 (not the same request)"]

@@ -625,3 +625,32 @@ def test_ofa_keeps_its_active_subnet_through_an_extraction_and_records_its_dropo
     sub = net.extract(net.largest(), copy_weights=False)
     assert net.active == small and isinstance(sub, nn.Module)
     assert dataclasses.is_dataclass(small) or copy.copy(small) == small
+
+
+def fit(m: SupernetModule, max_steps: int) -> "pl.Trainer":  # noqa: F821
+    import pytorch_lightning as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(32, 3, 8, 8), torch.randint(0, 10, (32,)))
+    trainer = pl.Trainer(max_steps=max_steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(m, DataLoader(data, batch_size=8))
+    return trainer
+
+
+def test_each_training_step_sets_the_cosine_learning_rate_and_counts_itself():
+    import math
+
+    m = module(SupernetSettings(lr=0.1, batch_size=8, weight_decay=0.0), total=4)
+    trainer = fit(m, 2)
+    assert m.steps == 2 and m.cpu_start is not None and m.cpu_used > 0
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 * (1 + math.cos(math.pi * 0.25)))
+    assert float(trainer.callback_metrics["phase"]) == 0.0 and float(trainer.callback_metrics["loss"]) > 0
+
+
+def test_a_spent_cpu_budget_stops_training_after_the_step_that_spent_it():
+    m = module(SupernetSettings(lr=0.1, batch_size=8, cpu_seconds=1e-6), total=4)
+    trainer = fit(m, 3)
+    assert m.steps == 1 and m.cpu_used >= 1e-6 and trainer.should_stop
+    assert trainer.optimizers[0].param_groups[0]["lr"] == 0.1   # the first step: nothing spent yet
