@@ -6,8 +6,6 @@ family's own routing checks. Messages matched whole; the supernets are the tiny 
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import io
 import json
 from pathlib import Path
@@ -592,6 +590,14 @@ def test_spos_runs_one_unit_per_block_or_the_mean_and_needs_a_path_first():
         first = next(sub.block0.parameters())
         first.add_(1.0)
         assert not torch.equal(first, next(net.blocks[0][3].parameters()))       # copies, not the supernet's
+    with torch.no_grad():
+        h = net.stem(x)
+        for units, c in zip(net.blocks[:-1], (3, 2, 1)):
+            h = units[c](h)
+        net.set_mixed([(3,), (2,), (1,), (0, 2)])
+        assert torch.allclose(net(x), net.head((net.blocks[-1][0](h) + net.blocks[-1][2](h)) / 2), atol=1e-6)
+        net.set_mixed([(3,), (2,), (1,), (0,)])
+        assert torch.allclose(net(x), net.extract(arch).eval()(x), atol=1e-6)
     assert net.largest() == net.space.most_flops() and net.smallest() == net.space.fewest_flops()
     assert net.space.cost(net.largest()).flops > net.space.cost(net.smallest()).flops
 
@@ -624,7 +630,13 @@ def test_ofa_keeps_its_active_subnet_through_an_extraction_and_records_its_dropo
     net.set_active(small)
     sub = net.extract(net.largest(), copy_weights=False)
     assert net.active == small and isinstance(sub, nn.Module)
-    assert dataclasses.is_dataclass(small) or copy.copy(small) == small
+    net.eval()
+    copied = net.extract(small).eval()   # by default with the supernet's weights: the same outputs
+    x = torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        out = net(x)
+        assert out.shape == (1, 10) and torch.allclose(copied(x), out, atol=1e-5)
+    assert net.active == small
 
 
 def fit(m: SupernetModule, max_steps: int) -> "pl.Trainer":  # noqa: F821
@@ -654,3 +666,45 @@ def test_a_spent_cpu_budget_stops_training_after_the_step_that_spent_it():
     trainer = fit(m, 3)
     assert m.steps == 1 and m.cpu_used >= 1e-6 and trainer.should_stop
     assert trainer.optimizers[0].param_groups[0]["lr"] == 0.1   # the first step: nothing spent yet
+
+
+def test_the_evaluator_accepts_only_spaces_with_a_supernet():
+    cls = EVALUATORS.get("supernet")
+    assert [cls.accepts(SPACES.get(name)) for name in ("nb201", "spos", "autoformer", "ofa_mbv3", "nader", "source")] \
+        == [True, True, True, True, False, False]
+
+
+def test_the_sidecar_says_what_the_file_is_and_how_it_was_trained(trained):
+    meta = json.loads(trained.path.with_suffix(".json").read_text())
+    raw = trained.path.read_bytes()
+    assert (meta["file"], meta["bytes"], meta["sha256"]) == ("supernet.pt", len(raw), trained.sha256)
+    assert (meta["steps"], meta["seed"], meta["wall_seconds"]) == (1, 0, trained.wall_seconds) and trained.steps == 1
+    assert meta["train_cpu_seconds"] == trained.train_cpu_seconds == round(trained.train_cpu_seconds, 1)
+    assert meta["train"] == {**TINY.to_dict(), "sampling": "fair"} and meta["supernet"] == {"num_classes": 10,
+                                                                                           "in_channels": 3}
+    assert meta["largest"] == NB201Cell(("nor_conv_3x3",) * 6).encode()
+    assert meta["smallest"] == NB201Cell(("skip_connect",) * 6).encode()
+    for which in ("largest", "smallest"):
+        value = meta[f"val_accuracy_{which}"]
+        assert value == getattr(trained, f"val_accuracy_{which}") and abs(value * 7 / 100 - round(value * 7 / 100)) < 1e-3
+    ckpt = torch.load(trained.path, weights_only=True)
+    assert {k: ckpt[k] for k in meta if k not in ("file", "bytes", "sha256", "wall_seconds")} == \
+        {k: v for k, v in meta.items() if k not in ("file", "bytes", "sha256", "wall_seconds")}
+
+
+def test_droppath_names_the_supernets_that_can_average():
+    space = SPACES.create("autoformer", AUTOFORMER)
+    net = SUPERNETS.create("autoformer", {"num_classes": 3}, space=space)
+    mixing = [n for n in SUPERNETS.names() if SUPERNETS.get(n).mixes]
+    assert mixing == ["nb201", "spos"]
+    with pytest.raises(ConfigError) as err:
+        SubnetSampler.for_supernet(net, "droppath", 0, 10, seed=0)
+    assert str(err.value) == ("supernet.sampling=droppath: the autoformer supernet cannot average its choices "
+                              "(one that can: nb201, spos)")
+    assert SubnetSampler.for_supernet(net, "uniform", 0, 10, seed=0).sampling == "uniform"
+
+
+def test_a_supernet_s_input_size_is_its_space_s():
+    assert nb201().input_size(NB201Cell(("none",) * 6)) is None
+    net = spos()
+    assert net.input_size(net.largest()) == 16
