@@ -6,6 +6,7 @@ family's own routing checks. Messages matched whole; the supernets are the tiny 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -283,6 +284,8 @@ def test_checkpoints_that_are_not_ours_nor_released_are_refused_in_one_line(tmp_
 
 
 def test_our_checkpoint_reads_whole_with_its_hash(trained):
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        trained.steps = 2  # type: ignore[misc]
     sha, record = load_checkpoint(trained.path, "nb201")
     assert sha == trained.sha256 and set(record) >= {"space", "space_params", "supernet", "state_dict", "data"}
     assert record["space"] == "nb201" and record["data"] == DIGITS
@@ -295,6 +298,8 @@ def test_resize_keeps_none_and_the_same_size_and_interpolates_the_rest():
     assert scoring.resize(x, None) is x and scoring.resize(x, 4) is x
     assert scoring.resize(x, 2).shape == (1, 1, 2, 2) and scoring.resize(x, 8).shape == (1, 1, 8, 8)
     assert scoring.resize(torch.zeros(1, 1, 4, 6), 4).shape == (1, 1, 4, 4)
+    up = scoring.resize(torch.tensor([[[[0.0, 1.0], [2.0, 3.0]]]]), 4)   # pixel centres, not corners, aligned
+    assert up[0, 0, 0].tolist() == [0.0, 0.25, 0.75, 1.0] and up[0, 0, :, 0].tolist() == [0.0, 0.5, 1.5, 2.0]
 
 
 @pytest.fixture(scope="module")
