@@ -810,3 +810,25 @@ def test_a_retry_is_logged_with_its_number_and_what_it_asks_with(tmp_path, caplo
             client.complete("reader", "x")
     assert [r.getMessage() for r in caplog.records] == [
         "llm: server error (HTTP 500); retry 1/3 in 0.0 s, with temperature 0.15 and seed 1 (not the same request)"]
+
+
+def test_an_attempt_says_false_when_it_failed_and_true_when_it_parsed(tmp_path):
+    with ScriptedServer(["not a number", "7"]) as srv:
+        client, _ = client_for(srv, tmp_path)
+        answer: Answer[int] = Answer()
+        failed = client.attempt(answer, "reader", [{"role": "user", "content": "x"}], lambda r: int(r.text),
+                                template="t")
+        parsed = client.attempt(answer, "reader", [{"role": "user", "content": "x"}], lambda r: int(r.text),
+                                template="t", attempt=1)
+    assert failed is False and parsed is True and answer.value == 7
+
+
+def test_the_guard_as_a_module_runs_its_arguments_as_the_command():
+    import os
+    import subprocess
+    from pathlib import Path
+
+    tree = str(Path(__file__).resolve().parents[1])   # this tree's nas, whatever PYTHONPATH says
+    done = subprocess.run([sys.executable, "-m", "nas.llm.guard", sys.executable, "-c", "raise SystemExit(3)"],
+                          capture_output=True, timeout=60, cwd=tree, env={**os.environ, "PYTHONPATH": tree})
+    assert done.returncode == 3 and done.stderr == b""
