@@ -41,7 +41,9 @@ class SupernetSettings(SgdCosine):
         for name, low in (("epochs", 1), ("batch_size", 1), ("n_random", 0), ("recal_batches", 0),
                           ("train_subset", 1), ("val_subset", 1), ("devices", 1)):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+            if value is None and name in ("train_subset", "val_subset"):  # null: all images
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:  # epochs=null crashed training
                 raise ConfigError(f"supernet.{name} must be an integer >= {low}, got {value!r}")
         if self.cpu_seconds is not None:
             if isinstance(self.cpu_seconds, bool) or not isinstance(self.cpu_seconds, (int, float)) \

@@ -321,6 +321,15 @@ def test_the_train_evaluator_s_defaults(trainer):
     assert train.TrainEvaluator(SPACE, DIGITS, RECIPE, proxies=[], sandbox={"wall_s": 5.0}, **SIZING).limits.wall_s == 5.0
 
 
+def test_a_training_run_s_sandbox_allows_an_hour_on_4_cores_8_gb_and_64_mb_files(trainer):
+    """Far more than a verification's limits: the documented defaults, each one."""
+    from nas.sandbox.limits import Limits
+
+    assert train.SANDBOX_DEFAULTS == {"wall_s": 3600.0, "cpu_s": 14400, "memory_mb": 8192, "file_mb": 64,
+                                      "tmp_mb": Limits.tmp_mb}
+    assert {k: getattr(trainer.limits, k) for k in train.SANDBOX_DEFAULTS} == train.SANDBOX_DEFAULTS
+
+
 @pytest.mark.parametrize("seeds, seed, trained", [(None, None, [0]), (None, 5, [5]), ([7, 8], 5, [7, 8])])
 def test_a_batch_trains_with_the_fixed_seeds_or_the_run_s_or_0(monkeypatch, seeds, seed, trained):
     ev = train.TrainEvaluator(SPACE, DIGITS, RECIPE, seeds=seeds, proxies=[], **SIZING)
