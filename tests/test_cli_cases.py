@@ -810,6 +810,16 @@ def test_warm_run_with_a_stream_that_is_gone_is_none(tmp_path, monkeypatch):
     assert warm.run(["search"], {}, tmp_path) is None
 
 
+def connected(prefix: bytes, tmp_path: Path) -> tuple[socket.socket, socket.socket]:
+    """A listening abstract Unix socket named for the test, and a client connected to it."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(b"\0" + prefix + str(tmp_path).encode()[-40:])
+    listener.listen(1)
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(listener.getsockname())
+    return listener, client
+
+
 @pytest.mark.parametrize("send, refused", [
     (lambda s: warm.send_message(s, request()), "refused a request: 0 descriptors, not 3"),
     (lambda s: warm.send_message(s, request(), fds=[0, 1, 2]),
@@ -817,12 +827,8 @@ def test_warm_run_with_a_stream_that_is_gone_is_none(tmp_path, monkeypatch):
     (lambda s: warm.send_message(s, {"x": 1}, fds=[0, 1, 2]), "refused a request: a request has the keys"),
 ])
 def test_warm_process_refuses_a_request_without_forking(capsys, tmp_path, send, refused):
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(b"\0nasflow-test-" + str(tmp_path).encode()[-40:])
-    listener.listen(1)
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener, client = connected(b"nasflow-test-", tmp_path)
     with listener, client:
-        client.connect(listener.getsockname())
         send(client)
         children: dict = {}
         assert warm_server._accept(listener, children, "print", tmp_path, []) is False
@@ -928,12 +934,8 @@ def test_train_out_is_checked_before_anything_else(capsys, tmp_path):
 def test_warm_process_forks_a_child_per_good_request_and_reports_its_exit(tmp_path):
     env = {"A": "b"}
     parent = os.getpid()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(b"\0nasflow-test-fork-" + str(tmp_path).encode()[-40:])
-    listener.listen(1)
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener, client = connected(b"nasflow-test-fork-", tmp_path)
     with listener, client:
-        client.connect(listener.getsockname())
         warm.send_message(client, request(env=env, cwd=str(tmp_path)), fds=[0, 1, 2])
         children: dict = {}
         child = warm_server._accept(listener, children, warm.fingerprint(env, tmp_path), tmp_path, [])

@@ -23,6 +23,7 @@ from nas.export import run as R
 from nas.export import trusted as T
 from nas.export import untrusted as U
 from nas.export.built import Built, note_retraining, training_seed
+from support.sources import TINY
 
 NS = types.SimpleNamespace
 
@@ -424,21 +425,6 @@ def test_a_network_that_fails_at_batch_7_exports_a_fixed_batch_and_says_why(tmp_
 
 # ---------------------------------------------------------------- the sandboxed child's work, in-process
 
-MODEL = """import torch
-from torch import nn
-
-
-class Network(nn.Module):
-    def __init__(self, num_classes=10):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.fc = nn.Linear(4, num_classes)
-
-    def forward(self, x):
-        return self.fc(self.conv(x).mean((2, 3)))
-"""
-
-
 class Reporter:
     """The child's pipe to its parent: what it was told, in order."""
 
@@ -456,7 +442,7 @@ def job(tmp_path: Path, trainer=None, **request: Any):
     from nas.sandbox.limits import Limits
     from nas.sandbox.worker import Job
 
-    (tmp_path / "model.py").write_text(MODEL, encoding="utf-8")
+    (tmp_path / "model.py").write_text(TINY, encoding="utf-8")
     request = {"num_classes": 5, "input_shape": [1, 3, 6, 6], "weights": False, "reference": False, "seed": 0,
                "train": None, **request}
     return Job(request, tmp_path, {str(tmp_path / "model.py"): "model.py"}, Limits(), Reporter(), trainer)
@@ -501,7 +487,7 @@ def test_exporting_from_a_trained_graph_s_weights_takes_only_the_network_s_entri
     from nas.export import child
     from nas.sandbox.worker import import_file
 
-    (tmp_path / "model.py").write_text(MODEL, encoding="utf-8")
+    (tmp_path / "model.py").write_text(TINY, encoding="utf-8")
     net = import_file(tmp_path / "model.py", "m_cases2").Network(5)
     torch.save({**net.state_dict(), "extra.buffer": torch.zeros(1)}, tmp_path / "weights.pt")
     verdict = child.export(job(tmp_path, weights=True, export=True))

@@ -24,23 +24,9 @@ from nas.sandbox import Limits, Verdict, verify
 from nas.sandbox.graph import GraphNet, export_graph, graph_hash, pack, unpack
 from nas.sandbox.verify import train_model_source, verify_model_source
 from nas.spaces.nader.network import network_source
-from support.sources import hidden_products, matrix_products
+from support.sources import TINY, hidden_products, matrix_products
 
 SHAPE = (2, 3, 8, 8)
-TINY = '''import torch
-from torch import nn
-
-
-class Network(nn.Module):
-    def __init__(self, num_classes=10):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.fc = nn.Linear(4, num_classes)
-
-    def forward(self, x):
-        x = torch.relu(self.conv(x))
-        return self.fc(x.mean((2, 3)))
-'''
 FORWARD = "        x = torch.relu(self.conv(x))\n"
 RETURN = "return self.fc(x.mean((2, 3)))"
 AT_FORWARD = TINY.splitlines().index(FORWARD.rstrip("\n")) + 1  # the line `in_forward`'s code starts on
