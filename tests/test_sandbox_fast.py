@@ -120,12 +120,12 @@ def outside(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("outside-sandbox")
 
 
-TRAINED: list[str] = []  # the graph hash of each verdict `train_model_source` handed on to training
+TRAINED: list[tuple] = []  # (graph hash, label) of each verdict `train_model_source` handed on to training
 
 
 def _trained(verdict: Verdict, *args, **kwargs) -> tuple[Verdict, list]:
     """`train_graphs` (training itself is not what these tests check): records what it was handed."""
-    TRAINED.append(verdict.graph)
+    TRAINED.append((verdict.graph, kwargs["label"]))
     return verdict, ["trained"]
 
 
@@ -258,7 +258,7 @@ def test_a_kept_verdict_vouches_only_for_its_own_graph(verdicts: dict) -> None:
     assert (other.ok, other.stage, runs) == (False, "graph", [])
     assert other.error.startswith("graph: the network sent for training (sha256 ") and "\n" not in other.error
     assert f"is not the one checked (sha256 {tiny_hash()[:12]})" in other.error
-    assert TRAINED == [tiny_hash()]  # only the checked network reached training
+    assert TRAINED == [(tiny_hash(), "model.py")]  # only the checked network reached training, named by its file
 
 
 POLICY = textwrap.dedent("""

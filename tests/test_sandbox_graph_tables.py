@@ -276,6 +276,42 @@ def test_an_allowed_operator_resolves_to_itself_and_the_empty_family_zero_filled
     assert loader._resolve("aten.empty.memory_format").__name__ == "empty.memory_format (zero-filled)"
 
 
+
+def _one_node(op: str, args: list, kwargs: dict | None = None) -> dict:
+    """A graph of one node on the input, its output the graph's."""
+    return {"inputs": [{"kind": "USER_INPUT", "target": None}], "outputs": [{"ref": 1}],
+            "nodes": [{"op": op, "args": args, "kwargs": {"map": kwargs or {}}}]}
+
+
+@pytest.mark.parametrize("value, message", [
+    ({LONG: "x"}, f"graph argument {LONG[:40]}='x' not allowed"),
+    ({"dtype": "y" * 100}, f"graph argument dtype={'y' * 40!r} not allowed"),
+    ({"dtype": ["torch.float32"]}, "graph argument dtype=\"['torch.float32']\" not allowed"),
+    ({"ref": 1}, "graph refers to value 1 before it is defined"),
+    ({"ref": 10 ** 30}, f"graph refers to value {str(10 ** 30)[:20]} before it is defined"),
+    ({"a": 1, "b": 2}, "graph argument malformed"),
+])
+def test_a_tagged_argument_names_its_tag_and_value_cut_at_forty_characters(value, message) -> None:
+    with pytest.raises(GraphError) as refused:
+        loader._Program(_one_node("aten.relu.default", [value]))
+    assert str(refused.value) == message
+
+
+def test_an_aten_operator_s_arguments_are_named_by_its_schema_and_a_python_operator_s_by_none() -> None:
+    """A keyword is spelled by its place in the schema; a Python operator has no schema, so its
+    keywords are spelled out (and counting them never raises)."""
+    assert loader._argument_names("aten.add.Tensor") == ("self", "other", "alpha")
+    assert loader._argument_names("operator.getitem") == ()
+    spelled = _Spelling(0, loader._argument_names("operator.getitem"), 1, -1)
+    spelled.add_keywords({"key": 1})
+    assert spelled.bits == int_bits(1) + 8 * 3 + int_bits(1)
+    named = _Spelling(0, loader._argument_names("aten.add.Tensor"), 1, -1)
+    named.add_keywords({"alpha": 1})
+    assert named.bits == int_bits(1) + int_bits(2) + int_bits(1)
+    bare = loader._Program(_one_node("operator.getitem", [{"ref": 0}, 0])).bits
+    keyed = loader._Program(_one_node("operator.getitem", [{"ref": 0}, 0], {"key": 1})).bits
+    assert keyed - bare == int_bits(1) + 8 * 3 + int_bits(1) - int_bits(0)
+
 @pytest.mark.parametrize("bits, parameters", [(0, 0), (1 << 17, 0), ((1 << 17) + 1, 1), ((1 << 17) + 32, 1),
                                               ((1 << 17) + 33, 2)])
 def test_bits_past_the_free_ones_count_as_a_parameter_per_32_rounded_up(bits: int, parameters: int) -> None:
@@ -402,10 +438,12 @@ def test_a_dry_run_holds_each_graph_to_max_work_per_batch_scaled_to_the_training
         total = 0
 
     class Meter:
-        def __init__(self, *args) -> None:
-            pass
+        said: list[str] = []
 
-        training = classmethod(lambda cls, *args: cls())
+        def __init__(self, budget, says) -> None:
+            self.said.append(says)
+
+        training = classmethod(lambda cls, *args: object.__new__(cls))
 
     def meta_run(program, size, meter, work):
         work.total = int(loader.MAX_WORK * size / 2) + (over if program == "eval" and size == max(2, train_batch) else 0)
@@ -420,6 +458,30 @@ def test_a_dry_run_holds_each_graph_to_max_work_per_batch_scaled_to_the_training
         return
     shape, work = GraphNet.dry_run(net, 2, 1 << 30, train_batch)
     assert shape == [2, 10] and work.total == int(loader.MAX_WORK * max(2, train_batch) / 2)
+    assert Meter.said == [f"for an evaluation pass of {size} images (over the trainer's 1024 MB)"
+                          for size in sorted({2, max(2, train_batch)})]
     net._meta_run = lambda program, size, meter, work: torch.empty(size, 10 if program == "train" else 9)
     with pytest.raises(GraphError, match=r"^train and eval graphs disagree on the output shape \(\[2, 10\] vs \[2, 9\]\)$"):
         GraphNet.dry_run(net, 2, 1 << 30, train_batch)
+
+
+@pytest.mark.parametrize("norm", [nn.BatchNorm2d(4), nn.InstanceNorm2d(4, affine=True, track_running_stats=True)],
+                         ids=["batch", "instance"])
+def test_a_normalisation_s_running_statistics_are_known_by_their_places_and_carry_only_their_shapes(norm) -> None:
+    """Each statistic is found at its operator's place in both graphs (eval and train spell it at
+    different operators), so neither is counted by its values."""
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.norm, self.fc = nn.Conv2d(3, 4, 3, padding=1), norm, nn.Linear(4, 10)
+
+        def forward(self, x):
+            return self.fc(self.norm(self.conv(x)).mean((2, 3)))
+
+    net = Net()
+    graph = export_graph(net, torch.randn(2, 3, 8, 8))
+    art = unpack(pack(graph, {"init": dict(net.state_dict()), "const": graph.pop("constants")}), 1 << 30)
+    loaded = GraphNet(art)
+    roles = {target: used for (kind, target), used in loaded._roles().items() if kind == "BUFFER"}
+    assert roles["norm.running_mean"] == {"running_mean"} and roles["norm.running_var"] == {"running_var"}
+    assert not [name for name in loaded.carried() if name.startswith("buffer norm.running")]

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from nas.sandbox import trusted
 from nas.sandbox.aten_ops import MAX_PIECES, WorkCounter, allowed, pieces, zero_filled
 from nas.sandbox.limits import MB
+from nas.sandbox.verify import seed_labels
 
 aten = torch.ops.aten
 
@@ -630,3 +631,11 @@ def test_the_worker_s_training_relays_its_work_epochs_and_proxies_then_sends_its
            MemoryError: [("send", {"limit": "memory"})],
            "late": [("phase", None, 0.0, 3), ("send", {"verdict": w._late("training")})]}[raised]
     assert calls == [*start, *end]
+
+
+@pytest.mark.parametrize("label, seeds, labels", [
+    ("net.py", [0], ["net.py"]), ("net.py", [7], ["net.py"]),
+    ("net.py", [0, 1], ["net.py seed 0", "net.py seed 1"]), ("a", [3, 1, 2], ["a seed 3", "a seed 1", "a seed 2"]),
+])
+def test_each_seed_s_training_is_named_by_the_label_and_its_seed_only_when_there_are_several(label, seeds, labels):
+    assert seed_labels(label, seeds) == labels

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -385,3 +387,22 @@ def test_the_first_in_channels_are_the_first_layer_s_that_has_them():
     assert worker.first_in_channels(Net()) == 3
     assert worker.first_in_channels(nn.Sequential(nn.ReLU(), nn.Conv2d(5, 2, 1), nn.Conv2d(2, 3, 1))) == 5
     assert worker.first_in_channels(nn.Linear(3, 4)) is None
+
+
+def test_verify_runs_the_model_on_an_input_drawn_under_seed_0(tmp_path):
+    """The check's input is the same every run (a verdict does not depend on the draw): torch's
+    normal draw under seed 0, as a model that reports its first input value shows."""
+    source = TINY.replace("        x = torch.relu(self.conv(x))\n",
+                          "        raise RuntimeError(f'first {x.flatten()[0].item():.6f}')\n")
+    verdict, _, _ = _verify(tmp_path, {}, {"model.py": source})
+    torch.manual_seed(0)
+    assert f"first {torch.randn(2, 3, 8, 8).flatten()[0].item():.6f}" in verdict.error
+
+
+def test_the_child_leaves_with_status_0_whatever_the_model_left_running():
+    """`exit_now` ends the child at once with status 0 (what the parent reads as a finished child),
+    though a thread the model started would keep a normal exit waiting."""
+    code = ("import threading, time\nfrom nas.sandbox.worker import exit_now\n"
+            "threading.Thread(target=time.sleep, args=(60,)).start()\nexit_now()")
+    done = subprocess.run([sys.executable, "-c", code], timeout=60, capture_output=True)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -422,6 +422,11 @@ def _seed_net(art, seed: int):
     return GraphNet(art, f"seed{seed}", like="init").reinitialise(seed)
 
 
+def seed_labels(label: str, seeds: Sequence[int]) -> list[str]:
+    """What each seed's training is called in the progress lines: the label alone for one seed."""
+    return [f"{label} seed {seed}" if len(seeds) > 1 else label for seed in seeds]
+
+
 def train_graphs(verdict: Verdict, artifact: bytes, data: dict, recipe: dict, engine: dict, seeds: Sequence[int],
                  limits: Limits, *, gpu: bool = False, threads: int = 1, on_epoch=None, label: str = "model.py",
                  out: str | None = None, probe: int | None = None,
@@ -440,7 +445,7 @@ def train_graphs(verdict: Verdict, artifact: bytes, data: dict, recipe: dict, en
         engine = {**engine, "devices": 1}
     request = {"data": data, "recipe": recipe, "engine": engine, "seeds": list(seeds), "graph": verdict.graph,
                "out": out, "probe": probe,
-               "labels": [f"{label} seed {seed}" if len(seeds) > 1 else label for seed in seeds],
+               "labels": seed_labels(label, seeds),
                "proxies": None if proxies is None else {"names": list(proxies.names), "batch": proxies.batch}}
     with _trusted_worker(limits, training=True, gpu=gpu, threads=threads) as worker:
         result = worker.train(artifact, request, on_epoch, None if proxies is None else proxies.heard)
