@@ -398,6 +398,7 @@ BENCHMARK_GROUPS: dict[str, dict[str, str]] = {  # the nav's groups: result stem
         "mutation_core": "Mutation testing: the core",
         "mutation_core_2": "Mutation testing: the core, second pass",
         "mutation_sandbox": "Mutation testing: the sandbox",
+        "mutation_sandbox_seed49": "Mutation testing: the sandbox, the seed-49 sample (before issue 49's tests)",
         "mutation_sandbox_fresh": "Mutation testing: the sandbox, a fresh sample",
         "mutation_sandbox_fresh2": "Mutation testing: the sandbox, a second fresh sample",
         "mutation_sandbox_fresh3": "Mutation testing: the sandbox, a third fresh sample",
