@@ -19,6 +19,7 @@ from torch import nn
 
 from nas.sandbox import graph as loader
 from nas.sandbox.graph import GraphError, GraphNet, export_graph, float_bits, int_bits, pack, tensor_bits, unpack
+from test_graph_bounds import X, net, node
 
 _END, _Ref, _Spelling, _entries, _header, _json = (loader._END, loader._Ref, loader._Spelling, loader._entries,
                                                    loader._header, loader._json)
@@ -276,13 +277,6 @@ def test_an_allowed_operator_resolves_to_itself_and_the_empty_family_zero_filled
     assert loader._resolve("aten.empty.memory_format").__name__ == "empty.memory_format (zero-filled)"
 
 
-
-def _one_node(op: str, args: list, kwargs: dict | None = None) -> dict:
-    """A graph of one node on the input, its output the graph's."""
-    return {"inputs": [{"kind": "USER_INPUT", "target": None}], "outputs": [{"ref": 1}],
-            "nodes": [{"op": op, "args": args, "kwargs": {"map": kwargs or {}}}]}
-
-
 @pytest.mark.parametrize("value, message", [
     ({LONG: "x"}, f"graph argument {LONG[:40]}='x' not allowed"),
     ({"dtype": "y" * 100}, f"graph argument dtype={'y' * 40!r} not allowed"),
@@ -293,7 +287,7 @@ def _one_node(op: str, args: list, kwargs: dict | None = None) -> dict:
 ])
 def test_a_tagged_argument_names_its_tag_and_value_cut_at_forty_characters(value, message) -> None:
     with pytest.raises(GraphError) as refused:
-        loader._Program(_one_node("aten.relu.default", [value]))
+        net([node("aten.relu.default", value)])
     assert str(refused.value) == message
 
 
@@ -308,9 +302,10 @@ def test_an_aten_operator_s_arguments_are_named_by_its_schema_and_a_python_opera
     named = _Spelling(0, loader._argument_names("aten.add.Tensor"), 1, -1)
     named.add_keywords({"alpha": 1})
     assert named.bits == int_bits(1) + int_bits(2) + int_bits(1)
-    bare = loader._Program(_one_node("operator.getitem", [{"ref": 0}, 0])).bits
-    keyed = loader._Program(_one_node("operator.getitem", [{"ref": 0}, 0], {"key": 1})).bits
+    bare = net([node("operator.getitem", X, 0)]).programs["eval"].bits
+    keyed = net([node("operator.getitem", X, 0, key=1)]).programs["eval"].bits
     assert keyed - bare == int_bits(1) + 8 * 3 + int_bits(1) - int_bits(0)
+
 
 @pytest.mark.parametrize("bits, parameters", [(0, 0), (1 << 17, 0), ((1 << 17) + 1, 1), ((1 << 17) + 32, 1),
                                               ((1 << 17) + 33, 2)])

@@ -22,7 +22,7 @@ from nas.sandbox import worker
 from nas.sandbox.graph import unpack
 from nas.sandbox.limits import Limits
 from nas.sandbox.verify import Verdict
-from test_sandbox_fast import TINY
+from test_sandbox_fast import TINY, in_forward
 
 
 @pytest.fixture(autouse=True)
@@ -392,8 +392,7 @@ def test_the_first_in_channels_are_the_first_layer_s_that_has_them():
 def test_verify_runs_the_model_on_an_input_drawn_under_seed_0(tmp_path):
     """The check's input is the same every run (a verdict does not depend on the draw): torch's
     normal draw under seed 0, as a model that reports its first input value shows."""
-    source = TINY.replace("        x = torch.relu(self.conv(x))\n",
-                          "        raise RuntimeError(f'first {x.flatten()[0].item():.6f}')\n")
+    source = in_forward("raise RuntimeError(f'first {x.flatten()[0].item():.6f}')")
     verdict, _, _ = _verify(tmp_path, {}, {"model.py": source})
     torch.manual_seed(0)
     assert f"first {torch.randn(2, 3, 8, 8).flatten()[0].item():.6f}" in verdict.error
