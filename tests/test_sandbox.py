@@ -27,9 +27,9 @@ MODELS = Path(__file__).parent / "data" / "models"
 PARENT = (MODELS / "cnn_parent.py").read_text()
 FORWARD = "        x = self.stage2(self.stage1(self.stem(x)))\n"
 RETURN = "return self.fc(torch.flatten(self.pool(x), 1))"
-# Roomy wall clocks: 30 cases run 4 at a time, each a child and a trusted worker importing torch, beside
+# Roomy wall clocks: 13 cases run 4 at a time, each a child and a trusted worker importing torch, beside
 # another test worker, and a loaded 2-core CI machine took over 30 s for one. Nothing here is meant to hit
-# them but "sleep"; the loops hit their 1 s CPU cap.
+# them; the loop hits its 1 s CPU cap.
 FAST = Limits(wall_s=180, cpu_s=30, memory_mb=512)
 LOOP = Limits(wall_s=180, cpu_s=1, memory_mb=512)
 SECRET = "sk-must-not-leak"
@@ -46,47 +46,32 @@ def at_import(code: str) -> str:
 
 
 def cases(outside: Path) -> dict[str, tuple[str, Limits, str | None]]:
-    """name -> (source, limits, parent source)."""
+    """name -> (source, limits, parent source). Only what tests/test_sandbox_fast.py's cases (the same
+    checks on a two-layer net at 8x8, not slow) do not show: a limit hit during forward, each forbidden
+    call refused in the child with its traceback, and the structure of a renamed, deeper or residual child
+    against a parent with batch-norm layers."""
     fork_exec = ("import _posixsubprocess, os\nr, w = os.pipe()\n_posixsubprocess.fork_exec("
                  f"[b'/bin/touch', b'{outside}/bypass'], [b'/bin/touch'], True, (), None, None, -1, -1,"
                  " -1, -1, -1, -1, r, w, True, False, -1, None, None, None, -1, None, False)")
     plain = {
         "valid": PARENT,
-        "torchvision": at_import("import torchvision.ops\nassert torchvision.ops.StochasticDepth(0.1, 'row')"),
         # limits
-        "import_loop": at_import("while True:\n    pass"),
         "forward_loop": in_forward("while True:\n    pass"),
-        "empty_huge": at_import("torch.empty(10**12)"),
-        "alloc_800mb": in_forward("big = torch.ones(2 * 10**8)"),  # fine without the 512 MB cap
-        "list_grow": at_import("junk = []\nwhile True:\n    junk.append(bytearray(10**8))"),
-        "file_size": in_forward("open('big.bin', 'wb').write(b'x' * (32 << 20))"),
         # policy
         "fork_bomb": at_import("import os\nwhile True:\n    os.fork()"),
         "system": at_import(f"import os\nos.system('touch {outside}/pwned')"),
         "popen": at_import(f"import subprocess\nsubprocess.run(['touch', '{outside}/popen'])"),
         "fork_exec": at_import(fork_exec),
-        "write_outside": in_forward(f"open('{outside}/escape.txt', 'w').write('x')"),
         "socket": at_import("import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)"),
         "ctypes": at_import("import ctypes\nctypes.CDLL(None).getpid()"),
         "kill": at_import("import os\nos.kill(os.getppid(), 0)"),
         "setrlimit": at_import("import resource\nresource.setrlimit(resource.RLIMIT_CPU, (10**6, 10**6))"),
-        "swallowed": at_import("import os\ntry:\n    os.system('true')\nexcept Exception:\n    pass\n"
-                               "while True:\n    pass"),
-        # model errors
-        "sys_exit": at_import("import sys\nsys.exit(0)"),
-        "os_exit_after_flood": in_forward("import os\nfor _ in range(20):\n    print('x' * 10**6)\nos._exit(0)"),
-        "no_network": PARENT.replace("class Network", "class Net"),
-        "wrong_shape": PARENT.replace("nn.Linear(64, num_classes)", "nn.Linear(64, num_classes + 1)"),
-        "mismatch": PARENT.replace("nn.Linear(64, num_classes)", "nn.Linear(32, num_classes)"),
-        "detached": PARENT.replace(RETURN, RETURN + ".detach()"),
-        "nan": PARENT.replace(RETURN, RETURN + " * float('nan')"),
-        "env": in_forward("import os\nraise RuntimeError(os.environ.get('OPENAI_API_KEY', 'no key'))"),
     }
     runs = {name: (src, LOOP if name.endswith("_loop") else FAST, None) for name, src in plain.items()}
-    runs["sleep"] = (in_forward("import time\ntime.sleep(1000)"), Limits(wall_s=5, cpu_s=1), None)
-    for name in ("parent", "renamed", "kernel5", "two_layers", "residual"):
+    # vs_parent, vs_kernel5: test_base_models.py::test_verifies_and_is_its_own_unchanged_parent and
+    # test_sandbox_fast.py::test_a_changed_kernel_is_one_changed_layer
+    for name in ("renamed", "two_layers", "residual"):
         runs[f"vs_{name}"] = ((MODELS / f"cnn_{name}.py").read_text(), FAST, PARENT)
-    runs["vs_broken_parent"] = (PARENT, FAST, PARENT.replace("class Network", "class Net"))
     return runs
 
 
@@ -124,13 +109,8 @@ def test_valid_cnn_measured_like_in_process(verdicts: dict[str, Verdict]) -> Non
 
 
 @pytest.mark.slow
-def test_installed_libraries_may_load_native_code(verdicts: dict[str, Verdict]) -> None:
-    assert verdicts["torchvision"].ok, verdicts["torchvision"].error
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("name, changed, changed_layers", [
-    ("parent", False, 0), ("renamed", False, 0), ("kernel5", True, 1), ("two_layers", True, 2),
+    ("renamed", False, 0), ("two_layers", True, 2),
     ("residual", True, 2),  # a skip connection in forward: two operations (pool, add), no parameter changed
 ])
 def test_structure_vs_parent(verdicts: dict[str, Verdict], name: str, changed: bool,
@@ -141,23 +121,8 @@ def test_structure_vs_parent(verdicts: dict[str, Verdict], name: str, changed: b
 
 
 @pytest.mark.slow
-def test_parent_that_fails_to_build(verdicts: dict[str, Verdict]) -> None:
-    v = verdicts["vs_broken_parent"]
-    assert (v.ok, v.stage, v.changed) == (False, "structure", None)
-    assert v.error == ("structure: parent instantiate: parent_model.py defines no `Network` class"
-                       " (nn.Module classes found: ConvBlock, Net)")
-    assert v.params == verdicts["valid"].params  # the candidate itself was measured
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name, error", [
-    ("import_loop", "limits: CPU time 1 s exceeded during import"),
+@pytest.mark.parametrize("name, error", [  # the other limits: test_sandbox_fast.py::test_each_limit_is_applied
     ("forward_loop", "limits: CPU time 1 s exceeded during forward"),
-    ("sleep", "limits: wall time 5 s exceeded"),
-    ("empty_huge", "limits: out of memory (memory_mb=512): tried to allocate 4000000000000 bytes at model.py:31"),
-    ("alloc_800mb", "limits: out of memory (memory_mb=512): tried to allocate 800000000 bytes at model.py:28"),
-    ("list_grow", "limits: out of memory (memory_mb=512) at model.py:33"),
-    ("file_size", "limits: file size limit 16 MB exceeded at model.py:28"),
 ])
 def test_limits(verdicts: dict[str, Verdict], name: str, error: str) -> None:
     v = verdicts[name]
@@ -175,8 +140,7 @@ def test_limits(verdicts: dict[str, Verdict], name: str, error: str) -> None:
     ("ctypes", "policy: native code access is not allowed (ctypes.dlopen at model.py:32)"),
     ("kill", "policy: signalling processes is not allowed (os.kill at model.py:32)"),
     ("setrlimit", "policy: changing resource limits is not allowed (resource.setrlimit at model.py:32)"),
-    ("swallowed", "policy: process creation is not allowed (os.system at model.py:33)"),
-])
+])  # swallowed: test_sandbox_fast.py::test_a_swallowed_policy_error_still_ends_the_child
 def test_policy(verdicts: dict[str, Verdict], name: str, error: str) -> None:
     v = verdicts[name]
     assert (v.ok, v.stage) == (False, "policy")
@@ -185,52 +149,11 @@ def test_policy(verdicts: dict[str, Verdict], name: str, error: str) -> None:
 
 
 @pytest.mark.slow
-def test_write_outside_fails(verdicts: dict[str, Verdict]) -> None:
-    """Refused by the audit hook, or (isolated) the directory does not exist in the sandbox's file system."""
-    v = verdicts["write_outside"]
-    assert not v.ok and v.stage in ("policy", "forward"), v.error
-    assert "escape.txt" in v.error
-
-
-@pytest.mark.slow
 def test_hostile_cases_leave_caller_untouched(verdicts: dict[str, Verdict], outside: Path) -> None:
+    """system, popen and fork_exec aim at `outside` (a write there: test_sandbox_fast.py's
+    test_writing_outside_fails_and_leaves_the_caller_untouched)."""
     assert list(outside.iterdir()) == []
     assert os.environ.get("OPENAI_API_KEY") != SECRET  # the fixture's setenv was undone
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name, stage, error", [
-    ("sys_exit", "import", "import: SystemExit: 0 at model.py:32"),
-    ("os_exit_after_flood", "crash", "crash: sandbox exited with status 0 during forward without a verdict"),
-    ("no_network", "instantiate",
-     "instantiate: model.py defines no `Network` class (nn.Module classes found: ConvBlock, Net)"),
-    ("wrong_shape", "output_shape", "output_shape: output shape [2, 11] != expected [2, 10]"),
-    ("mismatch", "forward",
-     "forward: RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x64 and 32x10) at model.py:29"),
-    ("detached", "backward", "backward: RuntimeError: element 0 of tensors does not require grad"),
-    ("nan", "output_shape", "output_shape: output contains NaN or Inf values"),
-    ("env", "forward", "forward: RuntimeError: no key at model.py:29"),  # API keys are stripped
-])
-def test_model_errors(verdicts: dict[str, Verdict], name: str, stage: str, error: str) -> None:
-    v = verdicts[name]
-    assert (v.ok, v.stage) == (False, stage)
-    assert v.error.startswith(error), v.error
-
-
-@pytest.mark.slow
-def test_traceback_shows_only_model_frames(verdicts: dict[str, Verdict]) -> None:
-    assert verdicts["mismatch"].traceback.splitlines() == [
-        "Traceback (most recent call last):",
-        '  File "model.py", line 29, in forward',
-        "    return self.fc(torch.flatten(self.pool(x), 1))",
-        "RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x64 and 32x10)",
-    ]
-
-
-@pytest.mark.slow
-def test_output_flood_is_capped(verdicts: dict[str, Verdict]) -> None:
-    tail = verdicts["os_exit_after_flood"].traceback  # a crash shows the output's tail instead
-    assert len(tail.splitlines()) <= 20 and len(tail) <= 64 << 10
 
 
 def test_syntax_error_is_found_without_a_child() -> None:
