@@ -115,7 +115,6 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_core_mutants.py": (),
     "test_dag_canon.py": (),
     "test_dag_compile.py": (),
-    "test_dag_compile.py::test_exported_source_passes_the_sandbox": ("sandbox",),
     "test_dag_parse.py": (),
     "test_dag_shapes.py": (),
     "test_executor_close.py": (),

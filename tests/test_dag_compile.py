@@ -118,19 +118,6 @@ def test_space_build_uses_width_search():
     assert arch.plan().width == 24  # the widest multiple of 8 within the budget (exact: 25)
 
 
-@pytest.mark.slow
-def test_exported_source_passes_the_sandbox():
-    """The export is a valid FairNAD-style model file: NADER designs can feed code-level search."""
-    from nas.sandbox import verify_model_source
-
-    blocks = BlockSet.from_text((HERE / "data" / "blocks" / "shuffle_se.txt").read_text())
-    p = plan(blocks, Skeleton.nb201(), 32)
-    verdict = verify_model_source(network_source(p), num_classes=10)
-    assert verdict.ok, verdict.error
-    assert verdict.params == p.params and verdict.flops == p.flops
-    assert verdict.output_shape == [2, 10]
-
-
 def test_seen_index_confirms_hits_by_canonical_form():
     from nas.core.arch import SeenIndex
     from nas.spaces.nader.dag.canon import relabel
