@@ -71,7 +71,6 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "test_case_tables.py::test_each_http_status_is_retried_or_final": ("llm",),
     "test_case_tables.py::test_a_retried_status_then_a_reply_is_that_reply": ("llm",),
     "test_cli_arch.py": ("cli",),
-    "test_cli_arch.py::test_validate_model_source_in_sandbox": ("sandbox",),
     "test_cli_arch_fast.py": (),
     "test_cli_arch_fast.py::test_validate_model_files_one_line_each_in_order": ("sandbox",),
     "test_cli_arch_draw.py": (),
