@@ -60,8 +60,8 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     run = RunDir(run_dir)
     with run.lock():  # once for the whole search (its `Session`), so a failed start can remove the dir it made
         try:
-            if run_dir.name != run_name(spec) and not dirs:  # ROOT/NAME-2: the run's name says which dir
-                _rename_flow_run(run_dir.name)
+            if (name := renamed(run_dir, run_name(spec), dirs)) is not None:
+                _rename_flow_run(name)
             summary = run_session(Session.read(spec.build(), run), cfg.get("runner") or {}, progress=False)
         except BaseException:
             if made:
@@ -76,6 +76,12 @@ def _composed(job: list[str]) -> tuple[SearchSpec, bool, Checked]:
     composed = _COMPOSED.get()
     _COMPOSED.set(None)
     return composed[1] if composed is not None and composed[0] == job else checked_job(job)
+
+
+def renamed(run_dir: Path, name: str, dirs: list[str]) -> str | None:
+    """The flow run's new name where it must say which dir it writes: ROOT/NAME-2 (made because NAME
+    was taken) renames it NAME-2; a dir the user named (`hydra.run.dir=`) or ROOT/NAME keeps its name."""
+    return run_dir.name if run_dir.name != name and not dirs else None
 
 
 def target_dir(dirs: list[str], root: Path, name: str) -> tuple[Path, bool]:

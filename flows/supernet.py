@@ -69,15 +69,20 @@ def _must_retrain(inputs: dict[str, Any]) -> bool:
     return not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != cached["sha256"]
 
 
+def out_override(overrides: list[str]) -> tuple[str | None, list[str]]:
+    """`out=DIR` (the last one given; None without) apart from the config's own overrides."""
+    outs = [o.removeprefix("out=") for o in overrides if o.startswith("out=")]
+    return (outs[-1] if outs else None), [o for o in overrides if not o.startswith("out=")]
+
+
 @flow(name="nas-train-supernet", persist_result=False)
 def train_supernet_flow(overrides: list[str] | None = None) -> dict[str, Any]:
     """`nas train-supernet [out=DIR] [overrides]`; returns the checkpoint's path, hash and scores."""
 
-    overrides = list(overrides or [])
-    outs = [o[4:] for o in overrides if o.startswith("out=")]
-    cfg = check_config([o for o in overrides if not o.startswith("out=")])
+    given, rest = out_override(list(overrides or []))
+    cfg = check_config(rest)
     group = dict(cfg["supernet"])
-    out = Path(outs[-1] if outs else group["out"]).resolve()
+    out = Path(given if given is not None else group["out"]).resolve()
     group.pop("out")
     params = group.pop("params", None) or {}
     settings = SupernetSettings.from_dict(group)  # bad settings fail before the data loads

@@ -1,6 +1,5 @@
-"""Fast twins of tests/test_cli_arch.py's `nas arch validate` checks (that module is slow, each test a
-`nas` subprocess): the same lines and exit statuses from the CLI's `main` in this process, with one
-small model file in the sandbox."""
+"""`nas arch validate`'s lines and exit statuses from the CLI's `main` in this process, with one small
+model file in the sandbox (tests/test_cli_arch.py, slow, runs the rest as `nas` subprocesses)."""
 
 from __future__ import annotations
 
@@ -23,8 +22,8 @@ def validate(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
 
 
 def test_validate_each_broken_section_one_line_and_a_missing_file(capsys, tmp_path: Path) -> None:
-    """Twin of test_cli_arch.py::test_validate_reports_each_broken_section_on_one_line and
-    test_validate_missing_file_is_a_usage_error (no sandbox: block files are parsed here)."""
+    """Each broken section of a block file is one line, a missing file a usage error (no sandbox:
+    block files are parsed here)."""
     bad = tmp_path / "bad.txt"
     bad.write_text(BROKEN)
     code, out, _ = validate(capsys, str(bad))
@@ -43,8 +42,7 @@ def test_validate_each_broken_section_one_line_and_a_missing_file(capsys, tmp_pa
 
 
 def test_validate_model_files_one_line_each_in_order(capsys, tmp_path: Path) -> None:
-    """Twin of test_cli_arch.py::test_validate_model_source_in_sandbox and
-    test_validate_several_files_one_line_each_in_order: each model file in its own sandbox, one line
+    """Each model file in its own sandbox, one line
     each, in order; a rejected file neither stops nor colours the next; exit 1 if any is invalid; a
     missing file stops everything before the first check."""
     bad, good, broken = tmp_path / "bad.py", tmp_path / "good.py", tmp_path / "broken.txt"

@@ -119,6 +119,23 @@ def test_one_job_is_built_once_for_its_run_a_sweep_builds_none():
     assert built is None and checked.container["seed"] == 3
 
 
+def test_a_sweep_checks_every_job_not_only_its_first():
+    for bad in (1, 2):  # the second job, and the last of three
+        jobs = [[*JOB, f"seed={i}"] for i in range(3)]
+        jobs[bad] = [*JOB, "budget.trials=-1"]
+        with pytest.raises(ConfigError, match="budget.trials"):
+            S.check_jobs(jobs)
+
+
+def test_a_job_reuses_the_checks_build_only_for_its_own_spec():
+    built = S.check_jobs([JOB])[1]
+    assert S.reused(built, built.spec) is built
+    other = S.check_jobs([[*JOB, "seed=5"]])[1].spec
+    fresh = S.reused(built, other)
+    assert fresh is not built and fresh.spec == other and fresh.spec.seed == 5
+    assert S.reused(None, other).spec == other
+
+
 def test_check_run_dir_of_a_new_dir_makes_it_and_resumes_nothing(tmp_path):
     spec = S.check_jobs([JOB])[1].spec
     assert S.check_run_dir(RunDir(tmp_path / "new"), spec) is None and (tmp_path / "new").is_dir()

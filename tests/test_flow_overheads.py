@@ -57,6 +57,8 @@ def test_heartbeats_are_the_engines_and_stop_at_once(monkeypatch, deployment):
             deadline = time.monotonic() + 10
             while not sent and time.monotonic() < deadline:
                 time.sleep(0.01)
+            (beat,) = [t for t in threading.enumerate() if t.name == "nas-heartbeat"]
+            assert beat.daemon  # a heartbeat never holds the process open past its flow
             start = time.perf_counter()
         ended = time.perf_counter() - start
     assert ended < 0.2, f"the body's end waited {ended:.2f}s for the heartbeat thread"

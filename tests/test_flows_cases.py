@@ -71,6 +71,42 @@ class ThreadPoolTaskRunner:
     pass
 
 
+@pytest.mark.parametrize("dir_name, dirs, new", [
+    ("random-nb201-s0", [], None),  # ROOT/NAME: the flow run's name already says it
+    ("random-nb201-s0-2", [], "random-nb201-s0-2"),  # NAME was taken: the run says which dir
+    ("mine", ["/x/mine"], None),  # a dir the user named: the run keeps its name
+    ("random-nb201-s0", ["/x/random-nb201-s0"], None),
+])
+def test_the_flow_run_is_renamed_only_for_a_dir_made_under_another_name(tmp_path, dir_name, dirs, new):
+    assert E.renamed(tmp_path / dir_name, "random-nb201-s0", dirs) == new
+
+
+@pytest.mark.parametrize("overrides, out, rest", [
+    ([], None, []),
+    (["out=/a/b", "seed=1"], "/a/b", ["seed=1"]),
+    (["out=/a", "space=nb201", "out=/c"], "/c", ["space=nb201"]),  # the last one given
+    (["outer=1", "supernet.out=/d"], None, ["outer=1", "supernet.out=/d"]),  # only `out=` itself
+    (["out="], "", []),
+])
+def test_train_supernet_takes_out_apart_from_the_configs_overrides(overrides, out, rest):
+    from flows.supernet import out_override
+
+    assert out_override(overrides) == (out, rest)
+
+
+class RayTaskRunner:  # named as prefect_ray's; its cluster is the scripted `ray` module below
+    pass
+
+
+def test_ray_cluster_gpus_are_its_gpu_resources(monkeypatch):
+    import sys
+
+    for resources, gpus in (({"GPU": 2.0, "CPU": 8.0}, 2.0), ({"CPU": 8.0}, 0.0), ({"GPU": 1}, 1.0)):
+        monkeypatch.setitem(sys.modules, "ray", types.SimpleNamespace(cluster_resources=lambda r=resources: r))
+        assert P.cluster_gpus(RayTaskRunner()) == gpus
+        assert type(P.cluster_gpus(RayTaskRunner())) is float
+
+
 def test_dask_cluster_gpus_are_the_workers_gpu_resources_summed():
     runner = DaskTaskRunner({"resources": {"GPU": 0.5}}, {"resources": {"GPU": 1}}, {"resources": {}}, {})
     assert P.cluster_gpus(runner) == 1.5

@@ -3,8 +3,8 @@ test_cli_arch.py): the same assertion on a two-layer conv net at 8x8, so `pytest
 slip in the sandbox child, its limits and policy, the verdict's handling or the hand-over of a kept hash.
 
 The sandboxed cases run once, two at a time, in a module-scoped fixture (each a child and a trusted worker
-importing torch, ~3 CPU s); the tests assert on their verdicts. Each test's docstring names the slow test
-it mirrors."""
+importing torch, ~3 CPU s); the tests assert on their verdicts. Where a slow test makes the same check on a
+larger net, the docstring names it; where none is named, this file is the check."""
 
 from __future__ import annotations
 
@@ -158,20 +158,20 @@ def test_a_tiny_valid_net_is_measured_like_in_process(verdicts: dict[str, Verdic
 
 
 def test_installed_libraries_may_load_native_code_fast(verdicts: dict[str, Verdict]) -> None:
-    """Twin of test_sandbox.py::test_installed_libraries_may_load_native_code."""
+    """Installed libraries may load their native code in the child (torchvision's ops)."""
     assert verdicts["torchvision"].ok, verdicts["torchvision"].error
 
 
 def test_a_changed_kernel_is_one_changed_layer(verdicts: dict[str, Verdict]) -> None:
-    """Twin of test_sandbox.py::test_structure_vs_parent (kernel5): the candidate is compared with its
-    parent (test_base_models.py checks the unchanged case without `slow`)."""
+    """A changed kernel is one changed layer: the candidate is compared with its parent
+    (test_base_models.py checks the unchanged case, test_sandbox.py renamed/deeper/residual ones)."""
     v = verdicts["vs_kernel5"]
     assert v.ok, v.error
     assert (v.changed, v.changed_layers, v.layers) == (True, 1, 2)
 
 
 def test_a_parent_that_fails_to_build_fast(verdicts: dict[str, Verdict]) -> None:
-    """Twin of test_sandbox.py::test_parent_that_fails_to_build."""
+    """A parent that fails to build is a structure verdict, not a comparison with nothing."""
     v = verdicts["vs_broken_parent"]
     assert (v.ok, v.stage, v.changed) == (False, "structure", None)
     assert v.error == ("structure: parent instantiate: parent_model.py defines no `Network` class"
@@ -192,7 +192,8 @@ def test_a_parent_that_fails_to_build_fast(verdicts: dict[str, Verdict]) -> None
     ("file_size", f"limits: file size limit 16 MB exceeded at model.py:{AT_FORWARD}"),
 ])
 def test_each_limit_is_applied(verdicts: dict[str, Verdict], name: str, error: str) -> None:
-    """Twin of test_sandbox.py::test_limits (CPU, wall clock, memory, file size) on the tiny net."""
+    """Each limit (CPU, wall clock, memory, file size) ends the child with a limits verdict
+    (test_sandbox.py keeps the one hit during forward)."""
     v = verdicts[name]
     assert (v.ok, v.stage) == (False, "limits"), v.error
     assert v.error.startswith(error), v.error
@@ -201,7 +202,7 @@ def test_each_limit_is_applied(verdicts: dict[str, Verdict], name: str, error: s
 
 
 def test_a_swallowed_policy_error_still_ends_the_child(verdicts: dict[str, Verdict]) -> None:
-    """Twin of test_sandbox.py::test_policy (swallowed): the first forbidden call ends the child with a
+    """The first forbidden call ends the child with a
     policy verdict (its line, its traceback), however the model catches the error."""
     v = verdicts["swallowed_loop"]
     assert (v.ok, v.stage) == (False, "policy"), v.error
@@ -210,7 +211,8 @@ def test_a_swallowed_policy_error_still_ends_the_child(verdicts: dict[str, Verdi
 
 
 def test_writing_outside_fails_and_leaves_the_caller_untouched(verdicts: dict[str, Verdict], outside: Path) -> None:
-    """Twin of test_sandbox.py::test_write_outside_fails and test_hostile_cases_leave_caller_untouched."""
+    """A write outside the child's dir fails and leaves the caller untouched (test_sandbox.py's
+    test_hostile_cases_leave_caller_untouched runs system, popen and fork_exec)."""
     v = verdicts["write_outside"]
     assert not v.ok and v.stage in ("policy", "forward"), v.error
     assert "escape.txt" in v.error
@@ -230,14 +232,14 @@ def test_writing_outside_fails_and_leaves_the_caller_untouched(verdicts: dict[st
     ("env", "forward", f"forward: RuntimeError: no key at model.py:{AT_FORWARD + 1}"),  # API keys are stripped
 ])
 def test_each_model_error_is_its_stage(verdicts: dict[str, Verdict], name: str, stage: str, error: str) -> None:
-    """Twin of test_sandbox.py::test_model_errors on the tiny net."""
+    """Each kind of model error is the verdict of the stage it happens in."""
     v = verdicts[name]
     assert (v.ok, v.stage) == (False, stage)
     assert v.error.startswith(error), v.error
 
 
 def test_the_traceback_and_the_flood_fast(verdicts: dict[str, Verdict]) -> None:
-    """Twin of test_sandbox.py::test_traceback_shows_only_model_frames and test_output_flood_is_capped."""
+    """A traceback shows the model's frames only, and a flood of output is capped."""
     assert verdicts["mismatch"].traceback.splitlines() == [
         "Traceback (most recent call last):",
         f'  File "model.py", line {RETURN_LINE}, in forward',
@@ -396,8 +398,8 @@ def test_products_hidden_from_the_flops_count_are_refused_fast() -> None:
 
 
 def test_a_compiled_block_file_passes_the_sandbox_at_its_planned_size(verdicts: dict[str, Verdict]) -> None:
-    """Twin of test_dag_compile.py::test_exported_source_passes_the_sandbox: the source a block file
-    compiles to is a valid model file, measured (on the trusted side) at the size its plan says."""
+    """The source a block file compiles to is a valid model file, measured (on the trusted side) at
+    the size its plan says."""
     v, p = verdicts["compiled"], compiled_plan()
     assert v.ok, v.error
     assert (v.params, v.flops, v.output_shape) == (p.params, p.flops, [2, 10])

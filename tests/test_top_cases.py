@@ -894,6 +894,27 @@ def test_the_pareto_front_keeps_the_most_accurate_per_size_and_drops_the_dominat
     assert C._finite(1) and C._finite(1.5) and not C._finite(True) and not C._finite(math_inf()) and not C._finite("1")
 
 
+def test_on_a_tie_at_one_size_the_front_keeps_the_first_runs_point():
+    from nas import compare as C
+
+    pts = {"accuracy": 70.0, "params": 20, "flops": None}
+    front = C.pareto_fronts({"g": [crun(0, [1.0], points=[pts]), crun(1, [1.0], points=[pts])]})
+    assert [(p["seed"], p["run"]) for p in front["params"]["groups"]["g"]["front"]] == [(0, "r0")]
+
+
+def test_the_curves_plot_has_whole_trial_numbers_on_its_x_axis(tmp_path, monkeypatch):
+    from nas import compare as C
+
+    figures = []
+    save = C.save_figure
+    monkeypatch.setattr(C, "save_figure", lambda fig, path: (figures.append(fig), save(fig, path)))
+    C.plot_curves({"g": [crun(0, [1.0, 2.0, 3.0]), crun(1, [1.5, 2.5, 2.5])]}, tmp_path / "c.png")
+    (fig,) = figures
+    ticks = [t for t in fig.axes[0].get_xticks() if 1 <= t <= 3]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    assert (tmp_path / "c.png").stat().st_size > 1000
+
+
 def math_inf() -> float:
     return float("inf")
 

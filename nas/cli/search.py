@@ -124,6 +124,11 @@ def _hydra_entry(existing: set[Path], built: Search | None) -> None:
     search()
 
 
+def reused(built: Search | None, spec: SearchSpec) -> Search:
+    """The checks' build when it is this job's spec (no second load of its space), else the spec's own."""
+    return built if built is not None and built.spec == spec else spec.build()
+
+
 def search_job(cfg: Any, existing: set[Path], built: Search | None) -> None:
     """One job, under Hydra's run (its run dir and logging set up). `existing`: run dirs that were
     there before this command (a user's own, an earlier run's): a failed start leaves them where
@@ -145,7 +150,7 @@ def search_job(cfg: Any, existing: set[Path], built: Search | None) -> None:
             try:
                 resume = check_run_dir(run, spec)
                 save_hydra_files(run_dir / ".hydra", cfg)
-                search = built if built is not None and built.spec == spec else spec.build()
+                search = reused(built, spec)
                 summary = run_session(Session(search, run, resume), container.get("runner") or {},
                                       bool(container.get("progress", True)))
             except BaseException:  # a start that failed (Prefect's, a runner setting's) leaves no dir
