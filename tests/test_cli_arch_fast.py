@@ -1,8 +1,9 @@
-"""`nas arch validate`'s lines and exit statuses from the CLI's `main` in this process, with one small
+"""`nas arch validate`'s and `nas arch show`'s lines and exit statuses from the CLI's `main` in this process, with one small
 model file in the sandbox (tests/test_cli_arch.py, slow, runs the rest as `nas` subprocesses)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,21 @@ def test_validate_model_files_one_line_each_in_order(capsys, tmp_path: Path) -> 
     assert lines[1].startswith(f"{good}: valid model (162 params, ") and lines[2] == f"{residual}: valid"
     code, out, err = validate(capsys, str(good), str(tmp_path / "nope.py"))
     assert code == 2 and out == "" and "nope.py" in err
+
+
+def test_show_a_model_file_prints_its_verdicts_numbers_and_refuses_an_invalid_one(capsys, tmp_path: Path) -> None:
+    """`nas arch show F.py` shows what the sandbox measured; a file it refuses is an error, not a summary."""
+    good, bad = tmp_path / "good.py", tmp_path / "bad.py"
+    good.write_text(TINY)
+    bad.write_text("import os\nos.system('true')\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["arch", "show", str(good), "--json", "--input-size", "8"])
+    assert exc.value.code == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["file"], info["kind"], info["params"], info["source"]) == (str(good), "model", 162, TINY)
+    assert info["flops"] > 0 and len(info["key"]) == 16
+    with pytest.raises(SystemExit) as exc:
+        main(["arch", "show", str(bad), "--input-size", "8"])
+    out = capsys.readouterr()
+    assert exc.value.code == 2 and out.out == ""
+    assert out.err.strip() == f"nas: error: {bad}: policy: process creation is not allowed (os.system at bad.py:2)"
