@@ -345,10 +345,10 @@ def data(n: int = 8) -> S.ImageData:
 
 
 def test_the_module_shuffles_only_training_by_its_seed_and_takes_subsets():
-    dm = ImageDataModule(data(), batch_size=8, train_subset=6, valid_subset=8, test_subset=9, seed=3)
+    dm = ImageDataModule(data(), 8, False, False, train_subset=6, valid_subset=8, test_subset=9, seed=3)
     train = next(iter(dm.train_dataloader()))[1].tolist()
-    again = ImageDataModule(data(), batch_size=8, train_subset=6, seed=3).train_dataloader()
-    other = ImageDataModule(data(), batch_size=8, train_subset=6, seed=4).train_dataloader()
+    again = ImageDataModule(data(), 8, False, False, train_subset=6, seed=3).train_dataloader()
+    other = ImageDataModule(data(), 8, False, False, train_subset=6, seed=4).train_dataloader()
     assert sorted(train) == list(range(6)) and train != sorted(train)
     assert next(iter(again))[1].tolist() == train and next(iter(other))[1].tolist() != train
     assert next(iter(dm.val_dataloader()))[1].tolist() == list(range(8))
@@ -357,7 +357,7 @@ def test_the_module_shuffles_only_training_by_its_seed_and_takes_subsets():
 
 
 def test_outside_training_a_batch_is_only_normalised():
-    dm = ImageDataModule(data(), flip=True, crop=True)
+    dm = ImageDataModule(data(), 256, flip=True, crop=True)
     x, y = dm.on_after_batch_transfer((dm.data.train.images, dm.data.train.labels), 0)
     assert x[:, 0, 0, 0].tolist() == pytest.approx(list(map(float, range(8))), abs=1e-4) and y.tolist() == list(range(8))
 

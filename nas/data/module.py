@@ -39,7 +39,7 @@ def random_flip(x: torch.Tensor, generator: torch.Generator | None = None) -> to
 
 
 class ImageDataModule(pl.LightningDataModule):
-    def __init__(self, data: ImageData, batch_size: int = 256, flip: bool = True, crop: bool = True,
+    def __init__(self, data: ImageData, batch_size: int, flip: bool, crop: bool,
                  train_subset: int | None = None, valid_subset: int | None = None,
                  test_subset: int | None = None, seed: int = 0):
         super().__init__()
