@@ -201,3 +201,22 @@ def test_an_execute_failure_names_its_stage_once(tmp_path, monkeypatch):
     failure = source_chain(PARENT, NB201, SeenIndex(), limits=LIMITS, cache=cache).run(BROKEN).failure
     assert (failure.name, failure.error, failure.detail["stage"]) == ("execute", "forward: channels disagree",
                                                                       "forward")
+
+
+@pytest.mark.parametrize("changed, layers, ok, error", [
+    (True, None, False, "the network has 0 layer(s) with parameters; a single-layer network is not a design"),
+    (True, 0, False, "the network has 0 layer(s) with parameters; a single-layer network is not a design"),
+    (True, 1, False, "the network has 1 layer(s) with parameters; a single-layer network is not a design"),
+    (True, 2, True, None),
+    (None, 2, True, None),  # no parent to compare with
+    (False, 5, False, "no layer differs from the parent model; apply the idea to the architecture"),
+])
+def test_structure_refuses_an_unchanged_child_and_a_network_of_one_layer_or_none(changed, layers, ok, error):
+    from nas.design.verifiers import Draft, Structure
+
+    verdict = Verdict(ok=True, stage="done", params=10, flops=10, layers=layers, changed=changed, changed_layers=1)
+    check = Structure().check(Draft("x", facts={"verdict": verdict}))
+    assert (check.name, check.ok, check.error) == ("structure", ok, error)
+    assert check.retry == (FIX if changed is False else None)
+    if ok:
+        assert check.detail == {"changed_layers": 1, "layers": layers}
