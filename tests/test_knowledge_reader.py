@@ -304,3 +304,20 @@ def test_tree_build_from_reference_models(tmp_path):
     sent = srv.requests[0]
     assert "class InvertedResidual" in sent["messages"][-1]["content"]
     assert sent["response_format"]["json_schema"]["schema"]["properties"]["attributes"]["maxItems"] == 8
+
+
+@pytest.mark.parametrize("words, scanned", [(29, True), (30, False), (31, False)])
+def test_a_pdf_under_thirty_words_of_text_is_taken_for_scanned_images(tmp_path, words, scanned):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(8.5, 11))
+    fig.text(0.05, 0.9, "Gated Channels", fontsize=14)
+    fig.text(0.05, 0.8, " ".join(f"w{i}" for i in range(words - 2)), fontsize=6)
+    fig.savefig(tmp_path / "p.pdf")
+    plt.close(fig)
+    (read,) = list(read_path(tmp_path / "p.pdf"))
+    is_scanned = isinstance(read, BadFile) and read.reason == "PDF has no extractable text (scanned images?)"
+    assert is_scanned == scanned, read
