@@ -949,3 +949,47 @@ def test_stats_name_at_most_five_sources_and_say_when_there_are_more(sources, sh
     assert lines[3] == f"{'block':<12} {'coarse':<10} {'attention':<52} {5:>6}  50.0% " + "#" * 15
     assert lines[-2:] == ["by granularity: coarse 5, fine 5", "ideas mentioning attention/transformers: 4 "
                           "(40.0 %; FairNAD saw ~70 % attention in raw extraction)"]
+
+
+class _CountedStore:
+    """What `idea_stats` reads of a store: its counts (the store's own are tested with Qdrant elsewhere)."""
+
+    def __init__(self, counts, sources, texts):
+        self.counts, self.sources, self.texts = counts, sources, texts
+
+    def category_counts(self):
+        return self.counts
+
+    def tag_counts(self):
+        return {"source": self.sources}
+
+    def count_papers(self):
+        return 2
+
+    def ideas(self):
+        from types import SimpleNamespace
+        return [SimpleNamespace(text=t) for t in self.texts]
+
+
+def test_stats_count_each_main_category_its_ideas_and_a_category_without_ideas_none():
+    from nas.knowledge.stats import idea_stats
+    from nas.knowledge.tree import AttributeTree
+
+    tree = AttributeTree.builtin()
+    first, second = tree.mains(target=tree.targets[0])[:2]
+    sub = tree.subs(first)[0]
+    store = _CountedStore({first: {sub: 3}, "": {"": 1}, "not-in-tree": {"x": 1}},
+                          {"papers/a.md": 3, "b.md": 1, "": 1},
+                          ["self-attention over channels", "a wider stem", "a deeper stage", "x", "y"])
+    stats = idea_stats(store, tree)
+    rows = {r["main"]: r for r in stats["by_main"]}
+    assert (rows[first]["ideas"], rows[first]["share"], rows[first]["subs"][sub]) == (3, 0.6, 3)
+    assert (rows[second]["ideas"], rows[second]["share"]) == (0, 0.0)
+    assert sum(r["ideas"] for r in stats["by_main"]) == 3
+    assert (stats["ideas"], stats["papers"], stats["untagged"], stats["other_tags"]) == (5, 2, 1, 1)
+    assert stats["by_source"] == {"a.md": 3, "b.md": 1, "-": 1}
+    assert (stats["mention_attention"], stats["mention_attention_share"]) == (1, 0.2)
+    assert stats["largest_main_share"] == 0.6
+    empty = idea_stats(_CountedStore({}, {}, []), tree)
+    assert (empty["ideas"], empty["mention_attention_share"], empty["largest_main_share"]) == (0, 0.0, 0.0)
+    assert all(r["share"] == 0.0 and r["ideas"] == 0 for r in empty["by_main"])
