@@ -158,3 +158,13 @@ def test_an_unknown_nasflow_embedder_is_one_config_line(monkeypatch) -> None:
         Embedder()
     with pytest.raises(ValueError, match="not one of"):
         Embedder(backend="onnx")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "sentence-transformers"])
+def test_a_given_model_folder_says_its_dimension_through_either_backend(backend) -> None:
+    """With a folder given, `dim` asks the loaded model (each backend its own way); an empty list of
+    texts is zero vectors of that width."""
+    embedder = Embedder(_bundled_model_dir(), backend=backend)
+    assert embedder.dim == DEFAULT_DIM and type(embedder.dim) is int
+    assert embedder.encode([]).shape == (0, DEFAULT_DIM)
+    assert Embedder(backend=backend).dim == DEFAULT_DIM and Embedder(backend=backend)._model is None  # not loaded
