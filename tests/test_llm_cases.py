@@ -121,6 +121,14 @@ def test_speed_describes_what_was_measured():
     assert Speed(prompt_tps=0.0, generate_tps=0.0).describe() == "not measured yet"
 
 
+@pytest.mark.parametrize("temperature, retry, attempt, out", [
+    (0.1234, 1, 0, 0.273),  # rounded to three places
+    (0.0, 2, 1, 0.45), (None, 1, 0, 0.15), (1.4, 1, 0, 1.5), (1.5, 3, 3, 1.5),  # at most 1.5
+])
+def test_a_retry_s_temperature_steps_up_rounded_to_three_places_and_capped(temperature, retry, attempt, out):
+    assert retry_params({"temperature": temperature}, retry, attempt)["temperature"] == out
+
+
 def test_retry_params_vary_every_retry_and_attempt_but_not_the_first():
     params = {"temperature": 0.2, "max_tokens": 9}
     assert retry_params(params, 0) is params and retry_params(params, 0, 0) is params

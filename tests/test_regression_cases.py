@@ -340,6 +340,8 @@ def test_the_suites_report_what_their_committed_baselines_hold():
         assert suite.compare_timings is (name == "nightly")
     assert P.get_suite("nightly").probe("design").params["trials"] == J.load_baseline(
         J.default_baseline("nightly"), "nightly")["metrics"]["design.trials"]["value"]  # compared with abs 0
+    # the settings nightly.json's design metrics were measured at (its LLM tokens follow the Modifier's tries)
+    assert P.get_suite("nightly").probe("design").params == {"trials": 2, "lif_tries": 2}
     assert [p.name for p in P.get_suite("nightly").probes] == ["table", "throughput", "llm", "design"]
     with pytest.raises(ConfigError, match=r"^unknown suite 'x' \(valid: smoke, nightly\)$"):
         P.get_suite("x")
