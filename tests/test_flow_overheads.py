@@ -242,3 +242,22 @@ def test_cli_latency_splits_a_search_at_its_log_lines(tmp_path):
     log.write_text("[2026-12-03 09:00:01,250][nas.start][INFO] - run dir: /x\n", encoding="utf-8")
     assert phases(log, start, start + 2.5) == {}
     assert phases(tmp_path / "missing.log", start, start + 2.5) == {}
+
+
+@pytest.mark.parametrize("lines, sync, left", [
+    (1, True, False),  # appended with its fsync: nothing left for the end's
+    (0, False, False),  # nothing appended: nothing to fsync
+    (1, False, True),  # appended without: the end fsyncs it with the state
+])
+def test_the_searchs_end_fsyncs_only_history_lines_appended_without_their_fsync(tmp_path, monkeypatch, lines, sync,
+                                                                                left):
+    run = rundir.RunDir(tmp_path / "a" / "b" / "run")  # its parents made with it (by the lock)
+    with run.lock():
+        run.save_state({"f": 1}, 0, {}, 0.0)  # the first state: fsynced as saved
+        events = _file_events(monkeypatch)
+        record = TrialRecord(trial=0, key="k", encoding="e", accuracy=1.0, params=None, flops=None, cost_seconds=0.0)
+        run.append([record] * lines, sync=sync)
+        appended = len(events)
+        run.sync()
+    assert appended == (1 if lines and sync else 0)
+    assert {e[1] for e in events[appended:] if e[0] == "fsync"} == ({"state.json", "history.jsonl"} if left else set())
