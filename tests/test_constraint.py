@@ -151,3 +151,24 @@ def test_a_steady_state_search_a_constraint_stops_says_why_in_its_summary(tmp_pa
     clock = SimulatedClock(SimulatedEvaluator(NB201Space(), median_seconds=1.0, sigma=1.0), workers=2)
     summary = SearchLoop(spec, tmp_path, clock, progress=False).run_search()
     assert "meets the constraint" in summary["exhausted"]
+
+
+@pytest.mark.parametrize("seen_first, says", [
+    (False, "none of 3 sampled architectures meets the constraint"),  # every draw broke it
+    (True, "no unvisited architecture in 3 samples"),  # one was only seen: not the constraint's doing alone
+])
+def test_a_search_says_the_constraint_excluded_everything_only_when_every_draw_broke_it(seen_first, says):
+    from nas.core.trial import SearchExhausted
+
+    spec = SearchSpec.from_config({"space": "nb201", "strategy": "random", "evaluator": "table",
+                                   "constraint": {"params": 1}})
+    space = spec.build_space()
+    strategy = spec.build_strategy(space)
+    rng = np.random.default_rng(0)
+    draws = [space.sample(rng) for _ in range(3)]
+    if seen_first:
+        strategy.seen.add(draws[0])
+    made = iter(draws)
+    assert strategy._fresh(lambda: next(made), 3) is None
+    err = strategy._none_fresh("random", 3)
+    assert isinstance(err, SearchExhausted) and str(err).startswith(f"random: {says}")

@@ -132,3 +132,15 @@ def test_a_warm_fit_of_batch_one_steps_on_the_new_row_alone():
     for x in stepped:
         assert x.shape[:2] == (2, 1) and any(np.array_equal(x[m, 0], row) for row in new for m in (0, 1))
         assert np.array_equal(x[0, 0], x[1, 0])
+
+
+def test_predictions_are_in_the_accuracies_units_and_scale():
+    """The net learns standardised targets; its predictions come back as accuracies (the mean added,
+    the spread multiplied back): on the rows it fitted, near their accuracies."""
+    history = [r for r in sample(40, seed=1) if r.accuracy is not None]
+    p = EnsemblePredictor(PredictorSettings(members=3, epochs=300)).fit_on(NB201, history, 7)
+    mean, std = p.predict_archs(NB201, [NB201.decode(r.encoding) for r in history])
+    accuracies = np.array([r.accuracy for r in history])
+    assert p.y_mean == pytest.approx(accuracies.mean()) and p.y_std == pytest.approx(accuracies.std())
+    assert abs(mean.mean() - accuracies.mean()) < 0.25 * accuracies.std()
+    assert np.corrcoef(mean, accuracies)[0, 1] > 0.9 and (std >= 0).all()

@@ -105,8 +105,11 @@ class EnsemblePredictor:
         self.net: _Stacked | None = None
         self.rows: list[tuple[Any, float]] = []  # (encoding, accuracy) fitted on, in order
         self.start = 0  # how many of them the fit from scratch saw
-        self.x, self.y = np.zeros((0, 0)), np.zeros(0)
-        self.y_mean, self.y_std = 0.0, 1.0
+        # set by `fit_on` (`predict` before it raises)
+        self.x: np.ndarray
+        self.y: np.ndarray
+        self.y_mean: float
+        self.y_std: float
 
     def fit_on(self, space: CategoricalSpace, history: list[TrialRecord], seed: int,
                start: int | None = None) -> "EnsemblePredictor":
