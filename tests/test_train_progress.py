@@ -122,3 +122,25 @@ def test_training_in_a_flow_publishes_one_progress_artifact_per_candidate(prefec
         found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
     assert len(found) == 1 and found[0].type == "progress" and float(found[0].data) == 100.0
     assert found[0].description.startswith(f"nb201 {arch.key()} seed 777: epoch 2/2, loss ")
+
+
+@pytest.mark.parametrize("rank_zero, losses, heard", [
+    (True, [0.9, 0.5], [("c", 2, 3, 0.5, None)]),  # rank 0 after its second epoch
+    (False, [0.9, 0.5], []),  # another DDP rank: rank 0 reports for it
+    (True, [], []),  # no epoch loss yet (an epoch without a batch): nothing to report
+])
+def test_an_epoch_is_reported_on_rank_zero_only_and_only_with_a_loss(rank_zero, losses, heard):
+    from types import SimpleNamespace
+
+    from nas.train.fit import EpochReport
+
+    finished = []
+    module = SimpleNamespace(epoch_losses=losses, recipe=SimpleNamespace(epochs=3), stopped=None,
+                             finish_epoch=lambda: finished.append(True))
+    got = []
+    report = EpochReport(got.append, "c")
+    report.on_train_start(None, module)
+    report.on_train_epoch_end(SimpleNamespace(is_global_zero=rank_zero), module)
+    assert finished == [True]  # every rank closes its epoch
+    assert [(p.label, p.epoch, p.epochs, p.loss, p.terminated) for p in got] == heard
+    assert all(p.elapsed >= 0 for p in got)
