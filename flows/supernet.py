@@ -71,7 +71,7 @@ def _must_retrain(inputs: dict[str, Any]) -> bool:
 
 def out_override(overrides: list[str]) -> tuple[str | None, list[str]]:
     """`out=DIR` (the last one given; None without) apart from the config's own overrides."""
-    outs = [o.removeprefix("out=") for o in overrides if o.startswith("out=")]
+    outs = [o[4:] for o in overrides if o.startswith("out=")]
     return (outs[-1] if outs else None), [o for o in overrides if not o.startswith("out=")]
 
 

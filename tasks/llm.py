@@ -64,15 +64,23 @@ def call_shape(data: Any) -> str | None:
     return check_fields(result, REPLY_FIELDS, exact=False)
 
 
+def call_options(cached: bool, rejected: bool) -> dict[str, bool]:
+    """How a call's task reads Prefect's store: as it is (a hit is a cached reply); a refused record
+    asked again (`refresh_cache`); uncached, still a task run in the UI, but its reply neither read
+    from nor kept in the store, so a later cached search cannot find it."""
+    if not cached:
+        return {"refresh_cache": True, "persist_result": False}
+    return {"refresh_cache": True} if rejected else {}
+
+
 def prefect_calls(role: str, key: str, fetch: Callable[[], Fetched], cached: bool) -> Fetched:
     """`LLMClient(calls=...)`: one task run per call; a Prefect cache hit is a cached reply.
     The call's record is checked first (tasks/records.py): a refused one is asked again.
     Uncached (`llm.cache=false`), every call reaches `fetch`."""
-    if cached:
-        _, rejected = read_record(cache_key(key), call_shape, f"the {role} call {key}", "asking the model again")
-        call = llm_call.with_options(refresh_cache=True) if rejected else llm_call
-    else:  # still a task run in the UI, but its reply is neither read from nor kept in the store
-        call = llm_call.with_options(refresh_cache=True, persist_result=False)
+    rejected = cached and read_record(cache_key(key), call_shape, f"the {role} call {key}",
+                                      "asking the model again")[1]
+    options = call_options(cached, rejected)
+    call = llm_call.with_options(**options) if options else llm_call
     state = call(role, key, fetch, return_state=True)
     if not state.is_completed():
         err = state.result(raise_on_failure=False)

@@ -46,7 +46,8 @@ KEYS: dict[str, tuple[str, ...]] = {
     "tasks/llm.py:llm_call": (
         "test_llm_task_key_is_the_call_key",
         "tests/test_strategy_mutants.py::"
-        "test_llm_calls_as_prefect_tasks_cache_hits_say_so_and_uncached_calls_leave_nothing"),
+        "test_llm_calls_as_prefect_tasks_cache_hits_say_so_and_uncached_calls_leave_nothing",
+        "tests/test_strategy_mutants.py::test_an_llm_calls_task_reads_and_keeps_replies_only_when_cached"),
     # evaluations: evaluator fingerprints, the Prefect task cache, in-process memos
     "nas/evaluators/base.py:Evaluator.fingerprint": ("test_every_evaluator_fingerprint_is_tested_here",),
     "nas/evaluators/table.py:TableEvaluator.fingerprint": ("test_table_fingerprint",),

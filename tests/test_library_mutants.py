@@ -993,3 +993,30 @@ def test_stats_count_each_main_category_its_ideas_and_a_category_without_ideas_n
     empty = idea_stats(_CountedStore({}, {}, []), tree)
     assert (empty["ideas"], empty["mention_attention_share"], empty["largest_main_share"]) == (0, 0.0, 0.0)
     assert all(r["share"] == 0.0 and r["ideas"] == 0 for r in empty["by_main"])
+
+
+def test_a_cache_record_s_foreign_serializer_options_are_named_to_60_characters():
+    from tasks.records import _payload
+
+    options = {f"option_{i:02d}": 1 for i in range(8)}  # 8 names of 9 characters: 86 characters joined
+    raw = json.dumps({"metadata": {"serializer": {"type": "nasflow-json", **options}}, "result": "{}"}).encode()
+    joined = ", ".join(sorted(options))
+    assert _payload(raw, None) == (None, f"serializer options {joined[:60]} are not ours; refusing to load it")
+    assert len(joined) > 61
+
+
+@pytest.mark.parametrize("gap, sent", [(0.5, 1), (1.0, 2), (1.5, 2)])  # at min_interval: sent again
+def test_a_candidates_progress_is_published_again_once_min_interval_has_passed(monkeypatch, gap, sent):
+    from nas.train.progress import EpochProgress
+    from tasks import progress
+
+    published = []
+    fake = types.SimpleNamespace(create_progress_artifact=lambda value, **kw: published.append(value) or "id",
+                                 update_progress_artifact=lambda key, value, **kw: published.append(value))
+    monkeypatch.setattr(progress, "artifacts", fake)
+    times = [100.0, 100.0 + gap]  # the first report's time, then the second's (and any later call's)
+    monkeypatch.setattr(progress.time, "monotonic", lambda: times.pop(0) if len(times) > 1 else times[0])
+    reporter = progress.PrefectProgress(min_interval=1.0)
+    reporter(EpochProgress("a", 1, 4, 0.5, 1.0))
+    reporter(EpochProgress("a", 2, 4, 0.5, 2.0))
+    assert published == [25.0, 50.0][:sent]

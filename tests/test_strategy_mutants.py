@@ -255,14 +255,27 @@ def test_llm_calls_as_prefect_tasks_cache_hits_say_so_and_uncached_calls_leave_n
     def calls_in_a_flow() -> list:
         return [prefect_calls("mutator", cached_key, fetch, True), prefect_calls("mutator", cached_key, fetch, True),
                 prefect_calls("mutator", uncached_key, fetch, False),
-                prefect_calls("mutator", uncached_key, fetch, True)]
+                prefect_calls("mutator", uncached_key, fetch, True),
+                prefect_calls("mutator", cached_key, fetch, False)]
 
-    first, hit, uncached, after = calls_in_a_flow()
+    first, hit, uncached, after, stored_but_uncached = calls_in_a_flow()
     assert first == (reply, 2, "live")
     assert hit == (reply, 0, "cache")            # the model was not asked, so nothing was retried
     assert uncached == (reply, 2, "live")
     assert after == (reply, 2, "live")           # llm.cache=false left no record to answer from
-    assert len(calls) == 3
+    assert stored_but_uncached == (reply, 2, "live")  # ... nor reads the record a cached call left
+    assert len(calls) == 4
+
+
+@pytest.mark.parametrize("cached, rejected, options", [
+    (True, False, {}),  # Prefect's store answers when it can
+    (True, True, {"refresh_cache": True}),  # a refused record: asked again, the new reply kept
+    (False, False, {"refresh_cache": True, "persist_result": False}),  # neither read nor kept
+])
+def test_an_llm_calls_task_reads_and_keeps_replies_only_when_cached(cached, rejected, options):
+    from tasks.llm import call_options
+
+    assert call_options(cached, rejected) == options
 
 
 def test_an_evaluation_task_that_raised_is_a_failed_trial_saying_why(prefect_home):

@@ -713,3 +713,29 @@ def test_a_supernet_s_input_size_is_its_space_s():
     assert nb201().input_size(NB201Cell(("none",) * 6)) is None
     net = spos()
     assert net.input_size(net.largest()) == 16
+
+
+def _ofa_file_of_width(w: float) -> dict[str, torch.Tensor]:
+    """The layers an OFA-MobileNetV3 zoo file's width is read from, at multiplier `w` (shapes only)."""
+    from ofa.utils import MyNetwork, make_divisible
+
+    first, block0, *stages, expand, mix = [make_divisible(b * w, MyNetwork.CHANNEL_DIVISIBLE)
+                                           for b in (16, 16, 24, 40, 80, 112, 160, 960, 1280)]
+    tensors = {"first_conv.conv.weight": torch.empty(first, 1), "final_expand_layer.conv.weight": torch.empty(expand, 1),
+               "feature_mix_layer.conv.weight": torch.empty(mix, 1), "classifier.linear.weight": torch.empty(7, 1),
+               "blocks.0.mobile_inverted_conv.point_linear.conv.weight": torch.empty(block0, 1)}
+    for i, c in enumerate((c for c in stages for _ in range(4)), start=1):  # 4 blocks a stage
+        tensors[f"blocks.{i}.conv.point_linear.conv.conv.weight"] = torch.empty(c, 1)
+    return tensors
+
+
+@pytest.mark.parametrize("w", [0.5, 1.0, 1.2, 2.0, 4.0])
+def test_an_ofa_zoo_files_width_multiplier_is_read_from_its_layers(w):
+    from supernets.released.ofa_mbv3 import OFAMbv3Format
+
+    fmt = OFAMbv3Format()
+    tensors = _ofa_file_of_width(w)
+    assert fmt.matches(tensors)
+    assert fmt.space_params(tensors) == {"width_mult": w, "num_classes": 7}
+    del tensors["feature_mix_layer.conv.weight"]
+    assert fmt.space_params(tensors) == {"num_classes": 7}  # a layer it is read from missing: no width

@@ -144,3 +144,20 @@ def test_an_epoch_is_reported_on_rank_zero_only_and_only_with_a_loss(rank_zero, 
     assert finished == [True]  # every rank closes its epoch
     assert [(p.label, p.epoch, p.epochs, p.loss, p.terminated) for p in got] == heard
     assert all(p.elapsed >= 0 for p in got)
+
+
+@pytest.mark.parametrize("world_size, synced", [(1, False), (2, True), (4, True)])
+def test_validation_metrics_are_averaged_over_ranks_only_under_ddp(monkeypatch, world_size, synced):
+    from types import SimpleNamespace
+
+    import torch
+
+    from nas.train.module import Classifier
+    from nas.train.recipe import Recipe
+
+    module = Classifier(torch.nn.Linear(3, 2), Recipe())
+    module._trainer = SimpleNamespace(world_size=world_size)  # what Lightning attaches (one rank's view)
+    logged = []
+    monkeypatch.setattr(module, "log", lambda name, value, **kw: logged.append((name, kw["sync_dist"])))
+    module.validation_step((torch.zeros(4, 3), torch.tensor([0, 1, 0, 1])), 0)
+    assert logged == [("valid_acc", synced), ("valid_loss", synced)]
