@@ -60,7 +60,7 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     run = RunDir(run_dir)
     with run.lock():  # once for the whole search (its `Session`), so a failed start can remove the dir it made
         try:
-            if (name := renamed(run_dir, run_name(spec), dirs)) is not None:
+            if (name := renamed(run_dir, spec, dirs)) is not None:
                 _rename_flow_run(name)
             summary = run_session(Session.read(spec.build(), run), cfg.get("runner") or {}, progress=False)
         except BaseException:
@@ -78,10 +78,11 @@ def _composed(job: list[str]) -> tuple[SearchSpec, bool, Checked]:
     return composed[1] if composed is not None and composed[0] == job else checked_job(job)
 
 
-def renamed(run_dir: Path, name: str, dirs: list[str]) -> str | None:
-    """The flow run's new name where it must say which dir it writes: ROOT/NAME-2 (made because NAME
-    was taken) renames it NAME-2; a dir the user named (`hydra.run.dir=`) or ROOT/NAME keeps its name."""
-    return run_dir.name if run_dir.name != name and not dirs else None
+def renamed(run_dir: Path, spec: SearchSpec, dirs: list[str]) -> str | None:
+    """The flow run's new name where it must say which dir it writes: ROOT/NAME-2 (made because NAME,
+    the spec's run name, was taken) renames it NAME-2; a dir the user named (`hydra.run.dir=`) or
+    ROOT/NAME keeps its name."""
+    return run_dir.name if run_dir.name != run_name(spec) and not dirs else None
 
 
 def target_dir(dirs: list[str], root: Path, name: str) -> tuple[Path, bool]:

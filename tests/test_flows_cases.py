@@ -78,7 +78,11 @@ class ThreadPoolTaskRunner:
     ("random-nb201-s0", ["/x/random-nb201-s0"], None),
 ])
 def test_the_flow_run_is_renamed_only_for_a_dir_made_under_another_name(tmp_path, dir_name, dirs, new):
-    assert E.renamed(tmp_path / dir_name, "random-nb201-s0", dirs) == new
+    from nas.search.spec import Component, SearchSpec
+
+    spec = SearchSpec(space=Component("nb201"), strategy=Component("random"), evaluator=Component("table"))
+    assert S.run_name(spec) == "random-nb201-s0"
+    assert E.renamed(tmp_path / dir_name, spec, dirs) == new
 
 
 @pytest.mark.parametrize("overrides, out, rest", [
