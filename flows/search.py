@@ -120,7 +120,7 @@ def run_name(spec: SearchSpec) -> str:
     return f"{spec.strategy.name}-{spec.space.name}-s{spec.seed}"
 
 
-def run_search_flow(spec: SearchSpec, run_dir: Path, *, progress: bool, retries: int = 1, workers: int = 4,
+def run_search_flow(spec: SearchSpec, run_dir: Path, *, progress: bool, retries: int, workers: int = 4,
                     runner: dict[str, Any] | None = None, session: Session | None = None) -> dict[str, Any]:
     """`runner` (the config group's dict) picks the task runner: threads, processes,
     Dask or Ray; without one, a thread pool of `workers`. `session`: the caller's opened search

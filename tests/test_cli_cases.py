@@ -654,10 +654,11 @@ def test_messages_round_trip_with_descriptors():
 
 
 def test_messages_over_the_limit_or_cut_are_refused():
+    assert warm.MAX_REQUEST == 1 << 20  # 1 MiB: a request is an environment of a few kB
     a, b = socket.socketpair()
     with a, b:
         a.sendall((warm.MAX_REQUEST + 1).to_bytes(4, "big"))
-        with pytest.raises(ValueError, match=f"^a message of {warm.MAX_REQUEST + 1} bytes, over {warm.MAX_REQUEST}$"):
+        with pytest.raises(ValueError, match="^a message of 1048577 bytes, over 1048576$"):
             warm.read_message(b)
         a.sendall((warm.MAX_REQUEST).to_bytes(4, "big") + b"{}")
         a.close()
@@ -1038,3 +1039,17 @@ def test_export_passes_its_flags_and_fails_on_a_mismatch(capsys, monkeypatch, tm
     assert err.splitlines()[0] == "export: step \\x1b"
     assert err.splitlines()[1:] == (["nas: error: the source output check failed (files kept in /o; see export.json)"]
                                     if asked["train"] else [])
+
+
+@pytest.mark.parametrize("home_there, idle, changed, reason", [
+    (True, False, False, None),  # serves on
+    (False, False, False, "its home is gone"), (False, True, True, "its home is gone"),  # first of all
+    (True, True, True, "idle"),  # idle before the tree is hashed
+    (True, False, True, "the code changed"),
+])
+def test_a_warm_server_with_nothing_to_do_stops_for_its_first_reason(tmp_path, home_there, idle, changed, reason):
+    asked = []
+    home = tmp_path / ("home" if home_there else "gone")
+    (tmp_path / "home").mkdir()
+    assert warm_server.stop_reason(home, idle, lambda: asked.append(1) or changed) == reason
+    assert len(asked) == (1 if home_there and not idle else 0)  # the tree hashed only when it decides

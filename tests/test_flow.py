@@ -126,7 +126,7 @@ def test_llm_cache_false_asks_the_model_on_every_run(run_flow, tmp_path):
         spec = SearchSpec(space=Component("nb201"), evaluator=Component("table"), seed=0, trials=4, batch_size=2,
                           strategy=Component("collm", {"llm": llm, "candidates_per_iteration": 2}))
         before = len(srv.requests)
-        assert run_flow(spec, tmp_path / run, workers=2, progress=False)["trials"] == 4
+        assert run_flow(spec, tmp_path / run, workers=2, retries=1, progress=False)["trials"] == 4
         return len(srv.requests) - before
 
     with ScriptedServer(script) as srv:

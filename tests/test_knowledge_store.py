@@ -337,3 +337,13 @@ def test_a_knowledge_server_that_does_not_answer_is_one_line(recwarn):
     for thread in set(threading.enumerate()) - before:  # the client's version check runs in one
         thread.join(timeout=10)
     assert [str(w.message) for w in recwarn if "server version" in str(w.message)] == []
+
+
+@pytest.mark.parametrize("limit", [0, 1, 3, None])
+def test_a_limit_on_ideas_is_how_many_come_back_at_most(filled: KnowledgeStore, monkeypatch, limit) -> None:
+    import nas.knowledge.store as store_module
+
+    monkeypatch.setattr(store_module, "_PAGE", 2)  # pages of 2: a limit of 3 spans two of them
+    got = filled.ideas(limit=limit)
+    assert len(got) == (len(IDEAS) if limit is None else min(limit, len(IDEAS)))
+    assert [i.id for i in got] == [i.id for i in filled.ideas()][:len(got)]  # the first ones, in order

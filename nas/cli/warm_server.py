@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,11 +106,17 @@ def serve() -> bool:
         if children or listener in ready:
             last = time.monotonic()
             continue
-        reason = ("its home is gone" if not home.is_dir() else "idle" if time.monotonic() - last > idle_s
-                  else "the code changed" if fingerprint(env, root) != print_ else None)
-        if reason is not None:
+        if (reason := stop_reason(home, time.monotonic() - last > idle_s,
+                                  lambda: fingerprint(env, root) != print_)) is not None:
             _log(f"stopping: {reason}")
             return False
+
+
+def stop_reason(home: Path, idle: bool, changed: Callable[[], bool]) -> str | None:
+    """Why a server with nothing to do stops: its home removed, idle too long, or the code it
+    preloaded changed (`changed`, asked last: it hashes the tree); None: it serves on."""
+    return ("its home is gone" if not home.is_dir() else "idle" if idle
+            else "the code changed" if changed() else None)
 
 
 def idle_seconds(env: dict[str, str]) -> float:
