@@ -321,3 +321,16 @@ def test_a_pdf_under_thirty_words_of_text_is_taken_for_scanned_images(tmp_path, 
     (read,) = list(read_path(tmp_path / "p.pdf"))
     is_scanned = isinstance(read, BadFile) and read.reason == "PDF has no extractable text (scanned images?)"
     assert is_scanned == scanned, read
+
+
+def test_a_reference_model_the_analyst_fails_on_is_reported_with_its_last_error(tmp_path):
+    from nas.knowledge.tree_build import build_tree
+
+    replies = iter(["I cannot answer that.", json.dumps({"items": []})] * 2)  # each job: two tries, two errors
+    models = {"MobileNetV2": ("timm.models._efficientnet_blocks", ("InvertedResidual",))}
+    with ScriptedServer(lambda body: next(replies)) as srv:
+        tree, report = build_tree(make_client(srv, tmp_path), models=models)
+    assert report["calls"] == 4 and report["failed"] == 2 and report["found"] == {}
+    assert len(report["errors"]) == 2
+    assert all(e.startswith("MobileNetV2/") and e.endswith("reply has no 'attributes' list") for e in report["errors"])
+    assert tree.size() == (15, 0)  # the built-in mains, no sub found

@@ -289,3 +289,16 @@ def test_peers_benchmark_small_run_pairs_the_default_with_each_method(tmp_path):
     for long in result["long"]["methods"].values():  # the long rows: loop seconds at 100 and at the end
         assert set(long["loop_cpu_seconds_at"]) == {"100", "120"} and set(long["cpu_seconds_per_100"]) == {"100-120"}
     assert (tmp_path / "peers.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("number, kept", [(4, True), (0, True), (None, False), (True, False), ("4", False)])
+def test_only_an_in_flight_candidate_with_a_trial_number_is_reclaimed_as_that_trial(table, number, kept):
+    """A candidate's `optuna_trial` comes from the state file: only an integer (not a bool) names a trial."""
+    import numpy as np
+
+    s = make(seed=3, sampler_params={"n_startup_trials": 3})
+    arch = SPACE.sample(np.random.default_rng(0))
+    assert arch not in s.seen
+    s.reclaim([Candidate(arch, info={"optuna_trial": number})])
+    assert arch in s.seen  # seen either way: never proposed again
+    assert s.reclaimed == ({number: arch} if kept else {})
