@@ -275,3 +275,18 @@ def test_the_evaluation_cache_key_holds_the_seed_when_results_depend_on_it(uses_
             for seed in (0, 1, 1)]
     assert keys[1] == keys[2]
     assert (keys[0] != keys[1]) is uses_seed
+
+
+def test_an_evaluations_cache_entry_may_be_read_when_absent_or_safe_not_when_refused(tmp_path, caplog):
+    from tasks.evaluate import cache_key, check_cache_entry
+
+    inputs = {"key": "c1", "arch": "a", "space": {}, "evaluator": {}, "seed": 0}
+    with temporary_settings(updates={PREFECT_RESULTS_LOCAL_STORAGE_PATH: tmp_path}):
+        path = record_path(cache_key(inputs))
+        assert check_cache_entry(inputs) is True  # no record: Prefect evaluates (nothing to refuse)
+        path.write_bytes(json_record(EVAL))
+        assert check_cache_entry(inputs) is True and path.exists()  # a safe record: read as it is
+        path.write_bytes(json_record({**EVAL, "accuracy": "high"}))
+        with caplog.at_level(logging.WARNING, logger="tasks.records"):
+            assert check_cache_entry(inputs) is False  # refused: reported, removed, evaluated again
+        assert not path.exists() and "for candidate c1 (" in caplog.text

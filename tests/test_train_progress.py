@@ -161,3 +161,16 @@ def test_validation_metrics_are_averaged_over_ranks_only_under_ddp(monkeypatch, 
     monkeypatch.setattr(module, "log", lambda name, value, **kw: logged.append((name, kw["sync_dist"])))
     module.validation_step((torch.zeros(4, 3), torch.tensor([0, 1, 0, 1])), 0)
     assert logged == [("valid_acc", synced), ("valid_loss", synced)]
+
+
+def test_combined_epoch_hooks_call_each_given_one_in_order():
+    from nas.train.progress import EpochProgress, combine
+
+    heard = []
+    first, second = (lambda p: heard.append(("first", p.epoch))), (lambda p: heard.append(("second", p.epoch)))
+    assert combine() is None and combine(None, None) is None
+    assert combine(None, first) is first  # one hook: itself
+    both = combine(first, None, second)
+    assert both is not None
+    both(EpochProgress("c", 2, 3, 0.5, 1.0))
+    assert heard == [("first", 2), ("second", 2)]
