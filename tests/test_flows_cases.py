@@ -930,3 +930,13 @@ def test_the_regression_comparison_task_is_the_judges_finish(tmp_path):
     report = R.compare_task.fn("smoke", p, results, 1.5)
     assert (report["suite"], report["wall_s"], report["out"]) == ("smoke", 1.5, str((tmp_path / "out").resolve()))
     assert report["failures"] and json.loads((tmp_path / "out" / "report.json").read_text())["wall_s"] == 1.5
+
+
+@pytest.mark.parametrize("settings, retries", [({"name": "prefect"}, 1), ({"name": "prefect", "retries": 0}, 0),
+                                               ({"name": "dask", "retries": 3}, 3)])
+def test_a_flow_runner_hands_the_flow_its_settings_retries_and_one_without_them(monkeypatch, settings, retries):
+    handed = []
+    monkeypatch.setattr(S, "run_search_flow", lambda spec, run_dir, **kw: handed.append(kw) or {})
+    session = types.SimpleNamespace(search=types.SimpleNamespace(spec="spec"), run=types.SimpleNamespace(path="dir"))
+    S.FlowRunner(settings).run(session, progress=False)
+    assert handed == [{"runner": settings, "retries": retries, "progress": False, "session": session}]
