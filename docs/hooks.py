@@ -395,6 +395,7 @@ BENCHMARK_GROUPS: dict[str, dict[str, str]] = {  # the nav's groups: result stem
         "op_costs": "Operators timed against the work model",
         "mutation_library": "Mutation testing: the whole library, by package",
         "mutation_library_seed1206": "Mutation testing: the whole library, the seed-1206 sample",
+        "mutation_weak_packages": "Mutation testing: a second sample of the six weakest packages",
         "mutation_library_seed52": "Mutation testing: the whole library, the first sample (seed 52)",
         "mutation_core": "Mutation testing: the core",
         "mutation_core_2": "Mutation testing: the core, second pass",
