@@ -83,6 +83,7 @@ class Mutant:
     selection: str = ""  # line: the tests that ran it; import: it runs at import, the file's tests; none
     tests_run: int = 0
     killer: str = ""  # the first failing test (or "collection"), as pytest named it
+    context: str = ""  # the text of the change's first line (stripped): which statement a short change sits in
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
@@ -160,7 +161,8 @@ def mutants_of(path: Path, relative: str) -> list[Mutant]:
         for kind, replacement in _variants(node):
             found.append(Mutant(relative, node.lineno, kind, original, ast.unparse(replacement),
                                 (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset),
-                                first_line=min(starts.get(id(node), node.lineno), node.lineno)))
+                                first_line=min(starts.get(id(node), node.lineno), node.lineno),
+                                context=lines[node.lineno - 1].decode().strip()))
     return found
 
 
@@ -446,14 +448,21 @@ def _copy_tree(copy: Path) -> None:
             shutil.copy2(src, copy / name)
 
 
+DISTINCT = 8  # a change's text longer than this names its statement; a shorter one (`True`, `0`) does not
+
+
 def _locate(source: str, m: Mutant) -> Mutant | None:
     """The mutant placed on `source` as it is now: same spot if the text there still matches, else
-    the nearest line whose node of that kind has the same text (the file may have moved on)."""
+    the nearest line whose node of that kind has the same text (the file may have moved on). A short
+    change (`True`, `1`) moves only with its line's text (`context`): matched on text alone it would
+    be some other statement's constant, a different mutant; without a recorded line, not at all."""
     for found in mutants_of_source(source, m.file):
-        if found.start == m.start and found.original == m.original and found.mutated == m.mutated:
+        if found.start == m.start and found.original == m.original and found.mutated == m.mutated \
+                and (len(m.original) > DISTINCT or not m.context or found.context == m.context):
             return found
     near = [f for f in mutants_of_source(source, m.file)
-            if f.original == m.original and f.mutated == m.mutated and f.kind == m.kind]
+            if f.original == m.original and f.mutated == m.mutated and f.kind == m.kind
+            and (len(m.original) > DISTINCT or (m.context and f.context == m.context))]
     return min(near, key=lambda f: abs(f.line - m.line)) if near else None
 
 

@@ -254,3 +254,32 @@ def test_tests_newer_than_the_map_must_pass_on_the_unmutated_tree_in_a_first_run
     assert mutation.main([*common, "--recheck", "--tests", broken]) == 1
     assert "do not pass on the unmutated tree" in capsys.readouterr().err
     assert "final" not in json.loads(out.read_text())
+
+
+BEFORE = "def f(alpha, beta):\n    x = g(True)\n    return alpha == beta and h(True)\n"
+
+
+def _drawn(source: str, line: int, original: str) -> Mutant:
+    (m,) = [m for m in mutation.mutants_of_source(source, "p/m.py") if m.line == line and m.original == original]
+    return m
+
+
+@pytest.mark.parametrize("after, line", [
+    (BEFORE, 2),  # unchanged: the same spot
+    ("import os\n\n" + BEFORE, 4),  # moved down with its line
+    ("def f(alpha, beta):\n    x = g(True)  # noted\n    return alpha == beta and h(True)\n", None),  # its line changed
+    ("def f(alpha, beta):\n    return alpha == beta and h(True)\n", None),  # its statement removed: not line 3's True
+])
+def test_a_recheck_moves_a_short_change_only_with_its_lines_text(after, line):
+    found = mutation._locate(after, _drawn(BEFORE, 2, "True"))
+    assert (found.line if found is not None else None) == line
+
+
+def test_a_recheck_moves_a_distinct_change_by_its_text_and_takes_an_old_record_s_short_one_nowhere():
+    m = _drawn(BEFORE, 3, "alpha == beta")
+    moved = "def f(alpha, beta):\n    x = g(True)\n    return (\n        alpha == beta and h(True))\n"
+    assert mutation._locate(moved, m).line == 4  # its line's text changed, its own text names it
+    old = Mutant(**{**m.__dict__, "original": "True", "mutated": "False", "kind": "constant", "line": 2,
+                    "start": (2, 10), "end": (2, 14), "context": ""})  # a record from before `context`
+    assert mutation._locate(BEFORE, old).line == 2  # at its own spot still
+    assert mutation._locate("import os\n" + BEFORE, old) is None  # elsewhere: which True is unknown
