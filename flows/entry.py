@@ -15,7 +15,7 @@ from prefect.runtime import flow_run
 
 from flows.knowledge import ingest_flow
 from flows.search import run_name
-from nas.config import Checked, check_config, checked_job
+from nas.config import Checked, check_config, checked_job, split_override
 from nas.execute import run_session
 from nas.knowledge.config import KnowledgeConfig
 from nas.llm import LLMConfig
@@ -23,7 +23,7 @@ from nas.search.rundir import RunDir
 from nas.search.session import Session
 from nas.search.spec import SearchSpec
 
-RUN_DIR = "hydra.run.dir="
+RUN_DIR = "hydra.run.dir"
 
 # The job `overrides_run_name` composed as the run began (its overrides, what `checked_job` made of
 # them), taken by the run's body: Prefect calls both in the flow run's context, one after the
@@ -36,7 +36,7 @@ def overrides_run_name() -> str:
     """The flow run's name, `<strategy>-<space>-s<seed>`, from its parameters as the run begins
     (the flow's `flow_run_name`), so a run has that one name from its start; overrides that do not
     compose keep the flow's name (the run then fails with the command line's one-line error)."""
-    job = [o for o in list(flow_run.parameters.get("overrides") or []) if not str(o).startswith(RUN_DIR)]
+    _, job = split_override([str(o) for o in flow_run.parameters.get("overrides") or []], RUN_DIR)
     try:
         composed = checked_job(job)
     except Exception:  # noqa: BLE001 - the body says why, in its one line
@@ -52,8 +52,7 @@ def search_overrides_flow(overrides: list[str] | None = None, root: str = "runs"
     ROOT/<strategy>-<space>-s<seed>[-N], and the flow run takes that directory's name
     (a run that fails before writing to a dir it made removes it again)."""
     overrides = list(overrides or [])
-    dirs = [o[len(RUN_DIR):] for o in overrides if o.startswith(RUN_DIR)]
-    job = [o for o in overrides if not o.startswith(RUN_DIR)]
+    dirs, job = split_override(overrides, RUN_DIR)
     spec, _, checked = _composed(job)  # the flow shows no progress of its own
     cfg = checked.container
     run_dir, made = target_dir(dirs, Path(root).resolve(), run_name(spec))

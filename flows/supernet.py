@@ -11,7 +11,7 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import INPUTS, NO_CACHE
 
-from nas.config import check_config, data_source
+from nas.config import check_config, data_source, split_override
 from nas.errors import ConfigError
 from nas.lazy import LazyImport
 from supernets.settings import SupernetSettings
@@ -69,20 +69,14 @@ def _must_retrain(inputs: dict[str, Any]) -> bool:
     return not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != cached["sha256"]
 
 
-def out_override(overrides: list[str]) -> tuple[str | None, list[str]]:
-    """`out=DIR` (the last one given; None without) apart from the config's own overrides."""
-    outs = [o[4:] for o in overrides if o.startswith("out=")]
-    return (outs[-1] if outs else None), [o for o in overrides if not o.startswith("out=")]
-
-
 @flow(name="nas-train-supernet", persist_result=False)
 def train_supernet_flow(overrides: list[str] | None = None) -> dict[str, Any]:
     """`nas train-supernet [out=DIR] [overrides]`; returns the checkpoint's path, hash and scores."""
 
-    given, rest = out_override(list(overrides or []))
+    outs, rest = split_override(list(overrides or []), "out")
     cfg = check_config(rest)
     group = dict(cfg["supernet"])
-    out = Path(given if given is not None else group["out"]).resolve()
+    out = Path(outs[-1] if outs else group["out"]).resolve()
     group.pop("out")
     params = group.pop("params", None) or {}
     settings = SupernetSettings.from_dict(group)  # bad settings fail before the data loads

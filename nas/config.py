@@ -119,6 +119,13 @@ def one_line(err: BaseException) -> str:
     return "; ".join(parts) or type(err).__name__
 
 
+def split_override(overrides: list[str], key: str) -> tuple[list[str], list[str]]:
+    """The values given as `key=VALUE` (in order; `key.sub=` is another key) and the other overrides:
+    for command-line keys that are not the config's (`out=`, `hydra.run.dir=`)."""
+    prefix = f"{key}="
+    return [o[len(prefix):] for o in overrides if o.startswith(prefix)], [o for o in overrides if not o.startswith(prefix)]
+
+
 def job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
     """The overrides of each job Hydra will run: one job, or the sweep's product
     (the config's `hydra.sweeper.params` first, command-line values replacing them)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nas.cli.main import check_group_overrides, fail
-from nas.config import check_config, data_source
+from nas.config import check_config, data_source, split_override
 from nas.errors import NasError
 from nas.lazy import LazyImport
 from nas.status import status
@@ -26,14 +26,13 @@ def main(argv: list[str]) -> None:
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__.strip() + "\n\n" + USAGE)
         raise SystemExit(0)
-    outs = [a for a in argv if a.startswith("out=")]
-    rest = [a for a in argv if not a.startswith("out=")]
+    outs, rest = split_override(argv, "out")
     check_group_overrides(rest)
     try:
         cfg = check_config(rest)  # a bad override or setting fails before the slow imports
         progress = bool(cfg.get("progress", True))
         group = dict(cfg["supernet"])
-        out = Path(outs[-1][4:] if outs else group.pop("out"))
+        out = Path(outs[-1] if outs else group.pop("out"))
         group.pop("out", None)
         params = group.pop("params", None) or {}
         settings = SupernetSettings.from_dict(group)
