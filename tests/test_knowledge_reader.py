@@ -104,18 +104,23 @@ def test_reads_markdown_jsonl_json_pdf_and_reports_bad_files(tmp_path):
     assert list(read_path(tmp_path / "missing.md"))[0].reason == "no such file or directory"
 
 
-def test_reads_a_real_pdf(tmp_path):
+def _write_pdf(path: Path, lines: list[str]) -> Path:
+    """A one-page PDF with these lines of real text (matplotlib's PDF backend)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig = plt.figure(figsize=(8.5, 11))
-    for i, line in enumerate(PAPER_MD.replace("#", "").splitlines()):
+    for i, line in enumerate(lines):
         fig.text(0.05, 0.95 - 0.03 * i, line, fontsize=9)
-    fig.savefig(tmp_path / "paper.pdf")
+    fig.savefig(path)
     plt.close(fig)
-    (paper,) = list(read_path(tmp_path / "paper.pdf"))
+    return path
+
+
+def test_reads_a_real_pdf(tmp_path):
+    (paper,) = list(read_path(_write_pdf(tmp_path / "paper.pdf", PAPER_MD.replace("#", "").splitlines())))
     assert isinstance(paper, Paper) and paper.title == "Gated Channels for Small Networks"
     assert "pools its output globally" in method_text(paper, 4000)
     assert "CIFAR-10 results" not in method_text(paper, 4000)
@@ -308,17 +313,8 @@ def test_tree_build_from_reference_models(tmp_path):
 
 @pytest.mark.parametrize("words, scanned", [(29, True), (30, False), (31, False)])
 def test_a_pdf_under_thirty_words_of_text_is_taken_for_scanned_images(tmp_path, words, scanned):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig = plt.figure(figsize=(8.5, 11))
-    fig.text(0.05, 0.9, "Gated Channels", fontsize=14)
-    fig.text(0.05, 0.8, " ".join(f"w{i}" for i in range(words - 2)), fontsize=6)
-    fig.savefig(tmp_path / "p.pdf")
-    plt.close(fig)
-    (read,) = list(read_path(tmp_path / "p.pdf"))
+    text = ["Gated Channels", " ".join(f"w{i}" for i in range(words - 2))]
+    (read,) = list(read_path(_write_pdf(tmp_path / "p.pdf", text)))
     is_scanned = isinstance(read, BadFile) and read.reason == "PDF has no extractable text (scanned images?)"
     assert is_scanned == scanned, read
 

@@ -887,14 +887,22 @@ def test_only_an_llm_task_s_traceback_and_its_uncacheable_failure_are_kept_from_
     assert kept("Task run failed with exception", task="evaluate-3")
 
 
+def _published(monkeypatch) -> list[float]:
+    """The progress values tasks.progress sends, recorded instead of Prefect's artifact API."""
+    from tasks import progress
+
+    sent: list[float] = []
+    monkeypatch.setattr(progress, "artifacts", types.SimpleNamespace(
+        create_progress_artifact=lambda value, **kw: sent.append(value) or "id",
+        update_progress_artifact=lambda key, value, **kw: sent.append(value)))
+    return sent
+
+
 def test_a_candidate_s_last_epoch_is_published_however_soon_it_comes(monkeypatch):
     from nas.train.progress import EpochProgress
     from tasks import progress
 
-    sent = []
-    fake = types.SimpleNamespace(create_progress_artifact=lambda value, **kw: sent.append(value) or "id",
-                                 update_progress_artifact=lambda key, value, **kw: sent.append(value))
-    monkeypatch.setattr(progress, "artifacts", fake)
+    sent = _published(monkeypatch)
     reporter = progress.PrefectProgress(min_interval=3600.0)
     reporter(EpochProgress("a", 1, 3, 0.5, 1.0))
     reporter(EpochProgress("a", 2, 3, 0.5, 1.0))  # within the interval: not sent
@@ -1010,10 +1018,7 @@ def test_a_candidates_progress_is_published_again_once_min_interval_has_passed(m
     from nas.train.progress import EpochProgress
     from tasks import progress
 
-    published = []
-    fake = types.SimpleNamespace(create_progress_artifact=lambda value, **kw: published.append(value) or "id",
-                                 update_progress_artifact=lambda key, value, **kw: published.append(value))
-    monkeypatch.setattr(progress, "artifacts", fake)
+    published = _published(monkeypatch)
     times = [100.0, 100.0 + gap]  # the first report's time, then the second's (and any later call's)
     monkeypatch.setattr(progress.time, "monotonic", lambda: times.pop(0) if len(times) > 1 else times[0])
     reporter = progress.PrefectProgress(min_interval=1.0)
